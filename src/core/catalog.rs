@@ -1,0 +1,126 @@
+//! What discovery produces: the skills served, and the problems found.
+//!
+//! The catalog is built once at start-up and kept in memory. It holds names,
+//! descriptions, frontmatter, file indexes and declarations; it does not hold
+//! bodies or file contents, which are read from disk (through the two path
+//! checks) when asked for, so memory stays flat for thousands of skills.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use super::declaration::ScriptDecl;
+use super::frontmatter::{self, FrontmatterError};
+use super::limits::SKILL_MD_READ_CAP;
+use super::paths::RelPath;
+use super::problems::Problem;
+use super::spec::SkillMeta;
+
+/// One file of a skill.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileEntry {
+    pub path: RelPath,
+    pub size: u64,
+}
+
+/// A declared script, with what discovery found about it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeclaredScript {
+    pub decl: ScriptDecl,
+    /// Why the package itself keeps this script from running (missing file,
+    /// symlink escape, refused declaration); `None` when it could run.
+    pub unavailable: Option<String>,
+}
+
+/// A served skill.
+#[derive(Debug, Clone)]
+pub struct Skill {
+    /// The served name: the directory's name, never the frontmatter's.
+    pub name: String,
+    /// The root (as given) this skill was found under.
+    pub root: PathBuf,
+    /// The real (canonical) skill directory; every read resolves inside it.
+    pub dir: PathBuf,
+    pub meta: SkillMeta,
+    /// The frontmatter as written, for `skill_load` and `skills/list`.
+    pub frontmatter: Map<String, Value>,
+    /// Files sorted by path, `SKILL.md` included.
+    pub files: Vec<FileEntry>,
+    pub bytes: u64,
+    /// `SKILL.md` was larger than the read cap.
+    pub skill_md_truncated: bool,
+    /// Declared scripts in declaration order (empty when the block is absent or broken).
+    pub scripts: Vec<DeclaredScript>,
+    /// Hosts the skill declares it reaches.
+    pub egress: Vec<String>,
+    /// Whether the skill has an `mcp-host:` block that parsed.
+    pub has_declaration: bool,
+    /// Problems concerning this skill (also in the catalog's list).
+    pub problems: Vec<Problem>,
+}
+
+impl Skill {
+    pub fn file(&self, path: &str) -> Option<&FileEntry> {
+        self.files.binary_search_by(|f| f.path.as_str().cmp(path)).ok().map(|i| &self.files[i])
+    }
+
+    pub fn script(&self, path: &str) -> Option<&DeclaredScript> {
+        self.scripts.iter().find(|s| s.decl.script.as_str() == path)
+    }
+
+    /// Read `SKILL.md` again and return its body. Bodies are not kept in
+    /// memory; the file is re-read (capped) and re-split on demand.
+    pub fn load_body(&self) -> Result<(String, bool), BodyError> {
+        let (bytes, truncated) = read_capped(&self.dir.join("SKILL.md"), SKILL_MD_READ_CAP).map_err(BodyError::Io)?;
+        let text = frontmatter::decode(&bytes, truncated).map_err(BodyError::Parse)?;
+        let md = frontmatter::parse(text).map_err(BodyError::Parse)?;
+        Ok((md.body, truncated))
+    }
+}
+
+/// Why a body could not be produced for a skill that was served at start-up.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    #[error("SKILL.md could not be read: {0}")]
+    Io(#[source] std::io::Error),
+    #[error("SKILL.md changed since start-up and no longer parses: {0}")]
+    Parse(#[source] FrontmatterError),
+}
+
+/// A root directory as given, with what was found there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Root {
+    pub path: PathBuf,
+    pub skills: usize,
+}
+
+/// Every served skill (sorted by name) and every problem found.
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    pub roots: Vec<Root>,
+    pub skills: Vec<Skill>,
+    pub problems: Vec<Problem>,
+}
+
+impl Catalog {
+    pub fn get(&self, name: &str) -> Option<&Skill> {
+        self.skills.binary_search_by(|s| s.name.as_str().cmp(name)).ok().map(|i| &self.skills[i])
+    }
+
+    pub fn names(&self) -> Vec<&str> {
+        self.skills.iter().map(|s| s.name.as_str()).collect()
+    }
+}
+
+/// Read at most `cap` bytes of a file; the flag says whether more existed.
+/// Reads `cap + 1` bytes through `take`, so memory is bounded by the cap
+/// whatever the file's (possibly sparse) size.
+pub fn read_capped(path: &Path, cap: u64) -> std::io::Result<(Vec<u8>, bool)> {
+    let file = std::fs::File::open(path)?;
+    let mut bytes = Vec::new();
+    file.take(cap + 1).read_to_end(&mut bytes)?;
+    let truncated = bytes.len() as u64 > cap;
+    bytes.truncate(cap as usize);
+    Ok((bytes, truncated))
+}

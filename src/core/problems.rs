@@ -1,0 +1,219 @@
+//! The `problems` list: everything that kept a directory, a file or a
+//! declaration from being served, with a stable reason code.
+//!
+//! Discovery never drops anything silently: a bad skill harms only itself and
+//! the reason shows up here. The codes are a published, additive set (the
+//! README table is checked against [`Reason::ALL`] by a test): clients may
+//! branch on them, so a code is never renamed or reused.
+
+use std::fmt;
+use std::path::Path;
+
+use serde::Serialize;
+
+/// Why something was not served, or served with a caveat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reason {
+    /// A root given to the server could not be read.
+    RootUnreadable,
+    /// A candidate directory has no `SKILL.md`.
+    NoSkillMd,
+    /// `SKILL.md` exists but could not be read (permissions, not a file, not UTF-8).
+    UnreadableSkillMd,
+    /// `SKILL.md` is larger than the read cap; only the head was read.
+    SkillMdTruncated,
+    /// The frontmatter block is missing, unterminated, too large, not YAML, or not a mapping.
+    MalformedFrontmatter,
+    /// The frontmatter has no usable `description`: the skill is not served.
+    NoDescription,
+    /// The frontmatter `name` differs from the directory name (the directory wins).
+    NameMismatch,
+    /// A field breaks the Agent Skills spec (name form, lengths, metadata, allowed-tools).
+    SpecViolation,
+    /// A frontmatter key the Agent Skills spec does not define.
+    UnknownKey,
+    /// The directory name cannot be served as a skill name.
+    UnusableName,
+    /// Two directories claim the same skill name: both are refused.
+    DuplicateName,
+    /// The same directory was reached twice (a symlink alias or overlapping roots); served once.
+    DuplicatePath,
+    /// The `mcp-host:` block is broken: the skill keeps its instructions, loses its scripts.
+    Declaration,
+    /// A key inside `mcp-host:` that this server does not know; ignored.
+    DeclarationUnknownKey,
+    /// `mcp-host.version` names a major version this server does not read; the block is ignored.
+    DeclarationVersion,
+    /// A script asks for a variable the server reserves (loader or interpreter injectors, own config).
+    ReservedEnv,
+    /// A script timeout above the ceiling, clamped.
+    TimeoutClamped,
+    /// A declared script is not in the package (or is not a regular file).
+    DeclaredScriptMissing,
+    /// A symlink leaves the root or its skill; not followed.
+    SymlinkEscape,
+    /// A symlink points nowhere.
+    BrokenSymlink,
+    /// A directory symlink leads back to one of its own ancestors; not followed.
+    SymlinkLoop,
+    /// A file or directory name the read tools cannot address (control characters, `\`, `%`, too long).
+    UnusablePath,
+    /// More files in one skill than the per-skill cap; the rest are not served.
+    FileLimit,
+    /// More directories in one skill than the per-skill cap; the rest are not walked.
+    DirLimit,
+    /// More skills than the server's cap; the rest are not served.
+    SkillLimit,
+    /// A hidden directory at a root holds a `SKILL.md`; hidden root folders are not scanned.
+    HiddenSkipped,
+    /// The skill is served by the tools but left out of `skills/list` (SEP-2640 rules).
+    ExtensionExcluded,
+    /// A grant row or grant source is malformed or grants nothing.
+    Grant,
+}
+
+impl Reason {
+    /// Every code, in documentation order.
+    pub const ALL: &'static [Reason] = &[
+        Reason::RootUnreadable,
+        Reason::NoSkillMd,
+        Reason::UnreadableSkillMd,
+        Reason::SkillMdTruncated,
+        Reason::MalformedFrontmatter,
+        Reason::NoDescription,
+        Reason::NameMismatch,
+        Reason::SpecViolation,
+        Reason::UnknownKey,
+        Reason::UnusableName,
+        Reason::DuplicateName,
+        Reason::DuplicatePath,
+        Reason::Declaration,
+        Reason::DeclarationUnknownKey,
+        Reason::DeclarationVersion,
+        Reason::ReservedEnv,
+        Reason::TimeoutClamped,
+        Reason::DeclaredScriptMissing,
+        Reason::SymlinkEscape,
+        Reason::BrokenSymlink,
+        Reason::SymlinkLoop,
+        Reason::UnusablePath,
+        Reason::FileLimit,
+        Reason::DirLimit,
+        Reason::SkillLimit,
+        Reason::HiddenSkipped,
+        Reason::ExtensionExcluded,
+        Reason::Grant,
+    ];
+
+    /// The wire code, e.g. `no-skill-md`.
+    pub fn code(self) -> &'static str {
+        match self {
+            Reason::RootUnreadable => "root-unreadable",
+            Reason::NoSkillMd => "no-skill-md",
+            Reason::UnreadableSkillMd => "unreadable-skill-md",
+            Reason::SkillMdTruncated => "skill-md-truncated",
+            Reason::MalformedFrontmatter => "malformed-frontmatter",
+            Reason::NoDescription => "no-description",
+            Reason::NameMismatch => "name-mismatch",
+            Reason::SpecViolation => "spec-violation",
+            Reason::UnknownKey => "unknown-key",
+            Reason::UnusableName => "unusable-name",
+            Reason::DuplicateName => "duplicate-name",
+            Reason::DuplicatePath => "duplicate-path",
+            Reason::Declaration => "declaration",
+            Reason::DeclarationUnknownKey => "declaration-unknown-key",
+            Reason::DeclarationVersion => "declaration-version",
+            Reason::ReservedEnv => "reserved-env",
+            Reason::TimeoutClamped => "timeout-clamped",
+            Reason::DeclaredScriptMissing => "declared-script-missing",
+            Reason::SymlinkEscape => "symlink-escape",
+            Reason::BrokenSymlink => "broken-symlink",
+            Reason::SymlinkLoop => "symlink-loop",
+            Reason::UnusablePath => "unusable-path",
+            Reason::FileLimit => "file-limit",
+            Reason::DirLimit => "dir-limit",
+            Reason::SkillLimit => "skill-limit",
+            Reason::HiddenSkipped => "hidden-skipped",
+            Reason::ExtensionExcluded => "extension-excluded",
+            Reason::Grant => "grant",
+        }
+    }
+
+    /// Whether this reason keeps the skill from being served at all.
+    pub fn refuses_skill(self) -> bool {
+        matches!(
+            self,
+            Reason::NoSkillMd
+                | Reason::UnreadableSkillMd
+                | Reason::MalformedFrontmatter
+                | Reason::NoDescription
+                | Reason::UnusableName
+                | Reason::DuplicateName
+                | Reason::SkillLimit
+        )
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
+/// One entry of the `problems` list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct Problem {
+    /// Where: the directory, file or grant source concerned.
+    pub path: String,
+    /// The skill it concerns, when there is one (its served name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skill: Option<String>,
+    /// Stable reason code.
+    pub reason: Reason,
+    /// What exactly is wrong, in words a skill author can act on.
+    pub detail: String,
+}
+
+impl Problem {
+    pub fn new(path: impl AsRef<Path>, reason: Reason, detail: impl Into<String>) -> Self {
+        Problem {
+            path: path.as_ref().display().to_string(),
+            skill: None,
+            reason,
+            detail: detail.into(),
+        }
+    }
+
+    pub fn for_skill(mut self, skill: impl Into<String>) -> Self {
+        self.skill = Some(skill.into());
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_unique_and_match_serde() {
+        let mut seen = std::collections::HashSet::new();
+        for reason in Reason::ALL {
+            assert!(seen.insert(reason.code()), "duplicate code {}", reason.code());
+            let wire = serde_json::to_value(reason).unwrap();
+            assert_eq!(wire, serde_json::Value::String(reason.code().into()));
+        }
+    }
+
+    #[test]
+    fn all_lists_every_variant() {
+        // A new variant must be added to ALL (and so to the README table):
+        // serde's schema enumerates every variant, ALL must match it.
+        let schema = schemars::schema_for!(Reason);
+        let text = serde_json::to_string(&schema).unwrap();
+        let count = Reason::ALL.iter().filter(|r| text.contains(&format!("\"{}\"", r.code()))).count();
+        assert_eq!(count, Reason::ALL.len());
+        let variants = text.matches("\"const\"").count().max(text.matches("\"enum\"").count());
+        assert!(variants >= 1);
+    }
+}

@@ -1,0 +1,14 @@
+//! skill-operator: serves Agent Skills over MCP and runs the scripts they
+//! declare inside a fence.
+//!
+//! Layout:
+//! - [`core`]: the pure skill core (discovery, frontmatter, paths, grants).
+//! - [`mcp`]: the MCP surface (tools, prompts, resources, SEP-2640 skills).
+//! - [`serve`]: the standalone server's transports (stdio, streamable HTTP).
+//! - [`cli`]: the `skill-operator` command line.
+
+pub mod cli;
+pub mod core;
+pub mod mcp;
+pub mod samples;
+pub mod serve;

@@ -1,0 +1,247 @@
+//! The MCP surface over the skill core: tools, prompts, resources and the
+//! SEP-2640 skills extension, as one `rmcp` server handler shared by the
+//! stdio and HTTP transports (and later the gateway).
+
+pub mod extension;
+pub mod state;
+pub mod tools;
+pub mod uri;
+
+use std::sync::{Arc, OnceLock};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams, GetPromptResponse,
+    GetPromptResult, GetSkillRequestParams, GetSkillResult, Implementation, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListSkillsResult, ListToolsResult, PaginatedRequestParams, Prompt,
+    PromptMessage, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource, ResourceContents,
+    ResourceTemplate, Role, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::core::content::read_for_client;
+use crate::core::limits::RESOURCE_READ_CAP;
+use crate::core::paths::resolve_inside;
+
+use state::ServerState;
+use tools::ToolError;
+
+/// Prompts and resources per list page.
+const LIST_PAGE: usize = 500;
+
+/// The MCP handler: cheap to clone, all state behind one `Arc`.
+#[derive(Clone)]
+pub struct SkillServer {
+    state: Arc<ServerState>,
+}
+
+impl SkillServer {
+    pub fn new(state: Arc<ServerState>) -> Self {
+        SkillServer { state }
+    }
+
+    pub fn state(&self) -> &Arc<ServerState> {
+        &self.state
+    }
+}
+
+fn tool_definitions() -> &'static [Tool] {
+    static TOOLS: OnceLock<Vec<Tool>> = OnceLock::new();
+    TOOLS.get_or_init(tools::definitions)
+}
+
+/// Run a tool body off the async threads (it reads files) and shape the result.
+async fn run_tool<I, O>(state: Arc<ServerState>, args: Option<serde_json::Map<String, Value>>, body: fn(&ServerState, I) -> Result<O, ToolError>) -> CallToolResult
+where
+    I: serde::de::DeserializeOwned + Send + 'static,
+    O: Serialize + Send + 'static,
+{
+    let input: I = match serde_json::from_value(Value::Object(args.unwrap_or_default())) {
+        Ok(input) => input,
+        Err(err) => return tool_error(&ToolError::new("invalid-arguments", format!("invalid arguments: {err}"))),
+    };
+    let outcome = tokio::task::spawn_blocking(move || body(&state, input)).await;
+    match outcome {
+        Ok(Ok(output)) => match serde_json::to_value(&output) {
+            Ok(value) => {
+                let text = serde_json::to_string(&value).unwrap_or_default();
+                let mut result = CallToolResult::structured(value);
+                result.content = vec![ContentBlock::text(text)];
+                result
+            }
+            Err(err) => tool_error(&ToolError::new("internal", format!("could not encode the result: {err}"))),
+        },
+        Ok(Err(err)) => tool_error(&err),
+        Err(join) => tool_error(&ToolError::new("internal", format!("the tool failed: {join}"))),
+    }
+}
+
+fn tool_error(err: &ToolError) -> CallToolResult {
+    let mut result = CallToolResult::structured_error(serde_json::json!({"error": {"code": err.code, "message": err.message}}));
+    result.content = vec![ContentBlock::text(format!("{}: {}", err.code, err.message))];
+    result
+}
+
+fn page_of<T: Clone>(items: impl Iterator<Item = T>, cursor: Option<&str>, page: usize) -> Result<(Vec<T>, Option<String>), McpError> {
+    let start = match cursor {
+        None => 0,
+        Some(c) => c.parse::<usize>().map_err(|_| McpError::invalid_params(format!("invalid cursor {c:?}"), None))?,
+    };
+    let mut out: Vec<T> = items.skip(start).take(page + 1).collect();
+    let next = if out.len() > page {
+        out.truncate(page);
+        Some((start + page).to_string())
+    } else {
+        None
+    };
+    Ok((out, next))
+}
+
+fn cursor(request: &Option<PaginatedRequestParams>) -> Option<&str> {
+    request.as_ref().and_then(|r| r.cursor.as_deref())
+}
+
+impl ServerHandler for SkillServer {
+    fn get_info(&self) -> ServerConfig {
+        let capabilities = ServerCapabilities::builder().enable_tools().enable_prompts().enable_resources().enable_skills().build();
+        ServerConfig::new(capabilities)
+            .with_server_info(Implementation::new("skill-operator", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "This server serves Agent Skills. Call skill_list to see the skills and skill_load to read one skill's \
+                 instructions before using it; skill_file reads the files a skill refers to.",
+            )
+    }
+
+    async fn list_tools(&self, _request: Option<PaginatedRequestParams>, _context: RequestContext<RoleServer>) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(tool_definitions().to_vec()))
+    }
+
+    async fn call_tool(&self, request: CallToolRequestParams, _context: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
+        let state = self.state.clone();
+        let result = match request.name.as_ref() {
+            "skill_list" => run_tool(state, request.arguments, tools::skill_list).await,
+            "skill_load" => run_tool(state, request.arguments, tools::skill_load).await,
+            "skill_file" => run_tool(state, request.arguments, tools::skill_file).await,
+            other => {
+                let names: Vec<&str> = tool_definitions().iter().map(|t| t.name.as_ref()).collect();
+                return Err(McpError::invalid_params(format!("unknown tool `{other}`; tools: {}", names.join(", ")), None));
+            }
+        };
+        Ok(result.into())
+    }
+
+    async fn list_prompts(&self, request: Option<PaginatedRequestParams>, _context: RequestContext<RoleServer>) -> Result<ListPromptsResult, McpError> {
+        let prompts = self.state.catalog.skills.iter().map(|s| Prompt::new(s.name.clone(), Some(s.meta.description.clone()), None));
+        let (items, next) = page_of(prompts, cursor(&request), LIST_PAGE)?;
+        let mut result = ListPromptsResult::with_all_items(items);
+        result.next_cursor = next;
+        Ok(result)
+    }
+
+    async fn get_prompt(&self, request: GetPromptRequestParams, _context: RequestContext<RoleServer>) -> Result<GetPromptResponse, McpError> {
+        let state = self.state.clone();
+        let name = request.name.clone();
+        let loaded = tokio::task::spawn_blocking(move || {
+            let skill = state.catalog.get(&name).ok_or_else(|| format!("no skill named `{name}`; served: {}", state.catalog.names().join(", ")))?;
+            let (body, _) = skill.load_body().map_err(|e| e.to_string())?;
+            Ok::<_, String>((skill.meta.description.clone(), body))
+        })
+        .await
+        .map_err(|e| McpError::internal_error(e.to_string(), None))?;
+        let (description, body) = loaded.map_err(|msg| McpError::invalid_params(msg, None))?;
+        Ok(GetPromptResult::new(vec![PromptMessage::new_text(Role::User, body)]).with_description(description).into())
+    }
+
+    async fn list_resources(&self, request: Option<PaginatedRequestParams>, _context: RequestContext<RoleServer>) -> Result<ListResourcesResult, McpError> {
+        let resources = self.state.catalog.skills.iter().flat_map(|s| {
+            s.files.iter().map(move |f| {
+                Resource::new(uri::file_uri(&s.name, f.path.as_str()), format!("{}/{}", s.name, f.path))
+                    .with_mime_type(crate::core::content::media_type(f.path.as_str()))
+                    .with_size(f.size)
+            })
+        });
+        let (items, next) = page_of(resources, cursor(&request), LIST_PAGE)?;
+        let mut result = ListResourcesResult::with_all_items(items);
+        result.next_cursor = next;
+        Ok(result)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        Ok(ListResourceTemplatesResult::with_all_items(vec![ResourceTemplate::new("skill://{skill}/{+path}", "skill-file")
+            .with_description("A file of a served skill; skill_list names the skills, skill_load lists their files.")]))
+    }
+
+    async fn read_resource(&self, request: ReadResourceRequestParams, _context: RequestContext<RoleServer>) -> Result<ReadResourceResponse, McpError> {
+        let state = self.state.clone();
+        let uri_text = request.uri.clone();
+        let read = tokio::task::spawn_blocking(move || read_skill_resource(&state, &uri_text))
+            .await
+            .map_err(|e| McpError::internal_error(e.to_string(), None))??;
+        Ok(ReadResourceResult::new(vec![read]).into())
+    }
+
+    async fn list_skills(&self, request: Option<PaginatedRequestParams>, _context: RequestContext<RoleServer>) -> Result<ListSkillsResult, McpError> {
+        let state = self.state.clone();
+        let cursor = cursor(&request).map(str::to_string);
+        tokio::task::spawn_blocking(move || {
+            let eligible = state.catalog.skills.iter().filter(|s| state.extension_names.contains(&s.name));
+            let (page, next) = page_of(eligible, cursor.as_deref(), extension::PAGE_SIZE)?;
+            let mut skills = Vec::with_capacity(page.len());
+            for skill in page {
+                skills.push(extension::entry(&state, skill).map_err(|e| McpError::internal_error(format!("{}: {e}", skill.name), None))?);
+            }
+            let mut result = ListSkillsResult::with_all_items(skills).with_ttl_ms(extension::TTL_MS).with_cache_scope(state.cache_scope);
+            result.next_cursor = next;
+            Ok(result)
+        })
+        .await
+        .map_err(|e| McpError::internal_error(e.to_string(), None))?
+    }
+
+    async fn get_skill(&self, request: GetSkillRequestParams, _context: RequestContext<RoleServer>) -> Result<GetSkillResult, McpError> {
+        let state = self.state.clone();
+        tokio::task::spawn_blocking(move || {
+            let name = state
+                .extension_names
+                .iter()
+                .find(|n| extension::skill_uri(n) == request.uri)
+                .cloned()
+                .ok_or_else(|| McpError::invalid_params(format!("no skill is served at {}", request.uri), None))?;
+            let skill = state.catalog.get(&name).ok_or_else(|| McpError::invalid_params(format!("no skill is served at {}", request.uri), None))?;
+            let entry = extension::entry(&state, skill).map_err(|e| McpError::internal_error(e.to_string(), None))?;
+            Ok(GetSkillResult::new(entry).with_ttl_ms(extension::TTL_MS).with_cache_scope(state.cache_scope))
+        })
+        .await
+        .map_err(|e| McpError::internal_error(e.to_string(), None))?
+    }
+}
+
+/// `resources/read`: the same checks as `skill_file` (string, index,
+/// resolved), whole files up to 16 MiB.
+fn read_skill_resource(state: &ServerState, uri_text: &str) -> Result<ResourceContents, McpError> {
+    let not_found = |msg: String| McpError::resource_not_found(msg, Some(serde_json::json!({ "uri": uri_text })));
+    let (name, rel) = uri::parse(uri_text).map_err(|e| McpError::invalid_params(format!("{uri_text}: {e}"), None))?;
+    let skill = state.catalog.get(&name).ok_or_else(|| not_found(format!("no skill named `{name}`")))?;
+    if skill.file(rel.as_str()).is_none() {
+        return Err(not_found(format!("`{name}` has no file {rel}")));
+    }
+    let real = resolve_inside(&skill.dir, &rel).map_err(|e| not_found(format!("{uri_text}: {e}")))?;
+    let content = read_for_client(&real, rel.as_str(), RESOURCE_READ_CAP).map_err(|e| McpError::internal_error(format!("{uri_text}: {e}"), None))?;
+    if content.truncated {
+        return Err(McpError::invalid_request(
+            format!("{uri_text} is {} bytes; resources/read serves files up to 16 MiB, use skill_file for the first 1 MiB", content.size),
+            None,
+        ));
+    }
+    Ok(match content.encoding {
+        crate::core::content::Encoding::Utf8 => ResourceContents::text(content.content, uri_text),
+        crate::core::content::Encoding::Base64 => ResourceContents::blob(content.content, uri_text),
+    }
+    .with_mime_type(content.media_type))
+}
