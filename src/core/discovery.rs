@@ -498,3 +498,7 @@ fn walk_files(real_dir: &Path, seen_dir: &Path, limits: Limits, report: &mut dyn
     files.sort_by(|a, b| a.path.cmp(&b.path));
     (files, total)
 }
+
+#[cfg(test)]
+#[path = "discovery_tests.rs"]
+mod tests;

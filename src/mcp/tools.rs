@@ -389,3 +389,7 @@ pub fn definitions() -> Vec<Tool> {
         .with_annotations(read_only("Read skill files")),
     ]
 }
+
+#[cfg(test)]
+#[path = "tools_tests.rs"]
+mod tests;

