@@ -23,6 +23,8 @@ pub struct Cli {
 pub enum Command {
     /// Serve skills directories to MCP clients (stdio by default, or streamable HTTP).
     Serve(ServeArgs),
+    /// Print the README's generated reference tables (tools, problem reasons).
+    Docs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -74,6 +76,11 @@ pub fn available_interpreters() -> BTreeSet<Interpreter> {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve_command(args).await,
+        Command::Docs => {
+            println!("<!-- BEGIN tools (generated: skill-operator docs) -->\n{}<!-- END tools -->\n", crate::docs::tools_reference());
+            println!("<!-- BEGIN reasons (generated: skill-operator docs) -->\n{}<!-- END reasons -->", crate::docs::reasons_table());
+            Ok(())
+        }
     }
 }
 

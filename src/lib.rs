@@ -9,6 +9,7 @@
 
 pub mod cli;
 pub mod core;
+pub mod docs;
 pub mod mcp;
 pub mod samples;
 pub mod serve;

@@ -284,6 +284,13 @@ fn sorted_entries(dir: &Path) -> io::Result<Vec<(std::ffi::OsString, PathBuf)>> 
     Ok(entries)
 }
 
+/// Like [`sorted_entries`] but with the entry type from `getdents` (no stat per entry).
+fn typed_entries(dir: &Path) -> io::Result<Vec<(std::ffi::OsString, PathBuf, Option<fs::FileType>)>> {
+    let mut entries: Vec<_> = fs::read_dir(dir)?.filter_map(Result::ok).map(|e| (e.file_name(), e.path(), e.file_type().ok())).collect();
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(entries)
+}
+
 /// Read one candidate: name check, `SKILL.md`, frontmatter, spec checks,
 /// declaration, file index. Returns the skill (when it can be served) and
 /// every problem found, each tagged with the skill's name.
@@ -296,7 +303,9 @@ fn load_skill(cand: &Candidate, limits: Limits) -> (Option<Skill>, Vec<Problem>)
         return (None, problems);
     }
     let skill_md = cand.seen_at.join("SKILL.md");
-    match resolve_inside(&cand.real, &RelPath::parse("SKILL.md").expect("literal")) {
+    // A plain file needs no resolution; only a symlinked SKILL.md is resolved.
+    let plain = fs::symlink_metadata(cand.real.join("SKILL.md")).is_ok_and(|m| m.file_type().is_file());
+    match if plain { Ok(PathBuf::new()) } else { resolve_inside(&cand.real, &RelPath::parse("SKILL.md").expect("literal")) } {
         Ok(_) => {}
         Err(ResolveError::Escapes) => {
             problems.push(at(&skill_md, Reason::SymlinkEscape, "SKILL.md is a symlink leading outside the skill".into()));
@@ -354,7 +363,11 @@ fn load_skill(cand: &Candidate, limits: Limits) -> (Option<Skill>, Vec<Problem>)
             has_declaration = true;
             egress = decl.egress.clone();
             for script in decl.scripts {
-                let unavailable = match resolve_inside(&cand.real, &script.script) {
+                // The file index already followed symlinks and dropped escapes;
+                // only a script missing from it is resolved for the exact reason.
+                let indexed = files.binary_search_by(|f| f.path.cmp(&script.script)).is_ok();
+                let resolved = if indexed { Ok(PathBuf::new()) } else { resolve_inside(&cand.real, &script.script) };
+                let unavailable = match resolved {
                     Ok(_) => script.refused.clone(),
                     Err(ResolveError::Escapes) => {
                         problems.push(at(
@@ -407,7 +420,7 @@ fn walk_files(real_dir: &Path, seen_dir: &Path, limits: Limits, report: &mut dyn
     // (real dir, path relative to the skill, depth)
     let mut stack = vec![(real_dir.to_path_buf(), PathBuf::new(), 0usize)];
     while let Some((dir, rel, depth)) = stack.pop() {
-        let entries = match sorted_entries(&dir) {
+        let entries = match typed_entries(&dir) {
             Ok(entries) => entries,
             Err(err) => {
                 report(Problem::new(seen_dir.join(&rel), Reason::UnusablePath, format!("cannot list: {err}")));
@@ -415,38 +428,39 @@ fn walk_files(real_dir: &Path, seen_dir: &Path, limits: Limits, report: &mut dyn
             }
         };
         let mut subdirs = Vec::new();
-        for (name, path) in entries {
+        for (name, path, file_type) in entries {
             let rel_child = rel.join(&name);
             let seen = seen_dir.join(&rel_child);
-            let Ok(meta) = fs::symlink_metadata(&path) else { continue };
-            let (real, meta) = if meta.file_type().is_symlink() {
-                let real = match path.canonicalize() {
-                    Ok(real) => real,
-                    Err(_) => {
+            // Plain directories need no stat: getdents gave their type.
+            let plain_dir = file_type.is_some_and(|t| t.is_dir());
+            let (real, meta, via_symlink) = if plain_dir {
+                (path, None, false)
+            } else {
+                let Ok(meta) = fs::symlink_metadata(&path) else { continue };
+                if meta.file_type().is_symlink() {
+                    let Ok(real) = path.canonicalize() else {
                         report(Problem::new(&seen, Reason::BrokenSymlink, "the symlink points nowhere; not served"));
                         continue;
+                    };
+                    if !real.starts_with(real_dir) {
+                        report(Problem::new(&seen, Reason::SymlinkEscape, "the symlink leads outside the skill; not served"));
+                        continue;
                     }
-                };
-                if !real.starts_with(real_dir) {
-                    report(Problem::new(&seen, Reason::SymlinkEscape, "the symlink leads outside the skill; not served"));
-                    continue;
+                    let Ok(meta) = fs::metadata(&real) else { continue };
+                    (real, Some(meta), true)
+                } else {
+                    (path, Some(meta), false)
                 }
-                match fs::metadata(&real) {
-                    Ok(meta) => (real, meta),
-                    Err(_) => continue,
-                }
-            } else {
-                (path.clone(), meta)
             };
-            if meta.is_dir() {
+            if plain_dir || meta.as_ref().is_some_and(|m| m.is_dir()) {
                 if VCS_DIRS.iter().any(|v| OsStr::new(v) == name) {
                     continue;
                 }
-                if dir.starts_with(&real) {
+                if via_symlink && dir.starts_with(&real) {
                     report(Problem::new(&seen, Reason::SymlinkLoop, "the symlink leads back to one of its own parents; not followed"));
                     continue;
                 }
-                if !visited.insert(real.clone()) {
+                if via_symlink && visited.contains(&real) {
                     report(Problem::new(&seen, Reason::DuplicatePath, "this folder is reached twice through symlinks; indexed once"));
                     continue;
                 }
@@ -466,8 +480,12 @@ fn walk_files(real_dir: &Path, seen_dir: &Path, limits: Limits, report: &mut dyn
                     continue;
                 }
                 dirs_seen += 1;
+                visited.insert(real.clone());
                 subdirs.push((real, rel_child, depth + 1));
-            } else if meta.is_file() {
+                continue;
+            }
+            let Some(meta) = meta else { continue };
+            if meta.is_file() {
                 let rel_path = match RelPath::from_walk(&rel_child) {
                     Ok(p) => p,
                     Err(err) => {
