@@ -13,3 +13,5 @@ pub mod docs;
 pub mod mcp;
 pub mod samples;
 pub mod serve;
+
+pub mod runner;

@@ -245,6 +245,12 @@ async def call_error(client: Client, tool: str, arguments: dict[str, Any]) -> st
     return text
 
 
+def root_path(root: Any) -> Path:
+    """A `roots` entry of skill_list: a path string or an object with `path`."""
+    raw = root["path"] if isinstance(root, dict) else root
+    return Path(raw).resolve()
+
+
 async def all_resources(client: Client) -> list[Any]:
     out: list[Any] = []
     cursor = None

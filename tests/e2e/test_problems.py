@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SAMPLE_NAMES, SAMPLES, all_prompts, call, call_error, write_skill
+from conftest import SAMPLE_NAMES, SAMPLES, all_prompts, call, call_error, root_path, write_skill
 
 pytestmark = pytest.mark.anyio
 
@@ -45,6 +45,6 @@ async def test_several_skill_roots(connect, tmp_path: Path):
         listing = await call(client, "skill_list")
     names = sorted(s["name"] for s in listing["skills"])
     assert names == sorted([*SAMPLE_NAMES, "extra-notes"])
-    assert [Path(r).resolve() for r in listing["roots"]] == [SAMPLES.resolve(), extra.resolve()]
+    assert [root_path(r) for r in listing["roots"]] == [SAMPLES.resolve(), extra.resolve()]
     extra_entry = next(s for s in listing["skills"] if s["name"] == "extra-notes")
     assert Path(extra_entry["root"]).resolve() == extra.resolve()

@@ -1,0 +1,316 @@
+//! Bubblewrap (`bwrap`) wrapping for [`super::process::execute`].
+//!
+//! When an [`ExecSpec`] carries a [`SandboxSpec`], the executor does not spawn the
+//! interpreter itself: it spawns `bwrap` with the argv built by [`bwrap_args`], and
+//! bwrap execs the interpreter inside fresh namespaces. Everything else (uid drop,
+//! rlimits, process group, timeout, caps on output) is applied by the executor to the
+//! bwrap process and therefore inherited by everything inside.
+//!
+//! # Flags, and why each one
+//!
+//! * `--unshare-all` — new user, mount, IPC, UTS, cgroup, **PID** and **network**
+//!   namespaces. The new network namespace has only a loopback of its own, so the
+//!   script has no network at all (not even the host's 127.0.0.1 services).
+//!   `--share-net` is added only when [`SandboxSpec::network`] is true.
+//! * `--unshare-user` explicitly, plus `--disable-userns` — the child cannot create
+//!   nested user namespaces (the usual first step of kernel attack surface probing).
+//!   Requires bwrap >= 0.8.
+//! * `--cap-drop ALL` — no capabilities inside, even if bwrap were started as root.
+//! * `--die-with-parent` — bwrap gets `PR_SET_PDEATHSIG(SIGKILL)`. The PID namespace
+//!   init is bwrap itself, so when the outer bwrap dies (our SIGTERM/SIGKILL on
+//!   timeout, or the server dying) the kernel kills *every* process in the PID
+//!   namespace, detached grandchildren included. This is stronger than the process
+//!   group signal of the unsandboxed path. Caveat: PDEATHSIG fires when the *thread*
+//!   that forked bwrap exits; tokio runtime worker threads live as long as the
+//!   runtime, so call `execute` from a runtime task, not from a short-lived thread.
+//! * `--new-session` — `setsid()` inside, so the script cannot push input into a
+//!   controlling terminal with TIOCSTI. Side effect: the script is in its own session
+//!   inside, so our group SIGTERM reaches the outer bwrap only; bwrap then dies and
+//!   the namespace is torn down (SIGKILL). The script gets no graceful SIGTERM.
+//! * `--proc /proc` (fresh procfs of the new PID namespace: the server and every other
+//!   host process are invisible, so `/proc/<ppid>/environ` of the server does not
+//!   exist), `--dev /dev` (minimal devtmpfs: null, zero, random, urandom, tty...),
+//!   `--tmpfs /tmp` (private, vanishes with the sandbox).
+//! * Read-only system binds: `/usr` and the merged-/usr symlinks (`/bin`, `/lib`,
+//!   `/lib64`, `/sbin` mirrored as symlinks when they are symlinks on the host, or
+//!   read-only binds when not), `/etc/ld.so.cache`, `/etc/alternatives`,
+//!   `/etc/localtime` (try-binds: skipped if absent). Nothing from `/root`, `/home`,
+//!   `/work`, `/var`, `/run`, or the rest of `/etc` (no `/etc/passwd`, no host
+//!   secrets). With `network: true`, DNS and TLS files are added
+//!   (`/etc/resolv.conf`, `/etc/hosts`, `/etc/nsswitch.conf`, `/etc/ssl`,
+//!   `/etc/ca-certificates`).
+//! * Caller binds: the skill package via [`SandboxSpec::ro_bind`], a private work dir
+//!   via [`SandboxSpec::rw_bind`]; `--chdir` to the spec's `cwd`.
+//!
+//! # Environment
+//!
+//! The brief asked for `--clearenv` + the given env. We get the same result without
+//! putting values on bwrap's command line: bwrap is spawned with a *cleared*
+//! environment containing exactly `ExecSpec::env`, and bwrap passes its environment to
+//! the child unchanged. `--setenv NAME VALUE` would put every granted secret into
+//! `/proc/<bwrap-pid>/cmdline`, which is world-readable on the host for the life of
+//! the sandbox; the environment is readable only by the same uid / CAP_SYS_PTRACE.
+//! One addition cannot be avoided: bwrap always exports `PWD` (= `--chdir`) after
+//! its own option processing, so the sandboxed child sees `PWD=<cwd>` on top of the
+//! given variables.
+//!
+//! # Identity
+//!
+//! When the server is root, the executor switches to the run-as uid *before* exec'ing
+//! bwrap, so bwrap runs unprivileged and builds a user namespace mapping that uid to
+//! itself. The script's kernel uid (kuid) is then the unprivileged uid, which is what
+//! makes `RLIMIT_NPROC` apply (it is not enforced for kuid 0, and `bwrap --uid` run as
+//! root would map the inside uid to kuid 0 outside).
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::process::{execute, ExecError, ExecSpec, RunAs};
+
+/// How to build the bubblewrap sandbox. Paths are absolute; binds are
+/// `(host source, path inside the sandbox)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxSpec {
+    /// Absolute path of the `bwrap` binary (see [`detect_bwrap`]).
+    pub bwrap: PathBuf,
+    /// Read-only binds whose source must exist (validated before spawn).
+    pub ro_binds: Vec<(PathBuf, PathBuf)>,
+    /// Read-only binds skipped silently when the source is missing (`--ro-bind-try`).
+    pub ro_binds_try: Vec<(PathBuf, PathBuf)>,
+    /// Writable binds whose source must exist.
+    pub rw_binds: Vec<(PathBuf, PathBuf)>,
+    /// `(target, link)`: `--symlink target link`.
+    pub symlinks: Vec<(PathBuf, PathBuf)>,
+    /// Private tmpfs mounts, mounted before the caller binds (so a bind may live under one).
+    pub tmpfs: Vec<PathBuf>,
+    /// `true` keeps the host network namespace (`--share-net`); default `false`.
+    pub network: bool,
+}
+
+/// Host directories that may be merged-/usr symlinks; mirrored as symlinks or bound read-only.
+const ROOT_LINK_CANDIDATES: &[&str] = &["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
+/// Small read-only files the dynamic loader and runtimes want.
+const ETC_RUNTIME: &[&str] = &["/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime"];
+/// Added only with `network: true`.
+const ETC_NETWORK: &[&str] = &["/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/ssl", "/etc/ca-certificates", "/etc/gai.conf"];
+
+impl SandboxSpec {
+    /// A sandbox with only the system runtime visible (read-only `/usr`, the root
+    /// symlinks, loader cache), a tmpfs `/tmp`, and no network. Add the skill package
+    /// with [`Self::ro_bind`] and a work dir with [`Self::rw_bind`].
+    pub fn new(bwrap: impl Into<PathBuf>) -> Self {
+        let mut ro_binds = vec![(PathBuf::from("/usr"), PathBuf::from("/usr"))];
+        let mut symlinks = Vec::new();
+        for cand in ROOT_LINK_CANDIDATES {
+            let p = Path::new(cand);
+            match std::fs::symlink_metadata(p) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    if let Ok(target) = std::fs::read_link(p) {
+                        symlinks.push((target, p.to_path_buf()));
+                    }
+                }
+                Ok(m) if m.is_dir() => ro_binds.push((p.to_path_buf(), p.to_path_buf())),
+                _ => {}
+            }
+        }
+        SandboxSpec {
+            bwrap: bwrap.into(),
+            ro_binds,
+            ro_binds_try: ETC_RUNTIME.iter().map(|p| (PathBuf::from(p), PathBuf::from(p))).collect(),
+            rw_binds: Vec::new(),
+            symlinks,
+            tmpfs: vec![PathBuf::from("/tmp")],
+            network: false,
+        }
+    }
+
+    /// Bind `path` read-only at the same path inside.
+    pub fn ro_bind(mut self, path: impl Into<PathBuf>) -> Self {
+        let p = path.into();
+        self.ro_binds.push((p.clone(), p));
+        self
+    }
+
+    /// Bind `path` writable at the same path inside.
+    pub fn rw_bind(mut self, path: impl Into<PathBuf>) -> Self {
+        let p = path.into();
+        self.rw_binds.push((p.clone(), p));
+        self
+    }
+
+    /// Keep (`true`) or cut (`false`, default) the network.
+    pub fn with_network(mut self, network: bool) -> Self {
+        self.network = network;
+        self
+    }
+
+    /// Host paths the run-as uid must be able to read (and, for rw, write) for bwrap
+    /// to set the binds up: `(path, writable)`.
+    pub(crate) fn required_sources(&self) -> impl Iterator<Item = (&Path, bool)> {
+        self.ro_binds
+            .iter()
+            .map(|(s, _)| (s.as_path(), false))
+            .chain(self.rw_binds.iter().map(|(s, _)| (s.as_path(), true)))
+    }
+
+    /// Is `inside` (a path in the sandbox view) under one of the mounts or symlinks?
+    pub(crate) fn covers(&self, inside: &Path) -> bool {
+        if inside == Path::new("/") {
+            return true;
+        }
+        self.ro_binds
+            .iter()
+            .chain(self.rw_binds.iter())
+            .chain(self.ro_binds_try.iter())
+            .map(|(_, d)| d.as_path())
+            .chain(self.symlinks.iter().map(|(_, l)| l.as_path()))
+            .chain(self.tmpfs.iter().map(|p| p.as_path()))
+            .any(|d| inside.starts_with(d))
+    }
+}
+
+fn check_abs(path: &Path, what: &'static str) -> Result<(), ExecError> {
+    if path.is_absolute() {
+        Ok(())
+    } else {
+        Err(ExecError::SandboxPath { path: path.to_path_buf(), reason: what })
+    }
+}
+
+/// Validate the spec and build bwrap's argv (without the bwrap program itself).
+/// Also usable for a dry-run preview: it contains no environment values.
+pub fn bwrap_args(sb: &SandboxSpec, spec: &ExecSpec) -> Result<Vec<OsString>, ExecError> {
+    check_abs(&sb.bwrap, "the bwrap path must be absolute")?;
+    for (src, dst) in sb.ro_binds.iter().chain(sb.rw_binds.iter()) {
+        check_abs(src, "bind sources must be absolute")?;
+        check_abs(dst, "bind destinations must be absolute")?;
+        if !src.exists() {
+            return Err(ExecError::SandboxPath { path: src.clone(), reason: "bind source does not exist" });
+        }
+    }
+    for (src, dst) in &sb.ro_binds_try {
+        check_abs(src, "bind sources must be absolute")?;
+        check_abs(dst, "bind destinations must be absolute")?;
+    }
+    for (_, link) in &sb.symlinks {
+        check_abs(link, "symlink paths must be absolute")?;
+    }
+    for t in &sb.tmpfs {
+        check_abs(t, "tmpfs mount points must be absolute")?;
+    }
+    check_abs(&spec.cwd, "the working directory must be absolute")?;
+    if !sb.covers(&spec.cwd) {
+        return Err(ExecError::SandboxPath {
+            path: spec.cwd.clone(),
+            reason: "the working directory is not inside any bind or tmpfs of the sandbox; bind it (rw_bind for a work dir)",
+        });
+    }
+    if !sb.covers(&spec.program) {
+        return Err(ExecError::SandboxPath {
+            path: spec.program.clone(),
+            reason: "the interpreter is not inside any bind of the sandbox; add its directory with ro_bind",
+        });
+    }
+
+    let mut a: Vec<OsString> = Vec::with_capacity(64 + 2 * spec.args.len());
+    let mut push = |s: &str| a.push(OsString::from(s));
+    push("--unshare-all");
+    if sb.network {
+        push("--share-net");
+    }
+    push("--unshare-user");
+    push("--disable-userns");
+    push("--cap-drop");
+    push("ALL");
+    push("--die-with-parent");
+    push("--new-session");
+    let pair = |a: &mut Vec<OsString>, flag: &str, x: &Path, y: &Path| {
+        a.push(flag.into());
+        a.push(x.as_os_str().to_owned());
+        a.push(y.as_os_str().to_owned());
+    };
+    // System binds first (they are the first entries of ro_binds when built by new());
+    // order matters only in that tmpfs must precede binds that live beneath it.
+    for (target, link) in &sb.symlinks {
+        pair(&mut a, "--symlink", target, link);
+    }
+    a.push("--proc".into());
+    a.push("/proc".into());
+    a.push("--dev".into());
+    a.push("/dev".into());
+    for t in &sb.tmpfs {
+        a.push("--tmpfs".into());
+        a.push(t.as_os_str().to_owned());
+    }
+    for (s, d) in &sb.ro_binds {
+        pair(&mut a, "--ro-bind", s, d);
+    }
+    for (s, d) in &sb.ro_binds_try {
+        pair(&mut a, "--ro-bind-try", s, d);
+    }
+    if sb.network {
+        for p in ETC_NETWORK {
+            pair(&mut a, "--ro-bind-try", Path::new(p), Path::new(p));
+        }
+    }
+    for (s, d) in &sb.rw_binds {
+        pair(&mut a, "--bind", s, d);
+    }
+    a.push("--chdir".into());
+    a.push(spec.cwd.as_os_str().to_owned());
+    a.push("--".into());
+    a.push(spec.program.as_os_str().to_owned());
+    a.extend(spec.args.iter().cloned());
+    Ok(a)
+}
+
+/// Find a `bwrap` binary: the server's own `PATH` first, then the usual locations.
+/// Existence is not enough to use it — run [`bwrap_self_test`] once at startup.
+pub fn detect_bwrap() -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut candidates: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join("bwrap")).collect())
+        .unwrap_or_default();
+    candidates.extend(["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"].iter().map(PathBuf::from));
+    candidates.into_iter().filter(|p| p.is_absolute()).find_map(|p| {
+        let m = std::fs::metadata(&p).ok()?;
+        (m.is_file() && m.permissions().mode() & 0o111 != 0).then(|| std::fs::canonicalize(&p).unwrap_or(p))
+    })
+}
+
+/// Prove that bwrap actually works here, as the uid scripts will run as: it may be
+/// installed yet fail (user namespaces disabled by sysctl or by a container's seccomp
+/// profile, bwrap < 0.8 without `--disable-userns`, ...). Runs `true` in exactly the
+/// sandbox shape the executor uses. Call once at startup and fall back (or refuse) on
+/// error; the error carries bwrap's own message.
+pub async fn bwrap_self_test(bwrap: &Path, run_as: RunAs) -> Result<(), ExecError> {
+    let program = ["/usr/bin/true", "/bin/true"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+        .ok_or_else(|| ExecError::SandboxSelfTest { message: "no /usr/bin/true to run inside the sandbox".into() })?;
+    let mut spec = ExecSpec::new(program, "/");
+    spec.env = vec![("PATH".into(), "/usr/bin:/bin".into())];
+    spec.timeout = Duration::from_secs(10);
+    spec.run_as = run_as;
+    spec.sandbox = Some(SandboxSpec::new(bwrap));
+    let out = match execute(spec).await {
+        Ok(o) => o,
+        Err(ExecError::SandboxSetup { message, .. }) => return Err(ExecError::SandboxSelfTest { message }),
+        Err(e) => return Err(ExecError::SandboxSelfTest { message: e.to_string() }),
+    };
+    if out.exit_code == Some(0) {
+        tracing::debug!(bwrap = %bwrap.display(), "bwrap self-test passed");
+        Ok(())
+    } else {
+        Err(ExecError::SandboxSelfTest {
+            message: format!(
+                "exit {:?}, signal {:?}, timed out {}: {}",
+                out.exit_code,
+                out.signal,
+                out.timed_out,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        })
+    }
+}
