@@ -16,6 +16,8 @@ pub mod catalog;
 pub mod content;
 pub mod declaration;
 pub mod discovery;
+pub mod fence;
+pub mod confirm;
 pub mod frontmatter;
 pub mod grants;
 pub mod limits;
