@@ -5,5 +5,6 @@
 //! - [`process`]: the local process executor (process group, timeout, caps, uid drop, rlimits).
 //! - [`sandbox`]: bubblewrap wrapping for the local executor.
 
+pub mod local;
 pub mod process;
 pub mod sandbox;

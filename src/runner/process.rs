@@ -445,6 +445,16 @@ struct Identity {
     uid: u32,
 }
 
+/// The uid a script will run as under `run_as` (`None` when `run_as` is invalid here).
+pub fn run_as_uid(run_as: RunAs) -> Option<u32> {
+    resolve_identity(run_as).ok().map(|i| i.uid)
+}
+
+/// The uid/gid the child switches to, when it switches at all.
+pub fn run_as_ids(run_as: RunAs) -> Option<(u32, u32)> {
+    resolve_identity(run_as).ok().and_then(|i| i.switch)
+}
+
 fn resolve_identity(run_as: RunAs) -> Result<Identity, ExecError> {
     // SAFETY: trivial getters.
     let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };

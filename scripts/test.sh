@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The test command (README; CI runs it through .ci/run): installs what the
+# tests need (idempotent), builds, then runs every suite with real peers:
+# cargo tests (unit, runner, integration), the Python `mcp` client end to
+# end over stdio and HTTP, and the MCP conformance suite on Node 22.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+bash scripts/install-test-deps.sh
+cargo build --release --locked
+cargo test --locked --all-targets
+SKILL_OPERATOR_BIN=target/release/skill-operator target/test-deps/venv/bin/pytest tests/e2e -q
+tests/conformance/run.sh
