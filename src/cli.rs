@@ -5,10 +5,15 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use crate::core::declaration::Interpreter;
+use crate::core::confirm::{ConfirmMode, Confirmations};
 use crate::core::grants::{is_set, Grants};
+use crate::core::jobs::{JobLimits, JobStore};
+use crate::mcp::run::Execution;
+use crate::runner::local::{LocalRunner, SandboxMode};
 use crate::mcp::state::ServerState;
 use crate::serve::{self, HttpOptions};
 
@@ -42,9 +47,44 @@ pub struct ServeArgs {
     /// Extra Origin values the HTTP endpoint accepts (loopback origins always are).
     #[arg(long = "allowed-origin", value_name = "ORIGIN")]
     pub allowed_origins: Vec<String>,
-    /// A JSON grants file: [{"skill", "script", "env"?}] rows (instead of MCP_SKILL_RUN).
+    /// A JSON grants file: [{"skill", "script", "env"?, "egress"?}] rows (instead of MCP_SKILL_RUN).
     #[arg(long, value_name = "FILE")]
     pub grants: Option<PathBuf>,
+    /// Where jobs (inputs, outputs, streams) are kept across restarts.
+    /// Default: $MCP_DATA_DIR/skill-operator when a host set MCP_DATA_DIR,
+    /// else /var/lib/skill-operator as root, else $XDG_STATE_HOME (or ~/.local/state)/skill-operator.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Sandbox runs with bubblewrap: `required` refuses to run without it.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub sandbox: SandboxMode,
+    /// Confirmation before a run: ask (preview + token, or the client asks its user), auto, refuse.
+    /// Any other value means refuse.
+    #[arg(long, env = "SKILL_OPERATOR_CONFIRM", default_value = "ask", value_name = "MODE")]
+    pub confirm: String,
+    /// Runs at the same time; a busy server says so instead of queueing.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub max_concurrent_runs: usize,
+    /// Serve the skills but never run anything (no job store, no run tools).
+    #[arg(long)]
+    pub read_only: bool,
+}
+
+/// The default data directory (see `--data-dir`).
+pub fn default_data_dir(lookup: &dyn Fn(&str) -> Option<String>, is_root: bool) -> PathBuf {
+    if let Some(dir) = lookup("MCP_DATA_DIR").filter(|v| is_set(v)) {
+        return PathBuf::from(dir).join("skill-operator");
+    }
+    if is_root {
+        return PathBuf::from("/var/lib/skill-operator");
+    }
+    if let Some(state) = lookup("XDG_STATE_HOME").filter(|v| is_set(v)) {
+        return PathBuf::from(state).join("skill-operator");
+    }
+    match lookup("HOME").filter(|v| is_set(v)) {
+        Some(home) => PathBuf::from(home).join(".local/state/skill-operator"),
+        None => std::env::temp_dir().join("skill-operator"),
+    }
 }
 
 /// Where the roots come from: flags, then `MCP_SKILLS_PATH`, then
@@ -62,15 +102,6 @@ pub fn roots_from(flags: &[PathBuf], lookup: &dyn Fn(&str) -> Option<String>) ->
         }
     }
     None
-}
-
-/// Interpreters found on PATH.
-pub fn available_interpreters() -> BTreeSet<Interpreter> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    Interpreter::ALL
-        .into_iter()
-        .filter(|i| std::env::split_paths(&path).any(|dir| dir.join(i.program()).is_file()))
-        .collect()
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -95,14 +126,44 @@ async fn serve_command(args: ServeArgs) -> anyhow::Result<()> {
         }
     };
     let grants = Grants::resolve(&lookup, args.grants.as_deref());
-    let interpreters = available_interpreters();
-    let state = tokio::task::spawn_blocking(move || ServerState::scan(&roots, grants, interpreters)).await?;
+    let execution = if args.read_only { None } else { Some(Arc::new(execution(&args, &lookup).await?)) };
+    let interpreters: BTreeSet<Interpreter> = execution.as_ref().map(|e| e.runner.interpreters()).unwrap_or_default();
+    let mut state = tokio::task::spawn_blocking(move || ServerState::scan(&roots, grants, interpreters)).await?;
+    if let Some(execution) = execution {
+        state = state.with_execution(execution);
+    }
     tracing::info!(skills = state.catalog.skills.len(), problems = state.problems.len(), "catalog ready");
     let state = Arc::new(state);
     match args.http {
         None => serve::stdio(state).await,
         Some(addr) => serve::http(state, HttpOptions { addr, allowed_hosts: args.allowed_hosts, allowed_origins: args.allowed_origins }).await,
     }
+}
+
+/// Build the execution backend: protect the server's environment, probe
+/// interpreters and the sandbox, open the job store.
+async fn execution(args: &ServeArgs, lookup: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<Execution> {
+    // SAFETY: trivial getter.
+    let is_root = unsafe { libc::geteuid() } == 0;
+    if !is_root {
+        // Scripts then share our uid: make /proc/<pid>/environ unreadable to them.
+        crate::runner::process::protect_server_environ()?;
+    }
+    let mode = ConfirmMode::parse(&args.confirm);
+    if mode == ConfirmMode::Refuse && args.confirm.trim() != "refuse" {
+        tracing::warn!(value = %args.confirm, "unknown --confirm value: nothing will run (refuse)");
+    }
+    let data_dir = args.data_dir.clone().unwrap_or_else(|| default_data_dir(lookup, is_root));
+    std::fs::create_dir_all(&data_dir).with_context(|| format!("cannot create the data directory {}", data_dir.display()))?;
+    let (jobs, report) = JobStore::open(&data_dir, JobLimits::default()).with_context(|| format!("cannot open the job store in {}", data_dir.display()))?;
+    for id in &report.interrupted {
+        tracing::warn!(job = %id, "a run was interrupted by a restart; it is marked interrupted and not re-run");
+    }
+    for skipped in &report.skipped {
+        tracing::warn!(job = %skipped.name, reason = %skipped.reason, "unreadable job left in place");
+    }
+    let runner = LocalRunner::detect(args.sandbox, args.max_concurrent_runs).await;
+    Ok(Execution { runner, jobs, confirmations: Confirmations::default(), mode, data_dir })
 }
 
 #[cfg(test)]
@@ -124,5 +185,13 @@ mod tests {
         assert_eq!(roots_from(&[], &env(&[("MCP_SKILLS_PATH", "${SKILLS}"), ("SKILLS_DIR", "/c")])), Some(vec![PathBuf::from("/c")]));
         assert_eq!(roots_from(&[], &env(&[("MCP_SKILLS_PATH", "  "), ("SKILLS_DIR", "")])), None);
         assert_eq!(roots_from(&[], &env(&[("SKILLS_DIR", "/x::/y")])), Some(vec![PathBuf::from("/x"), PathBuf::from("/y")]));
+    }
+
+    #[test]
+    fn data_dir_defaults() {
+        assert_eq!(default_data_dir(&env(&[("MCP_DATA_DIR", "/data")]), true), PathBuf::from("/data/skill-operator"));
+        assert_eq!(default_data_dir(&env(&[]), true), PathBuf::from("/var/lib/skill-operator"));
+        assert_eq!(default_data_dir(&env(&[("XDG_STATE_HOME", "/s"), ("HOME", "/h")]), false), PathBuf::from("/s/skill-operator"));
+        assert_eq!(default_data_dir(&env(&[("HOME", "/h")]), false), PathBuf::from("/h/.local/state/skill-operator"));
     }
 }

@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 pub const TOKEN_TTL: Duration = Duration::from_secs(600);
 
 /// The operator's confirmation mode. An unknown value means `refuse`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum ConfirmMode {
     /// Preview first; run on the repeat with the token (or an elicitation answer).

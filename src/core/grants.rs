@@ -36,6 +36,9 @@ pub struct GrantRow {
     pub script: String,
     #[serde(default)]
     pub env: Vec<String>,
+    /// Allow the network for the hosts the skill declares (sandboxed runs have none otherwise).
+    #[serde(default)]
+    pub egress: bool,
 }
 
 /// Where the effective grant came from.
@@ -149,6 +152,19 @@ impl Grants {
         Ok(requested.iter().filter(|v| granted.contains(v)).cloned().collect())
     }
 
+    /// Whether a run of this script may use the network for the skill's
+    /// declared egress: standalone, the declaration stands; with a grant, a
+    /// row for the script must say `"egress": true`.
+    pub fn egress_allowed(&self, skill: &str, script: &str) -> bool {
+        if self.error.is_some() {
+            return false;
+        }
+        match &self.rows {
+            None => true,
+            Some(rows) => rows.iter().any(|r| r.skill == skill && r.script == script && r.egress),
+        }
+    }
+
     /// Report rows that grant nothing: unknown skill, undeclared script,
     /// variables the script did not ask for.
     pub fn audit(&self, catalog: &Catalog) -> Vec<Problem> {
@@ -249,6 +265,16 @@ mod tests {
             assert!(g.error.is_some(), "{bad}");
             assert!(g.decide("s", "a", &[]).unwrap_err().contains("broken"));
         }
+    }
+
+    #[test]
+    fn egress_needs_the_declaration_or_a_row_that_says_so() {
+        assert!(Grants::resolve(&env(&[]), None).egress_allowed("s", "a.js"));
+        let rows = r#"[{"skill":"s","script":"a.js"},{"skill":"s","script":"b.js","egress":true}]"#;
+        let g = Grants::resolve(&env(&[("MCP_SKILL_RUN", rows)]), None);
+        assert!(!g.egress_allowed("s", "a.js"));
+        assert!(g.egress_allowed("s", "b.js"));
+        assert!(!Grants::resolve(&env(&[("MCP_DATA_DIR", "/d")]), None).egress_allowed("s", "b.js"));
     }
 
     #[test]

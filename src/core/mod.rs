@@ -20,6 +20,7 @@ pub mod fence;
 pub mod confirm;
 pub mod frontmatter;
 pub mod grants;
+pub mod jobs;
 pub mod limits;
 pub mod paths;
 pub mod policy;

@@ -3,6 +3,7 @@
 //! stdio and HTTP transports (and later the gateway).
 
 pub mod extension;
+pub mod run;
 pub mod state;
 pub mod tools;
 pub mod uri;
@@ -49,7 +50,11 @@ impl SkillServer {
 
 fn tool_definitions() -> &'static [Tool] {
     static TOOLS: OnceLock<Vec<Tool>> = OnceLock::new();
-    TOOLS.get_or_init(tools::definitions)
+    TOOLS.get_or_init(|| {
+        let mut all = tools::definitions();
+        all.extend(run::definitions());
+        all
+    })
 }
 
 /// Run a tool body off the async threads (it reads files) and shape the result.
@@ -58,13 +63,26 @@ where
     I: serde::de::DeserializeOwned + Send + 'static,
     O: Serialize + Send + 'static,
 {
-    let input: I = match serde_json::from_value(Value::Object(args.unwrap_or_default())) {
+    let input: I = match parse_args(args) {
         Ok(input) => input,
-        Err(err) => return tool_error(&ToolError::new("invalid-arguments", format!("invalid arguments: {err}"))),
+        Err(result) => return result,
     };
-    let outcome = tokio::task::spawn_blocking(move || body(&state, input)).await;
+    match tokio::task::spawn_blocking(move || body(&state, input)).await {
+        Ok(outcome) => shape(outcome),
+        Err(join) => tool_error(&ToolError::new("internal", format!("the tool failed: {join}"))),
+    }
+}
+
+/// Tool arguments into their typed input; a bad shape is a tool error the caller can read.
+fn parse_args<I: serde::de::DeserializeOwned>(args: Option<serde_json::Map<String, Value>>) -> Result<I, CallToolResult> {
+    serde_json::from_value(Value::Object(args.unwrap_or_default()))
+        .map_err(|err| tool_error(&ToolError::new("invalid-arguments", format!("invalid arguments: {err}"))))
+}
+
+/// A tool outcome as an MCP result: structured JSON plus the same JSON as text.
+fn shape<O: Serialize>(outcome: Result<O, ToolError>) -> CallToolResult {
     match outcome {
-        Ok(Ok(output)) => match serde_json::to_value(&output) {
+        Ok(output) => match serde_json::to_value(&output) {
             Ok(value) => {
                 let text = serde_json::to_string(&value).unwrap_or_default();
                 let mut result = CallToolResult::structured(value);
@@ -73,13 +91,16 @@ where
             }
             Err(err) => tool_error(&ToolError::new("internal", format!("could not encode the result: {err}"))),
         },
-        Ok(Err(err)) => tool_error(&err),
-        Err(join) => tool_error(&ToolError::new("internal", format!("the tool failed: {join}"))),
+        Err(err) => tool_error(&err),
     }
 }
 
 fn tool_error(err: &ToolError) -> CallToolResult {
-    let mut result = CallToolResult::structured_error(serde_json::json!({"error": {"code": err.code, "message": err.message}}));
+    let mut body = serde_json::json!({"error": {"code": err.code, "message": err.message}});
+    if let (Some(Value::Object(extra)), Value::Object(map)) = (&err.detail, &mut body) {
+        map.extend(extra.clone());
+    }
+    let mut result = CallToolResult::structured_error(body);
     result.content = vec![ContentBlock::text(format!("{}: {}", err.code, err.message))];
     result
 }
@@ -118,12 +139,26 @@ impl ServerHandler for SkillServer {
         Ok(ListToolsResult::with_all_items(tool_definitions().to_vec()))
     }
 
-    async fn call_tool(&self, request: CallToolRequestParams, _context: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
+    async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
         let state = self.state.clone();
         let result = match request.name.as_ref() {
             "skill_list" => run_tool(state, request.arguments, tools::skill_list).await,
             "skill_load" => run_tool(state, request.arguments, tools::skill_load).await,
             "skill_file" => run_tool(state, request.arguments, tools::skill_file).await,
+            "skill_job_create" => run_tool(state, request.arguments, run::job_create).await,
+            "skill_job_upload" => run_tool(state, request.arguments, run::job_upload).await,
+            "skill_job_status" => run_tool(state, request.arguments, run::job_status).await,
+            "skill_job_read" => run_tool(state, request.arguments, run::job_read).await,
+            "skill_job_delete" => run_tool(state, request.arguments, run::job_delete).await,
+            "skill_job_list" => run_tool(state, request.arguments, run::job_list).await,
+            "skill_run" => match parse_args::<run::SkillRunInput>(request.arguments) {
+                Ok(input) => shape(run::skill_run(state, input, context).await),
+                Err(result) => result,
+            },
+            "skill_job_run" => match parse_args::<run::JobRunInput>(request.arguments) {
+                Ok(input) => shape(run::job_run(state, input, context).await),
+                Err(result) => result,
+            },
             other => {
                 let names: Vec<&str> = tool_definitions().iter().map(|t| t.name.as_ref()).collect();
                 return Err(McpError::invalid_params(format!("unknown tool `{other}`; tools: {}", names.join(", ")), None));

@@ -29,6 +29,8 @@ pub struct ServerState {
     pub extension_names: BTreeSet<String>,
     /// Who may cache `skills/list` answers.
     pub cache_scope: CacheScope,
+    /// The execution backend (`None`: this server only reads skills).
+    pub execution: Option<std::sync::Arc<super::run::Execution>>,
     /// Digest cache: (skill, path) -> (size, mtime, digest).
     digests: Mutex<HashMap<(String, String), (u64, SystemTime, String)>>,
 }
@@ -53,8 +55,15 @@ impl ServerState {
             problems,
             extension_names,
             cache_scope: CacheScope::Public,
+            execution: None,
             digests: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Attach an execution backend.
+    pub fn with_execution(mut self, execution: std::sync::Arc<super::run::Execution>) -> Self {
+        self.execution = Some(execution);
+        self
     }
 
     /// Scan `roots` and build the state (blocking: call from a blocking context).

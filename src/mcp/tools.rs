@@ -23,16 +23,23 @@ use crate::core::problems::Problem;
 use super::state::ServerState;
 
 /// A tool failure the caller can act on: a stable code and a message.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{message}")]
 pub struct ToolError {
     pub code: &'static str,
     pub message: String,
+    /// Extra structured context (e.g. the preview of a refused run).
+    pub detail: Option<Value>,
 }
 
 impl ToolError {
     pub fn new(code: &'static str, message: impl Into<String>) -> Self {
-        ToolError { code, message: message.into() }
+        ToolError { code, message: message.into(), detail: None }
+    }
+
+    pub fn with_detail(mut self, detail: Value) -> Self {
+        self.detail = Some(detail);
+        self
     }
 
     fn unknown_skill(state: &ServerState, name: &str) -> Self {
@@ -65,6 +72,9 @@ pub struct SkillListOutput {
     pub grant_note: Option<String>,
     /// Interpreters this deployment can run.
     pub interpreters: Vec<Interpreter>,
+    /// How scripts run here (absent when this server only reads skills).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub execution: Option<super::run::ExecutionSummary>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -145,6 +155,7 @@ pub fn skill_list(state: &ServerState, input: SkillListInput) -> Result<SkillLis
         grant_from: state.grants.source.label(),
         grant_note: state.grants.note(),
         interpreters: state.interpreters.iter().copied().collect(),
+        execution: state.execution.as_ref().map(|e| e.summary()),
     })
 }
 
