@@ -5,7 +5,6 @@
 use serde_json::Value;
 
 use crate::core::problems::Reason;
-use crate::mcp::tools;
 
 /// The problem-reason table, from the `Reason` schema (codes and doc comments).
 pub fn reasons_table() -> String {
@@ -28,7 +27,7 @@ pub fn reasons_table() -> String {
 /// The tool reference, from the real tool definitions and input schemas.
 pub fn tools_reference() -> String {
     let mut out = String::from("| tool | arguments | annotations | what it does |\n|---|---|---|---|\n");
-    for tool in tools::definitions() {
+    for tool in crate::mcp::tool_definitions() {
         let schema = Value::Object((*tool.input_schema).clone());
         let required: Vec<&str> =
             schema.get("required").and_then(Value::as_array).map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();

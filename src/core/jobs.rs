@@ -132,6 +132,11 @@ pub struct JobLimits {
     pub retained: usize,
     /// Bytes per read call.
     pub read_chunk: u64,
+    /// fsync records and directories on every state change. Without it a
+    /// record is still replaced atomically (write a temp file, rename), so a
+    /// killed or restarted server finds the old state or the new one, never a
+    /// mix; fsync adds safety against power loss for about 4 ms per change.
+    pub durable: bool,
 }
 
 impl Default for JobLimits {
@@ -143,6 +148,7 @@ impl Default for JobLimits {
             files: JOB_FILES,
             retained: JOBS_RETAINED,
             read_chunk: JOB_READ_CHUNK,
+            durable: false,
         }
     }
 }
@@ -558,7 +564,7 @@ impl JobStore {
                 None => INTERRUPTED_NOTE.to_string(),
             });
         }
-        save_record(&dir, &record)?;
+        save_record(&dir, &record, self.limits.durable)?;
         Ok(true)
     }
 
@@ -583,9 +589,9 @@ impl JobStore {
         let built = (|| {
             fs::create_dir(&tmp).ctx(|| "create the job directory".into())?;
             fs::create_dir(tmp.join(WORK)).ctx(|| "create the job's work directory".into())?;
-            save_record(&tmp, &record)?;
+            save_record(&tmp, &record, self.limits.durable)?;
             fs::rename(&tmp, self.jobs_dir.join(&id)).ctx(|| "move the new job into place".into())?;
-            sync_dir(&self.jobs_dir)
+            sync_dir(&self.jobs_dir, self.limits.durable)
         })();
         if let Err(err) = built {
             let _ = fs::remove_dir_all(&tmp);
@@ -656,7 +662,7 @@ impl JobStore {
                 record.inputs.sort_by(|a, b| a.path.cmp(&b.path));
             }
         }
-        save_record(&dir, &record)?;
+        save_record(&dir, &record, self.limits.durable)?;
         inner.partial.insert(id.to_string(), PartialHash { path: rel.to_string(), size, hasher });
         Ok(info)
     }
@@ -705,7 +711,7 @@ impl JobStore {
             stderr_truncated: false,
             note: None,
         });
-        save_record(&dir, &record)?;
+        save_record(&dir, &record, self.limits.durable)?;
         inner.partial.remove(id);
         Ok(work)
     }
@@ -724,7 +730,7 @@ impl JobStore {
         }
         let mut notes: Vec<String> = finish.note.into_iter().collect();
         for (name, bytes) in [(STDOUT, stdout), (STDERR, stderr)] {
-            if let Err(err) = write_atomic(&dir, name, bytes) {
+            if let Err(err) = write_atomic(&dir, name, bytes, self.limits.durable) {
                 notes.push(format!("{name} could not be saved: {err}"));
             }
         }
@@ -751,7 +757,7 @@ impl JobStore {
             stderr_truncated: finish.stderr_truncated,
             note: if notes.is_empty() { None } else { Some(notes.join("; ")) },
         });
-        save_record(&dir, &record)?;
+        save_record(&dir, &record, self.limits.durable)?;
         Ok(record)
     }
 
@@ -920,7 +926,7 @@ impl JobStore {
         let trash = self.jobs_dir.join(format!("{TRASH_PREFIX}{}", uuid::Uuid::new_v4().simple()));
         fs::rename(&dir, &trash).ctx(|| format!("delete job {id}"))?;
         inner.partial.remove(id);
-        sync_dir(&self.jobs_dir)?;
+        sync_dir(&self.jobs_dir, self.limits.durable)?;
         // remove_dir_all does not follow symlinks inside the tree.
         fs::remove_dir_all(&trash).ctx(|| format!("erase job {id}'s files (it is deleted; the rest is removed at the next start)"))
     }
@@ -1225,27 +1231,32 @@ fn append(target: &Path, rel: &RelPath, offset: u64, bytes: &[u8], cached: Optio
 /// so never through a symlink), fsync, rename over the old one, fsync the
 /// directory. A crash leaves the old file or the new one, never a mix; a
 /// leftover temp file is removed by [`JobStore::open`].
-fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+fn write_atomic(dir: &Path, name: &str, bytes: &[u8], durable: bool) -> Result<()> {
     let tmp = dir.join(format!("{name}.tmp-{}", uuid::Uuid::new_v4().simple()));
     let written = (|| -> io::Result<()> {
         let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
         file.write_all(bytes)?;
-        file.sync_all()?;
+        if durable {
+            file.sync_all()?;
+        }
         fs::rename(&tmp, dir.join(name))
     })();
     if let Err(err) = written {
         let _ = fs::remove_file(&tmp);
         return Err(err).ctx(|| format!("write {name}"));
     }
-    sync_dir(dir)
+    sync_dir(dir, durable)
 }
 
-fn save_record(dir: &Path, record: &JobRecord) -> Result<()> {
+fn save_record(dir: &Path, record: &JobRecord, durable: bool) -> Result<()> {
     let json = serde_json::to_vec(record).map_err(|err| JobError::Io { what: "encode the job record".into(), source: err.into() })?;
-    write_atomic(dir, RECORD, &json)
+    write_atomic(dir, RECORD, &json, durable)
 }
 
-fn sync_dir(dir: &Path) -> Result<()> {
+fn sync_dir(dir: &Path, durable: bool) -> Result<()> {
+    if !durable {
+        return Ok(());
+    }
     File::open(dir).and_then(|d| d.sync_all()).ctx(|| format!("sync {}", dir.display()))
 }
 

@@ -9,7 +9,7 @@ use std::thread;
 const MIB: u64 = 1024 * 1024;
 
 fn small() -> JobLimits {
-    JobLimits { upload_chunk: 16, file_bytes: 40, job_bytes: 100, files: 5, retained: 3, read_chunk: 8 }
+    JobLimits { upload_chunk: 16, file_bytes: 40, job_bytes: 100, files: 5, retained: 3, read_chunk: 8, durable: true }
 }
 
 fn open_store(limits: JobLimits) -> (tempfile::TempDir, JobStore) {
@@ -231,7 +231,7 @@ fn file_count_edge_real_default() {
         record.inputs.push(FileInfo { path, size: 0, sha256: sha(b"") });
     }
     record.inputs.sort_by(|a, b| a.path.cmp(&b.path));
-    save_record(&dir, &record).unwrap();
+    save_record(&dir, &record, true).unwrap();
     store.upload(&id, "last", 0, b"").unwrap();
     assert_eq!(store.get(&id).unwrap().inputs.len(), JOB_FILES);
     assert!(matches!(store.upload(&id, "one-more", 0, b""), Err(JobError::TooManyFiles { count: 2001, max: 2000 })));

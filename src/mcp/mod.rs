@@ -48,7 +48,8 @@ impl SkillServer {
     }
 }
 
-fn tool_definitions() -> &'static [Tool] {
+/// Every tool this server offers (read tools, then run and job tools).
+pub fn tool_definitions() -> &'static [Tool] {
     static TOOLS: OnceLock<Vec<Tool>> = OnceLock::new();
     TOOLS.get_or_init(|| {
         let mut all = tools::definitions();
