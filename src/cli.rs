@@ -65,6 +65,10 @@ pub struct ServeArgs {
     /// Runs at the same time; a busy server says so instead of queueing.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub max_concurrent_runs: usize,
+    /// A dedicated uid for scripts when the server runs as root (default 65534).
+    /// With one run at a time, leftovers under that uid are killed after each unsandboxed run.
+    #[arg(long, value_name = "UID")]
+    pub run_as_uid: Option<u32>,
     /// fsync job records on every state change (survives power loss; about 4 ms per run).
     /// Without it a record is still replaced atomically, so a restart never sees a torn one.
     #[arg(long)]
@@ -166,7 +170,7 @@ async fn execution(args: &ServeArgs, lookup: &dyn Fn(&str) -> Option<String>) ->
     for skipped in &report.skipped {
         tracing::warn!(job = %skipped.name, reason = %skipped.reason, "unreadable job left in place");
     }
-    let runner = LocalRunner::detect(args.sandbox, args.max_concurrent_runs).await;
+    let runner = LocalRunner::detect(args.sandbox, args.max_concurrent_runs, args.run_as_uid).await;
     Ok(Execution { runner, jobs, confirmations: Confirmations::default(), mode, data_dir })
 }
 

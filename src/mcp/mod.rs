@@ -74,6 +74,15 @@ where
     }
 }
 
+/// A run tool's reply as an MCP response (a question travels as input-required).
+fn run_reply(reply: Result<run::RunReply, ToolError>) -> CallToolResponse {
+    match reply {
+        Ok(run::RunReply::InputRequired(question)) => CallToolResponse::InputRequired(question),
+        Ok(run::RunReply::Json(value)) => shape(Ok::<_, ToolError>(value)).into(),
+        Err(err) => tool_error(&err).into(),
+    }
+}
+
 /// Tool arguments into their typed input; a bad shape is a tool error the caller can read.
 fn parse_args<I: serde::de::DeserializeOwned>(args: Option<serde_json::Map<String, Value>>) -> Result<I, CallToolResult> {
     serde_json::from_value(Value::Object(args.unwrap_or_default()))
@@ -142,6 +151,7 @@ impl ServerHandler for SkillServer {
 
     async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
         let state = self.state.clone();
+        let retry = run::Retry { input_responses: request.input_responses.clone(), request_state: request.request_state.clone() };
         let result = match request.name.as_ref() {
             "skill_list" => run_tool(state, request.arguments, tools::skill_list).await,
             "skill_load" => run_tool(state, request.arguments, tools::skill_load).await,
@@ -153,11 +163,11 @@ impl ServerHandler for SkillServer {
             "skill_job_delete" => run_tool(state, request.arguments, run::job_delete).await,
             "skill_job_list" => run_tool(state, request.arguments, run::job_list).await,
             "skill_run" => match parse_args::<run::SkillRunInput>(request.arguments) {
-                Ok(input) => shape(run::skill_run(state, input, context).await),
+                Ok(input) => return Ok(run_reply(run::skill_run(state, input, retry, context).await)),
                 Err(result) => result,
             },
             "skill_job_run" => match parse_args::<run::JobRunInput>(request.arguments) {
-                Ok(input) => shape(run::job_run(state, input, context).await),
+                Ok(input) => return Ok(run_reply(run::job_run(state, input, retry, context).await)),
                 Err(result) => result,
             },
             other => {

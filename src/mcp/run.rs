@@ -17,6 +17,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use rmcp::model::{ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema, InputRequest, InputRequiredResult, ProtocolVersion};
+
 use crate::core::confirm::{call_digest, ConfirmMode, Confirmations, TOKEN_TTL};
 use crate::core::fence::{self, RunPlan};
 use crate::core::jobs::{FileInfo, JobError, JobRecord, JobStore, OutputListing, ReadTarget, RunFinish};
@@ -169,10 +171,29 @@ pub struct RunResult {
     pub note: Option<String>,
 }
 
-/// How a gated call ended: a preview waiting for confirmation, or a run.
+/// How a gated call ended: a preview waiting for confirmation, a question
+/// for the client (2026-07-28 input-required round trip), or a run.
 pub enum Gate {
     Preview(Value),
+    Ask(InputRequiredResult),
     Run,
+}
+
+/// What a run tool answers: JSON (a preview or a result), or a question the
+/// client must answer before the call can go on.
+pub enum RunReply {
+    Json(Value),
+    InputRequired(InputRequiredResult),
+}
+
+/// The key of the confirmation question in an input-required round trip.
+const CONFIRM_INPUT: &str = "confirm-run";
+
+/// The answers and handle a 2026-07-28 client sends when it retries a call.
+#[derive(Default, Clone)]
+pub struct Retry {
+    pub input_responses: Option<rmcp::model::InputResponses>,
+    pub request_state: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -188,6 +209,7 @@ async fn gate(
     preview: &Preview,
     bound: &BoundCall<'_>,
     confirm: Option<&str>,
+    retry: &Retry,
     context: &RequestContext<RoleServer>,
 ) -> Result<Gate, ToolError> {
     let preview_json = serde_json::to_value(preview).unwrap_or_default();
@@ -205,6 +227,13 @@ async fn gate(
                 return Ok(Gate::Run);
             }
             // A client that can ask its user is asked; otherwise a token comes back.
+            let declined = || {
+                Gate::Preview(json!({
+                    "status": "declined",
+                    "message": "The user did not confirm; nothing ran.",
+                    "preview": preview_json,
+                }))
+            };
             let question = format!(
                 "Run {} of skill `{}`?\n{}\nsandbox: {}, network: {}, timeout {} s, variables: {}",
                 preview.script,
@@ -215,16 +244,39 @@ async fn gate(
                 preview.command.timeout_secs,
                 if preview.command.env.is_empty() { "none".into() } else { preview.command.env.join(", ") }
             );
-            match context.peer.elicit::<RunConfirmation>(question).await {
-                Ok(Some(RunConfirmation { run: true })) => return Ok(Gate::Run),
-                Ok(_) | Err(ElicitationError::UserDeclined) | Err(ElicitationError::UserCancelled) => {
-                    return Ok(Gate::Preview(json!({
-                        "status": "declined",
-                        "message": "The user did not confirm; nothing ran.",
-                        "preview": preview_json,
-                    })));
+            let modern = context.protocol_version().is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
+            if modern {
+                // 2026-07-28 has no server-to-client requests: the question
+                // travels as an input-required result and the client retries
+                // the same call with the answer and our handle (a token bound
+                // to this exact call).
+                let can_ask = context.client_capabilities().is_some_and(|c| c.elicitation.is_some());
+                if let (Some(answers), Some(handle)) = (&retry.input_responses, &retry.request_state) {
+                    let answer = answers.get(CONFIRM_INPUT).cloned().and_then(|v| serde_json::from_value::<ElicitResult>(v).ok());
+                    let yes = answer.as_ref().is_some_and(|a| {
+                        a.action == ElicitationAction::Accept && a.content.as_ref().and_then(|c| c.get("run")).and_then(Value::as_bool) == Some(true)
+                    });
+                    if !yes {
+                        return Ok(declined());
+                    }
+                    exec.confirmations.redeem(handle, &digest, Instant::now()).map_err(|e| ToolError::new(e.code(), e.to_string()))?;
+                    return Ok(Gate::Run);
                 }
-                Err(_) => {}
+                if can_ask {
+                    let schema = ElicitationSchema::from_type::<RunConfirmation>()
+                        .map_err(|e| ToolError::new("internal", format!("confirmation schema: {e}")))?;
+                    let request = ElicitRequest::new(ElicitRequestParams::FormElicitationParams { meta: None, message: question, requested_schema: schema });
+                    let handle = exec.confirmations.issue(&digest, Instant::now());
+                    let mut questions = rmcp::model::InputRequests::new();
+                    questions.insert(CONFIRM_INPUT.to_string(), InputRequest::Elicitation(request));
+                    return Ok(Gate::Ask(InputRequiredResult::new(Some(questions), Some(handle))));
+                }
+            } else {
+                match context.peer.elicit::<RunConfirmation>(question).await {
+                    Ok(Some(RunConfirmation { run: true })) => return Ok(Gate::Run),
+                    Ok(_) | Err(ElicitationError::UserDeclined) | Err(ElicitationError::UserCancelled) => return Ok(declined()),
+                    Err(_) => {}
+                }
             }
             let token = exec.confirmations.issue(&digest, Instant::now());
             Ok(Gate::Preview(json!({
@@ -266,9 +318,15 @@ fn build_preview(exec: &Execution, state: &ServerState, plan: &RunPlan, job: Opt
     })
 }
 
-/// Run a plan in an existing job (state `created`), holding a run slot.
-async fn run_in_job(state: &ServerState, exec: &Execution, plan: &RunPlan, job: &str) -> Result<RunResult, ToolError> {
-    let permit = exec.runner.try_acquire()?;
+/// Run a plan in an existing job (state `created`), holding the run slot
+/// the caller took before it created anything.
+async fn run_in_job(
+    state: &ServerState,
+    exec: &Execution,
+    plan: &RunPlan,
+    job: &str,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> Result<RunResult, ToolError> {
     // Re-check the script as it is now (the resolved check) right before it starts.
     crate::core::paths::resolve_inside(&plan.skill_dir, &plan.script)
         .map_err(|e| ToolError::new("unavailable", format!("{} cannot run: {e}", plan.script)))?;
@@ -351,7 +409,7 @@ pub struct SkillRunInput {
     pub confirm: Option<String>,
 }
 
-pub async fn skill_run(state: Arc<ServerState>, input: SkillRunInput, context: RequestContext<RoleServer>) -> Result<Value, ToolError> {
+pub async fn skill_run(state: Arc<ServerState>, input: SkillRunInput, retry: Retry, context: RequestContext<RoleServer>) -> Result<RunReply, ToolError> {
     let exec = execution(&state)?.clone();
     let plan = plan_for(&state, &input.skill, &input.script, &input.args)?;
     let mut decoded = Vec::with_capacity(input.inputs.len());
@@ -379,11 +437,12 @@ pub async fn skill_run(state: Arc<ServerState>, input: SkillRunInput, context: R
         job: None,
         inputs: decoded.iter().map(|(p, d, _)| (p.as_str(), d.as_str())).collect(),
     };
-    match gate(&exec, &preview, &bound, input.confirm.as_deref(), &context).await? {
-        Gate::Preview(value) => Ok(value),
+    match gate(&exec, &preview, &bound, input.confirm.as_deref(), &retry, &context).await? {
+        Gate::Preview(value) => Ok(RunReply::Json(value)),
+        Gate::Ask(question) => Ok(RunReply::InputRequired(question)),
         Gate::Run => {
-            // Refuse early when busy, before a job is created.
-            drop(exec.runner.try_acquire()?);
+            // Take the run slot before creating anything: a busy server leaves no job behind.
+            let permit = exec.runner.try_acquire()?;
             let job = exec.jobs.create(&plan.skill)?;
             for (path, _, bytes) in &decoded {
                 if let Err(err) = exec.jobs.upload(&job.id, path, 0, bytes) {
@@ -391,8 +450,8 @@ pub async fn skill_run(state: Arc<ServerState>, input: SkillRunInput, context: R
                     return Err(err.into());
                 }
             }
-            let result = run_in_job(&state, &exec, &plan, &job.id).await?;
-            Ok(serde_json::to_value(result).unwrap_or_default())
+            let result = run_in_job(&state, &exec, &plan, &job.id, permit).await?;
+            Ok(RunReply::Json(serde_json::to_value(result).unwrap_or_default()))
         }
     }
 }
@@ -449,7 +508,7 @@ pub struct JobRunInput {
     pub confirm: Option<String>,
 }
 
-pub async fn job_run(state: Arc<ServerState>, input: JobRunInput, context: RequestContext<RoleServer>) -> Result<Value, ToolError> {
+pub async fn job_run(state: Arc<ServerState>, input: JobRunInput, retry: Retry, context: RequestContext<RoleServer>) -> Result<RunReply, ToolError> {
     let exec = execution(&state)?.clone();
     let record = exec.jobs.get(&input.job)?;
     if record.state != crate::core::jobs::JobState::Created {
@@ -466,9 +525,13 @@ pub async fn job_run(state: Arc<ServerState>, input: JobRunInput, context: Reque
         inputs: record.inputs.iter().map(|f| (f.path.as_str(), f.sha256.as_str())).collect(),
     };
     let preview = build_preview(&exec, &state, &plan, Some(&record.id), inputs)?;
-    match gate(&exec, &preview, &bound, input.confirm.as_deref(), &context).await? {
-        Gate::Preview(value) => Ok(value),
-        Gate::Run => Ok(serde_json::to_value(run_in_job(&state, &exec, &plan, &record.id).await?).unwrap_or_default()),
+    match gate(&exec, &preview, &bound, input.confirm.as_deref(), &retry, &context).await? {
+        Gate::Preview(value) => Ok(RunReply::Json(value)),
+        Gate::Ask(question) => Ok(RunReply::InputRequired(question)),
+        Gate::Run => {
+            let permit = exec.runner.try_acquire()?;
+            Ok(RunReply::Json(serde_json::to_value(run_in_job(&state, &exec, &plan, &record.id, permit).await?).unwrap_or_default()))
+        }
     }
 }
 

@@ -97,6 +97,9 @@ pub struct LocalRunner {
     sandbox_detail: String,
     interpreters: BTreeMap<Interpreter, PathBuf>,
     run_as: RunAs,
+    /// Kill every leftover process of the run-as uid after an unsandboxed
+    /// run: only sound with a dedicated uid and one run at a time.
+    sweep: Option<(u32, u32)>,
     permits: Arc<Semaphore>,
     max_concurrent: usize,
 }
@@ -104,8 +107,19 @@ pub struct LocalRunner {
 impl LocalRunner {
     /// Probe the machine: interpreters usable by the run-as uid, and a
     /// bubblewrap that passes its self-test.
-    pub async fn detect(mode: SandboxMode, max_concurrent: usize) -> LocalRunner {
-        let run_as = RunAs::Auto;
+    ///
+    /// `run_as_uid` names a dedicated uid for scripts (root servers only;
+    /// default 65534). With a dedicated uid and one run at a time, every
+    /// process left under that uid is killed after an unsandboxed run, so a
+    /// detached grandchild cannot outlive its run and read the next one's
+    /// environment. 65534 is shared with other daemons, so it is never swept.
+    pub async fn detect(mode: SandboxMode, max_concurrent: usize, run_as_uid: Option<u32>) -> LocalRunner {
+        // SAFETY: trivial getter.
+        let is_root = unsafe { libc::geteuid() } == 0;
+        let run_as = match run_as_uid {
+            Some(uid) if is_root => RunAs::User { uid, gid: uid },
+            _ => RunAs::Auto,
+        };
         let mut interpreters = BTreeMap::new();
         for interpreter in Interpreter::ALL {
             let found = INTERPRETER_DIRS
@@ -130,7 +144,17 @@ impl LocalRunner {
             tracing::warn!(%sandbox_detail, "--sandbox required but unavailable: every run will be refused");
         }
         let max_concurrent = max_concurrent.max(1);
-        LocalRunner { mode, bwrap, sandbox_detail, interpreters, run_as, permits: Arc::new(Semaphore::new(max_concurrent)), max_concurrent }
+        let sweep = match run_as_uid {
+            Some(uid) if is_root && uid != super::process::NOBODY_UID && uid != 0 && max_concurrent == 1 => Some((uid, uid)),
+            _ => None,
+        };
+        if bwrap.is_none() && mode != SandboxMode::Required && sweep.is_none() && is_root {
+            tracing::warn!(
+                "runs are not sandboxed and the run-as uid is not dedicated: a detached grandchild can outlive its run; \
+                 install bubblewrap, or give --run-as-uid a uid nothing else uses (with --max-concurrent-runs 1)"
+            );
+        }
+        LocalRunner { mode, bwrap, sandbox_detail, interpreters, run_as, sweep, permits: Arc::new(Semaphore::new(max_concurrent)), max_concurrent }
     }
 
     pub fn interpreters(&self) -> BTreeSet<Interpreter> {
@@ -235,8 +259,16 @@ impl LocalRunner {
     /// run-as uid first). The permit is held until the process is settled.
     pub async fn run(&self, spec: ExecSpec, work: &Path, _permit: OwnedSemaphorePermit) -> Result<ExecOutcome, RunError> {
         self.refuse_without_sandbox()?;
-        prepare_dirs(work, self.run_as, spec.sandbox.is_none())?;
-        Ok(execute(spec).await?)
+        let sandboxed = spec.sandbox.is_some();
+        prepare_dirs(work, self.run_as, !sandboxed)?;
+        let outcome = execute(spec).await?;
+        if let (false, Some((uid, gid))) = (sandboxed, self.sweep) {
+            // The sandbox's PID namespace already took every descendant with it.
+            if let Err(err) = super::process::sweep_uid(uid, gid) {
+                tracing::warn!(%err, uid, "could not sweep leftover processes of the run-as uid");
+            }
+        }
+        Ok(outcome)
     }
 }
 

@@ -597,6 +597,24 @@ async def test_detached_grandchild_does_not_hold_the_call(serve, world, sandbox)
             kill_leftover(pid, tag)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="a dedicated run-as uid needs a root server")
+async def test_unsandboxed_leftovers_of_a_dedicated_uid_are_swept(serve, world):
+    """Unsandboxed, a detached grandchild would outlive its run and could read the
+    next run's environment (same uid). With a dedicated --run-as-uid and one run
+    at a time, every process of that uid is killed when the run ends."""
+    tag = f"so-sweep-{uuid.uuid4().hex[:12]}"
+    make_skill(world, "probe", [run_row("scripts/detach.py", timeout=20)], {"scripts/detach.py": DETACH})
+    try:
+        async with serve("--confirm", "auto", "--sandbox", "off", "--run-as-uid", "61999") as client:
+            result = await ok(client, "skill_run", {"skill": "probe", "script": "scripts/detach.py", "args": [tag, "exit"]})
+            assert result["exitCode"] == 0 and result["command"]["runAs"] == 61999, result
+            await anyio.sleep(0.3)
+            assert processes_running(tag) == [], "a detached grandchild of a dedicated uid outlived its run"
+    finally:
+        for pid in processes_running(tag):
+            kill_leftover(pid, tag)
+
+
 async def _read_text(client: Client, job: str, path: str) -> str:
     chunk = await ok(client, "skill_job_read", {"job": job, "path": path})
     assert chunk["encoding"] == "utf-8", chunk
