@@ -30,6 +30,12 @@ pub enum Command {
     Serve(ServeArgs),
     /// Print the README's generated reference tables (tools, problem reasons).
     Docs,
+    /// Print the CustomResourceDefinitions (or write one file per CRD into --out).
+    Crdgen {
+        /// Write `<crd name>.yaml` files into this directory instead of printing.
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -115,6 +121,23 @@ pub fn roots_from(flags: &[PathBuf], lookup: &dyn Fn(&str) -> Option<String>) ->
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve_command(args).await,
+        Command::Crdgen { out } => {
+            let crds = crate::api::crds_yaml()?;
+            match out {
+                Some(dir) => {
+                    std::fs::create_dir_all(&dir)?;
+                    for (name, yaml) in crds {
+                        std::fs::write(dir.join(&name), yaml).with_context(|| format!("cannot write {}", dir.join(&name).display()))?;
+                    }
+                }
+                None => {
+                    for (_, yaml) in crds {
+                        print!("---\n{yaml}");
+                    }
+                }
+            }
+            Ok(())
+        }
         Command::Docs => {
             println!("<!-- BEGIN tools (generated: skill-operator docs) -->\n{}<!-- END tools -->\n", crate::docs::tools_reference());
             println!("<!-- BEGIN reasons (generated: skill-operator docs) -->\n{}<!-- END reasons -->", crate::docs::reasons_table());

@@ -7,6 +7,7 @@
 //! - [`serve`]: the standalone server's transports (stdio, streamable HTTP).
 //! - [`cli`]: the `skill-operator` command line.
 
+pub mod api;
 pub mod cli;
 pub mod core;
 pub mod docs;

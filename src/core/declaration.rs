@@ -24,7 +24,7 @@ pub const SUPPORTED_VERSION: i64 = 1;
 /// The closed interpreter set. Named by the declaration, never inferred from
 /// a file's extension or shebang: a file that can pick its interpreter has
 /// already picked its program.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Interpreter {
     Node,

@@ -12,7 +12,7 @@ use std::path::Path;
 use serde::Serialize;
 
 /// Why something was not served, or served with a caveat.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Reason {
     /// A root given to the server could not be read.
@@ -162,12 +162,12 @@ impl fmt::Display for Reason {
 }
 
 /// One entry of the `problems` list.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Problem {
     /// Where: the directory, file or grant source concerned.
     pub path: String,
     /// The skill it concerns, when there is one (its served name).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skill: Option<String>,
     /// Stable reason code.
     pub reason: Reason,
