@@ -9,6 +9,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod controller;
 pub mod core;
 pub mod docs;
 pub mod mcp;

@@ -1,0 +1,314 @@
+//! The controller's decisions as pure functions: what a package's status
+//! is given what was found in it, whether a binding is usable, whether a
+//! SkillJob may run and with what, and which phase a Job means. The
+//! reconcilers only fetch inputs and apply these answers, so every rule is
+//! unit-tested without an API server.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::batch::v1::Job;
+
+use crate::api::binding::SkillBinding;
+use crate::api::conditions::{is_true, set_condition};
+use crate::api::job::{SkillJobPhase, SkillJobSpec};
+use crate::api::package::{DeclaredScriptStatus, RuntimeProfile, SkillPackage, SkillPackageStatus};
+use crate::core::catalog::Catalog;
+use crate::core::declaration::{is_reserved_env, Interpreter};
+use crate::core::fence::check_args;
+use crate::core::limits::{DEFAULT_TIMEOUT_SECS, MAX_TIMEOUT_SECS};
+
+/// What resolving and unpacking a package found.
+#[derive(Debug, Clone)]
+pub struct PackageFacts {
+    /// The manifest digest the reference resolved to.
+    pub digest: String,
+    /// Discovery over the unpacked package (one skill expected).
+    pub catalog: Catalog,
+    /// Dependency files present at the package root.
+    pub requirement_files: Vec<String>,
+}
+
+/// Files that state a skill's dependencies.
+pub const REQUIREMENT_FILES: &[&str] = &["requirements.txt", "pyproject.toml", "package-lock.json", "package.json"];
+
+/// The interpreter's path in a run image when the profile names none.
+pub fn default_interpreter_path(interpreter: Interpreter) -> &'static str {
+    match interpreter {
+        Interpreter::Node => "/usr/local/bin/node",
+        Interpreter::Python => "/usr/local/bin/python3",
+        Interpreter::Bash => "/bin/bash",
+    }
+}
+
+/// Status of a package from what resolving it found (`Err`: why it could not be resolved).
+pub fn package_status(pkg: &SkillPackage, facts: Result<&PackageFacts, String>) -> SkillPackageStatus {
+    let generation = pkg.metadata.generation;
+    let mut status = pkg.status.clone().unwrap_or_default();
+    status.observed_generation = generation;
+    status.requirements = "unknown".into();
+    let facts = match facts {
+        Ok(facts) => facts,
+        Err(why) => {
+            set_condition(&mut status.conditions, "Resolved", false, "ResolveFailed", why, generation);
+            set_condition(&mut status.conditions, "Validated", false, "NotResolved", "the package could not be resolved", generation);
+            set_condition(&mut status.conditions, "Ready", false, "NotResolved", "the package could not be resolved", generation);
+            return status;
+        }
+    };
+    status.digest = Some(facts.digest.clone());
+    set_condition(&mut status.conditions, "Resolved", true, "Resolved", format!("pinned to {}", facts.digest), generation);
+    status.problems = facts.catalog.problems.clone();
+    let Some(skill) = facts.catalog.skills.first().filter(|_| facts.catalog.skills.len() == 1) else {
+        let why = if facts.catalog.skills.is_empty() {
+            let reasons: Vec<String> = facts.catalog.problems.iter().map(|p| format!("{}: {}", p.reason, p.detail)).collect();
+            format!("the package holds no servable skill ({})", if reasons.is_empty() { "no SKILL.md".into() } else { reasons.join("; ") })
+        } else {
+            format!("the package holds {} skills; a SkillPackage is one skill", facts.catalog.skills.len())
+        };
+        set_condition(&mut status.conditions, "Validated", false, "InvalidPackage", why.clone(), generation);
+        set_condition(&mut status.conditions, "Ready", false, "InvalidPackage", why, generation);
+        return status;
+    };
+    status.skill_name = Some(skill.name.clone());
+    status.description = Some(skill.meta.description.clone());
+    status.license = skill.meta.license.clone();
+    status.files = skill.files.len() as u64;
+    status.bytes = skill.bytes;
+    if !facts.requirement_files.is_empty() {
+        status.requirements = facts.requirement_files.join(", ");
+    }
+    set_condition(&mut status.conditions, "Validated", true, "Validated", format!("skill `{}` with {} files", skill.name, skill.files.len()), generation);
+
+    let runtime = pkg.spec.runtime.as_ref();
+    status.scripts = skill
+        .scripts
+        .iter()
+        .map(|s| {
+            let path = s.decl.script.to_string();
+            let reason = script_refusal(runtime, &path, s.decl.interpreter, s.unavailable.as_deref());
+            DeclaredScriptStatus {
+                script: path,
+                interpreter: s.decl.interpreter_text.clone(),
+                env: s.decl.env.clone(),
+                timeout_seconds: s.decl.timeout_secs,
+                allowed: reason.is_none(),
+                reason,
+            }
+        })
+        .collect();
+
+    match runtime {
+        None => set_condition(
+            &mut status.conditions,
+            "Ready",
+            true,
+            "InstructionsOnly",
+            "no runtime profile: instructions and files are served, nothing runs",
+            generation,
+        ),
+        Some(profile) => {
+            let declared: BTreeSet<&str> = skill.scripts.iter().map(|s| s.decl.script.as_str()).collect();
+            let undeclared: Vec<&str> = profile.allowed_scripts.iter().map(String::as_str).filter(|s| !declared.contains(s)).collect();
+            if !undeclared.is_empty() {
+                set_condition(
+                    &mut status.conditions,
+                    "Ready",
+                    false,
+                    "ScriptNotDeclared",
+                    format!("allowedScripts names scripts the skill does not declare: {}; only declared scripts run", undeclared.join(", ")),
+                    generation,
+                );
+            } else if profile.timeout_seconds.is_some_and(|t| t == 0 || u64::from(t) > MAX_TIMEOUT_SECS) {
+                set_condition(&mut status.conditions, "Ready", false, "InvalidTimeout", "timeoutSeconds must be 1-300", generation);
+            } else {
+                let runnable = status.scripts.iter().filter(|s| s.allowed).count();
+                let pinned = if profile.image.contains("@sha256:") { "" } else { " (the run image is not digest-pinned: pin it for reproducible runs)" };
+                set_condition(
+                    &mut status.conditions,
+                    "Ready",
+                    true,
+                    "Ready",
+                    format!("{runnable} script(s) may run with {}{pinned}", profile.interpreter),
+                    generation,
+                );
+            }
+        }
+    }
+    status
+}
+
+/// Why a declared script may not run under this profile (`None`: it may).
+fn script_refusal(runtime: Option<&RuntimeProfile>, path: &str, declared: Option<Interpreter>, unavailable: Option<&str>) -> Option<String> {
+    if let Some(why) = unavailable {
+        return Some(why.to_string());
+    }
+    let Some(profile) = runtime else {
+        return Some("no runtime profile".into());
+    };
+    if !profile.allowed_scripts.iter().any(|s| s == path) {
+        return Some("not in the runtime profile's allowedScripts".into());
+    }
+    match declared {
+        Some(i) if i == profile.interpreter => None,
+        Some(i) => Some(format!("declared for {i}, but the runtime profile runs {}", profile.interpreter)),
+        None => Some("declares no interpreter".into()),
+    }
+}
+
+/// What a binding resolves to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindingDecision {
+    pub ready: Result<(), (String, String)>,
+    pub skill_name: Option<String>,
+    pub digest: Option<String>,
+    pub effective_env: Vec<String>,
+    pub ignored_env: Vec<String>,
+}
+
+/// Decide a binding from its package and the skill names other bindings in
+/// the namespace serve (`(binding name, skill name)`).
+pub fn binding_decision(binding: &SkillBinding, package: Option<&SkillPackage>, siblings: &[(String, String)]) -> BindingDecision {
+    let mut d = BindingDecision { ready: Ok(()), skill_name: None, digest: None, effective_env: vec![], ignored_env: vec![] };
+    let Some(package) = package else {
+        d.ready = Err(("PackageNotFound".into(), format!("no SkillPackage named `{}`", binding.spec.package)));
+        return d;
+    };
+    let status = package.status.clone().unwrap_or_default();
+    d.skill_name = status.skill_name.clone();
+    d.digest = status.digest.clone();
+    let requested: BTreeSet<&str> = status.scripts.iter().filter(|s| s.allowed).flat_map(|s| s.env.iter().map(String::as_str)).collect();
+    for grant in &binding.spec.env {
+        if requested.contains(grant.name.as_str()) && !is_reserved_env(&grant.name) {
+            d.effective_env.push(grant.name.clone());
+        } else {
+            d.ignored_env.push(grant.name.clone());
+        }
+    }
+    if !is_true(&status.conditions, "Ready") {
+        d.ready = Err(("PackageNotReady".into(), format!("SkillPackage `{}` is not ready", binding.spec.package)));
+        return d;
+    }
+    let Some(name) = &status.skill_name else {
+        d.ready = Err(("PackageNotReady".into(), format!("SkillPackage `{}` has no skill name yet", binding.spec.package)));
+        return d;
+    };
+    let own = binding.metadata.name.clone().unwrap_or_default();
+    let clashes: Vec<&str> = siblings.iter().filter(|(b, s)| b != &own && s == name).map(|(b, _)| b.as_str()).collect();
+    if !clashes.is_empty() {
+        d.ready = Err((
+            "DuplicateSkillName".into(),
+            format!("skill `{name}` is also bound by {} in this namespace; both are refused until one goes", clashes.join(", ")),
+        ));
+    }
+    d
+}
+
+/// A SkillJob the controller may start, with everything the Job builder needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admission {
+    pub skill: String,
+    pub digest: String,
+    pub image: String,
+    pub interpreter_path: String,
+    pub script: String,
+    pub args: Vec<String>,
+    /// (variable, secret name, secret key)
+    pub env: Vec<(String, String, String)>,
+    pub timeout_secs: u64,
+    pub cpu: String,
+    pub memory: String,
+    pub ephemeral_storage: String,
+    pub egress: bool,
+}
+
+/// Whether a SkillJob may run: `Err((reason, message))` when it may not.
+pub fn admit(spec: &SkillJobSpec, binding: Option<&SkillBinding>, package: Option<&SkillPackage>) -> Result<Admission, (String, String)> {
+    let refuse = |reason: &str, message: String| Err((reason.to_string(), message));
+    let Some(binding) = binding else {
+        return refuse("BindingNotFound", format!("no SkillBinding `{}` in this namespace", spec.binding));
+    };
+    let bstatus = binding.status.clone().unwrap_or_default();
+    if !is_true(&bstatus.conditions, "Ready") {
+        return refuse("BindingNotReady", format!("SkillBinding `{}` is not ready", spec.binding));
+    }
+    let Some(package) = package else {
+        return refuse("PackageNotFound", format!("SkillPackage `{}` is gone", binding.spec.package));
+    };
+    let pstatus = package.status.clone().unwrap_or_default();
+    let Some(profile) = package.spec.runtime.as_ref() else {
+        return refuse("NoRuntime", format!("SkillPackage `{}` has no runtime profile: its scripts do not run", binding.spec.package));
+    };
+    let Some(script) = pstatus.scripts.iter().find(|s| s.script == spec.script) else {
+        let declared: Vec<&str> = pstatus.scripts.iter().map(|s| s.script.as_str()).collect();
+        return refuse(
+            "NotDeclared",
+            format!("{} is not declared by the skill; a script must be declared to run. Declared: {}", spec.script, declared.join(", ")),
+        );
+    };
+    if let Some(why) = &script.reason {
+        return refuse("NotAllowed", format!("{} may not run: {why}", spec.script));
+    }
+    check_args(&spec.args).map_err(|e| (e.code().to_string(), e.to_string()))?;
+    let ceiling = profile.timeout_seconds.map(u64::from).unwrap_or(DEFAULT_TIMEOUT_SECS).min(script.timeout_seconds).min(MAX_TIMEOUT_SECS);
+    let timeout_secs = spec.timeout_seconds.map(u64::from).map_or(ceiling, |t| t.min(ceiling)).max(1);
+    let effective: BTreeSet<&str> = bstatus.effective_env.iter().map(String::as_str).collect();
+    let env = binding
+        .spec
+        .env
+        .iter()
+        .filter(|g| script.env.contains(&g.name) && effective.contains(g.name.as_str()))
+        .map(|g| (g.name.clone(), g.secret_key_ref.name.clone(), g.secret_key_ref.key.clone()))
+        .collect();
+    Ok(Admission {
+        skill: pstatus.skill_name.clone().unwrap_or_default(),
+        digest: pstatus.digest.clone().unwrap_or_default(),
+        image: profile.image.clone(),
+        interpreter_path: profile.interpreter_path.clone().unwrap_or_else(|| default_interpreter_path(profile.interpreter).to_string()),
+        script: spec.script.clone(),
+        args: spec.args.clone(),
+        env,
+        timeout_secs,
+        cpu: profile.resources.cpu.clone(),
+        memory: profile.resources.memory.clone(),
+        ephemeral_storage: profile.resources.ephemeral_storage.clone(),
+        egress: binding.spec.egress,
+    })
+}
+
+/// The phase a Job's status means (exit details come from the pod).
+pub fn job_phase(job: &Job) -> SkillJobPhase {
+    let Some(status) = &job.status else { return SkillJobPhase::Pending };
+    for c in status.conditions.iter().flatten() {
+        if c.status != "True" {
+            continue;
+        }
+        match (c.type_.as_str(), c.reason.as_deref()) {
+            ("Complete", _) => return SkillJobPhase::Succeeded,
+            ("Failed", Some("DeadlineExceeded")) => return SkillJobPhase::TimedOut,
+            ("Failed", _) => return SkillJobPhase::Failed,
+            _ => {}
+        }
+    }
+    if status.active.unwrap_or(0) > 0 {
+        SkillJobPhase::Running
+    } else {
+        SkillJobPhase::Pending
+    }
+}
+
+/// Whether a phase is final.
+pub fn is_final(phase: SkillJobPhase) -> bool {
+    !matches!(phase, SkillJobPhase::Pending | SkillJobPhase::Running)
+}
+
+/// The namespace label Pod Security admission reads.
+pub const PSS_ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";
+
+/// Whether a namespace enforces the restricted profile.
+pub fn namespace_is_restricted(labels: Option<&std::collections::BTreeMap<String, String>>) -> bool {
+    labels.and_then(|l| l.get(PSS_ENFORCE_LABEL)).is_some_and(|v| v == "restricted")
+}
+
+#[cfg(test)]
+#[path = "decide_tests.rs"]
+mod tests;

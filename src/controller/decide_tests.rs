@@ -1,0 +1,249 @@
+//! Controller decisions, each rule on its own.
+
+use std::path::Path;
+
+use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
+use kube::api::ObjectMeta;
+
+use super::*;
+use crate::api::binding::{EnvGrant, SecretKeyRef, SkillBindingSpec, SkillBindingStatus};
+use crate::api::package::{OciSource, PackageSource, RunResources, SkillPackageSpec};
+use crate::core::discovery::{discover, Limits};
+
+fn skill_dir(root: &Path) {
+    let s = root.join("weather");
+    std::fs::create_dir_all(s.join("scripts")).unwrap();
+    std::fs::write(
+        s.join("SKILL.md"),
+        "---\nname: weather\ndescription: Forecasts.\nlicense: MIT\nmcp-host:\n  version: 1\n  run:\n    - script: scripts/forecast.py\n      interpreter: python\n      env: [API_KEY]\n      timeout: 30\n    - script: scripts/other.js\n      interpreter: node\n  env:\n    - name: API_KEY\n---\nbody\n",
+    )
+    .unwrap();
+    std::fs::write(s.join("scripts/forecast.py"), "print(1)").unwrap();
+    std::fs::write(s.join("scripts/other.js"), "0").unwrap();
+    std::fs::write(s.join("requirements.txt"), "requests==2.0").unwrap();
+}
+
+fn facts() -> (tempfile::TempDir, PackageFacts) {
+    let t = tempfile::tempdir().unwrap();
+    skill_dir(t.path());
+    let catalog = discover(&[t.path().join("weather")], Limits::default());
+    (t, PackageFacts { digest: "sha256:abc".into(), catalog, requirement_files: vec!["requirements.txt".into()] })
+}
+
+fn package(runtime: Option<RuntimeProfile>) -> SkillPackage {
+    let mut p = SkillPackage::new(
+        "weather-1",
+        SkillPackageSpec { source: PackageSource { oci: OciSource { reference: "r/weather:1".into(), pull_secret: None, insecure: false } }, runtime },
+    );
+    p.metadata.generation = Some(1);
+    p
+}
+
+fn profile(allowed: &[&str]) -> RuntimeProfile {
+    RuntimeProfile {
+        interpreter: Interpreter::Python,
+        image: "python@sha256:0123".into(),
+        interpreter_path: None,
+        allowed_scripts: allowed.iter().map(|s| s.to_string()).collect(),
+        timeout_seconds: Some(120),
+        resources: RunResources::default(),
+    }
+}
+
+fn condition<'a>(s: &'a SkillPackageStatus, t: &str) -> (&'a str, &'a str) {
+    let c = s.conditions.iter().find(|c| c.type_ == t).unwrap();
+    (c.status.as_str(), c.reason.as_str())
+}
+
+#[test]
+fn resolved_package_reports_what_it_holds() {
+    let (_t, f) = facts();
+    let s = package_status(&package(Some(profile(&["scripts/forecast.py"]))), Ok(&f));
+    assert_eq!(s.digest.as_deref(), Some("sha256:abc"));
+    assert_eq!((s.skill_name.as_deref(), s.license.as_deref(), s.files), (Some("weather"), Some("MIT"), 4));
+    assert_eq!(s.requirements, "requirements.txt");
+    assert_eq!(condition(&s, "Resolved").0, "True");
+    assert_eq!(condition(&s, "Validated").0, "True");
+    assert_eq!(condition(&s, "Ready"), ("True", "Ready"));
+    let allowed: Vec<(&str, bool)> = s.scripts.iter().map(|d| (d.script.as_str(), d.allowed)).collect();
+    assert_eq!(allowed, vec![("scripts/forecast.py", true), ("scripts/other.js", false)]);
+    assert_eq!(s.observed_generation, Some(1));
+}
+
+#[test]
+fn unresolvable_package_is_not_ready() {
+    let s = package_status(&package(None), Err("registry said 404".into()));
+    assert_eq!(condition(&s, "Resolved"), ("False", "ResolveFailed"));
+    assert_eq!(condition(&s, "Ready").0, "False");
+}
+
+#[test]
+fn without_runtime_only_instructions_are_served() {
+    let (_t, f) = facts();
+    let s = package_status(&package(None), Ok(&f));
+    assert_eq!(condition(&s, "Ready"), ("True", "InstructionsOnly"));
+    assert!(s.scripts.iter().all(|d| !d.allowed));
+}
+
+#[test]
+fn allowed_scripts_must_be_declared_and_match_the_interpreter() {
+    let (_t, f) = facts();
+    let s = package_status(&package(Some(profile(&["scripts/forecast.py", "scripts/evil.py"]))), Ok(&f));
+    assert_eq!(condition(&s, "Ready"), ("False", "ScriptNotDeclared"));
+    let s = package_status(&package(Some(profile(&["scripts/other.js"]))), Ok(&f));
+    let other = s.scripts.iter().find(|d| d.script == "scripts/other.js").unwrap();
+    assert!(!other.allowed && other.reason.as_deref().unwrap().contains("declared for node"));
+}
+
+#[test]
+fn a_package_without_a_skill_is_invalid() {
+    let t = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(t.path().join("empty")).unwrap();
+    let f = PackageFacts { digest: "sha256:x".into(), catalog: discover(&[t.path().join("empty")], Limits::default()), requirement_files: vec![] };
+    let s = package_status(&package(None), Ok(&f));
+    assert_eq!(condition(&s, "Validated"), ("False", "InvalidPackage"));
+}
+
+#[test]
+fn changing_the_runtime_resets_readiness_with_the_generation() {
+    let (_t, f) = facts();
+    let mut p = package(Some(profile(&["scripts/forecast.py"])));
+    p.status = Some(package_status(&p, Ok(&f)));
+    p.spec.runtime = Some(profile(&["scripts/nope.py"]));
+    p.metadata.generation = Some(2);
+    let s = package_status(&p, Ok(&f));
+    let ready = s.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!((ready.status.as_str(), ready.observed_generation), ("False", Some(2)));
+}
+
+fn ready_package() -> (tempfile::TempDir, SkillPackage) {
+    let (t, f) = facts();
+    let mut p = package(Some(profile(&["scripts/forecast.py"])));
+    p.status = Some(package_status(&p, Ok(&f)));
+    (t, p)
+}
+
+fn binding(name: &str, grants: &[&str]) -> SkillBinding {
+    let mut b = SkillBinding::new(
+        name,
+        SkillBindingSpec {
+            package: "weather-1".into(),
+            env: grants.iter().map(|g| EnvGrant { name: g.to_string(), secret_key_ref: SecretKeyRef { name: "s".into(), key: g.to_lowercase() } }).collect(),
+            egress: false,
+        },
+    );
+    b.metadata.namespace = Some("team".into());
+    b
+}
+
+#[test]
+fn binding_grants_only_requested_variables() {
+    let (_t, p) = ready_package();
+    let d = binding_decision(&binding("b", &["API_KEY", "UNASKED", "LD_PRELOAD"]), Some(&p), &[]);
+    assert_eq!(d.ready, Ok(()));
+    assert_eq!(d.effective_env, vec!["API_KEY"]);
+    assert_eq!(d.ignored_env, vec!["UNASKED", "LD_PRELOAD"]);
+    assert_eq!(d.skill_name.as_deref(), Some("weather"));
+}
+
+#[test]
+fn two_bindings_of_one_skill_name_are_both_refused() {
+    let (_t, p) = ready_package();
+    let siblings = vec![("a".to_string(), "weather".to_string()), ("b".to_string(), "weather".to_string())];
+    for name in ["a", "b"] {
+        let d = binding_decision(&binding(name, &[]), Some(&p), &siblings);
+        assert_eq!(d.ready.unwrap_err().0, "DuplicateSkillName", "{name}");
+    }
+    let alone = vec![("a".to_string(), "weather".to_string())];
+    assert_eq!(binding_decision(&binding("a", &[]), Some(&p), &alone).ready, Ok(()));
+}
+
+#[test]
+fn binding_needs_a_ready_package() {
+    assert_eq!(binding_decision(&binding("b", &[]), None, &[]).ready.unwrap_err().0, "PackageNotFound");
+    let p = package(None);
+    assert_eq!(binding_decision(&binding("b", &[]), Some(&p), &[]).ready.unwrap_err().0, "PackageNotReady");
+}
+
+fn ready_binding(grants: &[&str]) -> SkillBinding {
+    let (_t, p) = ready_package();
+    let mut b = binding("b", grants);
+    let d = binding_decision(&b, Some(&p), &[]);
+    let mut status = SkillBindingStatus { effective_env: d.effective_env, ignored_env: d.ignored_env, skill_name: d.skill_name, ..Default::default() };
+    set_condition(&mut status.conditions, "Ready", true, "Ready", "ok", Some(1));
+    b.status = Some(status);
+    b
+}
+
+fn job(script: &str, args: &[&str], timeout: Option<u32>) -> SkillJobSpec {
+    SkillJobSpec { binding: "b".into(), script: script.into(), args: args.iter().map(|s| s.to_string()).collect(), inputs: vec![], timeout_seconds: timeout }
+}
+
+#[test]
+fn admission_follows_the_fence() {
+    let (_t, p) = ready_package();
+    let b = ready_binding(&["API_KEY"]);
+    let a = admit(&job("scripts/forecast.py", &["; rm -rf /", "$(id)"], None), Some(&b), Some(&p)).unwrap();
+    assert_eq!(a.args, vec!["; rm -rf /", "$(id)"]);
+    assert_eq!(a.env, vec![("API_KEY".to_string(), "s".to_string(), "api_key".to_string())]);
+    assert_eq!(a.timeout_secs, 30, "the declaration's 30 s is below the profile's 120 s");
+    assert_eq!(a.interpreter_path, "/usr/local/bin/python3");
+    assert_eq!(admit(&job("scripts/forecast.py", &[], Some(10)), Some(&b), Some(&p)).unwrap().timeout_secs, 10);
+    assert_eq!(admit(&job("scripts/forecast.py", &[], Some(300)), Some(&b), Some(&p)).unwrap().timeout_secs, 30);
+    let e = admit(&job("scripts/undeclared.py", &[], None), Some(&b), Some(&p)).unwrap_err();
+    assert_eq!(e.0, "NotDeclared");
+    assert!(e.1.contains("must be declared"));
+    assert_eq!(admit(&job("scripts/other.js", &[], None), Some(&b), Some(&p)).unwrap_err().0, "NotAllowed");
+    let many: Vec<String> = (0..65).map(|i| i.to_string()).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    assert_eq!(admit(&job("scripts/forecast.py", &many, None), Some(&b), Some(&p)).unwrap_err().0, "too-many-args");
+    assert_eq!(admit(&job("scripts/forecast.py", &[], None), None, Some(&p)).unwrap_err().0, "BindingNotFound");
+    assert_eq!(admit(&job("scripts/forecast.py", &[], None), Some(&binding("b", &[])), Some(&p)).unwrap_err().0, "BindingNotReady");
+    let no_runtime = package(None);
+    assert_eq!(admit(&job("scripts/forecast.py", &[], None), Some(&b), Some(&no_runtime)).unwrap_err().0, "NoRuntime");
+}
+
+#[test]
+fn ungranted_variables_never_reach_the_job() {
+    let (_t, p) = ready_package();
+    let b = ready_binding(&[]);
+    assert!(admit(&job("scripts/forecast.py", &[], None), Some(&b), Some(&p)).unwrap().env.is_empty());
+}
+
+fn job_with(conditions: &[(&str, &str, Option<&str>)], active: i32) -> Job {
+    Job {
+        metadata: ObjectMeta::default(),
+        spec: None,
+        status: Some(JobStatus {
+            active: Some(active),
+            conditions: Some(
+                conditions
+                    .iter()
+                    .map(|(t, s, r)| JobCondition { type_: t.to_string(), status: s.to_string(), reason: r.map(String::from), ..Default::default() })
+                    .collect(),
+            ),
+            ..Default::default()
+        }),
+    }
+}
+
+#[test]
+fn job_phases() {
+    assert_eq!(job_phase(&Job::default()), SkillJobPhase::Pending);
+    assert_eq!(job_phase(&job_with(&[], 1)), SkillJobPhase::Running);
+    assert_eq!(job_phase(&job_with(&[("Complete", "True", None)], 0)), SkillJobPhase::Succeeded);
+    assert_eq!(job_phase(&job_with(&[("Failed", "True", Some("DeadlineExceeded"))], 0)), SkillJobPhase::TimedOut);
+    assert_eq!(job_phase(&job_with(&[("Failed", "True", Some("PodFailurePolicy"))], 0)), SkillJobPhase::Failed);
+    assert_eq!(job_phase(&job_with(&[("Failed", "False", None)], 1)), SkillJobPhase::Running);
+    assert!(is_final(SkillJobPhase::Locked) && !is_final(SkillJobPhase::Running));
+}
+
+#[test]
+fn namespace_pss_label() {
+    let mut labels = std::collections::BTreeMap::new();
+    assert!(!namespace_is_restricted(None));
+    labels.insert(PSS_ENFORCE_LABEL.to_string(), "baseline".to_string());
+    assert!(!namespace_is_restricted(Some(&labels)));
+    labels.insert(PSS_ENFORCE_LABEL.to_string(), "restricted".to_string());
+    assert!(namespace_is_restricted(Some(&labels)));
+}
