@@ -3,3 +3,7 @@
 //! reconcilers fetch, decide and apply.
 
 pub mod decide;
+pub mod context;
+pub mod metrics;
+pub mod package;
+pub mod builders;

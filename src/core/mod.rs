@@ -22,6 +22,7 @@ pub mod frontmatter;
 pub mod grants;
 pub mod jobs;
 pub mod limits;
+pub mod package;
 pub mod paths;
 pub mod policy;
 pub mod problems;

@@ -1,0 +1,82 @@
+//! Prometheus metrics: reconciles, failures by error, durations, Jobs created.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabel {
+    pub kind: String,
+    pub error: String,
+}
+
+/// The operator's metrics and the registry that exposes them.
+pub struct Metrics {
+    pub registry: Registry,
+    pub reconciles: Family<KindLabel, Counter>,
+    pub failures: Family<ErrorLabel, Counter>,
+    pub duration: Family<KindLabel, Histogram>,
+    pub jobs_created: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("skill_operator");
+        let reconciles = Family::<KindLabel, Counter>::default();
+        let failures = Family::<ErrorLabel, Counter>::default();
+        let duration = Family::<KindLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new([0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0])
+        });
+        let jobs_created = Counter::default();
+        registry.register("reconciles", "Reconciles by kind", reconciles.clone());
+        registry.register("reconcile_failures", "Failed reconciles by kind and error", failures.clone());
+        registry.register("reconcile_duration_seconds", "Reconcile duration by kind", duration.clone());
+        registry.register("jobs_created", "Kubernetes Jobs created for SkillJobs", jobs_created.clone());
+        Metrics { registry, reconciles, failures, duration, jobs_created }
+    }
+}
+
+impl Metrics {
+    pub fn reconciled(&self, kind: &str, took: Duration) {
+        let label = KindLabel { kind: kind.into() };
+        self.reconciles.get_or_create(&label).inc();
+        self.duration.get_or_create(&label).observe(took.as_secs_f64());
+    }
+
+    pub fn failed(&self, kind: &str, error: &str) {
+        self.failures.get_or_create(&ErrorLabel { kind: kind.into(), error: error.into() }).inc();
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_with_labels() {
+        let m = Metrics::default();
+        m.reconciled("SkillJob", Duration::from_millis(3));
+        m.failed("SkillJob", "kube");
+        m.jobs_created.inc();
+        let text = m.render();
+        assert!(text.contains(r#"skill_operator_reconciles_total{kind="SkillJob"} 1"#), "{text}");
+        assert!(text.contains(r#"skill_operator_reconcile_failures_total{kind="SkillJob",error="kube"} 1"#), "{text}");
+        assert!(text.contains("skill_operator_jobs_created_total 1"), "{text}");
+    }
+}

@@ -1,0 +1,124 @@
+//! SkillPackage reconciler: resolve the source to a digest, unpack and
+//! check the package with the same discovery rules as the standalone
+//! server, report what it holds, and refuse deletion while a binding uses it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{finalizer, Event as Finalizer};
+use kube::ResourceExt;
+use serde_json::json;
+
+use super::context::{Context, Error, Result};
+use super::decide::{package_status, PackageFacts, REQUIREMENT_FILES};
+use crate::api::binding::SkillBinding;
+use crate::api::package::SkillPackage;
+use crate::core::discovery::{discover, Limits};
+
+/// Keeps a package while bindings use it.
+pub const FINALIZER: &str = "skill-operator.dev/package-in-use";
+/// The field manager of every status this operator writes.
+pub const MANAGER: &str = "skill-operator";
+
+pub async fn reconcile(pkg: Arc<SkillPackage>, ctx: Arc<Context>) -> Result<Action> {
+    let started = Instant::now();
+    let api: Api<SkillPackage> = Api::all(ctx.client.clone());
+    let result = finalizer(&api, FINALIZER, pkg, |event| async {
+        match event {
+            Finalizer::Apply(pkg) => apply(&pkg, &ctx).await,
+            Finalizer::Cleanup(pkg) => cleanup(&pkg, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)));
+    ctx.metrics.reconciled("SkillPackage", started.elapsed());
+    result
+}
+
+async fn apply(pkg: &SkillPackage, ctx: &Context) -> Result<Action> {
+    let already = pkg.status.as_ref().is_some_and(|s| s.observed_generation == pkg.metadata.generation && s.digest.is_some());
+    if already {
+        // Pinned and checked for this generation: nothing to fetch again.
+        return Ok(Action::requeue(Duration::from_secs(600)));
+    }
+    let facts = resolve(pkg, ctx).await;
+    let status = package_status(pkg, facts.as_ref().map_err(|e| e.clone()));
+    let api: Api<SkillPackage> = Api::all(ctx.client.clone());
+    let patch = json!({ "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillPackage", "status": status });
+    api.patch_status(&pkg.name_any(), &PatchParams::apply(MANAGER).force(), &Patch::Apply(patch)).await?;
+    Ok(match facts {
+        Ok(_) => Action::requeue(Duration::from_secs(600)),
+        Err(_) => Action::requeue(Duration::from_secs(30)),
+    })
+}
+
+/// Fetch (pinning a tag to its digest; a digest in the reference must match),
+/// unpack into a private temp dir and run discovery on it.
+async fn resolve(pkg: &SkillPackage, ctx: &Context) -> Result<PackageFacts, String> {
+    let source = &pkg.spec.source.oci;
+    let fetched = ctx.resolver.fetch(source).await?;
+    if let Some((_, pinned)) = source.reference.split_once('@') {
+        if pinned != fetched.digest {
+            return Err(format!("the registry returned {} for a reference pinned to {pinned}", fetched.digest));
+        }
+    }
+    let expected = pkg.status.as_ref().and_then(|s| s.digest.clone());
+    if let Some(previous) = expected {
+        if previous != fetched.digest && pkg.status.as_ref().and_then(|s| s.observed_generation) == pkg.metadata.generation {
+            return Err(format!("the source now resolves to {}, not the pinned {previous}; a new version is a new SkillPackage", fetched.digest));
+        }
+    }
+    let digest = fetched.digest.clone();
+    tokio::task::spawn_blocking(move || {
+        let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+        let unpacked = dir.path().join("unpacked");
+        crate::core::package::unpack(&fetched.archive, &unpacked).map_err(|e| format!("the package cannot be unpacked: {e}"))?;
+        // A package has no directory of its own: its SKILL.md names it. The
+        // name must be one the server can serve (the same rule as a directory
+        // name), and discovery then runs on a directory of that name.
+        let name = skill_name(&unpacked)?;
+        let root = dir.path().join(&name);
+        std::fs::rename(&unpacked, &root).map_err(|e| format!("temp dir: {e}"))?;
+        let requirement_files = REQUIREMENT_FILES.iter().filter(|f| root.join(f).is_file()).map(|f| f.to_string()).collect();
+        let catalog = discover(&[root], Limits::default());
+        Ok(PackageFacts { digest, catalog, requirement_files })
+    })
+    .await
+    .map_err(|e| format!("unpack task failed: {e}"))?
+}
+
+/// The skill name a package's SKILL.md gives, checked as a servable name.
+fn skill_name(root: &std::path::Path) -> Result<String, String> {
+    use crate::core::{catalog::read_capped, frontmatter, limits::SKILL_MD_READ_CAP, spec::servable_name};
+    let (bytes, truncated) = read_capped(&root.join("SKILL.md"), SKILL_MD_READ_CAP).map_err(|e| format!("the package has no readable SKILL.md at its root: {e}"))?;
+    let text = frontmatter::decode(&bytes, truncated).map_err(|e| e.to_string())?;
+    let md = frontmatter::parse(text).map_err(|e| e.to_string())?;
+    let name = md.frontmatter.get("name").and_then(|v| v.as_str()).ok_or("SKILL.md has no `name`: a package is named by it")?;
+    servable_name(name).map_err(|why| format!("SKILL.md `name` {name:?} cannot be served: it {why}"))?;
+    Ok(name.to_string())
+}
+
+/// Deletion is refused (the finalizer stays) while a binding uses the package.
+async fn cleanup(pkg: &SkillPackage, ctx: &Context) -> Result<Action> {
+    let bindings: Api<SkillBinding> = Api::all(ctx.client.clone());
+    let users: Vec<String> = bindings
+        .list(&ListParams::default())
+        .await?
+        .into_iter()
+        .filter(|b| b.spec.package == pkg.name_any())
+        .map(|b| format!("{}/{}", b.namespace().unwrap_or_default(), b.name_any()))
+        .collect();
+    if users.is_empty() {
+        return Ok(Action::await_change());
+    }
+    let message = format!("deletion waits: bound by {}; delete those SkillBindings first", users.join(", "));
+    let api: Api<SkillPackage> = Api::all(ctx.client.clone());
+    let mut status = pkg.status.clone().unwrap_or_default();
+    crate::api::conditions::set_condition(&mut status.conditions, "DeletionBlocked", true, "InUse", message.clone(), pkg.metadata.generation);
+    let patch = json!({ "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillPackage", "status": status });
+    api.patch_status(&pkg.name_any(), &PatchParams::apply(MANAGER).force(), &Patch::Apply(patch)).await?;
+    // An error keeps the finalizer; error_policy requeues.
+    Err(Error::InUse(message))
+}
