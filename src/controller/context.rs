@@ -37,6 +37,8 @@ pub struct OperatorConfig {
     pub operator_pod_labels: std::collections::BTreeMap<String, String>,
     /// Label namespaces with the restricted Pod Security profile when they lack it.
     pub label_namespaces: bool,
+    /// The key per-job artifact tokens are derived from.
+    pub token_key: Vec<u8>,
 }
 
 /// Shared reconciler state.

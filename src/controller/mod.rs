@@ -7,3 +7,6 @@ pub mod context;
 pub mod metrics;
 pub mod package;
 pub mod builders;
+pub mod binding;
+pub mod skilljob;
+pub mod run;

@@ -27,4 +27,5 @@ pub mod paths;
 pub mod policy;
 pub mod problems;
 pub mod spec;
+pub mod token;
 pub mod yaml;

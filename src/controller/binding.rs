@@ -1,0 +1,99 @@
+//! SkillBinding reconciler: bind a package into a namespace, decide which
+//! granted variables are effective, refuse two bindings serving one skill
+//! name, and refuse deletion while SkillJobs use the binding.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{finalizer, Event as Finalizer};
+use kube::ResourceExt;
+use serde_json::json;
+
+use super::context::{Context, Error, Result};
+use super::decide::binding_decision;
+use super::package::MANAGER;
+use crate::api::binding::{SkillBinding, SkillBindingStatus};
+use crate::api::conditions::set_condition;
+use crate::api::job::SkillJob;
+use crate::api::package::SkillPackage;
+
+/// Keeps a binding while SkillJobs (run or not) use it.
+pub const FINALIZER: &str = "skill-operator.dev/binding-in-use";
+
+pub async fn reconcile(binding: Arc<SkillBinding>, ctx: Arc<Context>) -> Result<Action> {
+    let started = Instant::now();
+    let ns = binding.namespace().ok_or(Error::Missing("namespace"))?;
+    let api: Api<SkillBinding> = Api::namespaced(ctx.client.clone(), &ns);
+    let result = finalizer(&api, FINALIZER, binding, |event| async {
+        match event {
+            Finalizer::Apply(b) => apply(&b, &ctx).await,
+            Finalizer::Cleanup(b) => cleanup(&b, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)));
+    ctx.metrics.reconciled("SkillBinding", started.elapsed());
+    result
+}
+
+async fn apply(binding: &SkillBinding, ctx: &Context) -> Result<Action> {
+    let ns = binding.namespace().ok_or(Error::Missing("namespace"))?;
+    let packages: Api<SkillPackage> = Api::all(ctx.client.clone());
+    let package = packages.get_opt(&binding.spec.package).await?;
+    // The skill names the other bindings here serve, from their packages.
+    let bindings: Api<SkillBinding> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut siblings = Vec::new();
+    for other in bindings.list(&ListParams::default()).await? {
+        let skill = if other.spec.package == binding.spec.package {
+            package.as_ref().and_then(|p| p.status.as_ref()).and_then(|s| s.skill_name.clone())
+        } else {
+            packages.get_opt(&other.spec.package).await?.and_then(|p| p.status).and_then(|s| s.skill_name)
+        };
+        if let Some(skill) = skill {
+            siblings.push((other.name_any(), skill));
+        }
+    }
+    let d = binding_decision(binding, package.as_ref(), &siblings);
+    let generation = binding.metadata.generation;
+    let mut status = binding.status.clone().unwrap_or_default();
+    status = SkillBindingStatus {
+        skill_name: d.skill_name,
+        digest: d.digest,
+        effective_env: d.effective_env,
+        ignored_env: d.ignored_env.clone(),
+        observed_generation: generation,
+        conditions: std::mem::take(&mut status.conditions),
+    };
+    match &d.ready {
+        Ok(()) => {
+            let note = if d.ignored_env.is_empty() {
+                String::new()
+            } else {
+                format!("; not handed over (no allowed script asked for them): {}", d.ignored_env.join(", "))
+            };
+            set_condition(&mut status.conditions, "Ready", true, "Bound", format!("skill `{}` is bound{note}", status.skill_name.clone().unwrap_or_default()), generation);
+        }
+        Err((reason, message)) => set_condition(&mut status.conditions, "Ready", false, reason, message.clone(), generation),
+    }
+    let patch = json!({ "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding", "status": status });
+    bindings.patch_status(&binding.name_any(), &PatchParams::apply(MANAGER).force(), &Patch::Apply(patch)).await?;
+    Ok(Action::requeue(if d.ready.is_ok() { Duration::from_secs(300) } else { Duration::from_secs(20) }))
+}
+
+async fn cleanup(binding: &SkillBinding, ctx: &Context) -> Result<Action> {
+    let ns = binding.namespace().ok_or(Error::Missing("namespace"))?;
+    let jobs: Api<SkillJob> = Api::namespaced(ctx.client.clone(), &ns);
+    let users: Vec<String> = jobs.list(&ListParams::default()).await?.into_iter().filter(|j| j.spec.binding == binding.name_any()).map(|j| j.name_any()).collect();
+    if users.is_empty() {
+        return Ok(Action::await_change());
+    }
+    let message = format!("deletion waits: SkillJobs use this binding ({}); delete them first", users.join(", "));
+    let mut status = binding.status.clone().unwrap_or_default();
+    set_condition(&mut status.conditions, "DeletionBlocked", true, "InUse", message.clone(), binding.metadata.generation);
+    let api: Api<SkillBinding> = Api::namespaced(ctx.client.clone(), &ns);
+    let patch = json!({ "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding", "status": status });
+    api.patch_status(&binding.name_any(), &PatchParams::apply(MANAGER).force(), &Patch::Apply(patch)).await?;
+    Err(Error::InUse(message))
+}
