@@ -10,3 +10,6 @@ pub mod builders;
 pub mod binding;
 pub mod skilljob;
 pub mod run;
+
+#[cfg(test)]
+mod mock_tests;

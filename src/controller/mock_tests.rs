@@ -1,0 +1,221 @@
+//! Request sequencing against kube's tower-test mock API server: the
+//! SkillJob reconciler must make exactly the expected calls, in order, and
+//! a restarted controller must not create a second Job. (No cluster runs
+//! here; the real API server path is the gated envtest suite.)
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Request, Response};
+use k8s_openapi::api::batch::v1::Job;
+use kube::client::Body;
+use kube::{Client, Resource};
+use serde_json::{json, Value};
+
+use super::context::{Context, FetchedPackage, OperatorConfig, PackageResolver};
+use super::metrics::Metrics;
+use super::skilljob;
+use crate::api::job::{SkillJob, SkillJobSpec};
+
+type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+
+struct NoPackages;
+impl PackageResolver for NoPackages {
+    fn fetch<'a>(&'a self, _: &'a crate::api::package::OciSource) -> futures::future::BoxFuture<'a, Result<FetchedPackage, String>> {
+        Box::pin(async { Err("not used".to_string()) })
+    }
+}
+
+fn context() -> (Arc<Context>, Handle) {
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(service, "default");
+    let config = OperatorConfig {
+        operator_image: "registry.example/skill-operator@sha256:0000000000000000000000000000000000000000000000000000000000000000".into(),
+        artifact_endpoint: "http://10.96.0.10:8443".into(),
+        operator_namespace: "skill-system".into(),
+        operator_pod_labels: BTreeMap::from([("app.kubernetes.io/name".to_string(), "skill-operator".to_string())]),
+        label_namespaces: false,
+        token_key: b"test-key".to_vec(),
+    };
+    (Arc::new(Context::new(client, Arc::new(Metrics::default()), config, Arc::new(NoPackages))), handle)
+}
+
+const UID: &str = "0f0e0d0c-0b0a-0908-0706-050403020100";
+
+fn skilljob() -> SkillJob {
+    let mut j = SkillJob::new(
+        "report",
+        SkillJobSpec { binding: "weather".into(), script: "scripts/forecast.py".into(), args: vec!["; rm -rf /".into()], inputs: vec![], timeout_seconds: None },
+    );
+    j.metadata.namespace = Some("team".into());
+    j.metadata.uid = Some(UID.into());
+    j.metadata.generation = Some(1);
+    j.metadata.finalizers = Some(vec![skilljob::FINALIZER.into()]);
+    j
+}
+
+fn ready(kind: &str) -> Value {
+    json!([{ "type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z" }])
+        .as_array()
+        .map(|_| json!([{ "type": "Ready", "status": "True", "reason": kind, "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z" }]))
+        .unwrap_or_default()
+}
+
+fn binding() -> Value {
+    json!({
+        "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding",
+        "metadata": { "name": "weather", "namespace": "team" },
+        "spec": { "package": "weather-1", "env": [], "egress": false },
+        "status": { "skillName": "weather", "effectiveEnv": [], "ignoredEnv": [], "conditions": ready("Bound") }
+    })
+}
+
+fn package() -> Value {
+    json!({
+        "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillPackage",
+        "metadata": { "name": "weather-1" },
+        "spec": { "source": { "oci": { "reference": "r/weather@sha256:abc" } },
+                  "runtime": { "interpreter": "python", "image": "python@sha256:1111111111111111111111111111111111111111111111111111111111111111", "allowedScripts": ["scripts/forecast.py"], "timeoutSeconds": 60 } },
+        "status": { "digest": "sha256:abc", "skillName": "weather", "files": 2, "bytes": 10, "requirements": "unknown",
+                    "scripts": [{ "script": "scripts/forecast.py", "interpreter": "python", "env": [], "timeoutSeconds": 30, "allowed": true }],
+                    "problems": [], "conditions": ready("Ready") }
+    })
+}
+
+fn not_found() -> Response<Body> {
+    let status = json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found" });
+    Response::builder().status(404).body(Body::from(serde_json::to_vec(&status).unwrap())).unwrap()
+}
+
+/// Answer a status patch with the object it would produce.
+fn patched(mut body: Value) -> Response<Body> {
+    if body.get("metadata").is_none() {
+        body["metadata"] = json!({ "name": "report", "namespace": "team", "uid": UID });
+        body["spec"] = json!({ "binding": "weather", "script": "scripts/forecast.py" });
+    }
+    ok(body)
+}
+
+fn ok(value: Value) -> Response<Body> {
+    Response::builder().body(Body::from(serde_json::to_vec(&value).unwrap())).unwrap()
+}
+
+async fn body_json(request: Request<Body>) -> Value {
+    let bytes = request.into_body().collect_bytes().await.unwrap();
+    serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+}
+
+/// Expect one request: method and path prefix; answer it.
+async fn expect(handle: &mut Handle, method: &str, path: &str, answer: impl FnOnce(Value) -> Response<Body>) -> Value {
+    let (request, send) = tokio::time::timeout(Duration::from_secs(2), handle.next_request()).await.expect("the reconciler stopped calling the API").expect("service closed");
+    assert_eq!(request.method().as_str(), method, "unexpected call {} {}", request.method(), request.uri());
+    assert!(request.uri().path().starts_with(path), "expected {method} {path}, got {}", request.uri());
+    let body = body_json(request).await;
+    send.send_response(answer(body.clone()));
+    body
+}
+
+/// The reconciler makes no further call (the mock closes when the client is dropped).
+async fn no_more_calls(handle: &mut Handle) {
+    if let Ok(Some((request, _))) = tokio::time::timeout(Duration::from_millis(300), handle.next_request()).await {
+        panic!("unexpected extra call {} {}", request.method(), request.uri());
+    }
+}
+
+#[tokio::test]
+async fn first_reconcile_admits_and_creates_children_then_the_job() {
+    let (ctx, mut handle) = context();
+    let job = Arc::new(skilljob());
+    let name = super::builders::job::job_name(UID);
+    let server = tokio::spawn(async move {
+        expect(&mut handle, "GET", &format!("/apis/batch/v1/namespaces/team/jobs/{name}"), |_| not_found()).await;
+        expect(&mut handle, "GET", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skillbindings/weather", |_| ok(binding())).await;
+        expect(&mut handle, "GET", "/apis/skill-operator.dev/v1alpha1/skillpackages/weather-1", |_| ok(package())).await;
+        expect(&mut handle, "GET", "/api/v1/namespaces/team", |_| {
+            ok(json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "team", "labels": { "pod-security.kubernetes.io/enforce": "restricted" } } }))
+        })
+        .await;
+        let sa = expect(&mut handle, "PATCH", "/api/v1/namespaces/team/serviceaccounts/skill-operator-run", |b| ok(b)).await;
+        assert_eq!(sa["automountServiceAccountToken"], false);
+        let secret = expect(&mut handle, "POST", "/api/v1/namespaces/team/secrets", |b| ok(b)).await;
+        assert_eq!(secret["stringData"]["token"], crate::core::token::job_token(b"test-key", "team", UID));
+        let policy = expect(&mut handle, "PATCH", &format!("/apis/networking.k8s.io/v1/namespaces/team/networkpolicies/{name}"), |b| ok(b)).await;
+        assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
+        let created = expect(&mut handle, "POST", "/apis/batch/v1/namespaces/team/jobs", |b| ok(b)).await;
+        let job: Job = serde_json::from_value(created).unwrap();
+        assert_eq!(job.metadata.name.as_deref(), Some(name.as_str()));
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        assert!(super::builders::pod_security::restricted_violations(&pod).is_empty());
+        let run = pod.containers.iter().find(|c| c.name == "run").unwrap();
+        assert!(run.command.iter().chain(run.args.iter()).flatten().any(|a| a == "; rm -rf /"), "args travel as one argv entry");
+        // Event, then the status.
+        expect(&mut handle, "POST", "/apis/events.k8s.io/v1/namespaces/team/events", |b| ok(b)).await;
+        let status = expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        assert_eq!(status["status"]["phase"], "Pending");
+        assert_eq!(status["status"]["jobName"], json!(name));
+    });
+    skilljob::reconcile(job, ctx).await.expect("reconcile");
+    tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_restarted_controller_finds_its_job_and_creates_none() {
+    let (ctx, mut handle) = context();
+    let mut sj = skilljob();
+    sj.status = Some(crate::api::job::SkillJobStatus { job_name: Some(super::builders::job::job_name(UID)), ..Default::default() });
+    let name = super::builders::job::job_name(UID);
+    let owner = sj.controller_owner_ref(&()).unwrap();
+    let server = tokio::spawn(async move {
+        expect(&mut handle, "GET", &format!("/apis/batch/v1/namespaces/team/jobs/{name}"), |_| {
+            ok(json!({ "apiVersion": "batch/v1", "kind": "Job", "metadata": { "name": name, "namespace": "team", "ownerReferences": [owner] },
+                       "status": { "active": 1 } }))
+        })
+        .await;
+        expect(&mut handle, "PATCH", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies/", |b| ok(b)).await;
+        expect(&mut handle, "GET", "/api/v1/namespaces/team/pods", |_| ok(json!({ "apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [] }))).await;
+        let status = expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        assert_eq!(status["status"]["phase"], "Running");
+        // No POST of a Job may follow.
+        no_more_calls(&mut handle).await;
+    });
+    skilljob::reconcile(Arc::new(sj), ctx).await.expect("reconcile");
+    tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_deleted_job_fails_the_skilljob_visibly_and_is_not_rerun() {
+    let (ctx, mut handle) = context();
+    let mut sj = skilljob();
+    sj.status = Some(crate::api::job::SkillJobStatus { job_name: Some(super::builders::job::job_name(UID)), ..Default::default() });
+    let name = super::builders::job::job_name(UID);
+    let server = tokio::spawn(async move {
+        expect(&mut handle, "GET", &format!("/apis/batch/v1/namespaces/team/jobs/{name}"), |_| not_found()).await;
+        let status = expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        assert_eq!(status["status"]["phase"], "Failed");
+        assert!(status["status"]["message"].as_str().unwrap().contains("not re-run"));
+        expect(&mut handle, "POST", "/apis/events.k8s.io/v1/namespaces/team/events", |b| ok(b)).await;
+    });
+    skilljob::reconcile(Arc::new(sj), ctx).await.expect("reconcile");
+    tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_job_refused_by_the_fence_fails_without_creating_anything() {
+    let (ctx, mut handle) = context();
+    let mut sj = skilljob();
+    sj.spec.script = "scripts/undeclared.py".into();
+    let name = super::builders::job::job_name(UID);
+    let server = tokio::spawn(async move {
+        expect(&mut handle, "GET", &format!("/apis/batch/v1/namespaces/team/jobs/{name}"), |_| not_found()).await;
+        expect(&mut handle, "GET", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skillbindings/weather", |_| ok(binding())).await;
+        expect(&mut handle, "GET", "/apis/skill-operator.dev/v1alpha1/skillpackages/weather-1", |_| ok(package())).await;
+        let status = expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        assert_eq!(status["status"]["phase"], "Failed");
+        assert!(status["status"]["message"].as_str().unwrap().contains("must be declared"));
+        expect(&mut handle, "POST", "/apis/events.k8s.io/v1/namespaces/team/events", |b| ok(b)).await;
+        no_more_calls(&mut handle).await;
+    });
+    skilljob::reconcile(Arc::new(sj), ctx).await.expect("reconcile");
+    tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
+}
