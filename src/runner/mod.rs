@@ -5,6 +5,7 @@
 //! - [`process`]: the local process executor (process group, timeout, caps, uid drop, rlimits).
 //! - [`sandbox`]: bubblewrap wrapping for the local executor.
 
+pub mod launch;
 pub mod local;
 pub mod process;
 pub mod sandbox;

@@ -1,0 +1,337 @@
+#!/usr/bin/env python3
+"""Checks on a `helm template` rendering of charts/skill-operator.
+
+usage: check_rendered.py RENDERED.yaml RELEASE CRD_SOURCE_DIR [--expect KEY=VALUE ...]
+
+Prints one line per check ("ok  <name>" or "FAIL <name>: why") and exits 1
+when any check failed. Checks:
+  restricted     every container, init container and ephemeral container of
+                 every workload passes Pod Security "restricted" (explicit
+                 allowPrivilegeEscalation false, runAsNonRoot with a non-zero
+                 numeric runAsUser, capabilities drop ALL and add nothing but
+                 NET_BIND_SERVICE, seccomp RuntimeDefault/Localhost, allowed
+                 volume types, no host namespaces/ports) plus readOnlyRootFilesystem
+  resources      requests == limits (cpu, memory, ephemeral-storage) everywhere
+  probes         liveness and readiness probes on every container
+  token          automountServiceAccountToken set explicitly on every pod;
+                 true only for the components that call the API
+  names          every cluster-scoped object's name contains the release
+                 name (CRDs excepted: their names are fixed by the API group)
+  crd-keep       every CRD carries helm.sh/resource-policy: keep
+  crd-content    every rendered CRD equals its source in CRD_SOURCE_DIR
+                 (apart from the labels and annotations the chart adds)
+  peer-labels    the controller's --operator-pod-label flags are exactly the
+                 artifacts pods' selector labels (each run's NetworkPolicy
+                 peer), and the artifacts container listens on 8443
+  servicemonitor a ServiceMonitor, when rendered, selects the metrics Service
+                 and names its port
+  expect         --expect checks on the rendering (see EXPECTATIONS)
+"""
+import glob
+import os
+import sys
+
+import yaml
+
+CLUSTER_SCOPED = {
+    "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Namespace",
+    "PriorityClass", "StorageClass", "ValidatingWebhookConfiguration",
+    "MutatingWebhookConfiguration", "PersistentVolume", "IngressClass",
+}
+WORKLOADS = {"Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob", "ReplicaSet", "Pod"}
+RESTRICTED_VOLUMES = {
+    "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
+    "persistentVolumeClaim", "projected", "secret", "image",
+}
+# Components whose pods may carry a ServiceAccount token (they call the API).
+API_COMPONENTS = {"controller", "artifacts"}
+
+failures = []
+passes = []
+
+
+def check(name, problems):
+    if problems:
+        failures.append(name)
+        for p in problems:
+            print(f"FAIL {name}: {p}")
+    else:
+        passes.append(name)
+        print(f"ok   {name}")
+
+
+def pod_spec(obj):
+    kind = obj["kind"]
+    spec = obj.get("spec") or {}
+    if kind == "Pod":
+        return spec
+    if kind == "CronJob":
+        return spec["jobTemplate"]["spec"]["template"]["spec"]
+    return spec["template"]["spec"]
+
+
+def containers(spec):
+    for field in ("initContainers", "containers", "ephemeralContainers"):
+        for c in spec.get(field) or []:
+            yield field, c
+
+
+def restricted_problems(obj):
+    where = f"{obj['kind']}/{obj['metadata']['name']}"
+    spec = pod_spec(obj)
+    psc = spec.get("securityContext") or {}
+    out = []
+    for f in ("hostNetwork", "hostPID", "hostIPC"):
+        if spec.get(f):
+            out.append(f"{where}: {f} is set")
+    for v in spec.get("volumes") or []:
+        kinds = [k for k in v if k != "name"]
+        if not kinds or kinds[0] not in RESTRICTED_VOLUMES:
+            out.append(f"{where}: volume {v.get('name')} of type {kinds} is not allowed")
+    for field, c in containers(spec):
+        cw = f"{where} {field}[{c['name']}]"
+        sc = c.get("securityContext") or {}
+
+        def eff(key):
+            return sc[key] if key in sc else psc.get(key)
+
+        if sc.get("allowPrivilegeEscalation") is not False:
+            out.append(f"{cw}: allowPrivilegeEscalation must be false (explicitly)")
+        if sc.get("privileged"):
+            out.append(f"{cw}: privileged")
+        if eff("runAsNonRoot") is not True:
+            out.append(f"{cw}: runAsNonRoot must be true")
+        uid = eff("runAsUser")
+        if not isinstance(uid, int) or isinstance(uid, bool) or uid == 0:
+            out.append(f"{cw}: runAsUser must be a non-zero number (got {uid!r})")
+        caps = sc.get("capabilities") or {}
+        if "ALL" not in (caps.get("drop") or []):
+            out.append(f"{cw}: capabilities.drop must contain ALL")
+        extra = set(caps.get("add") or []) - {"NET_BIND_SERVICE"}
+        if extra:
+            out.append(f"{cw}: capabilities.add {sorted(extra)}")
+        seccomp = (sc.get("seccompProfile") or psc.get("seccompProfile") or {}).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            out.append(f"{cw}: seccompProfile.type must be RuntimeDefault or Localhost (got {seccomp!r})")
+        if sc.get("readOnlyRootFilesystem") is not True:
+            out.append(f"{cw}: readOnlyRootFilesystem must be true")
+        for p in c.get("ports") or []:
+            if p.get("hostPort"):
+                out.append(f"{cw}: hostPort {p['hostPort']}")
+    return out
+
+
+def resources_problems(obj):
+    where = f"{obj['kind']}/{obj['metadata']['name']}"
+    out = []
+    for field, c in containers(pod_spec(obj)):
+        r = c.get("resources") or {}
+        req, lim = r.get("requests") or {}, r.get("limits") or {}
+        for k in ("cpu", "memory", "ephemeral-storage"):
+            if k not in lim:
+                out.append(f"{where} {field}[{c['name']}]: no {k} limit")
+        if req != lim:
+            out.append(f"{where} {field}[{c['name']}]: requests {req} != limits {lim}")
+    return out
+
+
+def probe_problems(obj):
+    where = f"{obj['kind']}/{obj['metadata']['name']}"
+    out = []
+    for field, c in containers(pod_spec(obj)):
+        if field != "containers":
+            continue
+        for p in ("livenessProbe", "readinessProbe"):
+            path = ((c.get(p) or {}).get("httpGet") or {}).get("path")
+            if path not in ("/healthz", "/readyz"):
+                out.append(f"{where} [{c['name']}]: {p} is not an HTTP probe on /healthz or /readyz")
+    return out
+
+
+def token_problems(obj):
+    where = f"{obj['kind']}/{obj['metadata']['name']}"
+    spec = pod_spec(obj)
+    component = obj["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component")
+    mount = spec.get("automountServiceAccountToken")
+    if mount is None:
+        return [f"{where}: automountServiceAccountToken not set explicitly"]
+    if mount and component not in API_COMPONENTS:
+        return [f"{where}: component {component} gets a ServiceAccount token but does not call the API"]
+    return []
+
+
+def args_of(deploy):
+    return deploy["spec"]["template"]["spec"]["containers"][0].get("args") or []
+
+
+# --expect KEY=VALUE checks: KEY -> function(objs, value) -> list of problems.
+EXPECTATIONS = {}
+
+
+def expect(name):
+    def wrap(fn):
+        EXPECTATIONS[name] = fn
+        return fn
+    return wrap
+
+
+def deployments(objs):
+    return {o["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"]: o
+            for o in objs if o["kind"] == "Deployment"}
+
+
+@expect("image-digest")
+def _(objs, value):
+    want = f"@{value}"
+    return [f"{c['name']}: image {c['image']} is not pinned by {value}"
+            for o in objs if o["kind"] in WORKLOADS for _, c in containers(pod_spec(o))
+            if not c["image"].endswith(want)]
+
+
+@expect("pull-secret")
+def _(objs, value):
+    return [f"{o['metadata']['name']}: no imagePullSecret {value}" for o in objs if o["kind"] in WORKLOADS
+            and {"name": value} not in (pod_spec(o).get("imagePullSecrets") or [])]
+
+
+@expect("kinds")
+def _(objs, value):
+    want = sorted(value.split(","))
+    got = sorted({o["kind"] for o in objs})
+    return [] if got == want else [f"kinds {got}, want {want}"]
+
+
+@expect("controller-arg")
+def _(objs, value):
+    args = args_of(deployments(objs)["controller"])
+    return [] if value in args else [f"controller args {args} lack {value}"]
+
+
+@expect("no-controller-arg")
+def _(objs, value):
+    args = args_of(deployments(objs)["controller"])
+    return [f"controller args contain {a}" for a in args if a.startswith(value)]
+
+
+@expect("artifacts-arg")
+def _(objs, value):
+    args = args_of(deployments(objs)["artifacts"])
+    return [] if value in args else [f"artifacts args {args} lack {value}"]
+
+
+@expect("rule")
+def _(objs, value):
+    # role-suffix:apiGroup:resource:verb1+verb2  (exact verb set)
+    role, group, resource, verbs = value.split(":")
+    for o in objs:
+        if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith(f"-{role}"):
+            got = [sorted(r["verbs"]) for r in o["rules"]
+                   if group in r["apiGroups"] and resource in r["resources"]]
+            want = sorted(verbs.split("+")) if verbs else None
+            if want is None:
+                return [f"{role}: {resource} is granted {got}"] if got else []
+            return [] if got == [want] else [f"{role}: {group}/{resource} verbs {got}, want {want}"]
+    return [] if not verbs else [f"no ClusterRole *-{role}"]
+
+
+@expect("token-key-secret")
+def _(objs, value):
+    out = []
+    for comp in ("controller", "artifacts"):
+        vols = deployments(objs)[comp]["spec"]["template"]["spec"]["volumes"]
+        names = [v["secret"]["secretName"] for v in vols if "secret" in v]
+        if names != [value]:
+            out.append(f"{comp}: secret volumes {names}, want [{value}]")
+    return out
+
+
+def main():
+    rendered, release, crd_dir = sys.argv[1:4]
+    expects = []
+    rest = sys.argv[4:]
+    while rest:
+        flag, kv = rest[0], rest[1]
+        assert flag == "--expect", flag
+        k, _, v = kv.partition("=")
+        assert k in EXPECTATIONS, k
+        expects.append((k, v))
+        rest = rest[2:]
+
+    with open(rendered) as f:
+        objs = [d for d in yaml.safe_load_all(f) if d]
+
+    workloads = [o for o in objs if o["kind"] in WORKLOADS]
+    if not workloads:
+        check("workloads", ["no workloads rendered"])
+    check("restricted", [p for o in workloads for p in restricted_problems(o)])
+    check("resources", [p for o in workloads for p in resources_problems(o)])
+    check("probes", [p for o in workloads if o["kind"] == "Deployment" for p in probe_problems(o)])
+    check("token", [p for o in workloads if o["kind"] == "Deployment" for p in token_problems(o)])
+    check("names", [f"{o['kind']}/{o['metadata']['name']} does not contain the release name {release!r}"
+                    for o in objs if o["kind"] in CLUSTER_SCOPED and o["kind"] != "CustomResourceDefinition"
+                    and release not in o["metadata"]["name"]])
+    crds = [o for o in objs if o["kind"] == "CustomResourceDefinition"]
+    check("crd-keep", [f"{o['metadata']['name']}: annotations {o['metadata'].get('annotations')}"
+                       for o in crds
+                       if (o["metadata"].get("annotations") or {}).get("helm.sh/resource-policy") != "keep"])
+    sources = {}
+    for path in sorted(glob.glob(os.path.join(crd_dir, "*.yaml"))):
+        with open(path) as f:
+            doc = yaml.safe_load(f)
+        sources[doc["metadata"]["name"]] = doc
+    content = []
+    if crds:
+        if sorted(sources) != sorted(o["metadata"]["name"] for o in crds):
+            content.append(f"rendered CRDs {sorted(o['metadata']['name'] for o in crds)} != sources {sorted(sources)}")
+        for o in crds:
+            src = sources.get(o["metadata"]["name"])
+            if src is None:
+                continue
+            a, b = dict(o), dict(src)
+            a["metadata"] = {"name": o["metadata"]["name"]}
+            b["metadata"] = {"name": src["metadata"]["name"]}
+            if a != b:
+                content.append(f"{o['metadata']['name']}: rendered CRD differs from {crd_dir}")
+        check("crd-content", content)
+
+    deps = deployments(objs)
+    peer = []
+    if "controller" in deps and "artifacts" in deps:
+        flags = dict(a.split("=", 1)[1].split("=", 1) for a in args_of(deps["controller"])
+                     if a.startswith("--operator-pod-label="))
+        art = deps["artifacts"]
+        if flags != art["spec"]["selector"]["matchLabels"]:
+            peer.append(f"--operator-pod-label {flags} != artifacts selector {art['spec']['selector']['matchLabels']}")
+        if not flags.items() <= art["spec"]["template"]["metadata"]["labels"].items():
+            peer.append("artifacts pod labels lack some --operator-pod-label")
+        ports = [p["containerPort"] for p in art["spec"]["template"]["spec"]["containers"][0]["ports"]]
+        if ports != [8443]:
+            peer.append(f"artifacts container ports {ports}, want [8443] (the runs' NetworkPolicy port)")
+    else:
+        peer.append("controller or artifacts Deployment missing")
+    check("peer-labels", peer)
+
+    monitors = [o for o in objs if o["kind"] == "ServiceMonitor"]
+    sm = []
+    for m in monitors:
+        sel = m["spec"]["selector"]["matchLabels"]
+        svcs = [s for s in objs if s["kind"] == "Service" and sel.items() <= (s["metadata"].get("labels") or {}).items()]
+        if len(svcs) != 1:
+            sm.append(f"{m['metadata']['name']}: selects {len(svcs)} Services, want 1")
+            continue
+        names = {p.get("name") for p in svcs[0]["spec"]["ports"]}
+        for e in m["spec"]["endpoints"]:
+            if e.get("port") not in names:
+                sm.append(f"{m['metadata']['name']}: endpoint port {e.get('port')} not in {names}")
+    if monitors:
+        check("servicemonitor", sm)
+
+    for k, v in expects:
+        check(f"expect {k}={v}", EXPECTATIONS[k](objs, v))
+
+    print(f"{len(passes)} passed, {len(failures)} failed")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
