@@ -9,5 +9,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/install-test-deps.sh
 cargo build --release --locked
 cargo test --locked --all-targets
+# Gated suites again with their output shown, so a skip is visible in the log.
+cargo test --locked --test envtest -- --nocapture 2>&1 | grep -E "SKIPPED|test result"
 SKILL_OPERATOR_BIN=target/release/skill-operator target/test-deps/venv/bin/pytest tests/e2e -q
 tests/conformance/run.sh

@@ -1,0 +1,172 @@
+//! Starting etcd and kube-apiserver from `KUBEBUILDER_ASSETS` (envtest-style).
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::{Api, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::Client;
+
+use skill_operator::controller::context::{Context, FetchedPackage, OperatorConfig, PackageResolver};
+use skill_operator::controller::metrics::Metrics;
+
+pub fn assets() -> Option<PathBuf> {
+    let dir = PathBuf::from(std::env::var_os("KUBEBUILDER_ASSETS")?);
+    (dir.join("etcd").is_file() && dir.join("kube-apiserver").is_file()).then_some(dir)
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+pub struct Envtest {
+    etcd: Child,
+    apiserver: Child,
+    _dir: tempfile::TempDir,
+    pub client: Client,
+}
+
+impl Drop for Envtest {
+    fn drop(&mut self) {
+        let _ = self.apiserver.kill();
+        let _ = self.etcd.kill();
+        let _ = self.apiserver.wait();
+        let _ = self.etcd.wait();
+    }
+}
+
+impl Envtest {
+    pub async fn start(assets: &Path) -> Envtest {
+        let dir = tempfile::tempdir().unwrap();
+        let (client_port, peer_port, api_port) = (free_port(), free_port(), free_port());
+        let etcd = Command::new(assets.join("etcd"))
+            .args(["--data-dir", dir.path().join("etcd").to_str().unwrap()])
+            .args(["--listen-client-urls", &format!("http://127.0.0.1:{client_port}")])
+            .args(["--advertise-client-urls", &format!("http://127.0.0.1:{client_port}")])
+            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer_port}")])
+            .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer_port}")])
+            .args(["--initial-cluster", &format!("default=http://127.0.0.1:{peer_port}")])
+            .arg("--unsafe-no-fsync")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start etcd");
+        let key = dir.path().join("sa.key");
+        let public = dir.path().join("sa.pub");
+        assert!(Command::new("openssl").args(["genrsa", "-out"]).arg(&key).arg("2048").status().unwrap().success());
+        assert!(Command::new("openssl").args(["rsa", "-in"]).arg(&key).args(["-pubout", "-out"]).arg(&public).status().unwrap().success());
+        let token = "envtest-admin-token";
+        std::fs::write(dir.path().join("tokens.csv"), format!("{token},admin,admin,system:masters\n")).unwrap();
+        let extra: Vec<String> = std::env::var("ENVTEST_APISERVER_FLAGS").unwrap_or_default().split_whitespace().map(String::from).collect();
+        let log = std::fs::File::create(dir.path().join("apiserver.log")).unwrap();
+        let apiserver = Command::new(assets.join("kube-apiserver"))
+            .args(["--etcd-servers", &format!("http://127.0.0.1:{client_port}")])
+            .args(["--cert-dir", dir.path().join("certs").to_str().unwrap()])
+            .args(["--secure-port", &api_port.to_string(), "--bind-address", "127.0.0.1"])
+            .args(["--service-account-issuer", "https://kubernetes.default.svc"])
+            .arg(format!("--service-account-key-file={}", public.display()))
+            .arg(format!("--service-account-signing-key-file={}", key.display()))
+            .arg(format!("--token-auth-file={}", dir.path().join("tokens.csv").display()))
+            .args(["--authorization-mode", "RBAC", "--service-cluster-ip-range", "10.0.0.0/24", "--allow-privileged=false"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start kube-apiserver");
+        let kubeconfig = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: envtest\n  cluster:\n    server: https://127.0.0.1:{api_port}\n    insecure-skip-tls-verify: true\nusers:\n- name: admin\n  user:\n    token: {token}\ncontexts:\n- name: envtest\n  context:\n    cluster: envtest\n    user: admin\ncurrent-context: envtest\n"
+        );
+        let path = dir.path().join("kubeconfig");
+        std::fs::write(&path, kubeconfig).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(Kubeconfig::read_from(&path).unwrap(), &KubeConfigOptions::default()).await.unwrap();
+        let client = Client::try_from(config).unwrap();
+        for _ in 0..120 {
+            if client.apiserver_version().await.is_ok() {
+                return Envtest { etcd, apiserver, _dir: dir, client };
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let log = std::fs::read_to_string(dir.path().join("apiserver.log")).unwrap_or_default();
+        panic!("kube-apiserver did not become ready in 60 s; last log lines:\n{}", log.lines().rev().take(20).collect::<Vec<_>>().join("\n"));
+    }
+}
+
+/// Create the committed CRDs and wait until they are served.
+pub async fn install_crds(client: &Client) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            let crd: CustomResourceDefinition = serde_norway::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            api.create(&PostParams::default(), &crd).await.unwrap();
+        }
+    }
+    wait_for(
+        || async {
+            let list = api.list(&Default::default()).await.ok()?;
+            let established = list
+                .items
+                .iter()
+                .filter(|c| c.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True")))
+                .count();
+            (established >= 3).then_some(())
+        },
+        "the CRDs to be established",
+    )
+    .await;
+}
+
+/// Serves the csv-stats sample as the package behind any reference.
+struct SamplePackage;
+
+impl PackageResolver for SamplePackage {
+    fn fetch<'a>(&'a self, _: &'a skill_operator::api::package::OciSource) -> BoxFuture<'a, Result<FetchedPackage, String>> {
+        Box::pin(async {
+            let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/samples/skills/csv-stats");
+            let archive = skill_operator::core::package::build_from_dir(&dir).map_err(|e| e.to_string())?;
+            Ok(FetchedPackage { digest: skill_operator::core::package::digest(&archive), archive })
+        })
+    }
+}
+
+pub fn spawn_controller(client: Client) -> tokio::task::JoinHandle<()> {
+    let config = OperatorConfig {
+        operator_image: "registry.local/skill-operator@sha256:0000000000000000000000000000000000000000000000000000000000000000".into(),
+        artifact_endpoint: "http://10.0.0.10:8443".into(),
+        operator_namespace: "skill-system".into(),
+        operator_pod_labels: [("app.kubernetes.io/name".to_string(), "skill-operator".to_string())].into(),
+        label_namespaces: false,
+        token_key: b"envtest-key".to_vec(),
+    };
+    let ctx = Arc::new(Context::new(client, Arc::new(Metrics::default()), config, Arc::new(SamplePackage)));
+    tokio::spawn(async move {
+        if let Err(err) = skill_operator::controller::run::run(ctx, "127.0.0.1:0".parse().unwrap()).await {
+            eprintln!("controller stopped: {err:#}");
+        }
+    })
+}
+
+pub fn ready(conditions: &[Condition]) -> Option<()> {
+    conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True").then_some(())
+}
+
+pub async fn wait_for<T, F, Fut>(mut probe: F, what: &str) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    for _ in 0..60 {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    panic!("timed out after 30 s waiting for {what}");
+}
