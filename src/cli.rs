@@ -30,6 +30,11 @@ pub enum Command {
     Serve(ServeArgs),
     /// Print the README's generated reference tables (tools, problem reasons).
     Docs,
+    /// Skill packages: build a deterministic artifact and push it to an OCI registry.
+    #[command(subcommand)]
+    Package(PackageCommand),
+    /// Run the Kubernetes controller (SkillPackage, SkillBinding, SkillJob).
+    Controller(ControllerArgs),
     /// In-pod launcher (the Job's main container): run one script under the fence and record the result.
     Launch(LaunchArgs),
     /// Print the CustomResourceDefinitions (or write one file per CRD into --out).
@@ -86,6 +91,62 @@ pub struct ServeArgs {
     pub read_only: bool,
 }
 
+#[derive(Debug, Subcommand)]
+pub enum PackageCommand {
+    /// Build a package from a skill directory or a ZIP and push it; prints the digest and a SkillPackage.
+    Push(PushArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PushArgs {
+    /// A skill directory (SKILL.md at its root) or a .zip file.
+    #[arg(value_name = "DIR|ZIP")]
+    pub source: PathBuf,
+    /// Inside a ZIP: the folder holding SKILL.md (default: the ZIP's root).
+    #[arg(long, value_name = "PATH")]
+    pub path: Option<String>,
+    /// Registry and repository, e.g. registry.example:5000/skills.
+    #[arg(long, value_name = "HOST/REPO")]
+    pub registry: String,
+    /// Artifact name (default: the skill's name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Tag (default: the skill's metadata.version, else `latest`).
+    #[arg(long)]
+    pub tag: Option<String>,
+    /// Talk plain HTTP to the registry (loopback or in-cluster test registries).
+    #[arg(long)]
+    pub plain_http: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ControllerArgs {
+    /// Metrics and health endpoints.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+    /// This binary's image (init and sidecar containers of every run).
+    #[arg(long, value_name = "IMAGE")]
+    pub operator_image: String,
+    /// The artifact endpoint runs reach (pods have no DNS: an IP, or a name resolved here at start-up).
+    #[arg(long, value_name = "URL")]
+    pub artifact_endpoint: String,
+    /// The operator's namespace (NetworkPolicy peer of every run).
+    #[arg(long, value_name = "NS")]
+    pub operator_namespace: String,
+    /// Labels of the artifact endpoint pods, `key=value` (repeatable).
+    #[arg(long = "operator-pod-label", value_name = "KEY=VALUE")]
+    pub operator_pod_labels: Vec<String>,
+    /// Label namespaces pod-security.kubernetes.io/enforce=restricted when they lack it.
+    #[arg(long)]
+    pub label_namespaces: bool,
+    /// File holding the key per-job artifact tokens derive from.
+    #[arg(long, value_name = "FILE")]
+    pub token_key_file: PathBuf,
+    /// Registries reached over plain HTTP (repeatable).
+    #[arg(long = "plain-http-registry", value_name = "HOST:PORT")]
+    pub plain_http_registries: Vec<String>,
+}
+
 #[derive(Debug, clap::Args)]
 pub struct LaunchArgs {
     /// Where result.json goes (stdout and stderr are written beside it).
@@ -139,6 +200,8 @@ pub fn roots_from(flags: &[PathBuf], lookup: &dyn Fn(&str) -> Option<String>) ->
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve_command(args).await,
+        Command::Package(PackageCommand::Push(args)) => package_push(args).await,
+        Command::Controller(args) => controller_command(args).await,
         Command::Launch(args) => {
             let mut command = args.command.into_iter();
             let program = PathBuf::from(command.next().unwrap_or_default());
@@ -204,6 +267,92 @@ async fn serve_command(args: ServeArgs) -> anyhow::Result<()> {
         None => serve::stdio(state).await,
         Some(addr) => serve::http(state, HttpOptions { addr, allowed_hosts: args.allowed_hosts, allowed_origins: args.allowed_origins }).await,
     }
+}
+
+/// `package push`: build, push, print the digest and a SkillPackage to apply.
+/// Nothing from the package runs: it is read as files only.
+async fn package_push(args: PushArgs) -> anyhow::Result<()> {
+    use crate::core::package;
+    let archive = if args.source.is_dir() {
+        package::build_from_dir(&args.source)?
+    } else {
+        let bytes = std::fs::read(&args.source).with_context(|| format!("cannot read {}", args.source.display()))?;
+        package::build_from_zip(&bytes, args.path.as_deref())?
+    };
+    let dir = tempfile::tempdir()?;
+    package::unpack(&archive, &dir.path().join("pkg"))?;
+    let text = std::fs::read_to_string(dir.path().join("pkg/SKILL.md"))?;
+    let md = crate::core::frontmatter::parse(crate::core::frontmatter::decode(text.as_bytes(), false)?)?;
+    let skill = md.frontmatter.get("name").and_then(|v| v.as_str()).context("SKILL.md has no `name`: a package is named by it")?.to_string();
+    crate::core::spec::servable_name(&skill).map_err(|why| anyhow::anyhow!("SKILL.md `name` {skill:?} cannot be served: it {why}"))?;
+    let description = md.frontmatter.get("description").and_then(|v| v.as_str()).unwrap_or_default().to_string();
+    let version = md.frontmatter.get("metadata").and_then(|m| m.get("version")).and_then(|v| v.as_str()).map(String::from);
+    let name = args.name.unwrap_or_else(|| skill.clone());
+    let tag = args.tag.or(version.clone()).unwrap_or_else(|| "latest".into());
+    let reference = format!("{}/{name}:{tag}", args.registry.trim_end_matches('/'));
+    let config = crate::oci::SkillConfig::for_package(&archive, &skill, &description, version)?;
+    let mut options = crate::oci::RegistryOptions::default();
+    if args.plain_http {
+        options.plain_http.push(crate::oci::registry_of(&reference)?);
+    }
+    let digest = crate::oci::Registry::new(options).push(&reference, &archive, &config).await?;
+    let pinned = format!("{}/{name}@{digest}", args.registry.trim_end_matches('/'));
+    eprintln!("pushed {reference} ({} files, {} bytes)", config.file_count, config.total_bytes);
+    println!("# digest: {digest}");
+    let package = crate::api::SkillPackage::new(
+        &format!("{skill}-{}", &digest.trim_start_matches("sha256:")[..12]),
+        crate::api::SkillPackageSpec {
+            source: crate::api::package::PackageSource { oci: crate::api::package::OciSource { reference: pinned, pull_secret: None, insecure: args.plain_http } },
+            runtime: None,
+        },
+    );
+    print!("{}", serde_norway::to_string(&package)?);
+    Ok(())
+}
+
+/// Run pods have no DNS: a named artifact endpoint is resolved here, once,
+/// and handed to the pods as a hosts entry.
+async fn endpoint_aliases(endpoint: &str) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    let uri: http::Uri = endpoint.parse().with_context(|| format!("--artifact-endpoint {endpoint:?} is not a URL"))?;
+    let host = uri.host().context("--artifact-endpoint has no host")?.trim_matches(['[', ']']).to_string();
+    if host.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(Default::default());
+    }
+    let port = uri.port_u16().unwrap_or(80);
+    let ip = tokio::net::lookup_host((host.as_str(), port))
+        .await
+        .with_context(|| format!("cannot resolve the artifact endpoint host {host}"))?
+        .next()
+        .with_context(|| format!("the artifact endpoint host {host} has no address"))?
+        .ip();
+    Ok([(host, ip.to_string())].into())
+}
+
+/// `controller`: reconcile until SIGTERM.
+async fn controller_command(args: ControllerArgs) -> anyhow::Result<()> {
+    use crate::controller::{context, metrics::Metrics, resolver::OciResolver};
+    crate::oci::install_crypto_provider();
+    let token_key = std::fs::read(&args.token_key_file).with_context(|| format!("cannot read the token key {}", args.token_key_file.display()))?;
+    anyhow::ensure!(token_key.len() >= 32, "the token key in {} is shorter than 32 bytes", args.token_key_file.display());
+    let mut labels = std::collections::BTreeMap::new();
+    for pair in &args.operator_pod_labels {
+        let (k, v) = pair.split_once('=').with_context(|| format!("--operator-pod-label {pair:?}: use key=value"))?;
+        labels.insert(k.to_string(), v.to_string());
+    }
+    let client = kube::Client::try_default().await.context("cannot reach the Kubernetes API (in-cluster config or KUBECONFIG)")?;
+    let host_aliases = endpoint_aliases(&args.artifact_endpoint).await?;
+    let config = context::OperatorConfig {
+        operator_image: args.operator_image,
+        artifact_endpoint: args.artifact_endpoint,
+        operator_namespace: args.operator_namespace,
+        operator_pod_labels: labels,
+        label_namespaces: args.label_namespaces,
+        token_key,
+        host_aliases,
+    };
+    let resolver = std::sync::Arc::new(OciResolver { plain_http: args.plain_http_registries });
+    let ctx = std::sync::Arc::new(context::Context::new(client, std::sync::Arc::new(Metrics::default()), config, resolver));
+    crate::controller::run::run(ctx, args.listen).await
 }
 
 /// Build the execution backend: protect the server's environment, probe

@@ -17,3 +17,5 @@ pub mod samples;
 pub mod serve;
 
 pub mod runner;
+
+pub mod oci;

@@ -39,6 +39,9 @@ pub struct OperatorConfig {
     pub label_namespaces: bool,
     /// The key per-job artifact tokens are derived from.
     pub token_key: Vec<u8>,
+    /// Host name -> IP entries for run pods (they have no DNS), e.g. the
+    /// artifact endpoint's Service name resolved at start-up.
+    pub host_aliases: std::collections::BTreeMap<String, String>,
 }
 
 /// Shared reconciler state.

@@ -37,6 +37,7 @@ fn context() -> (Arc<Context>, Handle) {
         operator_pod_labels: BTreeMap::from([("app.kubernetes.io/name".to_string(), "skill-operator".to_string())]),
         label_namespaces: false,
         token_key: b"test-key".to_vec(),
+        host_aliases: Default::default(),
     };
     (Arc::new(Context::new(client, Arc::new(Metrics::default()), config, Arc::new(NoPackages))), handle)
 }

@@ -13,3 +13,4 @@ pub mod run;
 
 #[cfg(test)]
 mod mock_tests;
+pub mod resolver;

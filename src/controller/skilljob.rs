@@ -297,7 +297,7 @@ fn job_params(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, a: &Admission) 
         labels: labels(),
         egress_proxy: None,
         allow_dns: false,
-        host_aliases: BTreeMap::new(),
+        host_aliases: ctx.config.host_aliases.clone(),
         image_pull_secrets: Vec::new(),
     }
 }

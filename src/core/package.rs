@@ -167,6 +167,8 @@ pub enum PackageError {
     TooManyFiles { limit: usize },
     #[error("more than {limit} directories; flatten the tree")]
     TooManyDirs { limit: usize },
+    #[error("the ZIP lists the same file name twice; re-create it")]
+    DuplicateZipNames,
     #[error("ZIP has {entries} entries; at most {limit} are read")]
     TooManyZipEntries { entries: usize, limit: usize },
     #[error("ZIP entry {path} expands more than {limit}:1 (compressed {compressed} bytes); looks like a decompression bomb, store it uncompressed or leave it out")]
@@ -603,6 +605,10 @@ pub fn build_from_zip_with(zip_bytes: &[u8], subdir: Option<&str>, limits: &Limi
     if archive.len() > entry_limit {
         return Err(PackageError::TooManyZipEntries { entries: archive.len(), limit: entry_limit });
     }
+    // The reader keeps one of two same-named records; refuse instead.
+    if archive.has_duplicate_names() {
+        return Err(PackageError::DuplicateZipNames);
+    }
 
     // Pass 1: metadata only.
     let mut infos = Vec::with_capacity(archive.len());
@@ -922,21 +928,34 @@ pub fn unpack(bytes: &[u8], dest: &Path) -> Result<Vec<FileEntry>> {
     unpack_with(bytes, dest, &Limits::DEFAULT)
 }
 
-/// Extracts a package into `dest`, which must be an existing empty
-/// directory. Files are created with `create_new` (never through an
-/// existing path) as 0644/0755, directories as 0755. Every check of
-/// [`manifest_with`] applies while streaming; on any error everything
-/// written so far is removed and `dest` is left empty. Returns the listing.
+/// Extracts a package into `dest`: an empty directory, or a path that does
+/// not exist yet (its parent must; it is created 0755). Files are created
+/// with `create_new` (never through an existing path) as 0644/0755,
+/// directories as 0755. Every check of [`manifest_with`] applies while
+/// streaming; on any error everything written so far is removed (and a
+/// `dest` this call created, too). Returns the listing.
 pub fn unpack_with(bytes: &[u8], dest: &Path, limits: &Limits) -> Result<Vec<FileEntry>> {
-    let meta = fs::symlink_metadata(dest).map_err(|source| PackageError::Read { path: dest.into(), source })?;
-    if !meta.is_dir() {
-        return Err(PackageError::NotADirectory { path: dest.into() });
-    }
-    if fs::read_dir(dest).map_err(|source| PackageError::Read { path: dest.into(), source })?.next().is_some() {
-        return Err(PackageError::DestinationNotEmpty { path: dest.into() });
-    }
+    let created = match fs::symlink_metadata(dest) {
+        Ok(meta) => {
+            if !meta.is_dir() {
+                return Err(PackageError::NotADirectory { path: dest.into() });
+            }
+            if fs::read_dir(dest).map_err(|source| PackageError::Read { path: dest.into(), source })?.next().is_some() {
+                return Err(PackageError::DestinationNotEmpty { path: dest.into() });
+            }
+            false
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            fs::create_dir(dest).map_err(|source| PackageError::Write { path: dest.into(), source })?;
+            set_mode(dest, 0o755)?;
+            true
+        }
+        Err(source) => return Err(PackageError::Read { path: dest.into(), source }),
+    };
     let result = unpack_inner(bytes, dest, limits);
-    if result.is_err() {
+    if result.is_err() && created {
+        let _ = fs::remove_dir_all(dest);
+    } else if result.is_err() {
         if let Ok(rd) = fs::read_dir(dest) {
             for e in rd.flatten() {
                 let p = e.path();

@@ -144,6 +144,7 @@ pub fn spawn_controller(client: Client) -> tokio::task::JoinHandle<()> {
         operator_pod_labels: [("app.kubernetes.io/name".to_string(), "skill-operator".to_string())].into(),
         label_namespaces: false,
         token_key: b"envtest-key".to_vec(),
+        host_aliases: Default::default(),
     };
     let ctx = Arc::new(Context::new(client, Arc::new(Metrics::default()), config, Arc::new(SamplePackage)));
     tokio::spawn(async move {
