@@ -12,4 +12,6 @@ cargo test --locked --all-targets
 # Gated suites again with their output shown, so a skip is visible in the log.
 cargo test --locked --test envtest -- --nocapture 2>&1 | grep -E "SKIPPED|test result"
 SKILL_OPERATOR_BIN=target/release/skill-operator target/test-deps/venv/bin/pytest tests/e2e -q
+bash tests/chart/test_chart.sh
+bash tests/kind/run.sh
 tests/conformance/run.sh
