@@ -26,7 +26,7 @@ NS=skills-e2e
 
 "$HELM" upgrade --install skill-operator "$ROOT/charts/skill-operator" -n skill-system --create-namespace --wait \
   --set image.repository="${SKILL_OPERATOR_IMAGE%:*}" --set image.tag="${SKILL_OPERATOR_IMAGE##*:}" \
-  --set artifacts.registry="$REGISTRY" --set artifacts.plainHttp=true
+  --set artifacts.registry="$REGISTRY" --set artifacts.insecureRegistry=true
 
 push() { "$BIN" package push "$ROOT/config/samples/skills/$1" --registry "$REGISTRY" --tag e2e --plain-http | grep -v '^#' ; }
 "$KUBECTL" apply -f - <<YAML
