@@ -35,6 +35,12 @@ pub enum Command {
     Package(PackageCommand),
     /// Run the Kubernetes controller (SkillPackage, SkillBinding, SkillJob).
     Controller(ControllerArgs),
+    /// In-pod init container: download the job's package and inputs, copy this binary for the launcher.
+    Fetch(FetchArgs),
+    /// In-pod native sidecar: wait for the result, upload outputs, write the digest to the termination log.
+    Upload(UploadArgs),
+    /// The artifact endpoint: job packages, inputs and outputs kept in an OCI registry.
+    Artifacts(ArtifactsArgs),
     /// In-pod launcher (the Job's main container): run one script under the fence and record the result.
     Launch(LaunchArgs),
     /// Print the CustomResourceDefinitions (or write one file per CRD into --out).
@@ -148,6 +154,79 @@ pub struct ControllerArgs {
 }
 
 #[derive(Debug, clap::Args)]
+pub struct JobArgs {
+    /// Artifact endpoint base URL, API version included (an IP: pods have no DNS), e.g. http://10.96.0.10:8443/v1.
+    #[arg(long, value_name = "URL")]
+    pub endpoint: String,
+    /// The SkillJob's namespace (pods get no service-account mount to read it from).
+    #[arg(long, value_name = "NS")]
+    pub namespace: String,
+    /// The SkillJob's UID.
+    #[arg(long, value_name = "UID")]
+    pub job: String,
+    /// File holding the per-job token.
+    #[arg(long, value_name = "FILE", default_value = "/var/run/skill-operator/token")]
+    pub token_file: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct FetchArgs {
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// Where the package is unpacked (empty).
+    #[arg(long, value_name = "DIR")]
+    pub package: PathBuf,
+    /// Where input files go.
+    #[arg(long, value_name = "DIR")]
+    pub work: PathBuf,
+    /// Where this binary is copied as skill-operator (for the launcher).
+    #[arg(long, value_name = "DIR")]
+    pub tools: PathBuf,
+    /// Refuse a package whose sha256 differs (sha256:<hex>).
+    #[arg(long, value_name = "DIGEST")]
+    pub package_digest: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct UploadArgs {
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// The work directory whose regular files are uploaded.
+    #[arg(long, value_name = "DIR")]
+    pub work: PathBuf,
+    /// The launcher's result.json (stdout and stderr are next to it).
+    #[arg(long, value_name = "FILE")]
+    pub result: PathBuf,
+    /// Where the digest line goes.
+    #[arg(long, value_name = "FILE", default_value = "/dev/termination-log")]
+    pub termination_log: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ArtifactsArgs {
+    #[arg(long, default_value = "0.0.0.0:8443")]
+    pub listen: SocketAddr,
+    /// Registry and repository for job artifacts, e.g. registry.example:5000/skill-operator/jobs.
+    #[arg(long, value_name = "HOST/REPO")]
+    pub registry: String,
+    /// Talk plain HTTP to the registry (test registries only).
+    #[arg(long, alias = "insecure-registry")]
+    pub plain_http: bool,
+    /// Registry credentials: a docker config JSON (a kubernetes.io/dockerconfigjson Secret's key).
+    #[arg(long, value_name = "FILE")]
+    pub registry_config: Option<PathBuf>,
+    /// File holding the key job tokens derive from (the controller's).
+    #[arg(long, value_name = "FILE")]
+    pub token_key_file: PathBuf,
+    /// Where request bodies are spooled (default: the system temp dir).
+    #[arg(long, value_name = "DIR")]
+    pub spool_dir: Option<PathBuf>,
+    /// MiB of file data all requests may hold in memory together.
+    #[arg(long, default_value_t = 1024)]
+    pub memory_budget_mib: u32,
+}
+
+#[derive(Debug, clap::Args)]
 pub struct LaunchArgs {
     /// Where result.json goes (stdout and stderr are written beside it).
     #[arg(long, value_name = "FILE")]
@@ -202,6 +281,36 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(args) => serve_command(args).await,
         Command::Package(PackageCommand::Push(args)) => package_push(args).await,
         Command::Controller(args) => controller_command(args).await,
+        Command::Fetch(a) => {
+            use crate::artifacts::client::{self, Endpoint, FetchOptions};
+            crate::oci::install_crypto_provider();
+            let endpoint = Endpoint::with_token_file(a.job.endpoint, a.job.namespace, a.job.job, &a.job.token_file)?;
+            let opts = FetchOptions {
+                endpoint,
+                package_dir: a.package,
+                work_dir: a.work,
+                tools_dir: Some(a.tools),
+                expect_package_digest: a.package_digest,
+                limits: crate::artifacts::ArtifactLimits::DEFAULT,
+            };
+            let r = client::fetch(&opts).await?;
+            eprintln!("fetched package {} ({} files) and {} inputs", r.package_digest, r.package_files, r.inputs.len());
+            Ok(())
+        }
+        Command::Upload(a) => {
+            use crate::artifacts::client::{self, Endpoint, UploadOptions};
+            // First: a SIGTERM (the kubelet's, after the main container exits)
+            // must never meet the default action before the upload is done.
+            let stop = client::stop_signal()?;
+            crate::oci::install_crypto_provider();
+            let endpoint = Endpoint::with_token_file(a.job.endpoint, a.job.namespace, a.job.job, &a.job.token_file)?;
+            let mut opts = UploadOptions::new(endpoint, a.work, a.result);
+            opts.termination_log = Some(a.termination_log);
+            let r = client::run_upload_sidecar(&opts, stop).await?;
+            eprintln!("uploaded: {}", r.termination_message);
+            Ok(())
+        }
+        Command::Artifacts(a) => artifacts_command(a).await,
         Command::Launch(args) => {
             let mut command = args.command.into_iter();
             let program = PathBuf::from(command.next().unwrap_or_default());
@@ -328,6 +437,39 @@ async fn endpoint_aliases(endpoint: &str) -> anyhow::Result<std::collections::BT
     Ok([(host, ip.to_string())].into())
 }
 
+/// `artifacts`: serve the artifact endpoint until SIGTERM.
+async fn artifacts_command(a: ArtifactsArgs) -> anyhow::Result<()> {
+    use crate::artifacts::server::{self, AppState, ServerConfig};
+    let mut stop = crate::artifacts::client::stop_signal()?;
+    crate::oci::install_crypto_provider();
+    let key = std::fs::read(&a.token_key_file).with_context(|| format!("cannot read the token key {}", a.token_key_file.display()))?;
+    let mut cfg = ServerConfig::new(a.registry, key);
+    cfg.plain_http = a.plain_http;
+    if let Some(path) = &a.registry_config {
+        let json = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let host = cfg.registry.split('/').next().unwrap_or_default().to_string();
+        cfg.registry_auth = crate::oci::Auth::from_docker_config(&json, &host)?;
+    }
+    cfg.spool_dir = a.spool_dir;
+    cfg.memory_budget_mib = a.memory_budget_mib;
+    let state = AppState::new(cfg).map_err(anyhow::Error::msg)?;
+    let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("cannot listen on {}", a.listen))?;
+    eprintln!("skill-operator: artifact endpoint on {}", listener.local_addr()?);
+    server::serve(
+        listener,
+        state,
+        async move {
+            while !*stop.borrow() {
+                if stop.changed().await.is_err() {
+                    break;
+                }
+            }
+        },
+    )
+    .await?;
+    Ok(())
+}
+
 /// `controller`: reconcile until SIGTERM.
 async fn controller_command(args: ControllerArgs) -> anyhow::Result<()> {
     use crate::controller::{context, metrics::Metrics, resolver::OciResolver};
@@ -341,9 +483,14 @@ async fn controller_command(args: ControllerArgs) -> anyhow::Result<()> {
     }
     let client = kube::Client::try_default().await.context("cannot reach the Kubernetes API (in-cluster config or KUBECONFIG)")?;
     let host_aliases = endpoint_aliases(&args.artifact_endpoint).await?;
+    // Pods call the endpoint's versioned API.
+    let artifact_endpoint = match args.artifact_endpoint.trim_end_matches('/') {
+        e if e.ends_with("/v1") => e.to_string(),
+        e => format!("{e}/v1"),
+    };
     let config = context::OperatorConfig {
         operator_image: args.operator_image,
-        artifact_endpoint: args.artifact_endpoint,
+        artifact_endpoint,
         operator_namespace: args.operator_namespace,
         operator_pod_labels: labels,
         label_namespaces: args.label_namespaces,
@@ -351,7 +498,8 @@ async fn controller_command(args: ControllerArgs) -> anyhow::Result<()> {
         host_aliases,
     };
     let resolver = std::sync::Arc::new(OciResolver { plain_http: args.plain_http_registries });
-    let ctx = std::sync::Arc::new(context::Context::new(client, std::sync::Arc::new(Metrics::default()), config, resolver));
+    let artifacts = std::sync::Arc::new(context::HttpArtifacts::new(&config.artifact_endpoint, &config.token_key));
+    let ctx = std::sync::Arc::new(context::Context::new(client, std::sync::Arc::new(Metrics::default()), config, resolver, artifacts));
     crate::controller::run::run(ctx, args.listen).await
 }
 

@@ -19,3 +19,5 @@ pub mod serve;
 pub mod runner;
 
 pub mod oci;
+
+pub mod artifacts;

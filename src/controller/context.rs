@@ -52,12 +52,13 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub config: Arc<OperatorConfig>,
     pub resolver: Arc<dyn PackageResolver>,
+    pub artifacts: Arc<dyn ArtifactStore>,
 }
 
 impl Context {
-    pub fn new(client: Client, metrics: Arc<Metrics>, config: OperatorConfig, resolver: Arc<dyn PackageResolver>) -> Self {
+    pub fn new(client: Client, metrics: Arc<Metrics>, config: OperatorConfig, resolver: Arc<dyn PackageResolver>, artifacts: Arc<dyn ArtifactStore>) -> Self {
         let recorder = Recorder::new(client.clone(), Reporter { controller: "skill-operator".into(), instance: std::env::var("POD_NAME").ok() });
-        Context { client, recorder, metrics, config: Arc::new(config), resolver }
+        Context { client, recorder, metrics, config: Arc::new(config), resolver, artifacts }
     }
 }
 
@@ -72,6 +73,8 @@ pub enum Error {
     Unpack(String),
     #[error("{0}")]
     InUse(String),
+    #[error("artifact endpoint: {0}")]
+    Artifacts(String),
     #[error("object has no {0}")]
     Missing(&'static str),
     #[error("could not encode: {0}")]
@@ -86,9 +89,68 @@ impl Error {
             Error::Unpack(_) => "unpack",
             Error::Missing(_) => "missing",
             Error::InUse(_) => "in-use",
+            Error::Artifacts(_) => "artifacts",
             Error::Encode(_) => "encode",
         }
     }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Where a run's files live: the controller stages a job's package before
+/// the Job starts and removes the job's artifacts when the SkillJob goes.
+pub trait ArtifactStore: Send + Sync {
+    fn stage_package<'a>(&'a self, namespace: &'a str, uid: &'a str, archive: Vec<u8>) -> BoxFuture<'a, Result<(), String>>;
+    fn delete<'a>(&'a self, namespace: &'a str, uid: &'a str) -> BoxFuture<'a, Result<(), String>>;
+}
+
+/// The artifact endpoint over HTTP, with the operator credential.
+pub struct HttpArtifacts {
+    pub base: String,
+    pub bearer: String,
+    pub http: reqwest::Client,
+}
+
+impl HttpArtifacts {
+    pub fn new(base: &str, key: &[u8]) -> Self {
+        HttpArtifacts { base: base.trim_end_matches('/').to_string(), bearer: crate::artifacts::operator_bearer(key), http: reqwest::Client::new() }
+    }
+
+    async fn check(response: Result<reqwest::Response, reqwest::Error>, what: &str) -> Result<(), String> {
+        let response = response.map_err(|e| format!("{what}: the artifact endpoint is unreachable: {e}"))?;
+        if response.status().is_success() || response.status() == reqwest::StatusCode::NOT_FOUND && what.starts_with("delete") {
+            return Ok(());
+        }
+        let status = response.status();
+        let body = response.text().await.unwrap_or_default();
+        Err(format!("{what}: the artifact endpoint answered {status}: {}", body.chars().take(300).collect::<String>()))
+    }
+}
+
+impl ArtifactStore for HttpArtifacts {
+    fn stage_package<'a>(&'a self, namespace: &'a str, uid: &'a str, archive: Vec<u8>) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            let url = format!("{}/jobs/{namespace}/{uid}/package", self.base);
+            Self::check(self.http.put(url).header("Authorization", &self.bearer).body(archive).send().await, "stage the package").await
+        })
+    }
+
+    fn delete<'a>(&'a self, namespace: &'a str, uid: &'a str) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            let url = format!("{}/jobs/{namespace}/{uid}", self.base);
+            Self::check(self.http.delete(url).header("Authorization", &self.bearer).send().await, "delete the job's artifacts").await
+        })
+    }
+}
+
+/// An artifact store that keeps nothing (tests without an endpoint).
+pub struct NoArtifacts;
+
+impl ArtifactStore for NoArtifacts {
+    fn stage_package<'a>(&'a self, _: &'a str, _: &'a str, _: Vec<u8>) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn delete<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+}

@@ -301,6 +301,17 @@ pub fn is_final(phase: SkillJobPhase) -> bool {
     !matches!(phase, SkillJobPhase::Pending | SkillJobPhase::Running)
 }
 
+/// `registry/repo:tag` or `registry/repo@sha256:…` pinned to `digest`
+/// (a port in the registry host is not a tag).
+pub fn pinned_reference(reference: &str, digest: &str) -> String {
+    let name = reference.split('@').next().unwrap_or(reference);
+    let repo = match name.rsplit_once(':') {
+        Some((repo, tag)) if !tag.contains('/') => repo,
+        _ => name,
+    };
+    format!("{repo}@{digest}")
+}
+
 /// The namespace label Pod Security admission reads.
 pub const PSS_ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";
 

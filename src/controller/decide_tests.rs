@@ -247,3 +247,11 @@ fn namespace_pss_label() {
     labels.insert(PSS_ENFORCE_LABEL.to_string(), "restricted".to_string());
     assert!(namespace_is_restricted(Some(&labels)));
 }
+
+#[test]
+fn references_are_pinned_to_the_resolved_digest() {
+    assert_eq!(pinned_reference("reg:5000/skills/pdf:1.0", "sha256:ab"), "reg:5000/skills/pdf@sha256:ab");
+    assert_eq!(pinned_reference("reg:5000/skills/pdf", "sha256:ab"), "reg:5000/skills/pdf@sha256:ab");
+    assert_eq!(pinned_reference("reg/skills/pdf@sha256:old", "sha256:ab"), "reg/skills/pdf@sha256:ab");
+    assert_eq!(pinned_reference("reg/pdf:1@sha256:old", "sha256:ab"), "reg/pdf@sha256:ab");
+}

@@ -20,10 +20,11 @@ use crate::api::job::{SkillJob, SkillJobSpec};
 
 type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
 
+/// Answers every fetch with a fixed archive (the registry is not the subject here).
 struct NoPackages;
 impl PackageResolver for NoPackages {
     fn fetch<'a>(&'a self, _: &'a crate::api::package::OciSource) -> futures::future::BoxFuture<'a, Result<FetchedPackage, String>> {
-        Box::pin(async { Err("not used".to_string()) })
+        Box::pin(async { Ok(FetchedPackage { digest: "sha256:abc".into(), archive: vec![1, 2, 3] }) })
     }
 }
 
@@ -39,7 +40,7 @@ fn context() -> (Arc<Context>, Handle) {
         token_key: b"test-key".to_vec(),
         host_aliases: Default::default(),
     };
-    (Arc::new(Context::new(client, Arc::new(Metrics::default()), config, Arc::new(NoPackages))), handle)
+    (Arc::new(Context::new(client, Arc::new(Metrics::default()), config, Arc::new(NoPackages), Arc::new(super::context::NoArtifacts))), handle)
 }
 
 const UID: &str = "0f0e0d0c-0b0a-0908-0706-050403020100";

@@ -115,6 +115,13 @@ async fn apply(sj: &SkillJob, ctx: &Context) -> Result<Action> {
         status.skill = Some(admission.skill.clone());
         check_namespace(ctx, &ns, &mut status, generation).await?;
         ensure_children(ctx, sj, &ns, &uid, &admission).await?;
+        // The package the pod fetches: exactly the pinned digest, staged for this job.
+        if let Some(package) = &package {
+            let mut source = package.spec.source.oci.clone();
+            source.reference = super::decide::pinned_reference(&source.reference, &admission.digest);
+            let fetched = ctx.resolver.fetch(&source).await.map_err(Error::Artifacts)?;
+            ctx.artifacts.stage_package(&ns, &uid, fetched.archive).await.map_err(Error::Artifacts)?;
+        }
         let params = job_params(ctx, sj, &ns, &uid, &admission);
         if let Err(err) = params.validate() {
             set_phase(&mut status, SkillJobPhase::Failed, "InvalidJob", format!("the Job cannot be built: {err}"), generation);
@@ -326,8 +333,7 @@ async fn pods_alive(ctx: &Context, ns: &str, uid: &str) -> Result<bool> {
 }
 
 /// Deletion: stop the run (delete the Job and its pods), confirm the stop,
-/// then let the SkillJob go. Artifacts go with it (the artifact endpoint
-/// deletes a job's files when its SkillJob no longer exists).
+/// delete the job's artifacts, then let the SkillJob go.
 async fn cleanup(sj: &SkillJob, ctx: &Context) -> Result<Action> {
     let ns = sj.namespace().ok_or(Error::Missing("namespace"))?;
     let uid = sj.uid().ok_or(Error::Missing("uid"))?;
@@ -346,6 +352,8 @@ async fn cleanup(sj: &SkillJob, ctx: &Context) -> Result<Action> {
         }
         return Err(Error::InUse("the run's pod has not stopped yet".into()));
     }
+    // The pod is gone: its inputs and outputs go with the SkillJob.
+    ctx.artifacts.delete(&ns, &uid).await.map_err(Error::Artifacts)?;
     Ok(Action::await_change())
 }
 

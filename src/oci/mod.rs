@@ -34,6 +34,10 @@
 //! `application/octet-stream` layer per file, sorted by path, each with its
 //! path in `org.opencontainers.image.title` (what `oras pull` expects).
 //! Same caps as packages: 32 MiB per file, 128 MiB total, 2,000 files.
+//! A set is pushed whole ([`Registry::push_blob_set`]) or file by file
+//! ([`Registry::push_set_blob`] then [`Registry::push_set_manifest`], which
+//! keeps only one file in memory), and read whole or file by file
+//! ([`Registry::blob_set`] then [`Registry::pull_set_file`]).
 //!
 //! # Trust
 //! Manifests are fetched with a bounded GET (cap [`OciLimits::max_manifest_bytes`])
@@ -89,6 +93,10 @@ pub const ANNOTATION_VERSION: &str = "org.opencontainers.image.version";
 
 /// Blobs uploaded or downloaded at once.
 const CONCURRENCY: usize = 4;
+/// A login (the `/v2/` challenge and any token) is reused this long:
+/// oci-client keeps tokens at least 60 s unless they say otherwise, and a
+/// job file set read file by file would otherwise log in once per file.
+const LOGIN_REUSE: Duration = Duration::from_secs(20);
 
 /// Caps on what a pull downloads, checked before and while downloading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -308,6 +316,38 @@ pub struct PulledSkill {
     pub format: ArtifactFormat,
 }
 
+/// One file of a job file set, as its manifest lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetFile {
+    /// Relative `/`-separated path (the layer's `org.opencontainers.image.title`).
+    pub path: String,
+    pub size: u64,
+    /// `sha256:<hex>` of the content.
+    pub digest: String,
+}
+
+impl SetFile {
+    fn descriptor(&self) -> OciDescriptor {
+        OciDescriptor {
+            media_type: JOB_FILE_MEDIA_TYPE.into(),
+            digest: self.digest.clone(),
+            size: i64::try_from(self.size).unwrap_or(i64::MAX),
+            annotations: Some(BTreeMap::from([(ANNOTATION_TITLE.to_string(), self.path.clone())])),
+            ..Default::default()
+        }
+    }
+}
+
+/// A job file set's manifest, read by [`Registry::blob_set`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobSet {
+    /// `sha256:…` of the manifest.
+    pub digest: String,
+    /// Sorted by path.
+    pub files: Vec<SetFile>,
+    pub annotations: BTreeMap<String, String>,
+}
+
 /// Why a push or pull failed.
 #[derive(Debug, thiserror::Error)]
 pub enum OciError {
@@ -365,11 +405,16 @@ impl AnyManifest {
     }
 }
 
+/// (registry, repository, push): a login's scope; remembered with when it
+/// happened and the bearer token got.
+type LoginKey = (String, String, bool);
+
 /// A client for one set of [`RegistryOptions`].
 pub struct Registry {
     client: Client,
     http: reqwest::Client,
     opts: RegistryOptions,
+    logins: std::sync::Mutex<BTreeMap<LoginKey, (std::time::Instant, Option<String>)>>,
 }
 
 impl Registry {
@@ -390,7 +435,7 @@ impl Registry {
             .redirect(reqwest::redirect::Policy::limited(5))
             .build()
             .expect("reqwest client with static settings");
-        Registry { client: Client::new(config), http, opts }
+        Registry { client: Client::new(config), http, opts, logins: Default::default() }
     }
 
     pub fn limits(&self) -> &OciLimits {
@@ -631,6 +676,28 @@ impl Registry {
     /// path and size is checked from the manifest before any download.
     pub async fn pull_blob_set(&self, reference: &str) -> Result<(String, Vec<(String, Vec<u8>)>)> {
         let r = parse_ref(reference)?;
+        let set = self.blob_set(reference).await?;
+        let fetched = futures::stream::iter(set.files)
+            .map(|f| {
+                let r = &r;
+                async move {
+                    let data = self.fetch_blob(r, &f.descriptor(), &format!("job file {}", f.path)).await?;
+                    Ok::<_, OciError>((f.path, data))
+                }
+            })
+            .buffered(CONCURRENCY)
+            .collect::<Vec<_>>()
+            .await;
+        let mut files = fetched.into_iter().collect::<Result<Vec<_>>>()?;
+        files.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok((set.digest, files))
+    }
+
+    /// Reads a job file set's manifest without downloading any file: the
+    /// same checks as [`Registry::pull_blob_set`] (artifact type, titles,
+    /// sha256 digests, path rules, caps). Files sorted by path.
+    pub async fn blob_set(&self, reference: &str) -> Result<BlobSet> {
+        let r = parse_ref(reference)?;
         let token = self.authenticate(&r, RegistryOperation::Pull).await?;
         let (body, digest) = self.fetch_manifest(&r, token.as_deref()).await?;
         let m = parse_manifest(reference, &body)?;
@@ -646,7 +713,7 @@ impl Registry {
         if m.layers.len() > lim.max_files {
             return Err(PackageError::TooManyFiles { limit: lim.max_files }.into());
         }
-        let mut named = Vec::with_capacity(m.layers.len());
+        let mut files = Vec::with_capacity(m.layers.len());
         for l in &m.layers {
             let path = l
                 .annotations
@@ -658,39 +725,134 @@ impl Registry {
                     detail: format!("layer {} has no {ANNOTATION_TITLE} annotation", l.digest),
                 })?;
             check_digest(&l.digest)?;
-            if l.size < 0 {
-                return Err(OciError::InvalidManifest { reference: reference.into(), detail: "negative size".into() });
-            }
-            named.push((path, l));
+            let size = u64::try_from(l.size)
+                .map_err(|_| OciError::InvalidManifest { reference: reference.into(), detail: "negative size".into() })?;
+            files.push(SetFile { path, size, digest: l.digest.clone() });
         }
-        package::check_file_set(named.iter().map(|(p, l)| (p.as_str(), l.size as u64)), lim)?;
+        package::check_file_set(files.iter().map(|f| (f.path.as_str(), f.size)), lim)?;
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(BlobSet { digest, files, annotations: m.annotations })
+    }
 
-        let fetched = futures::stream::iter(named)
-            .map(|(path, l)| {
-                let r = &r;
-                async move {
-                    let data = self.fetch_blob(r, l, &format!("job file {path}")).await?;
-                    Ok::<_, OciError>((path, data))
-                }
-            })
-            .buffered(CONCURRENCY)
-            .collect::<Vec<_>>()
-            .await;
-        let mut files = fetched.into_iter().collect::<Result<Vec<_>>>()?;
-        files.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok((digest, files))
+    /// Downloads one file of a job file set (as listed by
+    /// [`Registry::blob_set`]): its size is capped by the descriptor and its
+    /// sha256 checked against it.
+    pub async fn pull_set_file(&self, reference: &str, file: &SetFile) -> Result<Vec<u8>> {
+        let r = parse_ref(reference)?;
+        let lim = &self.opts.limits.files;
+        if file.size > lim.max_file_bytes {
+            return Err(OciError::TooLarge { what: format!("job file {}", file.path), size: file.size, limit: lim.max_file_bytes });
+        }
+        self.authenticate(&r, RegistryOperation::Pull).await?;
+        self.fetch_blob(&r, &file.descriptor(), &format!("job file {}", file.path)).await
+    }
+
+    /// Uploads one blob into the reference's repository (skipped when the
+    /// registry has it already) and returns its digest; for building a job
+    /// file set file by file with [`Registry::push_set_manifest`].
+    pub async fn push_set_blob(&self, reference: &str, data: &[u8]) -> Result<String> {
+        let r = parse_ref(reference)?;
+        let lim = &self.opts.limits.files;
+        if data.len() as u64 > lim.max_file_bytes {
+            return Err(OciError::TooLarge { what: "job file".into(), size: data.len() as u64, limit: lim.max_file_bytes });
+        }
+        self.authenticate(&r, RegistryOperation::Push).await?;
+        let digest = sha256_digest(data);
+        self.upload(&r, data, &digest).await?;
+        Ok(digest)
+    }
+
+    /// Writes a job file set manifest over blobs already pushed (with
+    /// [`Registry::push_set_blob`]); returns the manifest digest. Paths and
+    /// caps are checked as in [`Registry::push_blob_set`]. `annotations`
+    /// go on the manifest: distinct annotations keep two sets with the same
+    /// files from sharing one manifest (and one fate on delete).
+    pub async fn push_set_manifest(
+        &self,
+        reference: &str,
+        mut files: Vec<SetFile>,
+        annotations: BTreeMap<String, String>,
+    ) -> Result<String> {
+        let r = parse_ref(reference)?;
+        package::check_file_set(files.iter().map(|f| (f.path.as_str(), f.size)), &self.opts.limits.files)?;
+        for f in &files {
+            check_digest(&f.digest)?;
+        }
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        self.authenticate(&r, RegistryOperation::Push).await?;
+        self.upload(&r, b"{}", OCI_EMPTY_DIGEST).await?;
+        let manifest = OciImageManifest {
+            schema_version: 2,
+            media_type: Some(OCI_MANIFEST_MEDIA_TYPE.into()),
+            config: OciDescriptor {
+                media_type: OCI_EMPTY_MEDIA_TYPE.into(),
+                digest: OCI_EMPTY_DIGEST.into(),
+                size: 2,
+                ..Default::default()
+            },
+            layers: files.iter().map(SetFile::descriptor).collect(),
+            subject: None,
+            artifact_type: Some(JOB_FILES_ARTIFACT_TYPE.into()),
+            annotations: if annotations.is_empty() { None } else { Some(annotations) },
+        };
+        self.put_manifest(&r, &manifest).await
+    }
+
+    /// Deletes the manifest a reference resolves to (by digest, which
+    /// distribution requires; every tag on that manifest goes with it).
+    /// `Ok(false)` when there is nothing to delete. Blobs stay until the
+    /// registry's garbage collection runs. The registry must allow deletes
+    /// (distribution: `storage.delete.enabled: true`).
+    pub async fn delete(&self, reference: &str) -> Result<bool> {
+        let r = parse_ref(reference)?;
+        let token = self.authenticate(&r, RegistryOperation::Push).await?;
+        let digest = match self.fetch_manifest(&r, token.as_deref()).await {
+            Ok((_, d)) => d,
+            Err(OciError::NotFound { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let registry = r.resolve_registry().to_string();
+        let scheme = if self.opts.plain_http.iter().any(|h| h == &registry) { "http" } else { "https" };
+        let url = format!("{scheme}://{registry}/v2/{}/manifests/{digest}", r.repository());
+        let mut req = self.http.delete(&url);
+        match (token.as_deref(), &self.opts.auth) {
+            (Some(t), _) => req = req.bearer_auth(t),
+            (None, Auth::Basic { username, password }) => req = req.basic_auth(username, Some(password)),
+            (None, _) => {}
+        }
+        let resp = req.send().await.map_err(|e| map_reqwest_error(&r, e))?;
+        let status = resp.status();
+        match status {
+            s if s.is_success() => Ok(true),
+            reqwest::StatusCode::NOT_FOUND => Ok(false),
+            reqwest::StatusCode::UNAUTHORIZED | reqwest::StatusCode::FORBIDDEN => {
+                Err(OciError::Auth { registry, detail: format!("HTTP {status} on DELETE {url}") })
+            }
+            reqwest::StatusCode::METHOD_NOT_ALLOWED => Err(OciError::Registry {
+                reference: r.whole(),
+                detail: "the registry does not allow deletes (distribution: set storage.delete.enabled: true)".into(),
+            }),
+            _ => Err(OciError::Registry { reference: r.whole(), detail: format!("HTTP {status} on DELETE {url}") }),
+        }
     }
 
     // -- plumbing -----------------------------------------------------------
 
     /// Logs in: asks `/v2/` and, when the registry answers with a bearer
     /// challenge, gets a token (oci-client caches it for blob calls; the
-    /// manifest GET gets it passed). Also the "is it up" check.
+    /// manifest GET gets it passed). Reused for [`LOGIN_REUSE`] per
+    /// repository and operation; a registry that went down is still noticed
+    /// by the request that follows.
     async fn authenticate(&self, r: &Reference, op: RegistryOperation) -> Result<Option<String>> {
-        self.client
-            .auth(r, &self.opts.auth.to_oci(), op)
-            .await
-            .map_err(|e| map_oci_error(r, e))
+        let key = (r.resolve_registry().to_string(), r.repository().to_string(), matches!(op, RegistryOperation::Push));
+        if let Some((at, token)) = self.logins.lock().unwrap().get(&key) {
+            if at.elapsed() < LOGIN_REUSE {
+                return Ok(token.clone());
+            }
+        }
+        let token = self.client.auth(r, &self.opts.auth.to_oci(), op).await.map_err(|e| map_oci_error(r, e))?;
+        self.logins.lock().unwrap().insert(key, (std::time::Instant::now(), token.clone()));
+        Ok(token)
     }
 
     async fn upload(&self, r: &Reference, data: &[u8], digest: &str) -> Result<()> {

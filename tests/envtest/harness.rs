@@ -146,7 +146,7 @@ pub fn spawn_controller(client: Client) -> tokio::task::JoinHandle<()> {
         token_key: b"envtest-key".to_vec(),
         host_aliases: Default::default(),
     };
-    let ctx = Arc::new(Context::new(client, Arc::new(Metrics::default()), config, Arc::new(SamplePackage)));
+    let ctx = Arc::new(Context::new(client, Arc::new(Metrics::default()), config, Arc::new(SamplePackage), Arc::new(skill_operator::controller::context::NoArtifacts)));
     tokio::spawn(async move {
         if let Err(err) = skill_operator::controller::run::run(ctx, "127.0.0.1:0".parse().unwrap()).await {
             eprintln!("controller stopped: {err:#}");

@@ -1,0 +1,392 @@
+//! The artifact endpoint and its two pod-side clients: how a run's files get
+//! into and out of a pod that can reach nothing else.
+//!
+//! - [`server`]: `skill-operator artifacts`, an axum service in front of an
+//!   OCI registry. The gateway/controller stage a job's package and inputs
+//!   there; the pod fetches them and uploads its outputs; the controller
+//!   reads the outputs back and deletes everything when the SkillJob goes.
+//! - [`client`]: `skill-operator fetch` (init container) and
+//!   `skill-operator upload` (native sidecar), as library functions.
+//!
+//! # Why an endpoint at all (and not the registry directly)
+//! A run pod has no DNS, no service-account token and a NetworkPolicy that
+//! allows exactly one peer: this endpoint, addressed by IP. Giving the pod
+//! registry credentials would let a script read every other job's files
+//! (registries authorise per repository, not per tag); the endpoint instead
+//! holds the registry credentials itself and lets each pod touch its own
+//! job only. It also keeps registry specifics (auth flows, TLS, token
+//! services) out of the pod.
+//!
+//! # Credentials (token scoping)
+//! A job's token is `core::token::job_token(key, namespace, uid)`: an HMAC
+//! the endpoint checks without any lookup or state. The controller writes it
+//! into the job's Secret, mounted only into `fetch` and `upload`, never into
+//! the `run` container: the script cannot read it, so it cannot replay it.
+//! A token is good for one job: a pod cannot name another job's files even
+//! if it guesses the UID.
+//!
+//! The gateway and controller use the **operator credential**:
+//! [`operator_token`]`(key)` = `job_token(key, "", "operator")`, i.e. the
+//! HMAC of `"/operator"`. No job token can equal it: namespaces are never
+//! empty, so a job's HMAC input `"<ns>/<uid>"` never starts with `/`. Anyone
+//! holding the key can mint every token anyway, so the operator credential
+//! adds no new secret: processes that have the key file derive it.
+//!
+//! `Authorization: Bearer <credential>`, where the credential is one of
+//! - `job:<namespace>:<uid>:<token>` (what [`client`] sends),
+//! - `operator:<token>` (gateway, controller),
+//! - a bare `<token>`: accepted when it is the route's job token or the
+//!   operator token.
+//!
+//! The named forms let the endpoint tell a forged or wrong token (401) from
+//! a genuine token used on another job's route or for an action its role
+//! lacks (403). Namespace and UID are checked as names first (DNS label;
+//! `[A-Za-z0-9-]{1,48}`) so no `/` or `:` can shift the HMAC input.
+//!
+//! | route                                       | own job token | operator |
+//! |---------------------------------------------|:-------------:|:--------:|
+//! | `GET /v1/jobs/{ns}/{uid}/package`           | yes           | yes      |
+//! | `GET .../inputs`, `GET .../inputs/{*path}`  | yes           | yes      |
+//! | `PUT .../outputs`                           | yes           | no       |
+//! | `PUT .../package`, `PUT .../inputs[/{*path}]` | no          | yes      |
+//! | `GET .../outputs`, `GET .../outputs/{*path}`| no            | yes      |
+//! | `DELETE /v1/jobs/{ns}/{uid}`                | no            | yes      |
+//!
+//! # Storage
+//! One registry repository (`--registry HOST/REPO`), three tags per job:
+//! `job_<ns>_<uid>_package` (a skill artifact as `oci::Registry::push`
+//! writes it, config name `job_<ns>_<uid>`), `job_<ns>_<uid>_inputs` and
+//! `job_<ns>_<uid>_outputs` (job file sets, annotated with the job and the
+//! kind, so two jobs with identical files still get distinct manifests and
+//! deleting one never untags the other). `_` cannot occur in a namespace or
+//! UID, so tags never collide. Every pull is verified by `oci::Registry`:
+//! manifest digests, blob sizes and sha256 against the descriptors; a blob
+//! changed in the registry's storage fails the request with 502
+//! `digest_mismatch`. Deleting removes the manifests; blobs go with the
+//! registry's garbage collection.
+//!
+//! # Transfer format
+//! Single files travel as raw bodies (`application/octet-stream`) with an
+//! `X-Content-Digest: sha256:<hex>` header; clients check size and digest
+//! against it (and against the inputs manifest) while streaming to disk.
+//! Batches (`PUT .../outputs`, and `PUT .../inputs` for staging many files)
+//! are one uncompressed POSIX/GNU tar (`application/x-tar`) of regular files
+//! (directory entries are ignored, anything else is refused):
+//! - inputs: entries are the input paths as they appear under `/work`;
+//! - outputs: `result/result.json`, `result/stdout`, `result/stderr`,
+//!   `work/<path>` for each file under `/work`, and last `manifest.json`
+//!   ([`OutputManifest`]): it lists every other entry with size and digest,
+//!   plus the files not uploaded and why. The endpoint refuses the batch
+//!   unless the entries and the manifest agree exactly. Its sha256 is the
+//!   digest `upload` writes to the termination log, and `GET .../outputs`
+//!   returns those exact bytes, so the controller can tie what the pod said
+//!   to what is stored.
+//!
+//! Tar because it streams in both directions with known sizes up front,
+//! needs no extra dependency (the `tar` crate packs skills already), and any
+//! tool can produce or inspect it. The upload streams the tar straight from
+//! the files (the sidecar has a 128 MiB memory limit, the same as the
+//! largest batch); the endpoint streams the body to a temporary spool file
+//! under an explicit byte limit (the axum body limit above 128 MiB applies
+//! to the two batch routes only), then pushes one file at a time, so memory
+//! per request stays at one file, never the batch.
+//!
+//! # Caps ([`ArtifactLimits::DEFAULT`])
+//! 32 MiB per file, 128 MiB per job, 2,000 files: the package caps, so
+//! whatever a run can produce fits what a skill may ship, and the 128 MiB
+//! batch fits the pod's ephemeral storage. `upload` applies them itself
+//! (over-cap files are reported in the manifest, not sent); the endpoint
+//! applies them again (413) because a pod is not trusted; `fetch` applies
+//! them to what the endpoint announces before downloading anything.
+
+pub mod client;
+pub mod server;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+pub use crate::oci::SetFile;
+
+/// Subject of the operator credential (see the module docs).
+pub const OPERATOR_SUBJECT: &str = "operator";
+/// Sha256 of a single-file body, `sha256:<hex>`.
+pub const HEADER_CONTENT_DIGEST: &str = "x-content-digest";
+/// The OCI manifest digest of the file set a file was served from; pass it
+/// back as `?set=` to pin later reads to the same set.
+pub const HEADER_SET_DIGEST: &str = "x-set-digest";
+/// Content type of batch bodies.
+pub const TAR_CONTENT_TYPE: &str = "application/x-tar";
+
+/// Entry names inside the outputs set (and the outputs tar).
+pub const MANIFEST_PATH: &str = "manifest.json";
+pub const RESULT_PREFIX: &str = "result/";
+pub const WORK_PREFIX: &str = "work/";
+/// The result files `upload` sends (next to `--result`, as the launcher writes them).
+pub const RESULT_FILES: [&str; 3] = ["result.json", "stdout", "stderr"];
+
+/// Every bound of the artifact path. Tests shrink some; the CLI uses
+/// [`ArtifactLimits::DEFAULT`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArtifactLimits {
+    /// Bytes per input or output file.
+    pub max_file_bytes: u64,
+    /// Bytes of all input files, or of all output files, of one job.
+    pub max_total_bytes: u64,
+    /// Input files, or output files, per job.
+    pub max_files: usize,
+    /// Directories implied by the file paths of one set.
+    pub max_dirs: usize,
+    /// The compressed package (content cap plus tar and gzip overhead).
+    pub max_package_bytes: u64,
+    /// `result.json`.
+    pub max_result_bytes: u64,
+    /// `stdout` / `stderr` each (the launcher keeps 1 MiB).
+    pub max_stream_bytes: u64,
+    /// The outputs `manifest.json`.
+    pub max_manifest_bytes: u64,
+    /// Skipped files listed by name in the manifest; the rest are counted.
+    pub max_skipped_listed: usize,
+    /// Directory entries `upload` looks at before it stops walking.
+    pub max_walk_entries: usize,
+}
+
+impl ArtifactLimits {
+    pub const DEFAULT: ArtifactLimits = ArtifactLimits {
+        max_file_bytes: crate::core::package::MAX_FILE_BYTES,
+        max_total_bytes: crate::core::package::MAX_TOTAL_BYTES,
+        max_files: crate::core::package::MAX_FILES,
+        max_dirs: crate::core::package::MAX_DIRS,
+        max_package_bytes: crate::oci::OciLimits::DEFAULT.max_package_bytes,
+        max_result_bytes: 64 * 1024,
+        max_stream_bytes: 2 * 1024 * 1024,
+        max_manifest_bytes: 8 * 1024 * 1024,
+        max_skipped_listed: 1_000,
+        max_walk_entries: 100_000,
+    };
+
+    /// Package-style limits for the files of one input or output set (paths
+    /// relative to /work).
+    pub fn file_set(&self) -> crate::core::package::Limits {
+        crate::core::package::Limits {
+            max_file_bytes: self.max_file_bytes,
+            max_total_bytes: self.max_total_bytes,
+            max_files: self.max_files,
+            max_dirs: self.max_dirs,
+            ..crate::core::package::Limits::DEFAULT
+        }
+    }
+
+    /// Largest body of a batch PUT: every file at its cap plus the result
+    /// files, the manifest and tar overhead (a 512-byte header, up to 511
+    /// bytes of padding and a GNU long-name record of at most 2 KiB per
+    /// entry, plus slack).
+    pub fn max_batch_body_bytes(&self) -> u64 {
+        let entries = self.max_files as u64 + 4;
+        self.max_total_bytes
+            + self.max_result_bytes
+            + 2 * self.max_stream_bytes
+            + self.max_manifest_bytes
+            + entries * (512 + 512 + 2048)
+            + 1024 * 1024
+    }
+}
+
+impl Default for ArtifactLimits {
+    fn default() -> Self {
+        ArtifactLimits::DEFAULT
+    }
+}
+
+/// The operator credential's token (see the module docs).
+pub fn operator_token(key: &[u8]) -> String {
+    crate::core::token::job_token(key, "", OPERATOR_SUBJECT)
+}
+
+/// `Authorization` value for a job's own requests.
+pub fn job_bearer(namespace: &str, uid: &str, token: &str) -> String {
+    format!("Bearer job:{namespace}:{uid}:{}", token.trim())
+}
+
+/// `Authorization` value for the gateway and controller.
+pub fn operator_bearer(key: &[u8]) -> String {
+    format!("Bearer operator:{}", operator_token(key))
+}
+
+/// A namespace as Kubernetes allows it (RFC 1123 label).
+pub fn check_namespace(ns: &str) -> Result<(), String> {
+    let ok = !ns.is_empty()
+        && ns.len() <= 63
+        && ns.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !ns.starts_with('-')
+        && !ns.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("namespace {ns:?} is not a Kubernetes namespace name (lowercase RFC 1123 label, at most 63 characters)"))
+    }
+}
+
+/// A job UID: Kubernetes UIDs are UUIDs; allow `[A-Za-z0-9-]{1,48}` so
+/// the tag `job_<ns>_<uid>_outputs` stays within 128 characters.
+pub fn check_uid(uid: &str) -> Result<(), String> {
+    if !uid.is_empty() && uid.len() <= 48 && uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        Ok(())
+    } else {
+        Err(format!("job uid {uid:?} is not a UID ([A-Za-z0-9-], 1 to 48 characters)"))
+    }
+}
+
+/// What a tag holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArtifactKind {
+    Package,
+    Inputs,
+    Outputs,
+}
+
+impl ArtifactKind {
+    pub const ALL: [ArtifactKind; 3] = [ArtifactKind::Package, ArtifactKind::Inputs, ArtifactKind::Outputs];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ArtifactKind::Package => "package",
+            ArtifactKind::Inputs => "inputs",
+            ArtifactKind::Outputs => "outputs",
+        }
+    }
+}
+
+/// The tag of one of a job's artifacts (namespace and UID already checked).
+pub fn tag(namespace: &str, uid: &str, kind: ArtifactKind) -> String {
+    format!("job_{namespace}_{uid}_{}", kind.as_str())
+}
+
+/// Annotation on job file sets naming their job (`<ns>/<uid>`).
+pub const ANNOTATION_JOB: &str = "dev.skill-operator.job";
+/// Annotation on job file sets naming their kind (`inputs`, `outputs`).
+pub const ANNOTATION_KIND: &str = "dev.skill-operator.kind";
+
+/// `GET .../inputs`: the job's input files. `digest` is the set's OCI
+/// manifest digest (pass it as `?set=` when fetching the files); `None` and
+/// no files when nothing was staged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InputsManifest {
+    pub digest: Option<String>,
+    pub files: Vec<SetFile>,
+}
+
+/// The outputs `manifest.json` that `upload` writes as the batch's last entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OutputManifest {
+    /// Always 1.
+    pub schema_version: u32,
+    pub namespace: String,
+    pub uid: String,
+    /// `result.json` was there (false: the sidecar was stopped before the
+    /// launcher finished, and uploaded what existed).
+    pub complete: bool,
+    /// Every uploaded entry (`result/...`, `work/...`), sorted by path.
+    pub files: Vec<SetFile>,
+    /// Files found but not uploaded, in walk order (at most
+    /// [`ArtifactLimits::max_skipped_listed`]).
+    pub skipped: Vec<Skipped>,
+    /// Skipped files beyond those listed.
+    #[serde(default)]
+    pub skipped_omitted: u64,
+}
+
+impl OutputManifest {
+    /// Bytes of the `work/` files.
+    pub fn work_bytes(&self) -> u64 {
+        self.files.iter().filter(|f| f.path.starts_with(WORK_PREFIX)).map(|f| f.size).sum()
+    }
+
+    pub fn skipped_total(&self) -> u64 {
+        self.skipped.len() as u64 + self.skipped_omitted
+    }
+}
+
+/// A file `upload` did not send.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Skipped {
+    /// As it would have been stored (`work/...`, `result/...`); names that
+    /// are not UTF-8 are shown lossily.
+    pub path: String,
+    pub reason: SkipReason,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+}
+
+/// Why a file was not uploaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SkipReason {
+    /// A symlink: never followed (it could point at anything in the container).
+    Symlink,
+    /// A FIFO, socket or device.
+    NotRegular,
+    /// Not UTF-8, or breaks the path rules (control characters, over 1,024 bytes...).
+    BadName,
+    /// Differs only in case from a file already taken.
+    CaseCollision,
+    /// Nested deeper than 32 levels (the directory is not descended).
+    TooDeep,
+    /// Over the per-file cap.
+    FileTooLarge,
+    /// Would pass the per-job byte cap.
+    TotalTooLarge,
+    /// Past the per-job file count.
+    FileLimit,
+    /// Would pass the directory count.
+    DirLimit,
+    /// The walk stopped here: too many directory entries.
+    WalkLimit,
+    /// Could not be read.
+    Unreadable,
+}
+
+/// JSON error body of every non-2xx answer: `{"error":{"code","message"}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    pub code: String,
+    pub message: String,
+}
+
+/// `sha256:<hex>`.
+pub fn sha256_digest(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// The line `upload` writes to the termination log: the manifest digest and
+/// counts; never more than a few hundred bytes (the kubelet keeps 4 KiB).
+pub fn termination_message(manifest_digest: &str, m: &OutputManifest) -> String {
+    format!(
+        "{manifest_digest} files={} bytes={} skipped={} complete={}",
+        m.files.len(),
+        m.files.iter().map(|f| f.size).sum::<u64>(),
+        m.skipped_total(),
+        m.complete
+    )
+}
+
+/// An error line for the termination log, cut below 4 KiB.
+pub fn termination_error(message: &str) -> String {
+    let mut s = format!("error: {message}");
+    if s.len() > 3 * 1024 {
+        let mut cut = 3 * 1024;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str("...");
+    }
+    s.replace('\n', " ")
+}

@@ -1,0 +1,911 @@
+//! The artifact endpoint against a real registry (`/usr/bin/docker-registry`
+//! on a loopback port per test), with `fetch` and `upload` as library calls
+//! and, where the process matters (round trip, SIGTERM), as the real binary.
+
+#[path = "oci/common.rs"]
+mod common;
+
+use std::net::SocketAddr;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::TestRegistry;
+use serde_json::Value;
+use skill_operator::artifacts::client::{self, ClientError, Endpoint, FetchOptions, UploadOptions};
+use skill_operator::artifacts::server::{self, AppState, ServerConfig};
+use skill_operator::artifacts::{
+    self, sha256_digest, ArtifactLimits, InputsManifest, OutputManifest, SetFile, SkipReason,
+};
+use skill_operator::core::package;
+use skill_operator::core::token::job_token;
+use skill_operator::runner::launch::LaunchResult;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const KEY: &[u8] = b"0123456789abcdef0123456789abcdef-artifact-tests";
+const NS: &str = "team-a";
+const UID: &str = "3f1c2b9e-0d4a-4c55-9a7e-1b2c3d4e5f60";
+const OTHER_UID: &str = "9a8b7c6d-0000-4000-8000-000000000001";
+const BIN: &str = env!("CARGO_BIN_EXE_skill-operator");
+const MIB: u64 = 1024 * 1024;
+
+struct Env {
+    reg: Option<TestRegistry>,
+    addr: SocketAddr,
+    base: String,
+    http: reqwest::Client,
+    limits: ArtifactLimits,
+    _spool: tempfile::TempDir,
+}
+
+async fn start() -> Env {
+    start_with(ArtifactLimits::DEFAULT).await
+}
+
+async fn start_with(limits: ArtifactLimits) -> Env {
+    let reg = TestRegistry::start().await;
+    let registry = format!("{}/jobs", reg.addr);
+    serve(Some(reg), registry, limits).await
+}
+
+/// An endpoint whose registry is a closed port: any registry access is a 503.
+async fn start_without_registry() -> Env {
+    serve(None, "127.0.0.1:1/jobs".into(), ArtifactLimits::DEFAULT).await
+}
+
+async fn serve(reg: Option<TestRegistry>, registry: String, limits: ArtifactLimits) -> Env {
+    skill_operator::oci::install_crypto_provider();
+    let spool = tempfile::tempdir().unwrap();
+    let mut cfg = ServerConfig::new(registry, KEY.to_vec());
+    cfg.plain_http = true;
+    cfg.limits = limits;
+    cfg.spool_dir = Some(spool.path().into());
+    let state = AppState::new(cfg).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(server::serve(listener, state, std::future::pending()));
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    Env { reg, addr, base: format!("http://{addr}/v1"), http, limits, _spool: spool }
+}
+
+fn op() -> String {
+    artifacts::operator_bearer(KEY)
+}
+
+fn job(ns: &str, uid: &str) -> String {
+    artifacts::job_bearer(ns, uid, &job_token(KEY, ns, uid))
+}
+
+fn csv_stats_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("config/samples/skills/csv-stats")
+}
+
+impl Env {
+    fn reg(&self) -> &TestRegistry {
+        self.reg.as_ref().unwrap()
+    }
+
+    fn url(&self, tail: &str) -> String {
+        format!("{}/jobs/{tail}", self.base)
+    }
+
+    fn endpoint(&self, ns: &str, uid: &str) -> Endpoint {
+        Endpoint::new(&self.base, ns, uid, job_token(KEY, ns, uid)).unwrap()
+    }
+
+    async fn send(&self, method: reqwest::Method, tail: &str, auth: Option<&str>, body: Option<Vec<u8>>) -> (u16, Vec<u8>) {
+        let mut req = self.http.request(method, self.url(tail));
+        if let Some(a) = auth {
+            req = req.header("authorization", a);
+        }
+        if let Some(b) = body {
+            req = req.body(b);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.bytes().await.unwrap().to_vec())
+    }
+
+    async fn get(&self, tail: &str, auth: &str) -> (u16, Vec<u8>) {
+        self.send(reqwest::Method::GET, tail, Some(auth), None).await
+    }
+
+    async fn put(&self, tail: &str, auth: &str, body: Vec<u8>) -> (u16, Value) {
+        let (s, b) = self.send(reqwest::Method::PUT, tail, Some(auth), Some(body)).await;
+        (s, serde_json::from_slice(&b).unwrap_or(Value::Null))
+    }
+
+    async fn stage_package(&self, ns: &str, uid: &str) -> Vec<u8> {
+        let pkg = package::build_from_dir(&csv_stats_dir()).unwrap();
+        let (s, v) = self.put(&format!("{ns}/{uid}/package"), &op(), pkg.clone()).await;
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(v["packageDigest"], package::digest(&pkg));
+        pkg
+    }
+
+    async fn put_input(&self, ns: &str, uid: &str, path: &str, data: Vec<u8>) -> (u16, Value) {
+        self.put(&format!("{ns}/{uid}/inputs/{path}"), &op(), data).await
+    }
+}
+
+fn error_code(body: &[u8]) -> String {
+    let v: Value = serde_json::from_slice(body).unwrap_or_else(|_| panic!("not a JSON error: {}", String::from_utf8_lossy(body)));
+    v["error"]["code"].as_str().unwrap_or_else(|| panic!("no error.code in {v}")).to_string()
+}
+
+fn tar_of(entries: &[(String, Vec<u8>)]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (path, data) in entries {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        h.set_entry_type(tar::EntryType::Regular);
+        b.append_data(&mut h, path, data.as_slice()).unwrap();
+    }
+    b.into_inner().unwrap()
+}
+
+/// The manifest `upload` would write for these entries.
+fn manifest_for(ns: &str, uid: &str, entries: &[(String, Vec<u8>)]) -> Vec<u8> {
+    let mut files: Vec<SetFile> =
+        entries.iter().map(|(p, d)| SetFile { path: p.clone(), size: d.len() as u64, digest: sha256_digest(d) }).collect();
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    let m = OutputManifest {
+        schema_version: 1,
+        namespace: ns.into(),
+        uid: uid.into(),
+        complete: true,
+        files,
+        skipped: vec![],
+        skipped_omitted: 0,
+    };
+    serde_json::to_vec(&m).unwrap()
+}
+
+/// An outputs batch whose manifest matches its entries.
+fn outputs_tar(ns: &str, uid: &str, entries: &[(String, Vec<u8>)]) -> Vec<u8> {
+    let mut all = entries.to_vec();
+    all.push(("manifest.json".into(), manifest_for(ns, uid, entries)));
+    tar_of(&all)
+}
+
+struct PodDirs {
+    _root: tempfile::TempDir,
+    package: PathBuf,
+    work: PathBuf,
+    tools: PathBuf,
+    result: PathBuf,
+    token: PathBuf,
+    termination_log: PathBuf,
+}
+
+fn pod_dirs(ns: &str, uid: &str) -> PodDirs {
+    let root = tempfile::tempdir().unwrap();
+    let p = |n: &str| root.path().join(n);
+    for d in ["package", "work", "tools", "result", "token"] {
+        std::fs::create_dir(p(d)).unwrap();
+    }
+    std::fs::write(p("token/token"), job_token(KEY, ns, uid)).unwrap();
+    PodDirs {
+        package: p("package"),
+        work: p("work"),
+        tools: p("tools"),
+        result: p("result"),
+        token: p("token/token"),
+        termination_log: p("termination-log"),
+        _root: root,
+    }
+}
+
+fn fetch_opts(env: &Env, ns: &str, uid: &str, d: &PodDirs) -> FetchOptions {
+    FetchOptions {
+        endpoint: env.endpoint(ns, uid),
+        package_dir: d.package.clone(),
+        work_dir: d.work.clone(),
+        tools_dir: Some(d.tools.clone()),
+        expect_package_digest: None,
+        limits: env.limits,
+    }
+}
+
+fn upload_opts(env: &Env, ns: &str, uid: &str, d: &PodDirs) -> UploadOptions {
+    let mut o = UploadOptions::new(env.endpoint(ns, uid), d.work.clone(), d.result.join("result.json"));
+    o.termination_log = Some(d.termination_log.clone());
+    o.limits = env.limits;
+    o.poll_interval = Duration::from_millis(50);
+    o.attempts = 1;
+    o
+}
+
+/// A stop channel that never fires (the result file is already there).
+fn no_stop() -> tokio::sync::watch::Receiver<bool> {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    std::mem::forget(tx);
+    rx
+}
+
+async fn outputs_manifest(env: &Env, ns: &str, uid: &str) -> (OutputManifest, Vec<u8>) {
+    let (s, body) = env.get(&format!("{ns}/{uid}/outputs"), &op()).await;
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&body));
+    (serde_json::from_slice(&body).unwrap(), body)
+}
+
+/// What the launcher would write: a real run of the csv-stats script.
+async fn simulate_launch(d: &PodDirs, input: &str) -> std::process::Output {
+    let started = Instant::now();
+    let out = tokio::process::Command::new("python3")
+        .arg(d.package.join("scripts/stats.py"))
+        .arg(input)
+        .current_dir(&d.work)
+        .output()
+        .await
+        .expect("python3");
+    // The script's "output file": what a skill would leave in /work.
+    std::fs::create_dir_all(d.work.join("out")).unwrap();
+    std::fs::write(d.work.join("out/stats.json"), &out.stdout).unwrap();
+    std::fs::write(d.result.join("stdout"), &out.stdout).unwrap();
+    std::fs::write(d.result.join("stderr"), &out.stderr).unwrap();
+    let r = LaunchResult {
+        exit_code: out.status.code(),
+        signal: None,
+        timed_out: false,
+        duration_ms: started.elapsed().as_millis() as u64,
+        stdout_bytes: out.stdout.len() as u64,
+        stderr_bytes: out.stderr.len() as u64,
+        stdout_truncated: false,
+        stderr_truncated: false,
+        error: None,
+    };
+    let tmp = d.result.join("result.partial");
+    std::fs::write(&tmp, serde_json::to_vec(&r).unwrap()).unwrap();
+    std::fs::rename(tmp, d.result.join("result.json")).unwrap();
+    out
+}
+
+fn spawn_upload(env: &Env, ns: &str, uid: &str, d: &PodDirs) -> tokio::process::Child {
+    tokio::process::Command::new(BIN)
+        .args(["upload", "--endpoint", &env.base, "--namespace", ns, "--job", uid])
+        .arg("--work")
+        .arg(&d.work)
+        .arg("--result")
+        .arg(d.result.join("result.json"))
+        .arg("--token-file")
+        .arg(&d.token)
+        .arg("--termination-log")
+        .arg(&d.termination_log)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+fn sigterm(child: &tokio::process::Child) {
+    let pid = child.id().expect("running") as libc::pid_t;
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+}
+
+async fn wait_for_file(p: &Path, within: Duration) {
+    let deadline = Instant::now() + within;
+    while !p.exists() {
+        assert!(Instant::now() < deadline, "{} did not appear within {within:?}", p.display());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+// -- the round trip -----------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_trip_stage_fetch_run_upload_read_back() {
+    let env = start().await;
+    let pkg = env.stage_package(NS, UID).await;
+    let csv = std::fs::read(csv_stats_dir().join("assets/example.csv")).unwrap();
+    let (s, v) = env.put_input(NS, UID, "data/input.csv", csv.clone()).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["file"]["digest"], sha256_digest(&csv));
+
+    // fetch: the real binary, as the init container runs it.
+    let d = pod_dirs(NS, UID);
+    let out = tokio::process::Command::new(BIN)
+        .args(["fetch", "--endpoint", &env.base, "--namespace", NS, "--job", UID])
+        .arg("--package")
+        .arg(&d.package)
+        .arg("--work")
+        .arg(&d.work)
+        .arg("--tools")
+        .arg(&d.tools)
+        .arg("--token-file")
+        .arg(&d.token)
+        .arg("--package-digest")
+        .arg(package::digest(&pkg))
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "fetch failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read(d.work.join("data/input.csv")).unwrap(), csv);
+    assert_eq!(
+        std::fs::read(d.package.join("scripts/stats.py")).unwrap(),
+        std::fs::read(csv_stats_dir().join("scripts/stats.py")).unwrap()
+    );
+    assert_eq!(std::fs::metadata(d.package.join("scripts/stats.py")).unwrap().permissions().mode() & 0o777, 0o755);
+    let tool = d.tools.join("skill-operator");
+    assert_eq!(std::fs::metadata(&tool).unwrap().permissions().mode() & 0o777, 0o755);
+    assert_eq!(std::fs::read(&tool).unwrap(), std::fs::read(BIN).unwrap());
+
+    // upload starts before the run (native sidecar) and waits for result.json.
+    let mut upload = spawn_upload(&env, NS, UID, &d);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(upload.try_wait().unwrap().is_none(), "upload must wait for result.json");
+    let run = simulate_launch(&d, "data/input.csv").await;
+    assert!(run.status.success(), "stats.py: {}", String::from_utf8_lossy(&run.stderr));
+    let stats: Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(stats["rows"], 6);
+
+    // After uploading it stays up until the kubelet's SIGTERM.
+    wait_for_file(&d.termination_log, Duration::from_secs(20)).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(upload.try_wait().unwrap().is_none(), "the sidecar must linger until SIGTERM");
+    sigterm(&upload);
+    let status = tokio::time::timeout(Duration::from_secs(10), upload.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "{status:?}");
+
+    // Read back through the endpoint: manifest digest = termination message.
+    let line = std::fs::read_to_string(&d.termination_log).unwrap();
+    let (manifest, manifest_bytes) = outputs_manifest(&env, NS, UID).await;
+    assert!(line.starts_with(&format!("{} ", sha256_digest(&manifest_bytes))), "{line}");
+    assert!(manifest.complete);
+    assert!(manifest.skipped.is_empty(), "{:?}", manifest.skipped);
+    let expected: Vec<(&str, PathBuf)> = vec![
+        ("result/result.json", d.result.join("result.json")),
+        ("result/stderr", d.result.join("stderr")),
+        ("result/stdout", d.result.join("stdout")),
+        ("work/data/input.csv", d.work.join("data/input.csv")),
+        ("work/out/stats.json", d.work.join("out/stats.json")),
+    ];
+    assert_eq!(manifest.files.iter().map(|f| f.path.as_str()).collect::<Vec<_>>(), expected.iter().map(|e| e.0).collect::<Vec<_>>());
+    for (path, local) in &expected {
+        let (s, body) = env.get(&format!("{NS}/{UID}/outputs/{path}"), &op()).await;
+        assert_eq!(s, 200, "{path}");
+        assert_eq!(body, std::fs::read(local).unwrap(), "{path} differs");
+    }
+    let result: LaunchResult = serde_json::from_slice(&env.get(&format!("{NS}/{UID}/outputs/result/result.json"), &op()).await.1).unwrap();
+    assert_eq!(result.exit_code, Some(0));
+}
+
+// -- integrity ----------------------------------------------------------------
+
+fn tamper(reg: &TestRegistry, digest: &str) {
+    let p = reg.blob_path(digest);
+    let mut b = std::fs::read(&p).unwrap();
+    let last = b.len() - 1;
+    b[last] ^= 0xff;
+    std::fs::write(&p, b).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tampered_input_blob_fails_fetch_with_a_digest_error() {
+    let env = start().await;
+    env.stage_package(NS, UID).await;
+    let data = b"a,b\n1,2\n".to_vec();
+    assert_eq!(env.put_input(NS, UID, "in.csv", data.clone()).await.0, 200);
+    tamper(env.reg(), &sha256_digest(&data));
+
+    let d = pod_dirs(NS, UID);
+    let err = client::fetch(&fetch_opts(&env, NS, UID, &d)).await.unwrap_err();
+    match &err {
+        ClientError::Endpoint { status: 502, code, .. } => assert_eq!(code, "digest_mismatch"),
+        other => panic!("expected a digest error, got {other}"),
+    }
+    assert!(err.to_string().contains("digest"), "{err}");
+    assert!(!d.work.join("in.csv").exists(), "nothing of a corrupt file is left behind");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tampered_package_blob_fails_fetch_with_a_digest_error() {
+    let env = start().await;
+    let pkg = env.stage_package(NS, UID).await;
+    tamper(env.reg(), &package::digest(&pkg));
+    let d = pod_dirs(NS, UID);
+    let err = client::fetch(&fetch_opts(&env, NS, UID, &d)).await.unwrap_err();
+    assert!(matches!(&err, ClientError::Endpoint { status: 502, code, .. } if code == "digest_mismatch"), "{err}");
+    assert!(std::fs::read_dir(&d.package).unwrap().next().is_none(), "nothing unpacked");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_checks_the_expected_package_digest() {
+    let env = start().await;
+    env.stage_package(NS, UID).await;
+    let d = pod_dirs(NS, UID);
+    let mut o = fetch_opts(&env, NS, UID, &d);
+    o.expect_package_digest = Some(format!("sha256:{}", "0".repeat(64)));
+    let err = client::fetch(&o).await.unwrap_err();
+    assert!(matches!(err, ClientError::DigestMismatch { .. }), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_pinned_to_a_replaced_set_are_409() {
+    let env = start().await;
+    assert_eq!(env.put_input(NS, UID, "a.txt", b"one".to_vec()).await.0, 200);
+    let (_, body) = env.get(&format!("{NS}/{UID}/inputs"), &job(NS, UID)).await;
+    let m: InputsManifest = serde_json::from_slice(&body).unwrap();
+    let pin = m.digest.unwrap();
+    let (s, _) = env.get(&format!("{NS}/{UID}/inputs/a.txt?set={pin}"), &job(NS, UID)).await;
+    assert_eq!(s, 200);
+    assert_eq!(env.put_input(NS, UID, "a.txt", b"two".to_vec()).await.0, 200);
+    let (s, body) = env.get(&format!("{NS}/{UID}/inputs/a.txt?set={pin}"), &job(NS, UID)).await;
+    assert_eq!((s, error_code(&body).as_str()), (409, "set_changed"));
+    let (s, body) = env.get(&format!("{NS}/{UID}/inputs/a.txt"), &job(NS, UID)).await;
+    assert_eq!((s, body.as_slice()), (200, b"two".as_slice()));
+}
+
+// -- caps ---------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn input_file_cap_at_the_real_32_mib_edge() {
+    let env = start().await;
+    let (s, v) = env.put_input(NS, UID, "exact.bin", vec![7u8; (32 * MIB) as usize]).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["file"]["size"], 32 * MIB);
+    let (s, v) = env.put_input(NS, UID, "over.bin", vec![7u8; (32 * MIB + 1) as usize]).await;
+    assert_eq!(s, 413, "{v}");
+    assert_eq!(v["error"]["code"], "body_too_large");
+    // Nothing of the refused file reached the set.
+    let (_, body) = env.get(&format!("{NS}/{UID}/inputs"), &op()).await;
+    let m: InputsManifest = serde_json::from_slice(&body).unwrap();
+    assert_eq!(m.files.iter().map(|f| f.path.as_str()).collect::<Vec<_>>(), ["exact.bin"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upload_file_cap_at_the_real_32_mib_edge() {
+    let env = start().await;
+    let d = pod_dirs(NS, UID);
+    std::fs::File::create(d.work.join("exact.bin")).unwrap().set_len(32 * MIB).unwrap();
+    std::fs::File::create(d.work.join("over.bin")).unwrap().set_len(32 * MIB + 1).unwrap();
+    std::fs::write(d.result.join("result.json"), b"{}").unwrap();
+    let r = client::upload(&upload_opts(&env, NS, UID, &d), no_stop()).await.unwrap();
+    let paths: Vec<&str> = r.manifest.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(paths, ["result/result.json", "work/exact.bin"]);
+    assert_eq!(r.manifest.files[1].size, 32 * MIB);
+    assert_eq!(r.manifest.skipped.len(), 1);
+    assert_eq!(r.manifest.skipped[0].path, "work/over.bin");
+    assert_eq!(r.manifest.skipped[0].reason, SkipReason::FileTooLarge);
+    assert_eq!(r.manifest.skipped[0].size, Some(32 * MIB + 1));
+    let (stored, _) = outputs_manifest(&env, NS, UID).await;
+    assert_eq!(stored, r.manifest);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_count_cap_at_the_real_2000_edge_for_inputs_and_fetch() {
+    let env = start().await;
+    env.stage_package(NS, UID).await;
+    let files = |n: usize| (0..n).map(|i| (format!("d{}/f{i:04}.txt", i % 10), b"x\n".to_vec())).collect::<Vec<_>>();
+    let (s, v) = env.put(&format!("{NS}/{UID}/inputs"), &op(), tar_of(&files(2001))).await;
+    assert_eq!(s, 413, "{v}");
+    assert_eq!(v["error"]["code"], "too_many_files");
+    let (s, v) = env.put(&format!("{NS}/{UID}/inputs"), &op(), tar_of(&files(2000))).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["files"].as_array().unwrap().len(), 2000);
+
+    let started = Instant::now();
+    let d = pod_dirs(NS, UID);
+    let r = client::fetch(&fetch_opts(&env, NS, UID, &d)).await.unwrap();
+    assert_eq!(r.inputs.len(), 2000);
+    assert_eq!(std::fs::read(d.work.join("d9/f1999.txt")).unwrap(), b"x\n");
+    eprintln!("fetched 2,000 inputs in {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upload_file_count_cap_at_the_real_2000_edge() {
+    let env = start().await;
+    let d = pod_dirs(NS, UID);
+    for i in 0..2001 {
+        let dir = d.work.join(format!("d{}", i % 10));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("f{i:04}.txt")), b"y").unwrap();
+    }
+    std::fs::write(d.result.join("result.json"), b"{}").unwrap();
+    let r = client::upload(&upload_opts(&env, NS, UID, &d), no_stop()).await.unwrap();
+    let work = r.manifest.files.iter().filter(|f| f.path.starts_with("work/")).count();
+    assert_eq!(work, 2000, "2,000 files are accepted by the endpoint");
+    assert_eq!(r.manifest.skipped.len(), 1);
+    assert_eq!(r.manifest.skipped[0].reason, SkipReason::FileLimit);
+    assert_eq!(r.manifest.skipped[0].path, "work/d9/f1999.txt", "the last in walk order");
+    assert_eq!(outputs_manifest(&env, NS, UID).await.0, r.manifest);
+}
+
+fn small_limits() -> ArtifactLimits {
+    ArtifactLimits { max_file_bytes: 600, max_total_bytes: 1000, max_files: 3, ..ArtifactLimits::DEFAULT }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoint_caps_at_small_configured_edges() {
+    let env = start_with(small_limits()).await;
+    let e = |p: &str, n: usize| (p.to_string(), vec![b'z'; n]);
+    let inputs = format!("{NS}/{UID}/inputs");
+    let outputs = format!("{NS}/{UID}/outputs");
+    let work = |v: Vec<(String, Vec<u8>)>| v.into_iter().map(|(p, d)| (format!("work/{p}"), d)).collect::<Vec<_>>();
+    let jb = job(NS, UID);
+    // total: 1000 ok, 1001 refused
+    assert_eq!(env.put(&inputs, &op(), tar_of(&[e("a", 600), e("b", 400)])).await.0, 200);
+    let (s, v) = env.put(&inputs, &op(), tar_of(&[e("a", 600), e("b", 401)])).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (413, Some("total_too_large")));
+    assert_eq!(env.put(&outputs, &jb, outputs_tar(NS, UID, &work(vec![e("a", 600), e("b", 400)]))).await.0, 200);
+    let (s, v) = env.put(&outputs, &jb, outputs_tar(NS, UID, &work(vec![e("a", 600), e("b", 401)]))).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (413, Some("total_too_large")));
+    // per file: 600 ok, 601 refused
+    let (s, v) = env.put(&outputs, &jb, outputs_tar(NS, UID, &work(vec![e("a", 601)]))).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (413, Some("file_too_large")));
+    let (s, v) = env.put_input(NS, UID, "one", vec![1; 601]).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (413, Some("body_too_large")));
+    // count: 3 ok, 4 refused
+    let three = vec![e("a", 1), e("b", 1), e("c", 1)];
+    let mut four = three.clone();
+    four.push(e("d", 1));
+    assert_eq!(env.put(&inputs, &op(), tar_of(&three)).await.0, 200);
+    let (s, v) = env.put(&inputs, &op(), tar_of(&four)).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (413, Some("too_many_files")));
+    assert_eq!(env.put(&outputs, &jb, outputs_tar(NS, UID, &work(three))).await.0, 200);
+    let (s, v) = env.put(&outputs, &jb, outputs_tar(NS, UID, &work(four))).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (413, Some("too_many_files")));
+    // a single input PUT that would make a fourth file
+    let (s, v) = env.put_input(NS, UID, "d", vec![1]).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (413, Some("too_many_files")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upload_reports_total_and_count_caps_at_small_configured_edges() {
+    let env = start_with(small_limits()).await;
+    let d = pod_dirs(NS, UID);
+    std::fs::write(d.work.join("a"), vec![1u8; 600]).unwrap();
+    std::fs::write(d.work.join("b"), vec![2u8; 401]).unwrap(); // 1001 > total
+    std::fs::write(d.work.join("c"), vec![3u8; 400]).unwrap(); // fits: 1000
+    std::fs::write(d.work.join("d"), vec![4u8; 0]).unwrap();
+    std::fs::write(d.work.join("e"), vec![5u8; 0]).unwrap(); // fourth file
+    std::fs::write(d.work.join("f"), vec![5u8; 601]).unwrap(); // over per-file
+    std::fs::write(d.result.join("result.json"), b"{}").unwrap();
+    let r = client::upload(&upload_opts(&env, NS, UID, &d), no_stop()).await.unwrap();
+    let taken: Vec<&str> = r.manifest.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(taken, ["result/result.json", "work/a", "work/c", "work/d"]);
+    let skipped: Vec<(&str, SkipReason)> = r.manifest.skipped.iter().map(|s| (s.path.as_str(), s.reason)).collect();
+    assert_eq!(
+        skipped,
+        [("work/b", SkipReason::TotalTooLarge), ("work/e", SkipReason::FileLimit), ("work/f", SkipReason::FileTooLarge)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_refuses_an_announced_set_over_its_own_caps_before_downloading() {
+    let env = start().await;
+    env.stage_package(NS, UID).await;
+    assert_eq!(env.put_input(NS, UID, "big.bin", vec![0; 700]).await.0, 200);
+    let d = pod_dirs(NS, UID);
+    let mut o = fetch_opts(&env, NS, UID, &d);
+    o.limits = small_limits();
+    let err = client::fetch(&o).await.unwrap_err();
+    assert!(matches!(err, ClientError::TooLarge { .. }), "{err}");
+    assert!(!d.work.join("big.bin").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outputs_batch_must_match_its_manifest() {
+    let env = start().await;
+    let jb = job(NS, UID);
+    let url = format!("{NS}/{UID}/outputs");
+    let good = vec![("work/a".to_string(), b"aaa".to_vec())];
+    let manifest = manifest_for(NS, UID, &good);
+    // an entry the manifest does not list
+    let unlisted = vec![
+        ("work/a".to_string(), b"aaa".to_vec()),
+        ("work/unlisted".to_string(), b"x".to_vec()),
+        ("manifest.json".to_string(), manifest.clone()),
+    ];
+    let (s, v) = env.put(&url, &jb, tar_of(&unlisted)).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (400, Some("manifest_mismatch")));
+    // changed content under the same manifest
+    let (s, v) = env.put(&url, &jb, tar_of(&[("work/a".into(), b"aab".to_vec()), ("manifest.json".into(), manifest)])).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (400, Some("manifest_mismatch")));
+    // no manifest
+    let (s, v) = env.put(&url, &jb, tar_of(&good)).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (400, Some("bad_manifest")));
+    // a manifest about another job
+    let (s, v) = env.put(&url, &jb, outputs_tar(NS, OTHER_UID, &good)).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (400, Some("bad_manifest")));
+    // entries outside result/ and work/
+    let (s, v) = env.put(&url, &jb, outputs_tar(NS, UID, &[("etc/x".into(), b"x".to_vec())])).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (400, Some("bad_path")));
+    // not a tar
+    let (s, v) = env.put(&url, &jb, b"not a tar at all".repeat(64)).await;
+    assert_eq!((s, v["error"]["code"].as_str()), (400, Some("bad_tar")));
+    // and the good one passes
+    assert_eq!(env.put(&url, &jb, outputs_tar(NS, UID, &good)).await.0, 200);
+}
+
+// -- credentials --------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_tokens_are_401() {
+    let env = start().await;
+    let url = format!("{NS}/{UID}/inputs");
+    let (s, body) = env.send(reqwest::Method::GET, &url, None, None).await;
+    assert_eq!((s, error_code(&body).as_str()), (401, "unauthorized"));
+    let other_key = job_token(b"another key, another cluster, 32+ bytes", NS, UID);
+    let mismatched = job_token(KEY, NS, OTHER_UID);
+    for bad in [
+        "Bearer".to_string(),
+        "Bearer garbage".to_string(),
+        format!("Basic {}", job_token(KEY, NS, UID)),
+        format!("Bearer job:{NS}:{UID}:{other_key}"),
+        format!("Bearer job:{NS}:{UID}:{mismatched}"),
+        format!("Bearer job:{NS}:{UID}"),
+        format!("Bearer {other_key}"),
+        format!("Bearer operator:{}", job_token(KEY, NS, UID)),
+        format!("Bearer operator:{}", artifacts::operator_token(b"another key, another cluster, 32+ bytes")),
+    ] {
+        let (s, body) = env.get(&url, &bad).await;
+        assert_eq!((s, error_code(&body).as_str()), (401, "unauthorized"), "{bad}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_jobs_token_and_the_wrong_role_are_403() {
+    let env = start().await;
+    let mine = format!("{NS}/{UID}");
+    // a genuine token of another job (named form)
+    for (tail, method) in [("inputs", reqwest::Method::GET), ("package", reqwest::Method::GET), ("outputs", reqwest::Method::PUT)] {
+        let (s, body) = env.send(method, &format!("{mine}/{tail}"), Some(&job(NS, OTHER_UID)), Some(vec![])).await;
+        assert_eq!((s, error_code(&body).as_str()), (403, "forbidden"), "{tail}");
+    }
+    let (s, _) = env.get(&format!("{mine}/inputs"), &job("team-b", UID)).await;
+    assert_eq!(s, 403, "same uid, other namespace");
+    // a job's own token on operator routes
+    let jb = job(NS, UID);
+    for (method, tail) in [
+        (reqwest::Method::PUT, format!("{mine}/inputs/x")),
+        (reqwest::Method::PUT, format!("{mine}/inputs")),
+        (reqwest::Method::PUT, format!("{mine}/package")),
+        (reqwest::Method::GET, format!("{mine}/outputs")),
+        (reqwest::Method::GET, format!("{mine}/outputs/work/x")),
+        (reqwest::Method::DELETE, mine.clone()),
+    ] {
+        let (s, body) = env.send(method.clone(), &tail, Some(&jb), Some(b"x".to_vec())).await;
+        assert_eq!((s, error_code(&body).as_str()), (403, "forbidden"), "{method} {tail}");
+    }
+    // the operator does not write outputs
+    let (s, body) = env.send(reqwest::Method::PUT, &format!("{mine}/outputs"), Some(&op()), Some(vec![])).await;
+    assert_eq!((s, error_code(&body).as_str()), (403, "forbidden"));
+    // the right credentials pass (bare token too)
+    assert_eq!(env.get(&format!("{mine}/inputs"), &jb).await.0, 200);
+    assert_eq!(env.get(&format!("{mine}/inputs"), &format!("Bearer {}", job_token(KEY, NS, UID))).await.0, 200);
+    assert_eq!(env.get(&format!("{mine}/inputs"), &op()).await.0, 200);
+}
+
+// -- paths --------------------------------------------------------------------
+
+async fn raw_request(addr: SocketAddr, method: &str, target: &str, auth: &str) -> (u16, Vec<u8>) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!("{method} {target} HTTP/1.1\r\nHost: test\r\nAuthorization: {auth}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp).await.unwrap();
+    let text = String::from_utf8_lossy(&resp);
+    let status = text.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").as_bytes().to_vec();
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn traversal_paths_are_400_before_any_registry_access() {
+    // The registry is a closed port: reaching it would answer 503.
+    let env = start_without_registry().await;
+    let (s, _) = env.get(&format!("{NS}/{UID}/inputs/ok.txt"), &job(NS, UID)).await;
+    assert_eq!(s, 503, "a good path does reach the (absent) registry");
+    let jb = job(NS, UID);
+    let hostile = [
+        "../../etc/passwd",
+        "a/../../b",
+        "%2e%2e/etc/passwd",
+        "a/%2E%2E/%2e%2e/b",
+        "..%2fsecret",
+        "%2fetc%2fpasswd",
+        "a//b",
+        "./a",
+        "a%5c..%5cb",
+        "a%00b",
+        "%252e%252e/x",
+        "C:%5cwin.ini",
+        "%ff%fe",
+    ];
+    for p in hostile {
+        for (method, prefix, auth) in [
+            ("GET", "inputs", &jb),
+            ("PUT", "inputs", &op()),
+            ("GET", "outputs", &op()),
+        ] {
+            let target = format!("/v1/jobs/{NS}/{UID}/{prefix}/{p}");
+            let (s, body) = raw_request(env.addr, method, &target, auth).await;
+            assert_eq!(s, 400, "{method} {target}: {}", String::from_utf8_lossy(&body));
+            assert_eq!(error_code(&body), "bad_path", "{method} {target}");
+        }
+    }
+    // Bad names in the job segments, too.
+    for target in ["/v1/jobs/Team_A/uid/inputs", "/v1/jobs/team/a:b/inputs", "/v1/jobs/team/%2e%2e/inputs"] {
+        let (s, body) = raw_request(env.addr, "GET", target, &jb).await;
+        assert_eq!((s, error_code(&body).as_str()), (400, "bad_job"), "{target}");
+    }
+}
+
+// -- upload -------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upload_skips_symlinks_and_special_files_and_reports_them() {
+    let env = start().await;
+    let d = pod_dirs(NS, UID);
+    std::os::unix::fs::symlink("/etc/passwd", d.work.join("out")).unwrap();
+    std::os::unix::fs::symlink("/etc", d.work.join("etc-link")).unwrap();
+    std::os::unix::fs::symlink(&d.token, d.work.join("token")).unwrap();
+    std::fs::create_dir(d.work.join("real")).unwrap();
+    std::fs::write(d.work.join("real/kept.txt"), b"kept").unwrap();
+    let fifo = std::ffi::CString::new(d.work.join("real/pipe").as_os_str().as_encoded_bytes()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    // A symlinked stdout next to the result (the run container could plant it).
+    std::os::unix::fs::symlink(&d.token, d.result.join("stdout")).unwrap();
+    std::fs::write(d.result.join("result.json"), b"{}").unwrap();
+
+    let r = client::upload(&upload_opts(&env, NS, UID, &d), no_stop()).await.unwrap();
+    let taken: Vec<&str> = r.manifest.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(taken, ["result/result.json", "work/real/kept.txt"]);
+    let mut skipped: Vec<(&str, SkipReason)> = r.manifest.skipped.iter().map(|s| (s.path.as_str(), s.reason)).collect();
+    skipped.sort_by_key(|s| s.0);
+    assert_eq!(
+        skipped,
+        [
+            ("result/stdout", SkipReason::Symlink),
+            ("work/etc-link", SkipReason::Symlink),
+            ("work/out", SkipReason::Symlink),
+            ("work/real/pipe", SkipReason::NotRegular),
+            ("work/token", SkipReason::Symlink),
+        ]
+    );
+    let (s, _) = env.get(&format!("{NS}/{UID}/outputs/work/out"), &op()).await;
+    assert_eq!(s, 404);
+    let (stored, _) = outputs_manifest(&env, NS, UID).await;
+    assert_eq!(stored, r.manifest);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upload_skips_names_it_could_not_serve_back_and_case_collisions() {
+    let env = start().await;
+    let d = pod_dirs(NS, UID);
+    for name in ["100%.txt", " padded", "line\nbreak", "A.txt", "a.txt", "ok.txt"] {
+        std::fs::write(d.work.join(name), name.as_bytes()).unwrap();
+    }
+    let bad_utf8 = std::ffi::OsStr::from_bytes(b"caf\xe9.txt");
+    std::fs::write(d.work.join(bad_utf8), b"latin-1").unwrap();
+    std::fs::create_dir(d.work.join("Dir")).unwrap();
+    std::fs::write(d.work.join("Dir/x"), b"x").unwrap();
+    std::fs::create_dir(d.work.join("dir")).unwrap();
+    std::fs::write(d.work.join("dir/y"), b"y").unwrap();
+    std::fs::write(d.result.join("result.json"), b"{}").unwrap();
+    let r = client::upload(&upload_opts(&env, NS, UID, &d), no_stop()).await.unwrap();
+    let taken: Vec<&str> = r.manifest.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(taken, ["result/result.json", "work/A.txt", "work/Dir/x", "work/ok.txt"]);
+    let mut skipped: Vec<(String, SkipReason)> = r.manifest.skipped.iter().map(|s| (s.path.clone(), s.reason)).collect();
+    skipped.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        skipped,
+        [
+            ("work/ padded".to_string(), SkipReason::BadName),
+            ("work/100%.txt".to_string(), SkipReason::BadName),
+            ("work/a.txt".to_string(), SkipReason::CaseCollision),
+            ("work/caf\u{fffd}.txt".to_string(), SkipReason::BadName),
+            ("work/dir/y".to_string(), SkipReason::CaseCollision),
+            ("work/line\nbreak".to_string(), SkipReason::BadName),
+        ]
+    );
+    // Everything taken reads back.
+    for f in &r.manifest.files {
+        let (s, _) = env.get(&format!("{NS}/{UID}/outputs/{}", f.path), &op()).await;
+        assert_eq!(s, 200, "{}", f.path);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upload_on_sigterm_before_the_result_uploads_what_exists_and_exits_0() {
+    let env = start().await;
+    let d = pod_dirs(NS, UID);
+    std::fs::write(d.work.join("partial.txt"), b"half done").unwrap();
+    std::fs::write(d.result.join("stderr"), b"killed?").unwrap();
+    let mut upload = spawn_upload(&env, NS, UID, &d);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(upload.try_wait().unwrap().is_none(), "waits for result.json");
+    sigterm(&upload);
+    let status = tokio::time::timeout(Duration::from_secs(15), upload.wait()).await.expect("exits after SIGTERM").unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    let (m, bytes) = outputs_manifest(&env, NS, UID).await;
+    assert!(!m.complete);
+    let taken: Vec<&str> = m.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(taken, ["result/stderr", "work/partial.txt"]);
+    let line = std::fs::read_to_string(&d.termination_log).unwrap();
+    assert_eq!(line, format!("{} files=2 bytes=16 skipped=0 complete=false", sha256_digest(&bytes)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn termination_message_stays_under_4_kib() {
+    let env = start().await;
+    let d = pod_dirs(NS, UID);
+    // Many skipped files with long names: the manifest grows, the line does not.
+    for i in 0..1200 {
+        let name = format!("{i:04}-{}", "n".repeat(200));
+        std::os::unix::fs::symlink("/etc/passwd", d.work.join(name)).unwrap();
+    }
+    std::fs::write(d.result.join("result.json"), b"{}").unwrap();
+    let r = client::upload(&upload_opts(&env, NS, UID, &d), no_stop()).await.unwrap();
+    assert_eq!(r.manifest.skipped.len(), ArtifactLimits::DEFAULT.max_skipped_listed);
+    assert_eq!(r.manifest.skipped_omitted, 200);
+    let line = std::fs::read_to_string(&d.termination_log).unwrap();
+    assert!(line.len() < 4096, "{} bytes", line.len());
+    assert!(line.ends_with("skipped=1200 complete=true"), "{line}");
+
+    // A failure's message is cut below 4 KiB as well.
+    let down = start_without_registry().await;
+    let long_uid = "u".repeat(48);
+    let d2 = pod_dirs(NS, &long_uid);
+    std::fs::write(d2.result.join("result.json"), b"{}").unwrap();
+    let mut o = upload_opts(&down, NS, &long_uid, &d2);
+    o.endpoint = Endpoint::new(format!("http://127.0.0.1:1/v1/{}", "p".repeat(8000)), NS, &long_uid, job_token(KEY, NS, &long_uid)).unwrap();
+    let err = client::upload(&o, no_stop()).await.unwrap_err();
+    let line = std::fs::read_to_string(&d2.termination_log).unwrap();
+    assert!(line.starts_with("error: "), "{line}");
+    assert!(line.len() < 4096, "{} bytes for {err}", line.len());
+}
+
+// -- lifecycle ----------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_removes_one_jobs_artifacts_only() {
+    let env = start().await;
+    for uid in [UID, OTHER_UID] {
+        env.stage_package(NS, uid).await;
+        // identical content in both jobs
+        assert_eq!(env.put_input(NS, uid, "same.txt", b"same".to_vec()).await.0, 200);
+        let (s, v) = env.put(&format!("{NS}/{uid}/outputs"), &job(NS, uid), outputs_tar(NS, uid, &[("work/o".into(), b"o".to_vec())])).await;
+        assert_eq!(s, 200, "{v}");
+    }
+    let (s, body) = env.send(reqwest::Method::DELETE, &format!("{NS}/{UID}"), Some(&op()), None).await;
+    assert_eq!(s, 200);
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["deleted"], serde_json::json!(["package", "inputs", "outputs"]));
+    assert_eq!(env.get(&format!("{NS}/{UID}/package"), &op()).await.0, 404);
+    assert_eq!(env.get(&format!("{NS}/{UID}/outputs"), &op()).await.0, 404);
+    let (_, body) = env.get(&format!("{NS}/{UID}/inputs"), &op()).await;
+    assert_eq!(serde_json::from_slice::<InputsManifest>(&body).unwrap(), InputsManifest { digest: None, files: vec![] });
+    // The other job keeps everything.
+    assert_eq!(env.get(&format!("{NS}/{OTHER_UID}/package"), &op()).await.0, 200);
+    assert_eq!(env.get(&format!("{NS}/{OTHER_UID}/inputs/same.txt"), &op()).await, (200, b"same".to_vec()));
+    assert_eq!(env.get(&format!("{NS}/{OTHER_UID}/outputs/work/o"), &op()).await, (200, b"o".to_vec()));
+    // Deleting again is fine and deletes nothing.
+    let (s, body) = env.send(reqwest::Method::DELETE, &format!("{NS}/{UID}"), Some(&op()), None).await;
+    assert_eq!(s, 200);
+    assert_eq!(serde_json::from_slice::<Value>(&body).unwrap()["deleted"], serde_json::json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_without_a_staged_package_is_a_clear_404() {
+    let env = start().await;
+    let d = pod_dirs(NS, UID);
+    let err = client::fetch(&fetch_opts(&env, NS, UID, &d)).await.unwrap_err();
+    assert!(matches!(&err, ClientError::Endpoint { status: 404, .. }), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_readiness() {
+    let env = start().await;
+    let http = &env.http;
+    let get = |p: &'static str, a: SocketAddr| async move { http.get(format!("http://{a}{p}")).send().await.unwrap().status().as_u16() };
+    assert_eq!(get("/healthz", env.addr).await, 200);
+    assert_eq!(get("/readyz", env.addr).await, 200);
+    let down = start_without_registry().await;
+    assert_eq!(get("/healthz", down.addr).await, 200);
+    assert_eq!(get("/readyz", down.addr).await, 503);
+    let (s, body) = env.get("x/y/z/w", &op()).await;
+    assert_eq!((s, error_code(&body).as_str()), (404, "not_found"));
+}
