@@ -291,3 +291,42 @@ fn read_skill_resource(state: &ServerState, uri_text: &str) -> Result<ResourceCo
     }
     .with_mime_type(content.media_type))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::discovery::{discover, Limits};
+    use crate::core::grants::Grants;
+
+    fn state(root: &std::path::Path) -> ServerState {
+        ServerState::new(discover(&[root.to_path_buf()], Limits::default()), Grants::resolve(&|_| None, None), Default::default())
+    }
+
+    #[test]
+    fn resources_read_through_both_path_checks() {
+        let t = tempfile::tempdir().unwrap();
+        let s = t.path().join("root/docs");
+        std::fs::create_dir_all(s.join("refs")).unwrap();
+        std::fs::write(s.join("SKILL.md"), "---\nname: docs\ndescription: d\n---\nbody\n").unwrap();
+        std::fs::write(s.join("refs/a.md"), "alpha").unwrap();
+        std::fs::write(t.path().join("secret.txt"), "secret").unwrap();
+        let st = state(&t.path().join("root"));
+
+        let ok = read_skill_resource(&st, "skill://docs/refs/a.md").unwrap();
+        assert!(matches!(ok, ResourceContents::TextResourceContents { ref text, .. } if text == "alpha"));
+
+        // Hostile URIs are refused before the filesystem is touched.
+        for uri in ["skill://docs/../secret.txt", "skill://docs/%2e%2e/secret.txt", "skill://docs//etc/passwd", "skill://docs/refs%5ca.md", "file:///etc/passwd", "skill://docs/refs/a.md?x"] {
+            let err = read_skill_resource(&st, uri).unwrap_err();
+            assert_eq!(err.code, rmcp::model::ErrorCode::INVALID_PARAMS, "{uri}");
+        }
+        // A file outside the index is not served, and a symlink planted after
+        // the scan is caught by the resolved check.
+        assert_eq!(read_skill_resource(&st, "skill://docs/refs/b.md").unwrap_err().code, rmcp::model::ErrorCode::RESOURCE_NOT_FOUND);
+        std::fs::remove_file(s.join("refs/a.md")).unwrap();
+        std::os::unix::fs::symlink(t.path().join("secret.txt"), s.join("refs/a.md")).unwrap();
+        let err = read_skill_resource(&st, "skill://docs/refs/a.md").unwrap_err();
+        assert_eq!(err.code, rmcp::model::ErrorCode::RESOURCE_NOT_FOUND);
+        assert!(err.message.contains("leaves the skill"), "{}", err.message);
+    }
+}
