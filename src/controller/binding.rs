@@ -5,15 +5,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::ResourceExt;
-use serde_json::json;
 
-use super::context::{Context, Error, Result};
+use super::context::{apply_status, Context, Error, Result};
 use super::decide::binding_decision;
-use super::package::MANAGER;
 use crate::api::binding::{SkillBinding, SkillBindingStatus};
 use crate::api::conditions::set_condition;
 use crate::api::job::SkillJob;
@@ -77,8 +75,7 @@ async fn apply(binding: &SkillBinding, ctx: &Context) -> Result<Action> {
         }
         Err((reason, message)) => set_condition(&mut status.conditions, "Ready", false, reason, message.clone(), generation),
     }
-    let patch = json!({ "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding", "status": status });
-    bindings.patch_status(&binding.name_any(), &PatchParams::apply(MANAGER).force(), &Patch::Apply(patch)).await?;
+    apply_status(&bindings, &binding.name_any(), &status).await?;
     Ok(Action::requeue(if d.ready.is_ok() { Duration::from_secs(300) } else { Duration::from_secs(20) }))
 }
 
@@ -93,7 +90,6 @@ async fn cleanup(binding: &SkillBinding, ctx: &Context) -> Result<Action> {
     let mut status = binding.status.clone().unwrap_or_default();
     set_condition(&mut status.conditions, "DeletionBlocked", true, "InUse", message.clone(), binding.metadata.generation);
     let api: Api<SkillBinding> = Api::namespaced(ctx.client.clone(), &ns);
-    let patch = json!({ "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding", "status": status });
-    api.patch_status(&binding.name_any(), &PatchParams::apply(MANAGER).force(), &Patch::Apply(patch)).await?;
+    apply_status(&api, &binding.name_any(), &status).await?;
     Err(Error::InUse(message))
 }

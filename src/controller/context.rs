@@ -97,6 +97,19 @@ impl Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The field manager of every status this operator writes.
+pub const MANAGER: &str = "skill-operator";
+
+/// Write an object's status with server-side apply under [`MANAGER`].
+pub async fn apply_status<K>(api: &kube::Api<K>, name: &str, status: &impl serde::Serialize) -> Result<()>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = serde_json::json!({ "apiVersion": K::api_version(&()), "kind": K::kind(&()), "status": status });
+    api.patch_status(name, &kube::api::PatchParams::apply(MANAGER).force(), &kube::api::Patch::Apply(patch)).await?;
+    Ok(())
+}
+
 /// Where a run's files live: the controller stages a job's package before
 /// the Job starts and removes the job's artifacts when the SkillJob goes.
 pub trait ArtifactStore: Send + Sync {

@@ -5,13 +5,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::ResourceExt;
-use serde_json::json;
 
-use super::context::{Context, Error, Result};
+use super::context::{apply_status, Context, Error, Result};
 use super::decide::{package_status, PackageFacts, REQUIREMENT_FILES};
 use crate::api::binding::SkillBinding;
 use crate::api::package::SkillPackage;
@@ -19,8 +18,6 @@ use crate::core::discovery::{discover, Limits};
 
 /// Keeps a package while bindings use it.
 pub const FINALIZER: &str = "skill-operator.dev/package-in-use";
-/// The field manager of every status this operator writes.
-pub const MANAGER: &str = "skill-operator";
 
 pub async fn reconcile(pkg: Arc<SkillPackage>, ctx: Arc<Context>) -> Result<Action> {
     let started = Instant::now();
@@ -46,8 +43,7 @@ async fn apply(pkg: &SkillPackage, ctx: &Context) -> Result<Action> {
     let facts = resolve(pkg, ctx).await;
     let status = package_status(pkg, facts.as_ref().map_err(|e| e.clone()));
     let api: Api<SkillPackage> = Api::all(ctx.client.clone());
-    let patch = json!({ "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillPackage", "status": status });
-    api.patch_status(&pkg.name_any(), &PatchParams::apply(MANAGER).force(), &Patch::Apply(patch)).await?;
+    apply_status(&api, &pkg.name_any(), &status).await?;
     Ok(match facts {
         Ok(_) => Action::requeue(Duration::from_secs(600)),
         Err(_) => Action::requeue(Duration::from_secs(30)),
@@ -117,8 +113,7 @@ async fn cleanup(pkg: &SkillPackage, ctx: &Context) -> Result<Action> {
     let api: Api<SkillPackage> = Api::all(ctx.client.clone());
     let mut status = pkg.status.clone().unwrap_or_default();
     crate::api::conditions::set_condition(&mut status.conditions, "DeletionBlocked", true, "InUse", message.clone(), pkg.metadata.generation);
-    let patch = json!({ "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillPackage", "status": status });
-    api.patch_status(&pkg.name_any(), &PatchParams::apply(MANAGER).force(), &Patch::Apply(patch)).await?;
+    apply_status(&api, &pkg.name_any(), &status).await?;
     // An error keeps the finalizer; error_policy requeues.
     Err(Error::InUse(message))
 }

@@ -22,9 +22,8 @@ use serde_json::json;
 
 use super::builders::job::{build_job, job_name, pod_selector_labels, EnvGrant, JobParams, RunResources};
 use super::builders::network_policy::{build_network_policy, build_service_account, NetPolParams, Peer};
-use super::context::{Context, Error, Result};
+use super::context::{apply_status, Context, Error, Result, MANAGER};
 use super::decide::{admit, is_final, job_phase, namespace_is_restricted, Admission, PSS_ENFORCE_LABEL};
-use super::package::MANAGER;
 use crate::api::binding::SkillBinding;
 use crate::api::conditions::set_condition;
 use crate::api::job::{SkillJob, SkillJobPhase, SkillJobStatus};
@@ -56,9 +55,7 @@ pub async fn reconcile(job: Arc<SkillJob>, ctx: Arc<Context>) -> Result<Action> 
 async fn patch_status(ctx: &Context, job: &SkillJob, status: &SkillJobStatus) -> Result<()> {
     let ns = job.namespace().ok_or(Error::Missing("namespace"))?;
     let api: Api<SkillJob> = Api::namespaced(ctx.client.clone(), &ns);
-    let patch = json!({ "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillJob", "status": status });
-    api.patch_status(&job.name_any(), &PatchParams::apply(MANAGER).force(), &Patch::Apply(patch)).await?;
-    Ok(())
+    apply_status(&api, &job.name_any(), status).await
 }
 
 fn set_phase(status: &mut SkillJobStatus, phase: SkillJobPhase, reason: &str, message: impl Into<String>, generation: Option<i64>) {
