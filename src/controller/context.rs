@@ -115,6 +115,10 @@ where
 pub trait ArtifactStore: Send + Sync {
     fn stage_package<'a>(&'a self, namespace: &'a str, uid: &'a str, archive: Vec<u8>) -> BoxFuture<'a, Result<(), String>>;
     fn delete<'a>(&'a self, namespace: &'a str, uid: &'a str) -> BoxFuture<'a, Result<(), String>>;
+    /// The outputs manifest the upload sidecar stored (`None`: nothing stored).
+    fn outputs<'a>(&'a self, namespace: &'a str, uid: &'a str) -> BoxFuture<'a, Result<Option<crate::artifacts::OutputManifest>, String>>;
+    /// One stored output file (`result/result.json`, `work/<path>`).
+    fn output_file<'a>(&'a self, namespace: &'a str, uid: &'a str, path: &'a str) -> BoxFuture<'a, Result<Vec<u8>, String>>;
 }
 
 /// The artifact endpoint over HTTP, with the operator credential.
@@ -141,6 +145,32 @@ impl HttpArtifacts {
 }
 
 impl ArtifactStore for HttpArtifacts {
+    fn output_file<'a>(&'a self, namespace: &'a str, uid: &'a str, path: &'a str) -> BoxFuture<'a, Result<Vec<u8>, String>> {
+        Box::pin(async move {
+            let url = format!("{}/jobs/{namespace}/{uid}/outputs/{path}", self.base);
+            let response = self.http.get(url).header("Authorization", &self.bearer).send().await.map_err(|e| format!("read {path}: {e}"))?;
+            if !response.status().is_success() {
+                return Err(format!("read {path}: the artifact endpoint answered {}", response.status()));
+            }
+            Ok(response.bytes().await.map_err(|e| format!("read {path}: {e}"))?.to_vec())
+        })
+    }
+
+    fn outputs<'a>(&'a self, namespace: &'a str, uid: &'a str) -> BoxFuture<'a, Result<Option<crate::artifacts::OutputManifest>, String>> {
+        Box::pin(async move {
+            let url = format!("{}/jobs/{namespace}/{uid}/outputs", self.base);
+            let response = self.http.get(url).header("Authorization", &self.bearer).send().await.map_err(|e| format!("read the outputs: {e}"))?;
+            if response.status() == reqwest::StatusCode::NOT_FOUND {
+                return Ok(None);
+            }
+            if !response.status().is_success() {
+                return Err(format!("read the outputs: the artifact endpoint answered {}", response.status()));
+            }
+            let bytes = response.bytes().await.map_err(|e| format!("read the outputs: {e}"))?;
+            serde_json::from_slice(&bytes).map(Some).map_err(|e| format!("the outputs manifest is not valid: {e}"))
+        })
+    }
+
     fn stage_package<'a>(&'a self, namespace: &'a str, uid: &'a str, archive: Vec<u8>) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
             let url = format!("{}/jobs/{namespace}/{uid}/package", self.base);
@@ -160,6 +190,12 @@ impl ArtifactStore for HttpArtifacts {
 pub struct NoArtifacts;
 
 impl ArtifactStore for NoArtifacts {
+    fn output_file<'a>(&'a self, _: &'a str, _: &'a str, path: &'a str) -> BoxFuture<'a, Result<Vec<u8>, String>> {
+        Box::pin(async move { Err(format!("no artifact store: {path}")) })
+    }
+    fn outputs<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<Option<crate::artifacts::OutputManifest>, String>> {
+        Box::pin(async { Ok(None) })
+    }
     fn stage_package<'a>(&'a self, _: &'a str, _: &'a str, _: Vec<u8>) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async { Ok(()) })
     }

@@ -221,3 +221,58 @@ async fn a_job_refused_by_the_fence_fails_without_creating_anything() {
     skilljob::reconcile(Arc::new(sj), ctx).await.expect("reconcile");
     tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
 }
+
+/// Answers outputs with what an upload sidecar would have stored.
+struct StoredOutputs;
+impl super::context::ArtifactStore for StoredOutputs {
+    fn stage_package<'a>(&'a self, _: &'a str, _: &'a str, _: Vec<u8>) -> futures::future::BoxFuture<'a, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn delete<'a>(&'a self, _: &'a str, _: &'a str) -> futures::future::BoxFuture<'a, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn outputs<'a>(&'a self, ns: &'a str, uid: &'a str) -> futures::future::BoxFuture<'a, Result<Option<crate::artifacts::OutputManifest>, String>> {
+        Box::pin(async move {
+            let file = |path: &str, size: u64| json!({ "path": path, "size": size, "digest": format!("sha256:{}", "a".repeat(64)) });
+            Ok(Some(serde_json::from_value(json!({
+                "schemaVersion": 1, "namespace": ns, "uid": uid, "complete": true,
+                "files": [file("result/result.json", 200), file("result/stderr", 0), file("result/stdout", 1048576), file("work/report.txt", 42)],
+                "skipped": []
+            })).unwrap()))
+        })
+    }
+    fn output_file<'a>(&'a self, _: &'a str, _: &'a str, _: &'a str) -> futures::future::BoxFuture<'a, Result<Vec<u8>, String>> {
+        Box::pin(async {
+            Ok(serde_json::to_vec(&json!({ "exitCode": 0, "signal": null, "timedOut": false, "durationMs": 10, "stdoutBytes": 2621440,
+                                           "stderrBytes": 0, "stdoutTruncated": true, "stderrTruncated": false })).unwrap())
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_finished_run_reports_streams_and_outputs_from_the_artifact_endpoint() {
+    let (ctx, mut handle) = context();
+    let ctx = Arc::new(Context { artifacts: Arc::new(StoredOutputs), ..(*ctx).clone() });
+    let mut sj = skilljob();
+    sj.status = Some(crate::api::job::SkillJobStatus { job_name: Some(super::builders::job::job_name(UID)), ..Default::default() });
+    let name = super::builders::job::job_name(UID);
+    let owner = sj.controller_owner_ref(&()).unwrap();
+    let server = tokio::spawn(async move {
+        expect(&mut handle, "GET", &format!("/apis/batch/v1/namespaces/team/jobs/{name}"), |_| {
+            ok(json!({ "apiVersion": "batch/v1", "kind": "Job", "metadata": { "name": name, "namespace": "team", "ownerReferences": [owner] },
+                       "status": { "conditions": [{ "type": "Complete", "status": "True" }], "completionTime": "2026-01-01T00:00:10Z" } }))
+        })
+        .await;
+        expect(&mut handle, "PATCH", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies/", |b| ok(b)).await;
+        expect(&mut handle, "GET", "/api/v1/namespaces/team/pods", |_| ok(json!({ "apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [] }))).await;
+        let status = expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        let s = &status["status"];
+        assert_eq!(s["phase"], "Succeeded");
+        assert_eq!(s["exitCode"], 0);
+        assert_eq!(s["stdout"]["size"], 2621440, "the bytes the script wrote, from result.json");
+        assert_eq!(s["stdout"]["truncated"], true);
+        assert_eq!(s["outputs"], json!([{ "path": "report.txt", "size": 42, "digest": format!("sha256:{}", "a".repeat(64)) }]));
+    });
+    skilljob::reconcile(Arc::new(sj), ctx).await.expect("reconcile");
+    tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
+}

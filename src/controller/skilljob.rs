@@ -180,6 +180,7 @@ async fn apply(sj: &SkillJob, ctx: &Context) -> Result<Action> {
             Ok(Action::await_change())
         }
         final_phase => {
+            record_outputs(ctx, &ns, &uid, &mut status).await;
             status.finished_at = job.status.as_ref().and_then(|s| s.completion_time.clone()).or_else(|| Some(Time(Timestamp::now())));
             let message = match (final_phase, status.exit_code) {
                 (SkillJobPhase::Succeeded, _) => "the script exited 0".to_string(),
@@ -190,6 +191,42 @@ async fn apply(sj: &SkillJob, ctx: &Context) -> Result<Action> {
             patch_status(ctx, sj, &status).await?;
             Ok(Action::await_change())
         }
+    }
+}
+
+/// Fill stdout/stderr references and output files from what the upload
+/// sidecar stored. A missing or unreadable manifest leaves them empty and
+/// says so in the message, never fails the reconcile.
+async fn record_outputs(ctx: &Context, ns: &str, uid: &str, status: &mut SkillJobStatus) {
+    use crate::api::job::{OutputFile, StreamRef};
+    match ctx.artifacts.outputs(ns, uid).await {
+        Ok(Some(manifest)) => {
+            let result = |name: &str| manifest.files.iter().find(|f| f.path == format!("result/{name}"));
+            // The launcher's result.json has what the script wrote (bytes, truncation, exit).
+            let launch = match ctx.artifacts.output_file(ns, uid, "result/result.json").await {
+                Ok(bytes) => serde_json::from_slice::<crate::runner::launch::LaunchResult>(&bytes).ok(),
+                Err(_) => None,
+            };
+            if let Some(l) = &launch {
+                status.exit_code = l.exit_code.or(status.exit_code);
+                status.signal = l.signal.or(status.signal);
+            }
+            if let Some(f) = result("stdout") {
+                let (size, truncated) = launch.as_ref().map_or((f.size, false), |l| (l.stdout_bytes, l.stdout_truncated));
+                status.stdout = Some(StreamRef { digest: f.digest.clone(), size, truncated });
+            }
+            if let Some(f) = result("stderr") {
+                let (size, truncated) = launch.as_ref().map_or((f.size, false), |l| (l.stderr_bytes, l.stderr_truncated));
+                status.stderr = Some(StreamRef { digest: f.digest.clone(), size, truncated });
+            }
+            status.outputs = manifest
+                .files
+                .iter()
+                .filter_map(|f| f.path.strip_prefix("work/").map(|p| OutputFile { path: p.to_string(), size: f.size, digest: f.digest.clone() }))
+                .collect();
+        }
+        Ok(None) => {}
+        Err(err) => tracing::warn!(%err, ns, uid, "could not read the run's outputs"),
     }
 }
 
