@@ -103,7 +103,6 @@ pub mod client;
 pub mod server;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 pub use crate::oci::SetFile;
 
@@ -362,7 +361,7 @@ pub struct ErrorDetail {
 
 /// `sha256:<hex>`.
 pub fn sha256_digest(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+    crate::core::package::digest(bytes)
 }
 
 /// The line `upload` writes to the termination log: the manifest digest and

@@ -106,11 +106,6 @@ fn decode_input(input: &InlineInput) -> Result<Vec<u8>, ToolError> {
     }
 }
 
-fn sha256(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
-}
-
 // ---------- preview / result shapes ----------
 
 /// What a run would do, shown before anything starts.
@@ -418,7 +413,7 @@ pub async fn skill_run(state: Arc<ServerState>, input: SkillRunInput, retry: Ret
         crate::core::paths::RelPath::parse(&inline.path).map_err(|e| ToolError::new("bad-path", format!("input {}: {e}", inline.path)))?;
         let bytes = decode_input(inline)?;
         total += bytes.len() as u64;
-        decoded.push((inline.path.clone(), sha256(&bytes), bytes));
+        decoded.push((inline.path.clone(), crate::core::package::digest(&bytes), bytes));
     }
     let chunk = exec.jobs.limits().upload_chunk;
     if total > chunk {

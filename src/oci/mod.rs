@@ -1066,7 +1066,7 @@ fn cap(what: &str, d: &OciDescriptor, limit: u64) -> Result<()> {
 }
 
 fn sha256_digest(data: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(data)))
+    crate::core::package::digest(data)
 }
 
 fn descriptor(media_type: &str, data: &[u8], title: Option<String>) -> OciDescriptor {
