@@ -219,19 +219,7 @@ async fn get(http: &reqwest::Client, ep: &Endpoint, url: &str) -> Result<reqwest
     unreachable!("the last attempt returns")
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        let cs = c.to_string();
-        if !s.contains(&cs) {
-            s.push_str(": ");
-            s.push_str(&cs);
-        }
-        src = c.source();
-    }
-    s
-}
+use crate::oci::error_chain;
 
 fn announced_digest(resp: &reqwest::Response, what: &str) -> Result<String, ClientError> {
     let d = resp

@@ -1113,7 +1113,8 @@ fn map_oci_error(r: &Reference, e: OciDistributionError) -> OciError {
     }
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+/// An error and its sources in one line, each cause once.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
     while let Some(c) = src {

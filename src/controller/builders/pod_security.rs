@@ -354,54 +354,35 @@ fn check_host_ports(spec: &PodSpec, out: &mut Vec<String>) {
 }
 
 fn check_host_probes(spec: &PodSpec, out: &mut Vec<String>) {
+    /// The non-empty `host` of an httpGet and a tcpSocket handler, named by field.
+    fn hosts<'a>(
+        field: &str,
+        http: Option<&'a k8s_openapi::api::core::v1::HTTPGetAction>,
+        tcp: Option<&'a k8s_openapi::api::core::v1::TCPSocketAction>,
+        found: &mut Vec<(String, &'a str)>,
+    ) {
+        if let Some(h) = http.and_then(|a| a.host.as_deref()).filter(|h| !h.is_empty()) {
+            found.push((format!("{field}.httpGet.host"), h));
+        }
+        if let Some(h) = tcp.and_then(|a| a.host.as_deref()).filter(|h| !h.is_empty()) {
+            found.push((format!("{field}.tcpSocket.host"), h));
+        }
+    }
     for c in containers(spec) {
-        let mut hosts: Vec<(String, &str)> = Vec::new();
+        let mut found: Vec<(String, &str)> = Vec::new();
         for (field, probe) in c.probes {
             if let Some(p) = probe {
-                if let Some(h) = p
-                    .http_get
-                    .as_ref()
-                    .and_then(|a| a.host.as_deref())
-                    .filter(|h| !h.is_empty())
-                {
-                    hosts.push((format!("{field}.httpGet.host"), h));
-                }
-                if let Some(h) = p
-                    .tcp_socket
-                    .as_ref()
-                    .and_then(|a| a.host.as_deref())
-                    .filter(|h| !h.is_empty())
-                {
-                    hosts.push((format!("{field}.tcpSocket.host"), h));
-                }
+                hosts(field, p.http_get.as_ref(), p.tcp_socket.as_ref(), &mut found);
             }
         }
         if let Some(lc) = c.lifecycle {
-            for (field, handler) in [
-                ("lifecycle.postStart", lc.post_start.as_ref()),
-                ("lifecycle.preStop", lc.pre_stop.as_ref()),
-            ] {
+            for (field, handler) in [("lifecycle.postStart", lc.post_start.as_ref()), ("lifecycle.preStop", lc.pre_stop.as_ref())] {
                 if let Some(hd) = handler {
-                    if let Some(h) = hd
-                        .http_get
-                        .as_ref()
-                        .and_then(|a| a.host.as_deref())
-                        .filter(|h| !h.is_empty())
-                    {
-                        hosts.push((format!("{field}.httpGet.host"), h));
-                    }
-                    if let Some(h) = hd
-                        .tcp_socket
-                        .as_ref()
-                        .and_then(|a| a.host.as_deref())
-                        .filter(|h| !h.is_empty())
-                    {
-                        hosts.push((format!("{field}.tcpSocket.host"), h));
-                    }
+                    hosts(field, hd.http_get.as_ref(), hd.tcp_socket.as_ref(), &mut found);
                 }
             }
         }
-        for (field, host) in hosts {
+        for (field, host) in found {
             out.push(format!("{}: {field} must be empty, is {host:?}", c.at()));
         }
     }
