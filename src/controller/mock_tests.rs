@@ -57,6 +57,13 @@ fn skilljob() -> SkillJob {
     j
 }
 
+/// A SkillJob whose Job the controller has already created.
+fn started_skilljob() -> SkillJob {
+    let mut sj = skilljob();
+    sj.status = Some(crate::api::job::SkillJobStatus { job_name: Some(super::builders::job::job_name(UID)), ..Default::default() });
+    sj
+}
+
 fn ready(kind: &str) -> Value {
     json!([{ "type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z" }])
         .as_array()
@@ -164,8 +171,7 @@ async fn first_reconcile_admits_and_creates_children_then_the_job() {
 #[tokio::test]
 async fn a_restarted_controller_finds_its_job_and_creates_none() {
     let (ctx, mut handle) = context();
-    let mut sj = skilljob();
-    sj.status = Some(crate::api::job::SkillJobStatus { job_name: Some(super::builders::job::job_name(UID)), ..Default::default() });
+    let sj = started_skilljob();
     let name = super::builders::job::job_name(UID);
     let owner = sj.controller_owner_ref(&()).unwrap();
     let server = tokio::spawn(async move {
@@ -188,8 +194,7 @@ async fn a_restarted_controller_finds_its_job_and_creates_none() {
 #[tokio::test]
 async fn a_deleted_job_fails_the_skilljob_visibly_and_is_not_rerun() {
     let (ctx, mut handle) = context();
-    let mut sj = skilljob();
-    sj.status = Some(crate::api::job::SkillJobStatus { job_name: Some(super::builders::job::job_name(UID)), ..Default::default() });
+    let sj = started_skilljob();
     let name = super::builders::job::job_name(UID);
     let server = tokio::spawn(async move {
         expect(&mut handle, "GET", &format!("/apis/batch/v1/namespaces/team/jobs/{name}"), |_| not_found()).await;
@@ -253,8 +258,7 @@ impl super::context::ArtifactStore for StoredOutputs {
 async fn a_finished_run_reports_streams_and_outputs_from_the_artifact_endpoint() {
     let (ctx, mut handle) = context();
     let ctx = Arc::new(Context { artifacts: Arc::new(StoredOutputs), ..(*ctx).clone() });
-    let mut sj = skilljob();
-    sj.status = Some(crate::api::job::SkillJobStatus { job_name: Some(super::builders::job::job_name(UID)), ..Default::default() });
+    let sj = started_skilljob();
     let name = super::builders::job::job_name(UID);
     let owner = sj.controller_owner_ref(&()).unwrap();
     let server = tokio::spawn(async move {

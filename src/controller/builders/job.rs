@@ -704,29 +704,32 @@ fn helper_container(
     }
 }
 
+/// `skill-operator <sub> --endpoint … --namespace … --job …` followed by `rest`:
+/// the argv both pod-side helpers share.
+fn helper_command(p: &JobParams, sub: &str, rest: &[&str]) -> Vec<String> {
+    let head = [OPERATOR_BIN, sub, "--endpoint", &p.artifact_endpoint, "--namespace", &p.namespace, "--job", &p.skilljob_uid];
+    head.iter().chain(rest).map(|s| s.to_string()).collect()
+}
+
 fn fetch_container(p: &JobParams) -> Container {
-    let command = [
-        OPERATOR_BIN,
+    let command = helper_command(
+        p,
         "fetch",
-        "--endpoint",
-        &p.artifact_endpoint,
-        "--namespace",
-        &p.namespace,
-        "--job",
-        &p.skilljob_uid,
-        "--package",
-        PACKAGE_DIR,
-        "--work",
-        WORK_DIR,
-        "--token-file",
-        TOKEN_FILE,
-        "--tools",
-        TOOLS_DIR,
-    ];
+        &[
+            "--package",
+            PACKAGE_DIR,
+            "--work",
+            WORK_DIR,
+            "--token-file",
+            TOKEN_FILE,
+            "--tools",
+            TOOLS_DIR,
+        ],
+    );
     helper_container(
         p,
         CONTAINER_FETCH,
-        command.iter().map(|s| s.to_string()).collect(),
+        command,
         vec![
             mount(VOL_PACKAGE, PACKAGE_DIR, false),
             mount(VOL_WORK, WORK_DIR, false),
@@ -737,22 +740,18 @@ fn fetch_container(p: &JobParams) -> Container {
 }
 
 fn upload_container(p: &JobParams) -> Container {
-    let command = [
-        OPERATOR_BIN,
+    let command = helper_command(
+        p,
         "upload",
-        "--endpoint",
-        &p.artifact_endpoint,
-        "--namespace",
-        &p.namespace,
-        "--job",
-        &p.skilljob_uid,
-        "--work",
-        WORK_DIR,
-        "--result",
-        RESULT_FILE,
-        "--token-file",
-        TOKEN_FILE,
-    ];
+        &[
+            "--work",
+            WORK_DIR,
+            "--result",
+            RESULT_FILE,
+            "--token-file",
+            TOKEN_FILE,
+        ],
+    );
     Container {
         // Native sidecar: starts after fetch, runs beside `run`, gets SIGTERM
         // once `run` has exited.
@@ -760,7 +759,7 @@ fn upload_container(p: &JobParams) -> Container {
         ..helper_container(
             p,
             CONTAINER_UPLOAD,
-            command.iter().map(|s| s.to_string()).collect(),
+            command,
             vec![
                 mount(VOL_WORK, WORK_DIR, true),
                 mount(VOL_RESULT, RESULT_DIR, true),
