@@ -151,6 +151,9 @@ pub struct ControllerArgs {
     /// Registries reached over plain HTTP (repeatable).
     #[arg(long = "plain-http-registry", value_name = "HOST:PORT")]
     pub plain_http_registries: Vec<String>,
+    /// SkillJob reconciles at once (0: no limit).
+    #[arg(long, default_value_t = 32)]
+    pub reconcile_concurrency: u16,
 }
 
 #[derive(Debug, clap::Args)]
@@ -496,8 +499,13 @@ async fn controller_command(args: ControllerArgs) -> anyhow::Result<()> {
         label_namespaces: args.label_namespaces,
         token_key,
         host_aliases,
+        reconcile_concurrency: args.reconcile_concurrency,
     };
-    let resolver = std::sync::Arc::new(OciResolver { plain_http: args.plain_http_registries });
+    // Every SkillJob pulls its pinned package: keep up to 64 MiB of them.
+    let resolver = std::sync::Arc::new(crate::controller::resolver::PinnedCache::new(
+        std::sync::Arc::new(OciResolver { plain_http: args.plain_http_registries }),
+        64 << 20,
+    ));
     let artifacts = std::sync::Arc::new(context::HttpArtifacts::new(&config.artifact_endpoint, &config.token_key));
     let ctx = std::sync::Arc::new(context::Context::new(client, std::sync::Arc::new(Metrics::default()), config, resolver, artifacts));
     crate::controller::run::run(ctx, args.listen).await

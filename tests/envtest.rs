@@ -107,6 +107,69 @@ async fn controller_against_a_real_api_server() {
     jobs.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({ "status": { "active": 1, "startTime": "2026-01-01T00:00:00Z" } }))).await.unwrap();
     harness::wait_for(|| async { (skilljobs.get("stats").await.ok()?.status?.phase? == skill_operator::api::SkillJobPhase::Running).then_some(()) }, "phase Running").await;
 
+    // A deleted Job fails its SkillJob visibly and is not re-created.
+    jobs.delete(&name, &DeleteParams::background()).await.unwrap();
+    let failed = harness::wait_for(
+        || async {
+            let s = skilljobs.get("stats").await.ok()?.status?;
+            (s.phase? == skill_operator::api::SkillJobPhase::Failed).then_some(s)
+        },
+        "phase Failed after the Job was deleted",
+    )
+    .await;
+    assert!(failed.message.unwrap_or_default().contains("not re-run"));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(jobs.list(&ListParams::default()).await.unwrap().items.is_empty(), "a deleted Job was re-created");
+
+    // A namespace that does not enforce `restricted` is reported on the SkillJob.
+    namespaces
+        .create(&PostParams::default(), &serde_json::from_value(json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "lax" } })).unwrap())
+        .await
+        .unwrap();
+    let lax_bindings: Api<SkillBinding> = Api::namespaced(client.clone(), "lax");
+    lax_bindings
+        .create(&PostParams::default(), &serde_json::from_value(json!({
+            "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding",
+            "metadata": { "name": "csv-stats", "namespace": "lax" }, "spec": { "package": "csv-stats-1" }
+        })).unwrap())
+        .await
+        .unwrap();
+    harness::wait_for(|| async { harness::ready(&lax_bindings.get("csv-stats").await.ok()?.status?.conditions) }, "the lax SkillBinding to be Ready").await;
+    let lax_jobs: Api<SkillJob> = Api::namespaced(client.clone(), "lax");
+    lax_jobs
+        .create(&PostParams::default(), &serde_json::from_value(json!({
+            "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillJob",
+            "metadata": { "name": "stats", "namespace": "lax" }, "spec": { "binding": "csv-stats", "script": "scripts/stats.py" }
+        })).unwrap())
+        .await
+        .unwrap();
+    let condition = harness::wait_for(
+        || async { lax_jobs.get("stats").await.ok()?.status?.conditions.into_iter().find(|c| c.type_ == "NamespaceRestricted") },
+        "the NamespaceRestricted condition",
+    )
+    .await;
+    assert_eq!((condition.status.as_str(), condition.reason.as_str()), ("False", "NotEnforced"));
+
+    // Two bindings serving the same skill in one namespace: both refused.
+    bindings
+        .create(&PostParams::default(), &serde_json::from_value(json!({
+            "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding",
+            "metadata": { "name": "csv-stats-again", "namespace": "team" }, "spec": { "package": "csv-stats-1" }
+        })).unwrap())
+        .await
+        .unwrap();
+    for name in ["csv-stats", "csv-stats-again"] {
+        harness::wait_for(
+            || async {
+                let conditions = bindings.get(name).await.ok()?.status?.conditions;
+                conditions.iter().any(|c| c.type_ == "Ready" && c.status == "False").then_some(())
+            },
+            "both bindings of one skill to be refused",
+        )
+        .await;
+    }
+    bindings.delete("csv-stats-again", &DeleteParams::default()).await.unwrap();
+
     // Deletion rules: a binding with SkillJobs and a package with bindings stay.
     bindings.delete("csv-stats", &DeleteParams::default()).await.unwrap();
     packages.delete("csv-stats-1", &DeleteParams::default()).await.unwrap();
@@ -119,7 +182,8 @@ async fn controller_against_a_real_api_server() {
     let _ = controller.await;
     let controller = harness::spawn_controller(client.clone());
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(jobs.list(&ListParams::default()).await.unwrap().items.len(), 1, "a restarted controller created a second Job");
+    assert!(jobs.list(&ListParams::default()).await.unwrap().items.is_empty(), "a restarted controller created a Job for a finished SkillJob");
+    assert_eq!(Api::<Job>::namespaced(client.clone(), "lax").list(&ListParams::default()).await.unwrap().items.len(), 1, "a restarted controller created a second Job");
     controller.abort();
     drop(Arc::new(env));
 }

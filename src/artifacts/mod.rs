@@ -55,10 +55,14 @@
 //! # Storage
 //! One registry repository (`--registry HOST/REPO`), three tags per job:
 //! `job_<ns>_<uid>_package` (a skill artifact as `oci::Registry::push`
-//! writes it, config name `job_<ns>_<uid>`), `job_<ns>_<uid>_inputs` and
-//! `job_<ns>_<uid>_outputs` (job file sets, annotated with the job and the
-//! kind, so two jobs with identical files still get distinct manifests and
-//! deleting one never untags the other). `_` cannot occur in a namespace or
+//! writes it, with the job in a manifest annotation: the layer and config
+//! blobs depend on the package alone, so a thousand jobs of one package
+//! store it once and staging the second uploads nothing),
+//! `job_<ns>_<uid>_inputs` and `job_<ns>_<uid>_outputs` (job file sets,
+//! annotated with the job and the kind). Every manifest names its job, so two
+//! jobs with identical files still get distinct manifests, deleting one never
+//! untags the other, and a tag pointing at another job's manifest is refused
+//! (502 `wrong_artifact`). `_` cannot occur in a namespace or
 //! UID, so tags never collide. Every pull is verified by `oci::Registry`:
 //! manifest digests, blob sizes and sha256 against the descriptors; a blob
 //! changed in the registry's storage fails the request with 502

@@ -128,7 +128,16 @@ struct Inner {
     memory_permits: u32,
     locks: Vec<tokio::sync::Mutex<()>>,
     cache: Mutex<HashMap<String, Arc<BlobSet>>>,
+    /// Packages already checked, by sha256: a burst of jobs of one package
+    /// unpacks it once. Cleared when it reaches [`VALIDATED_ENTRIES`].
+    validated: Mutex<HashMap<String, SkillConfig>>,
 }
+
+/// Validated package configs kept before the memo is cleared.
+const VALIDATED_ENTRIES: usize = 256;
+/// The config name of every staged package: the job is named in a manifest
+/// annotation instead, so the blobs of one package are shared by all its jobs.
+const STAGED_PACKAGE_NAME: &str = "staged-package";
 
 impl AppState {
     pub fn new(cfg: ServerConfig) -> Result<AppState, String> {
@@ -168,6 +177,7 @@ impl AppState {
             memory_permits: permits,
             locks: (0..LOCK_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
             cache: Mutex::new(HashMap::new()),
+            validated: Mutex::new(HashMap::new()),
         })))
     }
 
@@ -654,16 +664,12 @@ async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
-fn package_name(ns: &str, uid: &str) -> String {
-    format!("job_{ns}_{uid}")
-}
-
 async fn get_package(State(state): State<AppState>, JobPath((ns, uid)): JobPath<(String, String)>, headers: HeaderMap) -> Result<Response, ApiError> {
     admit(&state, &headers, &ns, &uid, Access::ReadStaged)?;
     let _held = state.hold(state.0.limits.max_package_bytes).await;
     let reference = state.reference(&ns, &uid, ArtifactKind::Package);
     let pulled = state.0.packages.pull(&reference).await.map_err(oci_error)?;
-    if pulled.config.name != package_name(&ns, &uid) {
+    if pulled.annotations.get(ANNOTATION_JOB) != Some(&format!("{ns}/{uid}")) {
         return Err(ApiError::new(StatusCode::BAD_GATEWAY, "wrong_artifact", format!("{reference} is not this job's package")));
     }
     let digest = package::digest(&pulled.package);
@@ -680,19 +686,36 @@ async fn put_package(
     let sp = spool(&state, req, limit, "package").await?;
     let _held = state.hold(sp.len).await;
     let _lock = state.lock(&ns, &uid).lock().await;
-    let name = package_name(&ns, &uid);
     let file = sp.file.clone();
     let len = sp.len;
+    let known = state.0.validated.lock().expect("lock poisoned").get(&sp.digest).cloned();
+    let checked = known.is_some();
     let (bytes, config) = blocking(move || {
         let mut bytes = vec![0u8; len as usize];
         file.read_exact_at(&mut bytes, 0).map_err(internal)?;
-        let config = SkillConfig::for_package(&bytes, name, "", None)
-            .map_err(|e| ApiError::bad("bad_package", format!("not a valid package: {e}")))?;
+        let config = match known {
+            Some(config) => config,
+            None => SkillConfig::for_package(&bytes, STAGED_PACKAGE_NAME.to_string(), "", None)
+                .map_err(|e| ApiError::bad("bad_package", format!("not a valid package: {e}")))?,
+        };
         Ok((bytes, config))
     })
     .await?;
+    {
+        let mut memo = state.0.validated.lock().expect("lock poisoned");
+        if memo.len() >= VALIDATED_ENTRIES {
+            memo.clear();
+        }
+        memo.insert(sp.digest.clone(), config.clone());
+    }
     let reference = state.reference(&ns, &uid, ArtifactKind::Package);
-    let digest = state.0.packages.push(&reference, &bytes, &config).await.map_err(oci_error)?;
+    let job = BTreeMap::from([(ANNOTATION_JOB.to_string(), format!("{ns}/{uid}"))]);
+    let pushed = if checked {
+        state.0.packages.push_checked(&reference, &bytes, &config, job).await
+    } else {
+        state.0.packages.push_annotated(&reference, &bytes, &config, job).await
+    };
+    let digest = pushed.map_err(oci_error)?;
     Ok(Json(json!({
         "digest": digest,
         "packageDigest": sp.digest,

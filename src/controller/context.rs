@@ -42,6 +42,10 @@ pub struct OperatorConfig {
     /// Host name -> IP entries for run pods (they have no DNS), e.g. the
     /// artifact endpoint's Service name resolved at start-up.
     pub host_aliases: std::collections::BTreeMap<String, String>,
+    /// SkillJob reconciles at once (0: no limit). A backlog of a thousand
+    /// would otherwise start a thousand at once, each holding its package and
+    /// request buffers: a memory spike, and no faster.
+    pub reconcile_concurrency: u16,
 }
 
 /// Shared reconciler state.
@@ -53,12 +57,14 @@ pub struct Context {
     pub config: Arc<OperatorConfig>,
     pub resolver: Arc<dyn PackageResolver>,
     pub artifacts: Arc<dyn ArtifactStore>,
+    /// Cached reads (bindings, packages, namespace checks).
+    pub lookups: Arc<super::lookups::Lookups>,
 }
 
 impl Context {
     pub fn new(client: Client, metrics: Arc<Metrics>, config: OperatorConfig, resolver: Arc<dyn PackageResolver>, artifacts: Arc<dyn ArtifactStore>) -> Self {
         let recorder = Recorder::new(client.clone(), Reporter { controller: "skill-operator".into(), instance: std::env::var("POD_NAME").ok() });
-        Context { client, recorder, metrics, config: Arc::new(config), resolver, artifacts }
+        Context { client, recorder, metrics, config: Arc::new(config), resolver, artifacts, lookups: Default::default() }
     }
 }
 

@@ -39,6 +39,7 @@ fn context() -> (Arc<Context>, Handle) {
         label_namespaces: false,
         token_key: b"test-key".to_vec(),
         host_aliases: Default::default(),
+        reconcile_concurrency: 32,
     };
     (Arc::new(Context::new(client, Arc::new(Metrics::default()), config, Arc::new(NoPackages), Arc::new(super::context::NoArtifacts))), handle)
 }
@@ -138,7 +139,7 @@ async fn first_reconcile_admits_and_creates_children_then_the_job() {
     let job = Arc::new(skilljob());
     let name = super::builders::job::job_name(UID);
     let server = tokio::spawn(async move {
-        expect(&mut handle, "GET", &format!("/apis/batch/v1/namespaces/team/jobs/{name}"), |_| not_found()).await;
+        // No Job recorded yet: no GET of it; a Job that exists would answer the POST with 409.
         expect(&mut handle, "GET", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skillbindings/weather", |_| ok(binding())).await;
         expect(&mut handle, "GET", "/apis/skill-operator.dev/v1alpha1/skillpackages/weather-1", |_| ok(package())).await;
         expect(&mut handle, "GET", "/api/v1/namespaces/team", |_| {
@@ -149,7 +150,8 @@ async fn first_reconcile_admits_and_creates_children_then_the_job() {
         assert_eq!(sa["automountServiceAccountToken"], false);
         let secret = expect(&mut handle, "POST", "/api/v1/namespaces/team/secrets", |b| ok(b)).await;
         assert_eq!(secret["stringData"]["token"], crate::core::token::job_token(b"test-key", "team", UID));
-        let policy = expect(&mut handle, "PATCH", &format!("/apis/networking.k8s.io/v1/namespaces/team/networkpolicies/{name}"), |b| ok(b)).await;
+        let policy = expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", |b| ok(b)).await;
+        assert_eq!(policy["metadata"]["name"], json!(name));
         assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
         let created = expect(&mut handle, "POST", "/apis/batch/v1/namespaces/team/jobs", |b| ok(b)).await;
         let job: Job = serde_json::from_value(created).unwrap();
@@ -180,8 +182,9 @@ async fn a_restarted_controller_finds_its_job_and_creates_none() {
                        "status": { "active": 1 } }))
         })
         .await;
-        expect(&mut handle, "PATCH", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies/", |b| ok(b)).await;
-        expect(&mut handle, "GET", "/api/v1/namespaces/team/pods", |_| ok(json!({ "apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [] }))).await;
+        // Without a cache the NetworkPolicy is re-created (409 when it exists).
+        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", |b| ok(b)).await;
+        // A running Job has no exit to read: no pod LIST.
         let status = expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         assert_eq!(status["status"]["phase"], "Running");
         // No POST of a Job may follow.
@@ -212,9 +215,7 @@ async fn a_job_refused_by_the_fence_fails_without_creating_anything() {
     let (ctx, mut handle) = context();
     let mut sj = skilljob();
     sj.spec.script = "scripts/undeclared.py".into();
-    let name = super::builders::job::job_name(UID);
     let server = tokio::spawn(async move {
-        expect(&mut handle, "GET", &format!("/apis/batch/v1/namespaces/team/jobs/{name}"), |_| not_found()).await;
         expect(&mut handle, "GET", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skillbindings/weather", |_| ok(binding())).await;
         expect(&mut handle, "GET", "/apis/skill-operator.dev/v1alpha1/skillpackages/weather-1", |_| ok(package())).await;
         let status = expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
@@ -267,7 +268,7 @@ async fn a_finished_run_reports_streams_and_outputs_from_the_artifact_endpoint()
                        "status": { "conditions": [{ "type": "Complete", "status": "True" }], "completionTime": "2026-01-01T00:00:10Z" } }))
         })
         .await;
-        expect(&mut handle, "PATCH", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies/", |b| ok(b)).await;
+        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", |b| ok(b)).await;
         expect(&mut handle, "GET", "/api/v1/namespaces/team/pods", |_| ok(json!({ "apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [] }))).await;
         let status = expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         let s = &status["status"];
@@ -278,5 +279,58 @@ async fn a_finished_run_reports_streams_and_outputs_from_the_artifact_endpoint()
         assert_eq!(s["outputs"], json!([{ "path": "report.txt", "size": 42, "digest": format!("sha256:{}", "a".repeat(64)) }]));
     });
     skilljob::reconcile(Arc::new(sj), ctx).await.expect("reconcile");
+    tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
+}
+
+/// A cache holding `job`, as the controller's Job reflector would.
+fn job_cache(job: Job) -> (kube::runtime::reflector::Store<Job>, kube::runtime::reflector::Store<k8s_openapi::api::networking::v1::NetworkPolicy>) {
+    let (jobs, mut writer) = kube::runtime::reflector::store::<Job>();
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(job));
+    let (policies, _) = kube::runtime::reflector::store();
+    (jobs, policies)
+}
+
+fn job_created(age_secs: i64) -> Job {
+    let name = super::builders::job::job_name(UID);
+    let created = k8s_openapi::jiff::Timestamp::from_second(k8s_openapi::jiff::Timestamp::now().as_second() - age_secs).unwrap();
+    serde_json::from_value(json!({ "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": { "name": name, "namespace": "team", "creationTimestamp": k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(created) } }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_job_event_overtaking_our_status_write_writes_nothing() {
+    // The Job is in the cache but this copy of the SkillJob predates the
+    // status write that recorded it: writing now would erase that write.
+    let (ctx, mut handle) = context();
+    let (jobs, policies) = job_cache(job_created(1));
+    ctx.lookups.set_child_stores(jobs, policies);
+    let server = tokio::spawn(async move { no_more_calls(&mut handle).await });
+    let action = skilljob::reconcile(Arc::new(skilljob()), ctx).await.expect("reconcile");
+    assert_eq!(action, kube::runtime::controller::Action::requeue(Duration::from_secs(2)));
+    tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn an_old_unrecorded_job_gets_its_status_rebuilt() {
+    // A controller stopped between creating the Job and recording it: the
+    // next one records it, skill and namespace check included, and creates nothing.
+    let (ctx, mut handle) = context();
+    let (jobs, policies) = job_cache(job_created(600));
+    ctx.lookups.set_child_stores(jobs, policies);
+    let server = tokio::spawn(async move {
+        expect(&mut handle, "GET", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skillbindings/weather", |_| ok(binding())).await;
+        expect(&mut handle, "GET", "/api/v1/namespaces/team", |_| {
+            ok(json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "team", "labels": { "pod-security.kubernetes.io/enforce": "restricted" } } }))
+        })
+        .await;
+        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", |b| ok(b)).await;
+        let status = expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        assert_eq!(status["status"]["jobName"], json!(super::builders::job::job_name(UID)));
+        assert_eq!(status["status"]["skill"], "weather");
+        assert!(status["status"]["conditions"].as_array().unwrap().iter().any(|c| c["type"] == "NamespaceRestricted" && c["status"] == "True"));
+        no_more_calls(&mut handle).await;
+    });
+    skilljob::reconcile(Arc::new(skilljob()), ctx).await.expect("reconcile");
     tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
 }

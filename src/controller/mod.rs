@@ -4,6 +4,7 @@
 
 pub mod decide;
 pub mod context;
+pub mod lookups;
 pub mod metrics;
 pub mod package;
 pub mod builders;

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, PropagationPolicy};
 use kube::runtime::controller::Action;
@@ -24,10 +23,8 @@ use super::builders::job::{build_job, job_name, pod_selector_labels, EnvGrant, J
 use super::builders::network_policy::{build_network_policy, build_service_account, NetPolParams, Peer};
 use super::context::{apply_status, Context, Error, Result, MANAGER};
 use super::decide::{admit, is_final, job_phase, namespace_is_restricted, Admission, PSS_ENFORCE_LABEL};
-use crate::api::binding::SkillBinding;
 use crate::api::conditions::set_condition;
 use crate::api::job::{SkillJob, SkillJobPhase, SkillJobStatus};
-use crate::api::package::SkillPackage;
 
 /// Stops the pod and cleans artifacts before a SkillJob goes.
 pub const FINALIZER: &str = "skill-operator.dev/skilljob-cleanup";
@@ -52,7 +49,13 @@ pub async fn reconcile(job: Arc<SkillJob>, ctx: Arc<Context>) -> Result<Action> 
     result
 }
 
+/// Writes the status unless it is what the object already says: most
+/// reconciles (a watch event, a periodic requeue) change nothing, and an
+/// unchanged apply still costs the API server a full server-side apply.
 async fn patch_status(ctx: &Context, job: &SkillJob, status: &SkillJobStatus) -> Result<()> {
+    if job.status.as_ref() == Some(status) {
+        return Ok(());
+    }
     let ns = job.namespace().ok_or(Error::Missing("namespace"))?;
     let api: Api<SkillJob> = Api::namespaced(ctx.client.clone(), &ns);
     apply_status(&api, &job.name_any(), status).await
@@ -77,7 +80,14 @@ async fn apply(sj: &SkillJob, ctx: &Context) -> Result<Action> {
     }
     let name = job_name(&uid);
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
-    let existing = jobs.get_opt(&name).await?;
+    // Before this controller recorded a Job, a cache miss is enough to try
+    // creating it (a Job that exists after all answers 409, handled below).
+    // After, only the API server may say it is gone.
+    let existing = if status.job_name.is_none() {
+        ctx.lookups.cached_job(&ns, &name)
+    } else {
+        ctx.lookups.job(&ctx.client, &ns, &name).await?
+    };
 
     if existing.is_none() {
         if status.job_name.is_some() {
@@ -88,10 +98,9 @@ async fn apply(sj: &SkillJob, ctx: &Context) -> Result<Action> {
             return Ok(Action::await_change());
         }
         // Admission through the fence.
-        let bindings: Api<SkillBinding> = Api::namespaced(ctx.client.clone(), &ns);
-        let binding = bindings.get_opt(&sj.spec.binding).await?;
+        let binding = ctx.lookups.binding(&ctx.client, &ns, &sj.spec.binding).await?;
         let package = match &binding {
-            Some(b) => Api::<SkillPackage>::all(ctx.client.clone()).get_opt(&b.spec.package).await?,
+            Some(b) => ctx.lookups.package(&ctx.client, &b.spec.package).await?,
             None => None,
         };
         let admission = match admit(&sj.spec, binding.as_ref(), package.as_ref()) {
@@ -111,14 +120,18 @@ async fn apply(sj: &SkillJob, ctx: &Context) -> Result<Action> {
         };
         status.skill = Some(admission.skill.clone());
         check_namespace(ctx, &ns, &mut status, generation).await?;
-        ensure_children(ctx, sj, &ns, &uid, &admission).await?;
-        // The package the pod fetches: exactly the pinned digest, staged for this job.
-        if let Some(package) = &package {
-            let mut source = package.spec.source.oci.clone();
-            source.reference = super::decide::pinned_reference(&source.reference, &admission.digest);
-            let fetched = ctx.resolver.fetch(&source).await.map_err(Error::Artifacts)?;
-            ctx.artifacts.stage_package(&ns, &uid, fetched.archive).await.map_err(Error::Artifacts)?;
-        }
+        // The package the pod fetches: exactly the pinned digest, staged for
+        // this job, while the children are made (independent round trips).
+        let stage = async {
+            if let Some(package) = &package {
+                let mut source = package.spec.source.oci.clone();
+                source.reference = super::decide::pinned_reference(&source.reference, &admission.digest);
+                let fetched = ctx.resolver.fetch(&source).await.map_err(Error::Artifacts)?;
+                ctx.artifacts.stage_package(&ns, &uid, fetched.archive).await.map_err(Error::Artifacts)?;
+            }
+            Ok::<(), Error>(())
+        };
+        tokio::try_join!(ensure_children(ctx, sj, &ns, &uid, &admission), stage)?;
         let params = job_params(ctx, sj, &ns, &uid, &admission);
         if let Err(err) = params.validate() {
             set_phase(&mut status, SkillJobPhase::Failed, "InvalidJob", format!("the Job cannot be built: {err}"), generation);
@@ -142,19 +155,45 @@ async fn apply(sj: &SkillJob, ctx: &Context) -> Result<Action> {
 
     // The Job exists: keep the NetworkPolicy in place (recreated if deleted) and report.
     let job = existing.unwrap_or_default();
+    if sj.status.as_ref().is_none_or(|s| s.job_name.is_none()) {
+        // The Job's watch event can overtake our own status write: this
+        // SkillJob copy predates it. Writing from it would erase what that
+        // write said, so wait for the copy to catch up, unless the Job is
+        // old enough that no write of ours is in flight (a controller that
+        // stopped between creating the Job and recording it).
+        let age = job.metadata.creation_timestamp.as_ref().map(|t| Timestamp::now().duration_since(t.0).as_secs()).unwrap_or(i64::MAX);
+        if age < 10 {
+            return Ok(Action::requeue(Duration::from_secs(2)));
+        }
+        if status.skill.is_none() {
+            status.skill = ctx.lookups.binding(&ctx.client, &ns, &sj.spec.binding).await?.and_then(|b| b.status).and_then(|s| s.skill_name);
+        }
+        check_namespace(ctx, &ns, &mut status, generation).await?;
+    }
     status.job_name = Some(name.clone());
-    if let Some(policy) = policy_for(ctx, sj, &ns, &uid, job.metadata.annotations.as_ref()) {
-        let policies: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), &ns);
-        policies.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(policy)).await?;
+    if !ctx.lookups.has_network_policy(&ns, &name) {
+        if let Some(policy) = policy_for(ctx, sj, &ns, &uid, job.metadata.annotations.as_ref()) {
+            let policies: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), &ns);
+            create_policy(&policies, &policy).await?;
+        }
     }
     let phase = job_phase(&job);
     if status.started_at.is_none() {
         status.started_at = job.status.as_ref().and_then(|s| s.start_time.clone());
     }
-    let (exit_code, signal) = run_container_exit(ctx, &ns, &uid).await?;
-    status.exit_code = exit_code.or(status.exit_code);
-    status.signal = signal.or(status.signal);
+    // Only a finished run has an exit to read from its pod.
+    if !matches!(phase, SkillJobPhase::Pending | SkillJobPhase::Running) {
+        let (exit_code, signal) = run_container_exit(ctx, &ns, &uid).await?;
+        status.exit_code = exit_code.or(status.exit_code);
+        status.signal = signal.or(status.signal);
+    }
     match phase {
+        // A Pending SkillJob whose Job exists keeps its message ("Job … created"):
+        // rewriting it to say the same thing in other words cost a status write per run.
+        SkillJobPhase::Pending if status.phase == Some(SkillJobPhase::Pending) && sj.status.as_ref().is_some_and(|s| s.job_name.is_some()) => {
+            patch_status(ctx, sj, &status).await?;
+            Ok(Action::requeue(Duration::from_secs(10)))
+        }
         SkillJobPhase::Pending | SkillJobPhase::Running => {
             set_phase(&mut status, phase, if phase == SkillJobPhase::Running { "Running" } else { "Pending" }, format!("Job {name} is {}", if phase == SkillJobPhase::Running { "running" } else { "starting" }), generation);
             patch_status(ctx, sj, &status).await?;
@@ -174,14 +213,14 @@ async fn apply(sj: &SkillJob, ctx: &Context) -> Result<Action> {
                 }
                 return Ok(Action::requeue(Duration::from_secs(5)));
             }
-            status.finished_at = Some(Time(Timestamp::now()));
+            status.finished_at = Some(crate::api::conditions::now());
             set_phase(&mut status, SkillJobPhase::TimedOut, "DeadlineExceeded", "the run passed its deadline and was stopped", generation);
             patch_status(ctx, sj, &status).await?;
             Ok(Action::await_change())
         }
         final_phase => {
             record_outputs(ctx, &ns, &uid, &mut status).await;
-            status.finished_at = job.status.as_ref().and_then(|s| s.completion_time.clone()).or_else(|| Some(Time(Timestamp::now())));
+            status.finished_at = job.status.as_ref().and_then(|s| s.completion_time.clone()).or_else(|| Some(crate::api::conditions::now()));
             let message = match (final_phase, status.exit_code) {
                 (SkillJobPhase::Succeeded, _) => "the script exited 0".to_string(),
                 (_, Some(code)) => format!("the script exited {code}"),
@@ -233,10 +272,18 @@ async fn record_outputs(ctx: &Context, ns: &str, uid: &str, status: &mut SkillJo
 /// A namespace that does not enforce `restricted` gets the label (when the
 /// operator may add it) or a visible condition.
 async fn check_namespace(ctx: &Context, ns: &str, status: &mut SkillJobStatus, generation: Option<i64>) -> Result<()> {
+    let enforced = |status: &mut SkillJobStatus| {
+        set_condition(&mut status.conditions, "NamespaceRestricted", true, "Enforced", "the namespace enforces Pod Security `restricted`", generation);
+    };
+    if ctx.lookups.namespace_known_restricted(ns) {
+        enforced(status);
+        return Ok(());
+    }
     let namespaces: Api<Namespace> = Api::all(ctx.client.clone());
     let Some(namespace) = namespaces.get_opt(ns).await? else { return Ok(()) };
     if namespace_is_restricted(namespace.metadata.labels.as_ref()) {
-        set_condition(&mut status.conditions, "NamespaceRestricted", true, "Enforced", "the namespace enforces Pod Security `restricted`", generation);
+        ctx.lookups.remember_restricted(ns);
+        enforced(status);
         return Ok(());
     }
     if ctx.config.label_namespaces {
@@ -270,9 +317,12 @@ fn token_secret_name(uid: &str) -> String {
 
 /// ServiceAccount (no RBAC), token Secret and NetworkPolicy, created or applied idempotently.
 async fn ensure_children(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, admission: &Admission) -> Result<()> {
-    let accounts: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), ns);
-    let sa = build_service_account(RUN_SERVICE_ACCOUNT, ns, &labels());
-    accounts.patch(RUN_SERVICE_ACCOUNT, &PatchParams::apply(MANAGER).force(), &Patch::Apply(sa)).await?;
+    if !ctx.lookups.service_account_applied(ns) {
+        let accounts: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), ns);
+        let sa = build_service_account(RUN_SERVICE_ACCOUNT, ns, &labels());
+        accounts.patch(RUN_SERVICE_ACCOUNT, &PatchParams::apply(MANAGER).force(), &Patch::Apply(sa)).await?;
+        ctx.lookups.remember_service_account(ns);
+    }
 
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     let token = crate::core::token::job_token(&ctx.config.token_key, ns, uid);
@@ -294,10 +344,21 @@ async fn ensure_children(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, admi
     }
     if let Some(policy) = policy_for(ctx, sj, ns, uid, None) {
         let policies: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), ns);
-        policies.patch(&job_name(uid), &PatchParams::apply(MANAGER).force(), &Patch::Apply(policy)).await?;
+        create_policy(&policies, &policy).await?;
     }
     let _ = admission;
     Ok(())
+}
+
+/// A run's NetworkPolicy never changes (its SkillJob is immutable), so it
+/// is created, not applied: a create costs the API server less than a
+/// server-side apply, and one that exists already answers 409.
+async fn create_policy(policies: &Api<NetworkPolicy>, policy: &NetworkPolicy) -> Result<()> {
+    match policies.create(&PostParams::default(), policy).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn policy_for(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, _annotations: Option<&BTreeMap<String, String>>) -> Option<NetworkPolicy> {

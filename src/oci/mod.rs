@@ -314,6 +314,8 @@ pub struct PulledSkill {
     pub package: Vec<u8>,
     pub config: SkillConfig,
     pub format: ArtifactFormat,
+    /// The (platform) manifest's annotations.
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// One file of a job file set, as its manifest lists it.
@@ -415,7 +417,14 @@ pub struct Registry {
     http: reqwest::Client,
     opts: RegistryOptions,
     logins: std::sync::Mutex<BTreeMap<LoginKey, (std::time::Instant, Option<String>)>>,
+    /// One upload per blob digest at a time (striped): the distribution
+    /// registry refuses a manifest when two uploads of one blob race
+    /// (`DIGEST_INVALID`, then `MANIFEST_BLOB_UNKNOWN`), which a burst of
+    /// jobs staging the same package triggered.
+    uploads: Vec<tokio::sync::Mutex<()>>,
 }
+
+const UPLOAD_STRIPES: usize = 64;
 
 impl Registry {
     pub fn new(opts: RegistryOptions) -> Self {
@@ -435,7 +444,13 @@ impl Registry {
             .redirect(reqwest::redirect::Policy::limited(5))
             .build()
             .expect("reqwest client with static settings");
-        Registry { client: Client::new(config), http, opts, logins: Default::default() }
+        Registry {
+            client: Client::new(config),
+            http,
+            opts,
+            logins: Default::default(),
+            uploads: (0..UPLOAD_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
+        }
     }
 
     pub fn limits(&self) -> &OciLimits {
@@ -448,11 +463,25 @@ impl Registry {
     /// (`sha256:…`). The config must describe exactly this package
     /// ([`SkillConfig::for_package`] makes one).
     pub async fn push(&self, reference: &str, package: &[u8], config: &SkillConfig) -> Result<String> {
-        let r = parse_ref(reference)?;
+        self.push_annotated(reference, package, config, BTreeMap::new()).await
+    }
+
+    /// [`Registry::push`] with extra manifest annotations. Blobs depend only
+    /// on the package and config, so two pushes that differ only here share
+    /// them and the second uploads nothing.
+    pub async fn push_annotated(&self, reference: &str, package: &[u8], config: &SkillConfig, extra: BTreeMap<String, String>) -> Result<String> {
         let limits = self.opts.limits.files;
         let owned = package.to_vec();
         let files = blocking(move || package::manifest_with(&owned, &limits)).await?;
         config.check_against(&files)?;
+        self.push_checked(reference, package, config, extra).await
+    }
+
+    /// [`Registry::push_annotated`] for a package whose `config` was already
+    /// checked against it (by this process, for the same sha256): a burst of
+    /// jobs of one package unpacks it once, not once per job.
+    pub async fn push_checked(&self, reference: &str, package: &[u8], config: &SkillConfig, extra: BTreeMap<String, String>) -> Result<String> {
+        let r = parse_ref(reference)?;
         if package.len() as u64 > self.opts.limits.max_package_bytes {
             return Err(OciError::TooLarge {
                 what: "package".into(),
@@ -476,6 +505,7 @@ impl Registry {
         if let Some(v) = &config.version {
             annotations.insert(ANNOTATION_VERSION.to_string(), v.clone());
         }
+        annotations.extend(extra);
         let manifest = OciImageManifest {
             schema_version: 2,
             media_type: Some(OCI_MANIFEST_MEDIA_TYPE.into()),
@@ -529,11 +559,11 @@ impl Registry {
         match m.artifact_type.as_deref() {
             Some(SKILL_ARTIFACT_TYPE) => {
                 let (package, config) = self.read_ours(reference, &mr, &m).await?;
-                Ok(PulledSkill { digest, package, config, format: ArtifactFormat::SkillOperator })
+                Ok(PulledSkill { digest, package, config, format: ArtifactFormat::SkillOperator, annotations: m.annotations.clone() })
             }
             Some(TOOLHIVE_ARTIFACT_TYPE) => {
                 let (package, config) = self.read_toolhive(reference, &mr, &m).await?;
-                Ok(PulledSkill { digest, package, config, format: ArtifactFormat::ToolHive { manifest_digest } })
+                Ok(PulledSkill { digest, package, config, format: ArtifactFormat::ToolHive { manifest_digest }, annotations: m.annotations.clone() })
             }
             other => Err(OciError::UnsupportedArtifact {
                 reference: reference.into(),
@@ -856,6 +886,9 @@ impl Registry {
     }
 
     async fn upload(&self, r: &Reference, data: &[u8], digest: &str) -> Result<()> {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        std::hash::Hash::hash(&(r.registry(), r.repository(), digest), &mut h);
+        let _one_at_a_time = self.uploads[(std::hash::Hasher::finish(&h) as usize) % UPLOAD_STRIPES].lock().await;
         match self.client.blob_exists(r, digest).await {
             Ok(true) => return Ok(()),
             Ok(false) => {}

@@ -30,6 +30,8 @@ pub struct Envtest {
     apiserver: Child,
     _dir: tempfile::TempDir,
     pub client: Client,
+    /// Admin kubeconfig, for processes started beside the test (a controller binary).
+    pub kubeconfig: PathBuf,
 }
 
 impl Drop for Envtest {
@@ -88,7 +90,7 @@ impl Envtest {
         let client = Client::try_from(config).unwrap();
         for _ in 0..120 {
             if client.apiserver_version().await.is_ok() {
-                return Envtest { etcd, apiserver, _dir: dir, client };
+                return Envtest { etcd, apiserver, _dir: dir, client, kubeconfig: path };
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
@@ -145,6 +147,7 @@ pub fn spawn_controller(client: Client) -> tokio::task::JoinHandle<()> {
         label_namespaces: false,
         token_key: b"envtest-key".to_vec(),
         host_aliases: Default::default(),
+        reconcile_concurrency: 32,
     };
     let ctx = Arc::new(Context::new(client, Arc::new(Metrics::default()), config, Arc::new(SamplePackage), Arc::new(skill_operator::controller::context::NoArtifacts)));
     tokio::spawn(async move {

@@ -1,0 +1,188 @@
+//! Reads a SkillJob reconcile needs, served from memory where it is safe.
+//!
+//! A SkillJob reconcile used to GET its binding, the binding's package and
+//! the namespace, and re-apply the namespace's ServiceAccount, every time:
+//! four API round trips per job that return the same answer for every job of
+//! a namespace. Under a burst (the benchmark sends 1,000 SkillJobs) they were
+//! most of the API server's load. Now:
+//!
+//! - bindings and packages come from the reflector stores the binding and
+//!   package controllers keep anyway (a miss falls back to a GET, so a
+//!   binding created a moment ago is never reported missing);
+//! - the Jobs and NetworkPolicies the operator made come from reflector
+//!   stores too (a Job missing from the store is looked up with a GET before
+//!   anything concludes it is gone, so a lagging cache never fails a run or
+//!   creates a second Job; a NetworkPolicy missing from it is re-applied,
+//!   which is idempotent);
+//! - a namespace found enforcing `restricted`, and a ServiceAccount applied,
+//!   are remembered for [`REMEMBER_FOR`]: a label removed or an account
+//!   deleted is noticed within that time, not never.
+//!
+//! Nothing here decides anything; the reconcilers still do, on what they read.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use kube::api::Api;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::Client;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+
+use crate::api::binding::SkillBinding;
+use crate::api::package::SkillPackage;
+
+/// How long a namespace check or an applied ServiceAccount is trusted.
+pub const REMEMBER_FOR: Duration = Duration::from_secs(60);
+
+/// Stores are set once the controllers exist; before that (and in tests
+/// that call a reconciler directly) every read is a GET.
+#[derive(Default)]
+pub struct Lookups {
+    bindings: OnceLock<Store<SkillBinding>>,
+    packages: OnceLock<Store<SkillPackage>>,
+    jobs: OnceLock<Store<Job>>,
+    network_policies: OnceLock<Store<NetworkPolicy>>,
+    restricted_namespaces: Remembered,
+    service_accounts: Remembered,
+}
+
+impl Lookups {
+    pub fn set_stores(&self, bindings: Store<SkillBinding>, packages: Store<SkillPackage>) {
+        let _ = self.bindings.set(bindings);
+        let _ = self.packages.set(packages);
+    }
+
+    pub fn set_child_stores(&self, jobs: Store<Job>, network_policies: Store<NetworkPolicy>) {
+        let _ = self.jobs.set(jobs);
+        let _ = self.network_policies.set(network_policies);
+    }
+
+    /// The Job `name` in `ns`: the cached copy, else the API's answer (so
+    /// "absent" is always the API server's word, never the cache's).
+    pub async fn job(&self, client: &Client, ns: &str, name: &str) -> kube::Result<Option<Job>> {
+        if let Some(j) = self.jobs.get().and_then(|s| s.get(&ObjectRef::new(name).within(ns))) {
+            return Ok(Some((*j).clone()));
+        }
+        Api::<Job>::namespaced(client.clone(), ns).get_opt(name).await
+    }
+
+    /// The cached Job, if any; without a cache, nothing (callers then create
+    /// and treat 409 as "exists").
+    pub fn cached_job(&self, ns: &str, name: &str) -> Option<Job> {
+        self.jobs.get().and_then(|s| s.get(&ObjectRef::new(name).within(ns))).map(|j| (*j).clone())
+    }
+
+    /// Whether the cache holds the NetworkPolicy (false without a cache).
+    pub fn has_network_policy(&self, ns: &str, name: &str) -> bool {
+        self.network_policies.get().is_some_and(|s| s.get(&ObjectRef::new(name).within(ns)).is_some())
+    }
+
+    /// The binding `name` in `ns`: the cached copy, else the API's answer.
+    pub async fn binding(&self, client: &Client, ns: &str, name: &str) -> kube::Result<Option<SkillBinding>> {
+        if let Some(b) = self.bindings.get().and_then(|s| s.get(&ObjectRef::new(name).within(ns))) {
+            return Ok(Some((*b).clone()));
+        }
+        Api::<SkillBinding>::namespaced(client.clone(), ns).get_opt(name).await
+    }
+
+    /// The cluster-scoped package `name`: the cached copy, else the API's answer.
+    pub async fn package(&self, client: &Client, name: &str) -> kube::Result<Option<SkillPackage>> {
+        if let Some(p) = self.packages.get().and_then(|s| s.get(&ObjectRef::new(name))) {
+            return Ok(Some((*p).clone()));
+        }
+        Api::<SkillPackage>::all(client.clone()).get_opt(name).await
+    }
+
+    /// The other bindings in `ns`, per the cache: a binding that appears,
+    /// changes or goes can start or end a skill-name clash with any of them.
+    pub fn sibling_bindings(&self, ns: &str, name: &str) -> Vec<ObjectRef<SkillBinding>> {
+        let Some(store) = self.bindings.get() else { return Vec::new() };
+        store
+            .state()
+            .iter()
+            .filter(|b| b.metadata.namespace.as_deref() == Some(ns) && b.metadata.name.as_deref() != Some(name))
+            .map(|b| ObjectRef::from_obj(b.as_ref()))
+            .collect()
+    }
+
+    /// Whether the binding is being deleted, per the cache (false when unknown).
+    pub fn binding_is_deleting(&self, ns: &str, name: &str) -> bool {
+        self.bindings
+            .get()
+            .and_then(|s| s.get(&ObjectRef::new(name).within(ns)))
+            .is_some_and(|b| b.metadata.deletion_timestamp.is_some())
+    }
+
+    pub fn namespace_known_restricted(&self, ns: &str) -> bool {
+        self.restricted_namespaces.fresh(ns)
+    }
+
+    pub fn remember_restricted(&self, ns: &str) {
+        self.restricted_namespaces.remember(ns);
+    }
+
+    pub fn service_account_applied(&self, ns: &str) -> bool {
+        self.service_accounts.fresh(ns)
+    }
+
+    pub fn remember_service_account(&self, ns: &str) {
+        self.service_accounts.remember(ns);
+    }
+}
+
+/// Namespace names seen in some state, each for [`REMEMBER_FOR`].
+#[derive(Default)]
+struct Remembered(Mutex<HashMap<String, Instant>>);
+
+impl Remembered {
+    fn fresh(&self, ns: &str) -> bool {
+        self.0.lock().expect("lock poisoned").get(ns).is_some_and(|at| at.elapsed() < REMEMBER_FOR)
+    }
+
+    fn remember(&self, ns: &str) {
+        let mut map = self.0.lock().expect("lock poisoned");
+        // Forget the stale ones now and then, so a long-lived controller
+        // over many short-lived namespaces does not grow without bound.
+        if map.len() > 1024 {
+            map.retain(|_, at| at.elapsed() < REMEMBER_FOR);
+        }
+        map.insert(ns.to_string(), Instant::now());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remembered_entries_expire() {
+        let r = Remembered::default();
+        assert!(!r.fresh("team"));
+        r.remember("team");
+        assert!(r.fresh("team"));
+        assert!(!r.fresh("other"));
+        r.0.lock().unwrap().insert("team".into(), Instant::now() - REMEMBER_FOR);
+        assert!(!r.fresh("team"), "an entry older than REMEMBER_FOR was trusted");
+    }
+
+    #[test]
+    fn stale_entries_are_swept_when_the_map_grows() {
+        let r = Remembered::default();
+        for i in 0..1025 {
+            r.0.lock().unwrap().insert(format!("old-{i}"), Instant::now() - REMEMBER_FOR);
+        }
+        r.remember("new");
+        let map = r.0.lock().unwrap();
+        assert_eq!(map.len(), 1);
+        assert!(map.contains_key("new"));
+    }
+
+    #[test]
+    fn without_stores_a_deleting_binding_is_unknown() {
+        let l = Lookups::default();
+        assert!(!l.binding_is_deleting("team", "b"));
+    }
+}
