@@ -909,3 +909,22 @@ async fn health_and_readiness() {
     let (s, body) = env.get("x/y/z/w", &op()).await;
     assert_eq!((s, error_code(&body).as_str()), (404, "not_found"));
 }
+
+/// The controller's view of a job's inputs, through the real endpoint and
+/// registry, is what it compares with `spec.inputs` before a Job may start.
+#[tokio::test]
+async fn the_controller_reads_staged_inputs_and_matches_them_against_the_spec() {
+    use skill_operator::controller::context::{ArtifactStore, HttpArtifacts};
+    use skill_operator::controller::decide::inputs_mismatch;
+    let env = start().await;
+    let store = HttpArtifacts::new(&env.base, KEY);
+    assert!(store.staged_inputs(NS, UID).await.unwrap().is_empty(), "a job with nothing staged has no inputs");
+    let data = b"a,b\n1,2\n".to_vec();
+    let (s, v) = env.put_input(NS, UID, "data.csv", data.clone()).await;
+    assert_eq!(s, 200, "{v}");
+    let staged = store.staged_inputs(NS, UID).await.unwrap();
+    let named = skill_operator::api::job::InputFile { path: "data.csv".into(), digest: package::digest(&data), size: data.len() as u64 };
+    assert_eq!(inputs_mismatch(std::slice::from_ref(&named), &staged), None);
+    let other = skill_operator::api::job::InputFile { digest: package::digest(b"other"), ..named };
+    assert!(inputs_mismatch(&[other], &staged).unwrap().contains("data.csv differs"));
+}

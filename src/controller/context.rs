@@ -125,6 +125,11 @@ pub trait ArtifactStore: Send + Sync {
     fn outputs<'a>(&'a self, namespace: &'a str, uid: &'a str) -> BoxFuture<'a, Result<Option<crate::artifacts::OutputManifest>, String>>;
     /// One stored output file (`result/result.json`, `work/<path>`).
     fn output_file<'a>(&'a self, namespace: &'a str, uid: &'a str, path: &'a str) -> BoxFuture<'a, Result<Vec<u8>, String>>;
+    /// The input files staged for the job (empty when none were). A store
+    /// that cannot hold inputs has none.
+    fn staged_inputs<'a>(&'a self, _namespace: &'a str, _uid: &'a str) -> BoxFuture<'a, Result<Vec<crate::artifacts::SetFile>, String>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
 }
 
 /// The artifact endpoint over HTTP, with the operator credential.
@@ -174,6 +179,19 @@ impl ArtifactStore for HttpArtifacts {
             }
             let bytes = response.bytes().await.map_err(|e| format!("read the outputs: {e}"))?;
             serde_json::from_slice(&bytes).map(Some).map_err(|e| format!("the outputs manifest is not valid: {e}"))
+        })
+    }
+
+    fn staged_inputs<'a>(&'a self, namespace: &'a str, uid: &'a str) -> BoxFuture<'a, Result<Vec<crate::artifacts::SetFile>, String>> {
+        Box::pin(async move {
+            let url = format!("{}/jobs/{namespace}/{uid}/inputs", self.base);
+            let response = self.http.get(url).header("Authorization", &self.bearer).send().await.map_err(|e| format!("read the staged inputs: {e}"))?;
+            if !response.status().is_success() {
+                return Err(format!("read the staged inputs: the artifact endpoint answered {}", response.status()));
+            }
+            let bytes = response.bytes().await.map_err(|e| format!("read the staged inputs: {e}"))?;
+            let manifest: crate::artifacts::InputsManifest = serde_json::from_slice(&bytes).map_err(|e| format!("the inputs manifest is not valid: {e}"))?;
+            Ok(manifest.files)
         })
     }
 

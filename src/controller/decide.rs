@@ -323,3 +323,26 @@ pub fn namespace_is_restricted(labels: Option<&std::collections::BTreeMap<String
 #[cfg(test)]
 #[path = "decide_tests.rs"]
 mod tests;
+
+/// How long a SkillJob that names inputs waits for them to be staged.
+pub const INPUTS_WAIT_SECS: i64 = 600;
+
+/// Why the staged inputs are not exactly the ones the SkillJob names (path,
+/// size and digest), or `None` when they are. The Job starts only on `None`,
+/// so a run never sees a file its SkillJob did not name, nor misses one.
+pub fn inputs_mismatch(wanted: &[crate::api::job::InputFile], staged: &[crate::artifacts::SetFile]) -> Option<String> {
+    let mut problems = Vec::new();
+    for w in wanted {
+        match staged.iter().find(|s| s.path == w.path) {
+            None => problems.push(format!("{} is not staged", w.path)),
+            Some(s) if s.digest != w.digest || s.size != w.size => {
+                problems.push(format!("{} differs (staged {} bytes {}, named {} bytes {})", w.path, s.size, s.digest, w.size, w.digest))
+            }
+            Some(_) => {}
+        }
+    }
+    for s in staged.iter().filter(|s| !wanted.iter().any(|w| w.path == s.path)) {
+        problems.push(format!("{} is staged but not named in spec.inputs", s.path));
+    }
+    (!problems.is_empty()).then(|| problems.join("; "))
+}

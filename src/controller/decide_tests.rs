@@ -255,3 +255,43 @@ fn references_are_pinned_to_the_resolved_digest() {
     assert_eq!(pinned_reference("reg/skills/pdf@sha256:old", "sha256:ab"), "reg/skills/pdf@sha256:ab");
     assert_eq!(pinned_reference("reg/pdf:1@sha256:old", "sha256:ab"), "reg/pdf@sha256:ab");
 }
+
+mod inputs {
+    use crate::api::job::InputFile;
+    use crate::artifacts::SetFile;
+    use crate::controller::decide::inputs_mismatch;
+
+    fn named(path: &str, digest: char, size: u64) -> InputFile {
+        InputFile { path: path.into(), digest: format!("sha256:{}", digest.to_string().repeat(64)), size }
+    }
+
+    fn staged(path: &str, digest: char, size: u64) -> SetFile {
+        SetFile { path: path.into(), digest: format!("sha256:{}", digest.to_string().repeat(64)), size }
+    }
+
+    #[test]
+    fn the_same_files_match() {
+        assert_eq!(inputs_mismatch(&[named("a.csv", 'a', 3), named("d/b.txt", 'b', 5)], &[staged("d/b.txt", 'b', 5), staged("a.csv", 'a', 3)]), None);
+        assert_eq!(inputs_mismatch(&[], &[]), None);
+    }
+
+    #[test]
+    fn a_missing_file_is_named() {
+        let why = inputs_mismatch(&[named("a.csv", 'a', 3)], &[]).unwrap();
+        assert!(why.contains("a.csv is not staged"), "{why}");
+    }
+
+    #[test]
+    fn other_content_under_the_same_path_is_refused() {
+        let why = inputs_mismatch(&[named("a.csv", 'a', 3)], &[staged("a.csv", 'c', 3)]).unwrap();
+        assert!(why.contains("a.csv differs"), "{why}");
+        let why = inputs_mismatch(&[named("a.csv", 'a', 3)], &[staged("a.csv", 'a', 4)]).unwrap();
+        assert!(why.contains("a.csv differs"), "{why}");
+    }
+
+    #[test]
+    fn an_unnamed_staged_file_is_refused() {
+        let why = inputs_mismatch(&[named("a.csv", 'a', 3)], &[staged("a.csv", 'a', 3), staged("extra.sh", 'e', 9)]).unwrap();
+        assert!(why.contains("extra.sh is staged but not named"), "{why}");
+    }
+}

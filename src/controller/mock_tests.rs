@@ -334,3 +334,44 @@ async fn an_old_unrecorded_job_gets_its_status_rebuilt() {
     skilljob::reconcile(Arc::new(skilljob()), ctx).await.expect("reconcile");
     tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn a_skilljob_whose_inputs_are_not_staged_waits_and_creates_nothing() {
+    let (ctx, mut handle) = context();
+    let mut sj = skilljob();
+    sj.metadata.creation_timestamp = Some(crate::api::conditions::now());
+    sj.spec.inputs = vec![crate::api::job::InputFile { path: "data.csv".into(), digest: format!("sha256:{}", "d".repeat(64)), size: 12 }];
+    let server = tokio::spawn(async move {
+        expect(&mut handle, "GET", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skillbindings/weather", |_| ok(binding())).await;
+        expect(&mut handle, "GET", "/apis/skill-operator.dev/v1alpha1/skillpackages/weather-1", |_| ok(package())).await;
+        let status = expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        assert_eq!(status["status"]["phase"], "Pending");
+        let message = status["status"]["message"].as_str().unwrap();
+        assert!(message.contains("data.csv is not staged"), "{message}");
+        // No Secret, NetworkPolicy or Job before the inputs are there.
+        no_more_calls(&mut handle).await;
+    });
+    let action = skilljob::reconcile(Arc::new(sj), ctx).await.expect("reconcile");
+    assert_eq!(action, kube::runtime::controller::Action::requeue(Duration::from_secs(5)));
+    tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_skilljob_whose_inputs_never_come_fails_after_the_wait() {
+    let (ctx, mut handle) = context();
+    let mut sj = skilljob();
+    let created = k8s_openapi::jiff::Timestamp::from_second(k8s_openapi::jiff::Timestamp::now().as_second() - super::decide::INPUTS_WAIT_SECS - 1).unwrap();
+    sj.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(created));
+    sj.spec.inputs = vec![crate::api::job::InputFile { path: "data.csv".into(), digest: format!("sha256:{}", "d".repeat(64)), size: 12 }];
+    let server = tokio::spawn(async move {
+        expect(&mut handle, "GET", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skillbindings/weather", |_| ok(binding())).await;
+        expect(&mut handle, "GET", "/apis/skill-operator.dev/v1alpha1/skillpackages/weather-1", |_| ok(package())).await;
+        let status = expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        assert_eq!(status["status"]["phase"], "Failed");
+        assert!(status["status"]["message"].as_str().unwrap().contains("were not staged within 600 s"));
+        expect(&mut handle, "POST", "/apis/events.k8s.io/v1/namespaces/team/events", |b| ok(b)).await;
+        no_more_calls(&mut handle).await;
+    });
+    skilljob::reconcile(Arc::new(sj), ctx).await.expect("reconcile");
+    tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
+}

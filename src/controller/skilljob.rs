@@ -119,6 +119,23 @@ async fn apply(sj: &SkillJob, ctx: &Context) -> Result<Action> {
             }
         };
         status.skill = Some(admission.skill.clone());
+        // Named inputs must be staged, exactly, before the Job may start.
+        if !sj.spec.inputs.is_empty() {
+            let staged = ctx.artifacts.staged_inputs(&ns, &uid).await.map_err(Error::Artifacts)?;
+            if let Some(why) = super::decide::inputs_mismatch(&sj.spec.inputs, &staged) {
+                let waited = sj.metadata.creation_timestamp.as_ref().map_or(0, |t| Timestamp::now().duration_since(t.0).as_secs());
+                if waited > super::decide::INPUTS_WAIT_SECS {
+                    let message = format!("the inputs were not staged within {} s: {why}", super::decide::INPUTS_WAIT_SECS);
+                    set_phase(&mut status, SkillJobPhase::Failed, "InputsNotStaged", message.clone(), generation);
+                    patch_status(ctx, sj, &status).await?;
+                    publish(ctx, sj, EventType::Warning, "InputsNotStaged", &message).await;
+                    return Ok(Action::await_change());
+                }
+                set_phase(&mut status, SkillJobPhase::Pending, "AwaitingInputs", format!("waiting for the inputs to be staged: {why}"), generation);
+                patch_status(ctx, sj, &status).await?;
+                return Ok(Action::requeue(Duration::from_secs(5)));
+            }
+        }
         check_namespace(ctx, &ns, &mut status, generation).await?;
         // The package the pod fetches: exactly the pinned digest, staged for
         // this job, while the children are made (independent round trips).
