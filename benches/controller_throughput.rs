@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::json;
@@ -162,14 +162,7 @@ async fn main() {
     let env = harness::Envtest::start(&assets).await;
     let client = env.client.clone();
     harness::install_crds(&client).await;
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    namespaces
-        .create(&PostParams::default(), &serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Namespace",
-            "metadata": { "name": NS, "labels": { "pod-security.kubernetes.io/enforce": "restricted" } }
-        })).unwrap())
-        .await
-        .unwrap();
+    harness::create_namespace(&client, NS, true).await;
 
     // The package, pushed by the CLI into a real registry.
     let registry = oci_common::TestRegistry::start().await;
@@ -293,13 +286,7 @@ async fn main() {
     // Ceiling: the same Jobs created directly by this client, no controller.
     let job_template = jobs.list(&ListParams::default().limit(1)).await.unwrap().items.into_iter().next().expect("a Job from the quiet phase");
     let direct_jobs: Api<Job> = Api::namespaced(client.clone(), "direct");
-    namespaces
-        .create(&PostParams::default(), &serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Namespace",
-            "metadata": { "name": "direct", "labels": { "pod-security.kubernetes.io/enforce": "restricted" } }
-        })).unwrap())
-        .await
-        .unwrap();
+    harness::create_namespace(&client, "direct", true).await;
     let (_, direct_elapsed) = create_all(&direct_jobs, count, concurrency, |i| {
         // The controller's Job minus what the API server filled in.
         let server_set = |labels: &mut Option<std::collections::BTreeMap<String, String>>| {

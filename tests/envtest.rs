@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -31,14 +31,7 @@ async fn controller_against_a_real_api_server() {
     let client = env.client.clone();
     harness::install_crds(&client).await;
 
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    namespaces
-        .create(&PostParams::default(), &serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Namespace",
-            "metadata": { "name": "team", "labels": { "pod-security.kubernetes.io/enforce": "restricted" } }
-        })).unwrap())
-        .await
-        .unwrap();
+    harness::create_namespace(&client, "team", true).await;
 
     let controller = harness::spawn_controller(client.clone());
 
@@ -122,10 +115,7 @@ async fn controller_against_a_real_api_server() {
     assert!(jobs.list(&ListParams::default()).await.unwrap().items.is_empty(), "a deleted Job was re-created");
 
     // A namespace that does not enforce `restricted` is reported on the SkillJob.
-    namespaces
-        .create(&PostParams::default(), &serde_json::from_value(json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "lax" } })).unwrap())
-        .await
-        .unwrap();
+    harness::create_namespace(&client, "lax", false).await;
     let lax_bindings: Api<SkillBinding> = Api::namespaced(client.clone(), "lax");
     lax_bindings
         .create(&PostParams::default(), &serde_json::from_value(json!({

@@ -144,6 +144,20 @@ impl HttpArtifacts {
         HttpArtifacts { base: base.trim_end_matches('/').to_string(), bearer: crate::artifacts::operator_bearer(key), http: reqwest::Client::new() }
     }
 
+    /// GET a JSON document under the API base; `None` on 404.
+    async fn get_json<T: serde::de::DeserializeOwned>(&self, path: &str, what: &str) -> Result<Option<T>, String> {
+        let url = format!("{}/{path}", self.base);
+        let response = self.http.get(url).header("Authorization", &self.bearer).send().await.map_err(|e| format!("read {what}: {e}"))?;
+        if response.status() == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if !response.status().is_success() {
+            return Err(format!("read {what}: the artifact endpoint answered {}", response.status()));
+        }
+        let bytes = response.bytes().await.map_err(|e| format!("read {what}: {e}"))?;
+        serde_json::from_slice(&bytes).map(Some).map_err(|e| format!("the manifest of {what} is not valid: {e}"))
+    }
+
     async fn check(response: Result<reqwest::Response, reqwest::Error>, what: &str) -> Result<(), String> {
         let response = response.map_err(|e| format!("{what}: the artifact endpoint is unreachable: {e}"))?;
         if response.status().is_success() || response.status() == reqwest::StatusCode::NOT_FOUND && what.starts_with("delete") {
@@ -168,30 +182,14 @@ impl ArtifactStore for HttpArtifacts {
     }
 
     fn outputs<'a>(&'a self, namespace: &'a str, uid: &'a str) -> BoxFuture<'a, Result<Option<crate::artifacts::OutputManifest>, String>> {
-        Box::pin(async move {
-            let url = format!("{}/jobs/{namespace}/{uid}/outputs", self.base);
-            let response = self.http.get(url).header("Authorization", &self.bearer).send().await.map_err(|e| format!("read the outputs: {e}"))?;
-            if response.status() == reqwest::StatusCode::NOT_FOUND {
-                return Ok(None);
-            }
-            if !response.status().is_success() {
-                return Err(format!("read the outputs: the artifact endpoint answered {}", response.status()));
-            }
-            let bytes = response.bytes().await.map_err(|e| format!("read the outputs: {e}"))?;
-            serde_json::from_slice(&bytes).map(Some).map_err(|e| format!("the outputs manifest is not valid: {e}"))
-        })
+        Box::pin(async move { self.get_json(&format!("jobs/{namespace}/{uid}/outputs"), "the outputs").await })
     }
 
     fn staged_inputs<'a>(&'a self, namespace: &'a str, uid: &'a str) -> BoxFuture<'a, Result<Vec<crate::artifacts::SetFile>, String>> {
         Box::pin(async move {
-            let url = format!("{}/jobs/{namespace}/{uid}/inputs", self.base);
-            let response = self.http.get(url).header("Authorization", &self.bearer).send().await.map_err(|e| format!("read the staged inputs: {e}"))?;
-            if !response.status().is_success() {
-                return Err(format!("read the staged inputs: the artifact endpoint answered {}", response.status()));
-            }
-            let bytes = response.bytes().await.map_err(|e| format!("read the staged inputs: {e}"))?;
-            let manifest: crate::artifacts::InputsManifest = serde_json::from_slice(&bytes).map_err(|e| format!("the inputs manifest is not valid: {e}"))?;
-            Ok(manifest.files)
+            // The endpoint answers an empty manifest when nothing is staged; 404 is a wrong route.
+            let manifest: Option<crate::artifacts::InputsManifest> = self.get_json(&format!("jobs/{namespace}/{uid}/inputs"), "the staged inputs").await?;
+            manifest.map(|m| m.files).ok_or_else(|| "read the staged inputs: the artifact endpoint answered 404 Not Found".to_string())
         })
     }
 

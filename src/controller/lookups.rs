@@ -63,37 +63,28 @@ impl Lookups {
     /// The Job `name` in `ns`: the cached copy, else the API's answer (so
     /// "absent" is always the API server's word, never the cache's).
     pub async fn job(&self, client: &Client, ns: &str, name: &str) -> kube::Result<Option<Job>> {
-        if let Some(j) = self.jobs.get().and_then(|s| s.get(&ObjectRef::new(name).within(ns))) {
-            return Ok(Some((*j).clone()));
-        }
-        Api::<Job>::namespaced(client.clone(), ns).get_opt(name).await
+        or_get(cached(&self.jobs, ObjectRef::new(name).within(ns)), Api::namespaced(client.clone(), ns), name).await
     }
 
     /// The cached Job, if any; without a cache, nothing (callers then create
     /// and treat 409 as "exists").
     pub fn cached_job(&self, ns: &str, name: &str) -> Option<Job> {
-        self.jobs.get().and_then(|s| s.get(&ObjectRef::new(name).within(ns))).map(|j| (*j).clone())
+        cached(&self.jobs, ObjectRef::new(name).within(ns))
     }
 
     /// Whether the cache holds the NetworkPolicy (false without a cache).
     pub fn has_network_policy(&self, ns: &str, name: &str) -> bool {
-        self.network_policies.get().is_some_and(|s| s.get(&ObjectRef::new(name).within(ns)).is_some())
+        cached(&self.network_policies, ObjectRef::new(name).within(ns)).is_some()
     }
 
     /// The binding `name` in `ns`: the cached copy, else the API's answer.
     pub async fn binding(&self, client: &Client, ns: &str, name: &str) -> kube::Result<Option<SkillBinding>> {
-        if let Some(b) = self.bindings.get().and_then(|s| s.get(&ObjectRef::new(name).within(ns))) {
-            return Ok(Some((*b).clone()));
-        }
-        Api::<SkillBinding>::namespaced(client.clone(), ns).get_opt(name).await
+        or_get(cached(&self.bindings, ObjectRef::new(name).within(ns)), Api::namespaced(client.clone(), ns), name).await
     }
 
     /// The cluster-scoped package `name`: the cached copy, else the API's answer.
     pub async fn package(&self, client: &Client, name: &str) -> kube::Result<Option<SkillPackage>> {
-        if let Some(p) = self.packages.get().and_then(|s| s.get(&ObjectRef::new(name))) {
-            return Ok(Some((*p).clone()));
-        }
-        Api::<SkillPackage>::all(client.clone()).get_opt(name).await
+        or_get(cached(&self.packages, ObjectRef::new(name)), Api::all(client.clone()), name).await
     }
 
     /// The other bindings in `ns`, per the cache: a binding that appears,
@@ -110,10 +101,7 @@ impl Lookups {
 
     /// Whether the binding is being deleted, per the cache (false when unknown).
     pub fn binding_is_deleting(&self, ns: &str, name: &str) -> bool {
-        self.bindings
-            .get()
-            .and_then(|s| s.get(&ObjectRef::new(name).within(ns)))
-            .is_some_and(|b| b.metadata.deletion_timestamp.is_some())
+        cached(&self.bindings, ObjectRef::new(name).within(ns)).is_some_and(|b| b.metadata.deletion_timestamp.is_some())
     }
 
     pub fn namespace_known_restricted(&self, ns: &str) -> bool {
@@ -130,6 +118,25 @@ impl Lookups {
 
     pub fn remember_service_account(&self, ns: &str) {
         self.service_accounts.remember(ns);
+    }
+}
+
+/// The cached copy of `key`, when there is a cache and it holds one.
+fn cached<K>(store: &OnceLock<Store<K>>, key: ObjectRef<K>) -> Option<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    store.get()?.get(&key).map(|k| (*k).clone())
+}
+
+/// `hit`, else the API server's answer for `name`.
+async fn or_get<K>(hit: Option<K>, api: Api<K>, name: &str) -> kube::Result<Option<K>>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    match hit {
+        Some(k) => Ok(Some(k)),
+        None => api.get_opt(name).await,
     }
 }
 

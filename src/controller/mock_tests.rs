@@ -126,6 +126,12 @@ async fn expect(handle: &mut Handle, method: &str, path: &str, answer: impl FnOn
     body
 }
 
+/// Admission reads the binding, then its package.
+async fn expect_admission_reads(handle: &mut Handle) {
+    expect(handle, "GET", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skillbindings/weather", |_| ok(binding())).await;
+    expect(handle, "GET", "/apis/skill-operator.dev/v1alpha1/skillpackages/weather-1", |_| ok(package())).await;
+}
+
 /// The reconciler makes no further call (the mock closes when the client is dropped).
 async fn no_more_calls(handle: &mut Handle) {
     if let Ok(Some((request, _))) = tokio::time::timeout(Duration::from_millis(300), handle.next_request()).await {
@@ -140,8 +146,7 @@ async fn first_reconcile_admits_and_creates_children_then_the_job() {
     let name = super::builders::job::job_name(UID);
     let server = tokio::spawn(async move {
         // No Job recorded yet: no GET of it; a Job that exists would answer the POST with 409.
-        expect(&mut handle, "GET", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skillbindings/weather", |_| ok(binding())).await;
-        expect(&mut handle, "GET", "/apis/skill-operator.dev/v1alpha1/skillpackages/weather-1", |_| ok(package())).await;
+        expect_admission_reads(&mut handle).await;
         expect(&mut handle, "GET", "/api/v1/namespaces/team", |_| {
             ok(json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "team", "labels": { "pod-security.kubernetes.io/enforce": "restricted" } } }))
         })
@@ -216,8 +221,7 @@ async fn a_job_refused_by_the_fence_fails_without_creating_anything() {
     let mut sj = skilljob();
     sj.spec.script = "scripts/undeclared.py".into();
     let server = tokio::spawn(async move {
-        expect(&mut handle, "GET", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skillbindings/weather", |_| ok(binding())).await;
-        expect(&mut handle, "GET", "/apis/skill-operator.dev/v1alpha1/skillpackages/weather-1", |_| ok(package())).await;
+        expect_admission_reads(&mut handle).await;
         let status = expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         assert_eq!(status["status"]["phase"], "Failed");
         assert!(status["status"]["message"].as_str().unwrap().contains("must be declared"));
@@ -335,15 +339,21 @@ async fn an_old_unrecorded_job_gets_its_status_rebuilt() {
     tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
 }
 
+/// A SkillJob created `age_secs` ago naming one input nothing staged.
+fn skilljob_naming_an_unstaged_input(age_secs: i64) -> SkillJob {
+    let mut sj = skilljob();
+    let created = k8s_openapi::jiff::Timestamp::from_second(k8s_openapi::jiff::Timestamp::now().as_second() - age_secs).unwrap();
+    sj.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(created));
+    sj.spec.inputs = vec![crate::api::job::InputFile { path: "data.csv".into(), digest: format!("sha256:{}", "d".repeat(64)), size: 12 }];
+    sj
+}
+
 #[tokio::test]
 async fn a_skilljob_whose_inputs_are_not_staged_waits_and_creates_nothing() {
     let (ctx, mut handle) = context();
-    let mut sj = skilljob();
-    sj.metadata.creation_timestamp = Some(crate::api::conditions::now());
-    sj.spec.inputs = vec![crate::api::job::InputFile { path: "data.csv".into(), digest: format!("sha256:{}", "d".repeat(64)), size: 12 }];
+    let sj = skilljob_naming_an_unstaged_input(0);
     let server = tokio::spawn(async move {
-        expect(&mut handle, "GET", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skillbindings/weather", |_| ok(binding())).await;
-        expect(&mut handle, "GET", "/apis/skill-operator.dev/v1alpha1/skillpackages/weather-1", |_| ok(package())).await;
+        expect_admission_reads(&mut handle).await;
         let status = expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         assert_eq!(status["status"]["phase"], "Pending");
         let message = status["status"]["message"].as_str().unwrap();
@@ -359,13 +369,9 @@ async fn a_skilljob_whose_inputs_are_not_staged_waits_and_creates_nothing() {
 #[tokio::test]
 async fn a_skilljob_whose_inputs_never_come_fails_after_the_wait() {
     let (ctx, mut handle) = context();
-    let mut sj = skilljob();
-    let created = k8s_openapi::jiff::Timestamp::from_second(k8s_openapi::jiff::Timestamp::now().as_second() - super::decide::INPUTS_WAIT_SECS - 1).unwrap();
-    sj.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(created));
-    sj.spec.inputs = vec![crate::api::job::InputFile { path: "data.csv".into(), digest: format!("sha256:{}", "d".repeat(64)), size: 12 }];
+    let sj = skilljob_naming_an_unstaged_input(super::decide::INPUTS_WAIT_SECS + 1);
     let server = tokio::spawn(async move {
-        expect(&mut handle, "GET", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skillbindings/weather", |_| ok(binding())).await;
-        expect(&mut handle, "GET", "/apis/skill-operator.dev/v1alpha1/skillpackages/weather-1", |_| ok(package())).await;
+        expect_admission_reads(&mut handle).await;
         let status = expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         assert_eq!(status["status"]["phase"], "Failed");
         assert!(status["status"]["message"].as_str().unwrap().contains("were not staged within 600 s"));

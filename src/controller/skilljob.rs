@@ -123,7 +123,7 @@ async fn apply(sj: &SkillJob, ctx: &Context) -> Result<Action> {
         if !sj.spec.inputs.is_empty() {
             let staged = ctx.artifacts.staged_inputs(&ns, &uid).await.map_err(Error::Artifacts)?;
             if let Some(why) = super::decide::inputs_mismatch(&sj.spec.inputs, &staged) {
-                let waited = sj.metadata.creation_timestamp.as_ref().map_or(0, |t| Timestamp::now().duration_since(t.0).as_secs());
+                let waited = age_secs(sj.metadata.creation_timestamp.as_ref()).unwrap_or(0);
                 if waited > super::decide::INPUTS_WAIT_SECS {
                     let message = format!("the inputs were not staged within {} s: {why}", super::decide::INPUTS_WAIT_SECS);
                     set_phase(&mut status, SkillJobPhase::Failed, "InputsNotStaged", message.clone(), generation);
@@ -178,7 +178,7 @@ async fn apply(sj: &SkillJob, ctx: &Context) -> Result<Action> {
         // write said, so wait for the copy to catch up, unless the Job is
         // old enough that no write of ours is in flight (a controller that
         // stopped between creating the Job and recording it).
-        let age = job.metadata.creation_timestamp.as_ref().map(|t| Timestamp::now().duration_since(t.0).as_secs()).unwrap_or(i64::MAX);
+        let age = age_secs(job.metadata.creation_timestamp.as_ref()).unwrap_or(i64::MAX);
         if age < 10 {
             return Ok(Action::requeue(Duration::from_secs(2)));
         }
@@ -365,6 +365,11 @@ async fn ensure_children(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, admi
     }
     let _ = admission;
     Ok(())
+}
+
+/// Seconds since `created`, by this machine's clock.
+fn age_secs(created: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> Option<i64> {
+    created.map(|t| Timestamp::now().duration_since(t.0).as_secs())
 }
 
 /// A run's NetworkPolicy never changes (its SkillJob is immutable), so it

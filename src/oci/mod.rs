@@ -685,21 +685,7 @@ impl Registry {
             .await;
         uploads.into_iter().collect::<Result<Vec<_>>>()?;
 
-        let manifest = OciImageManifest {
-            schema_version: 2,
-            media_type: Some(OCI_MANIFEST_MEDIA_TYPE.into()),
-            config: OciDescriptor {
-                media_type: OCI_EMPTY_MEDIA_TYPE.into(),
-                digest: OCI_EMPTY_DIGEST.into(),
-                size: 2,
-                ..Default::default()
-            },
-            layers,
-            subject: None,
-            artifact_type: Some(JOB_FILES_ARTIFACT_TYPE.into()),
-            annotations: None,
-        };
-        self.put_manifest(&r, &manifest).await
+        self.put_manifest(&r, &file_set_manifest(layers, BTreeMap::new())).await
     }
 
     /// Pulls a job file set: (manifest digest, files sorted by path). Every
@@ -811,21 +797,7 @@ impl Registry {
         files.sort_by(|a, b| a.path.cmp(&b.path));
         self.authenticate(&r, RegistryOperation::Push).await?;
         self.upload(&r, b"{}", OCI_EMPTY_DIGEST).await?;
-        let manifest = OciImageManifest {
-            schema_version: 2,
-            media_type: Some(OCI_MANIFEST_MEDIA_TYPE.into()),
-            config: OciDescriptor {
-                media_type: OCI_EMPTY_MEDIA_TYPE.into(),
-                digest: OCI_EMPTY_DIGEST.into(),
-                size: 2,
-                ..Default::default()
-            },
-            layers: files.iter().map(SetFile::descriptor).collect(),
-            subject: None,
-            artifact_type: Some(JOB_FILES_ARTIFACT_TYPE.into()),
-            annotations: if annotations.is_empty() { None } else { Some(annotations) },
-        };
-        self.put_manifest(&r, &manifest).await
+        self.put_manifest(&r, &file_set_manifest(files.iter().map(SetFile::descriptor).collect(), annotations)).await
     }
 
     /// Deletes the manifest a reference resolves to (by digest, which
@@ -1100,6 +1072,19 @@ fn cap(what: &str, d: &OciDescriptor, limit: u64) -> Result<()> {
 
 fn sha256_digest(data: &[u8]) -> String {
     crate::core::package::digest(data)
+}
+
+/// A job file set's manifest: the empty config, one layer per file.
+fn file_set_manifest(layers: Vec<OciDescriptor>, annotations: BTreeMap<String, String>) -> OciImageManifest {
+    OciImageManifest {
+        schema_version: 2,
+        media_type: Some(OCI_MANIFEST_MEDIA_TYPE.into()),
+        config: OciDescriptor { media_type: OCI_EMPTY_MEDIA_TYPE.into(), digest: OCI_EMPTY_DIGEST.into(), size: 2, ..Default::default() },
+        layers,
+        subject: None,
+        artifact_type: Some(JOB_FILES_ARTIFACT_TYPE.into()),
+        annotations: if annotations.is_empty() { None } else { Some(annotations) },
+    }
 }
 
 fn descriptor(media_type: &str, data: &[u8], title: Option<String>) -> OciDescriptor {

@@ -157,6 +157,14 @@ pub fn spawn_controller(client: Client) -> tokio::task::JoinHandle<()> {
     })
 }
 
+/// Create namespace `name`, enforcing Pod Security `restricted` when asked.
+pub async fn create_namespace(client: &Client, name: &str, restricted: bool) {
+    let labels = if restricted { serde_json::json!({ "pod-security.kubernetes.io/enforce": "restricted" }) } else { serde_json::json!({}) };
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(serde_json::json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": name, "labels": labels } })).unwrap();
+    Api::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+}
+
 pub fn ready(conditions: &[Condition]) -> Option<()> {
     conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True").then_some(())
 }
