@@ -142,10 +142,8 @@ async fn wait_count(seen: &Mutex<HashMap<String, Instant>>, count: usize, limit:
 
 /// Arrival minus creation, in ms, sorted.
 fn latencies(created: &HashMap<String, Instant>, seen: &HashMap<String, Instant>) -> Vec<f64> {
-    let mut v: Vec<f64> = created
-        .iter()
-        .filter_map(|(name, t0)| seen.get(name).map(|t1| t1.saturating_duration_since(*t0).as_secs_f64() * 1000.0))
-        .collect();
+    let mut v: Vec<f64> =
+        created.iter().filter_map(|(name, t0)| seen.get(name).map(|t1| t1.saturating_duration_since(*t0).as_secs_f64() * 1000.0)).collect();
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v
 }
@@ -196,7 +194,10 @@ async fn main() {
         Process(
             Command::new(bin)
                 .args(["controller", "--listen", &format!("127.0.0.1:{metrics_port}")])
-                .args(["--operator-image", "registry.local/skill-operator@sha256:0000000000000000000000000000000000000000000000000000000000000000"])
+                .args([
+                    "--operator-image",
+                    "registry.local/skill-operator@sha256:0000000000000000000000000000000000000000000000000000000000000000",
+                ])
                 .args(["--artifact-endpoint", &format!("http://127.0.0.1:{artifacts_port}")])
                 .args(["--operator-namespace", "skill-system", "--operator-pod-label", "app.kubernetes.io/name=skill-operator"])
                 .arg("--token-key-file")
@@ -284,7 +285,8 @@ async fn main() {
     let quiet_latency = latencies(&quiet_created, &job_seen.lock().unwrap());
 
     // Ceiling: the same Jobs created directly by this client, no controller.
-    let job_template = jobs.list(&ListParams::default().limit(1)).await.unwrap().items.into_iter().next().expect("a Job from the quiet phase");
+    let job_template =
+        jobs.list(&ListParams::default().limit(1)).await.unwrap().items.into_iter().next().expect("a Job from the quiet phase");
     let direct_jobs: Api<Job> = Api::namespaced(client.clone(), "direct");
     harness::create_namespace(&client, "direct", true).await;
     let (_, direct_elapsed) = create_all(&direct_jobs, count, concurrency, |i| {
@@ -350,7 +352,10 @@ async fn main() {
     let rate = count as f64 / elapsed.as_secs_f64();
     let steady = count as f64 / last.saturating_duration_since(first).as_secs_f64();
     println!("controller_throughput: real controller, artifact endpoint and registry processes; {concurrency} creates in flight");
-    println!("  API round trip (ConfigMap create -> watch, no controller): median {b50:.1} ms, p99 {b99:.1} ms; {:.0} creates/s", count as f64 / cm_elapsed.as_secs_f64());
+    println!(
+        "  API round trip (ConfigMap create -> watch, no controller): median {b50:.1} ms, p99 {b99:.1} ms; {:.0} creates/s",
+        count as f64 / cm_elapsed.as_secs_f64()
+    );
     println!(
         "  one SkillJob at a time ({quiet}): SkillJob -> Job median {q50:.1} ms, p99 {q99:.1} ms; added by the controller (minus the round trip) median {:.1} ms, p99 {:.1} ms (goal p99 <= 50 ms)",
         q50 - b50,

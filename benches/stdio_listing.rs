@@ -141,7 +141,11 @@ fn http_case(skills: usize, requests_per_client: usize, clients: usize) {
             break rest.trim_end_matches("/mcp").to_string();
         }
     };
-    let init = post(&addr, None, r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}"#);
+    let init = post(
+        &addr,
+        None,
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}"#,
+    );
     let session = init
         .lines()
         .find_map(|l| l.strip_prefix("mcp-session-id: ").or_else(|| l.strip_prefix("Mcp-Session-Id: ")))
@@ -157,7 +161,10 @@ fn http_case(skills: usize, requests_per_client: usize, clients: usize) {
             std::thread::spawn(move || {
                 let mut lat = Vec::with_capacity(requests_per_client);
                 for i in 0..requests_per_client {
-                    let body = format!(r#"{{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{{"name":"skill_list","arguments":{{}}}}}}"#, 10 + c * 100_000 + i);
+                    let body = format!(
+                        r#"{{"jsonrpc":"2.0","id":{},"method":"tools/call","params":{{"name":"skill_list","arguments":{{}}}}}}"#,
+                        10 + c * 100_000 + i
+                    );
                     let t = Instant::now();
                     let resp = post(&addr, Some(&session), &body);
                     assert!(resp.contains("\"result\""), "{resp}");

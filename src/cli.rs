@@ -8,13 +8,13 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
-use crate::core::declaration::Interpreter;
 use crate::core::confirm::{ConfirmMode, Confirmations};
+use crate::core::declaration::Interpreter;
 use crate::core::grants::{is_set, Grants};
 use crate::core::jobs::{JobLimits, JobStore};
 use crate::mcp::run::Execution;
-use crate::runner::local::{LocalRunner, SandboxMode};
 use crate::mcp::state::ServerState;
+use crate::runner::local::{LocalRunner, SandboxMode};
 use crate::serve::{self, HttpOptions};
 
 #[derive(Debug, Parser)]
@@ -377,7 +377,9 @@ async fn serve_command(args: ServeArgs) -> anyhow::Result<()> {
     let state = Arc::new(state);
     match args.http {
         None => serve::stdio(state).await,
-        Some(addr) => serve::http(state, HttpOptions { addr, allowed_hosts: args.allowed_hosts, allowed_origins: args.allowed_origins }).await,
+        Some(addr) => {
+            serve::http(state, HttpOptions { addr, allowed_hosts: args.allowed_hosts, allowed_origins: args.allowed_origins }).await
+        }
     }
 }
 
@@ -395,7 +397,8 @@ async fn package_push(args: PushArgs) -> anyhow::Result<()> {
     package::unpack(&archive, &dir.path().join("pkg"))?;
     let text = std::fs::read_to_string(dir.path().join("pkg/SKILL.md"))?;
     let md = crate::core::frontmatter::parse(crate::core::frontmatter::decode(text.as_bytes(), false)?)?;
-    let skill = md.frontmatter.get("name").and_then(|v| v.as_str()).context("SKILL.md has no `name`: a package is named by it")?.to_string();
+    let skill =
+        md.frontmatter.get("name").and_then(|v| v.as_str()).context("SKILL.md has no `name`: a package is named by it")?.to_string();
     crate::core::spec::servable_name(&skill).map_err(|why| anyhow::anyhow!("SKILL.md `name` {skill:?} cannot be served: it {why}"))?;
     let description = md.frontmatter.get("description").and_then(|v| v.as_str()).unwrap_or_default().to_string();
     let version = md.frontmatter.get("metadata").and_then(|m| m.get("version")).and_then(|v| v.as_str()).map(String::from);
@@ -414,7 +417,9 @@ async fn package_push(args: PushArgs) -> anyhow::Result<()> {
     let package = crate::api::SkillPackage::new(
         &format!("{skill}-{}", &digest.trim_start_matches("sha256:")[..12]),
         crate::api::SkillPackageSpec {
-            source: crate::api::package::PackageSource { oci: crate::api::package::OciSource { reference: pinned, pull_secret: None, insecure: args.plain_http } },
+            source: crate::api::package::PackageSource {
+                oci: crate::api::package::OciSource { reference: pinned, pull_secret: None, insecure: args.plain_http },
+            },
             runtime: None,
         },
     );
@@ -458,17 +463,13 @@ async fn artifacts_command(a: ArtifactsArgs) -> anyhow::Result<()> {
     let state = AppState::new(cfg).map_err(anyhow::Error::msg)?;
     let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("cannot listen on {}", a.listen))?;
     eprintln!("skill-operator: artifact endpoint on {}", listener.local_addr()?);
-    server::serve(
-        listener,
-        state,
-        async move {
-            while !*stop.borrow() {
-                if stop.changed().await.is_err() {
-                    break;
-                }
+    server::serve(listener, state, async move {
+        while !*stop.borrow() {
+            if stop.changed().await.is_err() {
+                break;
             }
-        },
-    )
+        }
+    })
     .await?;
     Ok(())
 }
@@ -477,7 +478,8 @@ async fn artifacts_command(a: ArtifactsArgs) -> anyhow::Result<()> {
 async fn controller_command(args: ControllerArgs) -> anyhow::Result<()> {
     use crate::controller::{context, metrics::Metrics, resolver::OciResolver};
     crate::oci::install_crypto_provider();
-    let token_key = std::fs::read(&args.token_key_file).with_context(|| format!("cannot read the token key {}", args.token_key_file.display()))?;
+    let token_key =
+        std::fs::read(&args.token_key_file).with_context(|| format!("cannot read the token key {}", args.token_key_file.display()))?;
     anyhow::ensure!(token_key.len() >= 32, "the token key in {} is shorter than 32 bytes", args.token_key_file.display());
     let mut labels = std::collections::BTreeMap::new();
     for pair in &args.operator_pod_labels {
@@ -526,7 +528,8 @@ async fn execution(args: &ServeArgs, lookup: &dyn Fn(&str) -> Option<String>) ->
     }
     let data_dir = args.data_dir.clone().unwrap_or_else(|| default_data_dir(lookup, is_root));
     std::fs::create_dir_all(&data_dir).with_context(|| format!("cannot create the data directory {}", data_dir.display()))?;
-    let (jobs, report) = JobStore::open(&data_dir, JobLimits { durable: args.durable_jobs, ..JobLimits::default() }).with_context(|| format!("cannot open the job store in {}", data_dir.display()))?;
+    let (jobs, report) = JobStore::open(&data_dir, JobLimits { durable: args.durable_jobs, ..JobLimits::default() })
+        .with_context(|| format!("cannot open the job store in {}", data_dir.display()))?;
     for id in &report.interrupted {
         tracing::warn!(job = %id, "a run was interrupted by a restart; it is marked interrupted and not re-run");
     }

@@ -15,9 +15,7 @@ use common::TestRegistry;
 use serde_json::Value;
 use skill_operator::artifacts::client::{self, ClientError, Endpoint, FetchOptions, UploadOptions};
 use skill_operator::artifacts::server::{self, AppState, ServerConfig};
-use skill_operator::artifacts::{
-    self, sha256_digest, ArtifactLimits, InputsManifest, OutputManifest, SetFile, SkipReason,
-};
+use skill_operator::artifacts::{self, sha256_digest, ArtifactLimits, InputsManifest, OutputManifest, SetFile, SkipReason};
 use skill_operator::core::package;
 use skill_operator::core::token::job_token;
 use skill_operator::runner::launch::LaunchResult;
@@ -566,10 +564,7 @@ async fn upload_reports_total_and_count_caps_at_small_configured_edges() {
     let taken: Vec<&str> = r.manifest.files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(taken, ["result/result.json", "work/a", "work/c", "work/d"]);
     let skipped: Vec<(&str, SkipReason)> = r.manifest.skipped.iter().map(|s| (s.path.as_str(), s.reason)).collect();
-    assert_eq!(
-        skipped,
-        [("work/b", SkipReason::TotalTooLarge), ("work/e", SkipReason::FileLimit), ("work/f", SkipReason::FileTooLarge)]
-    );
+    assert_eq!(skipped, [("work/b", SkipReason::TotalTooLarge), ("work/e", SkipReason::FileLimit), ("work/f", SkipReason::FileTooLarge)]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -682,7 +677,8 @@ async fn another_jobs_token_and_the_wrong_role_are_403() {
 
 async fn raw_request(addr: SocketAddr, method: &str, target: &str, auth: &str) -> (u16, Vec<u8>) {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let req = format!("{method} {target} HTTP/1.1\r\nHost: test\r\nAuthorization: {auth}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    let req =
+        format!("{method} {target} HTTP/1.1\r\nHost: test\r\nAuthorization: {auth}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
     s.write_all(req.as_bytes()).await.unwrap();
     let mut resp = Vec::new();
     s.read_to_end(&mut resp).await.unwrap();
@@ -715,11 +711,7 @@ async fn traversal_paths_are_400_before_any_registry_access() {
         "%ff%fe",
     ];
     for p in hostile {
-        for (method, prefix, auth) in [
-            ("GET", "inputs", &jb),
-            ("PUT", "inputs", &op()),
-            ("GET", "outputs", &op()),
-        ] {
+        for (method, prefix, auth) in [("GET", "inputs", &jb), ("PUT", "inputs", &op()), ("GET", "outputs", &op())] {
             let target = format!("/v1/jobs/{NS}/{UID}/{prefix}/{p}");
             let (s, body) = raw_request(env.addr, method, &target, auth).await;
             assert_eq!(s, 400, "{method} {target}: {}", String::from_utf8_lossy(&body));
@@ -851,7 +843,8 @@ async fn termination_message_stays_under_4_kib() {
     let d2 = pod_dirs(NS, &long_uid);
     std::fs::write(d2.result.join("result.json"), b"{}").unwrap();
     let mut o = upload_opts(&down, NS, &long_uid, &d2);
-    o.endpoint = Endpoint::new(format!("http://127.0.0.1:1/v1/{}", "p".repeat(8000)), NS, &long_uid, job_token(KEY, NS, &long_uid)).unwrap();
+    o.endpoint =
+        Endpoint::new(format!("http://127.0.0.1:1/v1/{}", "p".repeat(8000)), NS, &long_uid, job_token(KEY, NS, &long_uid)).unwrap();
     let err = client::upload(&o, no_stop()).await.unwrap_err();
     let line = std::fs::read_to_string(&d2.termination_log).unwrap();
     assert!(line.starts_with("error: "), "{line}");
@@ -867,7 +860,8 @@ async fn delete_removes_one_jobs_artifacts_only() {
         env.stage_package(NS, uid).await;
         // identical content in both jobs
         assert_eq!(env.put_input(NS, uid, "same.txt", b"same".to_vec()).await.0, 200);
-        let (s, v) = env.put(&format!("{NS}/{uid}/outputs"), &job(NS, uid), outputs_tar(NS, uid, &[("work/o".into(), b"o".to_vec())])).await;
+        let (s, v) =
+            env.put(&format!("{NS}/{uid}/outputs"), &job(NS, uid), outputs_tar(NS, uid, &[("work/o".into(), b"o".to_vec())])).await;
         assert_eq!(s, 200, "{v}");
     }
     let (s, body) = env.send(reqwest::Method::DELETE, &format!("{NS}/{UID}"), Some(&op()), None).await;

@@ -9,9 +9,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use common::*;
-use skill_operator::controller::builders::{
-    build_job, build_network_policy, build_service_account, NetPolParams, Peer,
-};
+use skill_operator::controller::builders::{build_job, build_network_policy, build_service_account, NetPolParams, Peer};
 
 /// Every golden file and the object it must match.
 pub fn golden_manifests() -> Vec<(&'static str, serde_json::Value)> {
@@ -19,25 +17,12 @@ pub fn golden_manifests() -> Vec<(&'static str, serde_json::Value)> {
     vec![
         ("job-minimal.json", json(&build_job(&params()))),
         ("job-env-egress.json", json(&build_job(&params_full()))),
-        (
-            "networkpolicy-minimal.json",
-            json(&build_network_policy(&netpol_params())),
-        ),
+        ("networkpolicy-minimal.json", json(&build_network_policy(&netpol_params()))),
         (
             "networkpolicy-egress-dns.json",
-            json(&build_network_policy(&NetPolParams {
-                dns: Some(Peer::kube_dns()),
-                ..netpol_params_egress()
-            })),
+            json(&build_network_policy(&NetPolParams { dns: Some(Peer::kube_dns()), ..netpol_params_egress() })),
         ),
-        (
-            "serviceaccount.json",
-            json(&build_service_account(
-                "skill-runner",
-                NS,
-                &BTreeMap::from([("team".into(), "a".into())]),
-            )),
-        ),
+        ("serviceaccount.json", json(&build_service_account("skill-runner", NS, &BTreeMap::from([("team".into(), "a".into())])))),
     ]
 }
 
@@ -71,11 +56,8 @@ fn manifests_match_golden_files() {
         match std::fs::read_to_string(&path) {
             Err(e) => failures.push(format!("{}: {e}", path.display())),
             Ok(golden) if golden != text => {
-                let line = golden
-                    .lines()
-                    .zip(text.lines())
-                    .position(|(a, b)| a != b)
-                    .unwrap_or(golden.lines().count().min(text.lines().count()));
+                let line =
+                    golden.lines().zip(text.lines()).position(|(a, b)| a != b).unwrap_or(golden.lines().count().min(text.lines().count()));
                 failures.push(format!(
                     "{file} differs from line {}:\n  golden: {:?}\n  now:    {:?}",
                     line + 1,
@@ -104,10 +86,7 @@ fn golden_files_are_exactly_the_known_set() {
         .filter(|n| n.ends_with(".json"))
         .collect();
     on_disk.sort();
-    let mut known: Vec<String> = golden_manifests()
-        .into_iter()
-        .map(|(f, _)| f.to_string())
-        .collect();
+    let mut known: Vec<String> = golden_manifests().into_iter().map(|(f, _)| f.to_string()).collect();
     known.sort();
     assert_eq!(on_disk, known, "stale or missing golden files");
 }

@@ -10,18 +10,13 @@ use common::*;
 use k8s_openapi::api::core::v1::Container;
 use skill_operator::controller::builders::job::*;
 use skill_operator::controller::builders::{
-    build_job, hardening_violations, is_dns1123_label, is_label_value, job_name,
-    pod_selector_labels, restricted_template_violations, restricted_violations, EnvGrant, Error,
-    JobParams, LABEL_MANAGED_BY, LABEL_SKILLJOB, LABEL_SKILLJOB_UID,
+    build_job, hardening_violations, is_dns1123_label, is_label_value, job_name, pod_selector_labels, restricted_template_violations,
+    restricted_violations, EnvGrant, Error, JobParams, LABEL_MANAGED_BY, LABEL_SKILLJOB, LABEL_SKILLJOB_UID,
 };
 
 fn q(c: &Container, kind: &str, name: &str) -> String {
     let r = c.resources.as_ref().unwrap();
-    let map = if kind == "requests" {
-        r.requests.as_ref()
-    } else {
-        r.limits.as_ref()
-    };
+    let map = if kind == "requests" { r.requests.as_ref() } else { r.limits.as_ref() };
     map.unwrap()[name].0.clone()
 }
 
@@ -32,8 +27,7 @@ fn grid_params_are_valid() {
     let grid = grid();
     assert_eq!(grid.len(), 96);
     for p in &grid {
-        p.validate()
-            .unwrap_or_else(|e| panic!("{}: {e}", p.skilljob_uid));
+        p.validate().unwrap_or_else(|e| panic!("{}: {e}", p.skilljob_uid));
     }
 }
 
@@ -61,36 +55,16 @@ fn grid_run_container_has_no_token_and_no_secret_volume() {
     for p in grid() {
         let job = build_job(&p);
         let spec = pod(&job);
-        let secret_volumes: Vec<&str> = spec
-            .volumes
-            .iter()
-            .flatten()
-            .filter(|v| v.secret.is_some() || v.projected.is_some())
-            .map(|v| v.name.as_str())
-            .collect();
+        let secret_volumes: Vec<&str> =
+            spec.volumes.iter().flatten().filter(|v| v.secret.is_some() || v.projected.is_some()).map(|v| v.name.as_str()).collect();
         assert_eq!(secret_volumes, [VOL_TOKEN]);
         let run = container(spec, CONTAINER_RUN);
         for m in run.volume_mounts.iter().flatten() {
-            assert!(
-                !secret_volumes.contains(&m.name.as_str()),
-                "run mounts {}",
-                m.name
-            );
-            assert!(
-                !m.mount_path.starts_with(TOKEN_DIR),
-                "run mounts {}",
-                m.mount_path
-            );
-            assert!(
-                !m.mount_path.starts_with("/var/run/secrets"),
-                "run mounts {}",
-                m.mount_path
-            );
+            assert!(!secret_volumes.contains(&m.name.as_str()), "run mounts {}", m.name);
+            assert!(!m.mount_path.starts_with(TOKEN_DIR), "run mounts {}", m.mount_path);
+            assert!(!m.mount_path.starts_with("/var/run/secrets"), "run mounts {}", m.mount_path);
         }
-        assert!(
-            run.env_from.is_none(),
-            "envFrom would import whole Secrets/ConfigMaps"
-        );
+        assert!(run.env_from.is_none(), "envFrom would import whole Secrets/ConfigMaps");
         assert!(run.volume_devices.is_none());
         assert_eq!(spec.automount_service_account_token, Some(false));
     }
@@ -102,27 +76,12 @@ fn grid_secrets_reach_run_only_through_secret_key_ref() {
         let job = build_job(&p);
         let run = container(pod(&job), CONTAINER_RUN);
         let env = run.env.as_ref().unwrap();
-        let fixed = [
-            "HOME",
-            "TMPDIR",
-            "PATH",
-            "HTTP_PROXY",
-            "HTTPS_PROXY",
-            "http_proxy",
-            "https_proxy",
-        ];
+        let fixed = ["HOME", "TMPDIR", "PATH", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"];
         for var in env {
             if fixed.contains(&var.name.as_str()) {
-                assert!(
-                    var.value_from.is_none() && var.value.is_some(),
-                    "{}",
-                    var.name
-                );
+                assert!(var.value_from.is_none() && var.value.is_some(), "{}", var.name);
             } else {
-                let from = var
-                    .value_from
-                    .as_ref()
-                    .unwrap_or_else(|| panic!("{} has a literal value", var.name));
+                let from = var.value_from.as_ref().unwrap_or_else(|| panic!("{} has a literal value", var.name));
                 let r = from.secret_key_ref.as_ref().expect("secretKeyRef");
                 assert_eq!(r.optional, Some(false));
                 assert!(var.value.is_none());
@@ -130,11 +89,7 @@ fn grid_secrets_reach_run_only_through_secret_key_ref() {
                 assert!(from.resource_field_ref.is_none() && from.file_key_ref.is_none());
             }
         }
-        let granted: Vec<&str> = env
-            .iter()
-            .filter(|v| v.value_from.is_some())
-            .map(|v| v.name.as_str())
-            .collect();
+        let granted: Vec<&str> = env.iter().filter(|v| v.value_from.is_some()).map(|v| v.name.as_str()).collect();
         let expected: Vec<&str> = p.env.iter().map(|g| g.name.as_str()).collect();
         assert_eq!(granted, expected);
     }
@@ -145,28 +100,16 @@ fn grid_args_are_separate_argv_entries_never_a_shell() {
     for p in grid() {
         let job = build_job(&p);
         let run = container(pod(&job), CONTAINER_RUN);
-        assert!(
-            run.args.is_none(),
-            "everything is in command, so the image's CMD cannot interfere"
-        );
+        assert!(run.args.is_none(), "everything is in command, so the image's CMD cannot interfere");
         let cmd = command(run);
         let sep = cmd.iter().position(|a| *a == "--").expect("-- separator");
         let mut tail = vec![p.interpreter.clone(), format!("/package/{}", p.script)];
         tail.extend(p.args.iter().cloned());
-        assert_eq!(
-            cmd[sep + 1..],
-            tail.iter().map(String::as_str).collect::<Vec<_>>()[..]
-        );
+        assert_eq!(cmd[sep + 1..], tail.iter().map(String::as_str).collect::<Vec<_>>()[..]);
         for c in all_containers(pod(&job)) {
             let cmd = command(c);
-            assert!(
-                !["sh", "/bin/sh", "bash", "/bin/bash"].contains(&cmd[0]),
-                "{} runs a shell",
-                c.name
-            );
-            assert!(
-                !cmd[..cmd.iter().position(|a| *a == "--").unwrap_or(cmd.len())].contains(&"-c")
-            );
+            assert!(!["sh", "/bin/sh", "bash", "/bin/bash"].contains(&cmd[0]), "{} runs a shell", c.name);
+            assert!(!cmd[..cmd.iter().position(|a| *a == "--").unwrap_or(cmd.len())].contains(&"-c"));
         }
     }
 }
@@ -178,19 +121,9 @@ fn grid_names_and_labels_are_valid() {
         let name = job.metadata.name.as_deref().unwrap();
         assert!(is_dns1123_label(name) && name.len() <= 63, "{name}");
         assert_eq!(name, job_name(&p.skilljob_uid));
-        for labels in [
-            job.metadata.labels.as_ref().unwrap(),
-            job.spec
-                .as_ref()
-                .unwrap()
-                .template
-                .metadata
-                .as_ref()
-                .unwrap()
-                .labels
-                .as_ref()
-                .unwrap(),
-        ] {
+        for labels in
+            [job.metadata.labels.as_ref().unwrap(), job.spec.as_ref().unwrap().template.metadata.as_ref().unwrap().labels.as_ref().unwrap()]
+        {
             for (k, v) in labels {
                 assert!(is_label_value(v), "{k}={v}");
             }
@@ -206,10 +139,7 @@ fn grid_deadline_is_timeout_plus_slack() {
     for p in grid() {
         let job = build_job(&p);
         let spec = job.spec.as_ref().unwrap();
-        assert_eq!(
-            spec.active_deadline_seconds,
-            Some(i64::from(p.timeout_secs) + DEADLINE_SLACK_SECS)
-        );
+        assert_eq!(spec.active_deadline_seconds, Some(i64::from(p.timeout_secs) + DEADLINE_SLACK_SECS));
         let run = container(pod(&job), CONTAINER_RUN);
         let cmd = command(run);
         let i = cmd.iter().position(|a| *a == "--timeout").unwrap();
@@ -233,24 +163,10 @@ fn every_container_is_locked_down() {
             assert_eq!(sc.privileged, Some(false), "{}", c.name);
             assert_eq!(sc.read_only_root_filesystem, Some(true), "{}", c.name);
             let caps = sc.capabilities.as_ref().unwrap();
-            assert_eq!(
-                caps.drop.as_deref(),
-                Some(&["ALL".to_string()][..]),
-                "{}",
-                c.name
-            );
+            assert_eq!(caps.drop.as_deref(), Some(&["ALL".to_string()][..]), "{}", c.name);
             assert!(caps.add.is_none(), "{}", c.name);
-            assert_eq!(
-                sc.seccomp_profile.as_ref().unwrap().type_,
-                "RuntimeDefault",
-                "{}",
-                c.name
-            );
-            assert!(
-                sc.proc_mount.is_none()
-                    && sc.se_linux_options.is_none()
-                    && sc.windows_options.is_none()
-            );
+            assert_eq!(sc.seccomp_profile.as_ref().unwrap().type_, "RuntimeDefault", "{}", c.name);
+            assert!(sc.proc_mount.is_none() && sc.se_linux_options.is_none() && sc.windows_options.is_none());
             assert!(c.ports.is_none() && c.liveness_probe.is_none() && c.lifecycle.is_none());
         }
     }
@@ -262,13 +178,7 @@ fn every_container_has_requests_equal_limits() {
     for c in all_containers(pod(&job)) {
         let r = c.resources.as_ref().unwrap();
         assert_eq!(r.requests, r.limits, "{}", c.name);
-        let keys: Vec<&str> = r
-            .limits
-            .as_ref()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
+        let keys: Vec<&str> = r.limits.as_ref().unwrap().keys().map(String::as_str).collect();
         assert_eq!(keys, ["cpu", "ephemeral-storage", "memory"], "{}", c.name);
     }
 }
@@ -308,29 +218,11 @@ fn helper_resources_are_small_and_fixed() {
 fn image_pull_policy_depends_on_digest_pinning() {
     let job = build_job(&params());
     for c in all_containers(pod(&job)) {
-        assert_eq!(
-            c.image_pull_policy.as_deref(),
-            Some("IfNotPresent"),
-            "{}",
-            c.name
-        );
+        assert_eq!(c.image_pull_policy.as_deref(), Some("IfNotPresent"), "{}", c.name);
     }
-    let job = build_job(&JobParams {
-        run_image: "python:3.13-slim".into(),
-        ..params()
-    });
-    assert_eq!(
-        container(pod(&job), CONTAINER_RUN)
-            .image_pull_policy
-            .as_deref(),
-        Some("Always")
-    );
-    assert_eq!(
-        container(pod(&job), CONTAINER_FETCH)
-            .image_pull_policy
-            .as_deref(),
-        Some("IfNotPresent")
-    );
+    let job = build_job(&JobParams { run_image: "python:3.13-slim".into(), ..params() });
+    assert_eq!(container(pod(&job), CONTAINER_RUN).image_pull_policy.as_deref(), Some("Always"));
+    assert_eq!(container(pod(&job), CONTAINER_FETCH).image_pull_policy.as_deref(), Some("IfNotPresent"));
 }
 
 // ---------------------------------------------------------------- fetch
@@ -342,10 +234,7 @@ fn fetch_is_the_first_init_container_with_the_operator_image() {
     let init = pod(&job).init_containers.as_ref().unwrap();
     assert_eq!(init[0].name, CONTAINER_FETCH);
     assert_eq!(init[0].image.as_deref(), Some(OPERATOR_IMAGE));
-    assert!(
-        init[0].restart_policy.is_none(),
-        "fetch must run to completion, not as a sidecar"
-    );
+    assert!(init[0].restart_policy.is_none(), "fetch must run to completion, not as a sidecar");
     assert_eq!(
         command(&init[0]),
         [
@@ -373,12 +262,8 @@ fn fetch_is_the_first_init_container_with_the_operator_image() {
 fn fetch_mounts_package_work_tools_rw_and_token_ro() {
     let job = build_job(&params());
     let fetch = container(pod(&job), CONTAINER_FETCH);
-    let mounts: Vec<(&str, &str, Option<bool>)> = fetch
-        .volume_mounts
-        .iter()
-        .flatten()
-        .map(|m| (m.name.as_str(), m.mount_path.as_str(), m.read_only))
-        .collect();
+    let mounts: Vec<(&str, &str, Option<bool>)> =
+        fetch.volume_mounts.iter().flatten().map(|m| (m.name.as_str(), m.mount_path.as_str(), m.read_only)).collect();
     assert_eq!(
         mounts,
         [
@@ -425,19 +310,11 @@ fn upload_is_a_native_sidecar_after_fetch() {
 fn upload_mounts_work_result_and_token_read_only() {
     let job = build_job(&params());
     let upload = container(pod(&job), CONTAINER_UPLOAD);
-    let mounts: Vec<(&str, &str, Option<bool>)> = upload
-        .volume_mounts
-        .iter()
-        .flatten()
-        .map(|m| (m.name.as_str(), m.mount_path.as_str(), m.read_only))
-        .collect();
+    let mounts: Vec<(&str, &str, Option<bool>)> =
+        upload.volume_mounts.iter().flatten().map(|m| (m.name.as_str(), m.mount_path.as_str(), m.read_only)).collect();
     assert_eq!(
         mounts,
-        [
-            ("work", "/work", Some(true)),
-            ("result", "/result", Some(true)),
-            ("token", "/var/run/skill-operator", Some(true))
-        ]
+        [("work", "/work", Some(true)), ("result", "/result", Some(true)), ("token", "/var/run/skill-operator", Some(true))]
     );
 }
 
@@ -445,10 +322,7 @@ fn upload_mounts_work_result_and_token_read_only() {
 fn upload_reports_through_a_termination_message_file() {
     let job = build_job(&params());
     let upload = container(pod(&job), CONTAINER_UPLOAD);
-    assert_eq!(
-        upload.termination_message_path.as_deref(),
-        Some("/dev/termination-log")
-    );
+    assert_eq!(upload.termination_message_path.as_deref(), Some("/dev/termination-log"));
     assert_eq!(upload.termination_message_policy.as_deref(), Some("File"));
 }
 
@@ -493,39 +367,18 @@ fn run_allow_env_lists_exactly_the_container_env() {
     let run = container(pod(&job), CONTAINER_RUN);
     let cmd = command(run);
     let sep = cmd.iter().position(|a| *a == "--").unwrap();
-    let allowed: Vec<&str> = cmd[..sep]
-        .windows(2)
-        .filter(|w| w[0] == "--allow-env")
-        .map(|w| w[1])
-        .collect();
+    let allowed: Vec<&str> = cmd[..sep].windows(2).filter(|w| w[0] == "--allow-env").map(|w| w[1]).collect();
     let env: Vec<&str> = run.env.iter().flatten().map(|e| e.name.as_str()).collect();
     assert_eq!(allowed, env);
-    assert_eq!(
-        env,
-        [
-            "HOME",
-            "TMPDIR",
-            "PATH",
-            "HTTP_PROXY",
-            "HTTPS_PROXY",
-            "http_proxy",
-            "https_proxy",
-            "GITHUB_TOKEN",
-            "API_BASE"
-        ]
-    );
+    assert_eq!(env, ["HOME", "TMPDIR", "PATH", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "GITHUB_TOKEN", "API_BASE"]);
 }
 
 #[test]
 fn run_mounts_package_and_tools_read_only() {
     let job = build_job(&params());
     let run = container(pod(&job), CONTAINER_RUN);
-    let mounts: Vec<(&str, &str, Option<bool>)> = run
-        .volume_mounts
-        .iter()
-        .flatten()
-        .map(|m| (m.name.as_str(), m.mount_path.as_str(), m.read_only))
-        .collect();
+    let mounts: Vec<(&str, &str, Option<bool>)> =
+        run.volume_mounts.iter().flatten().map(|m| (m.name.as_str(), m.mount_path.as_str(), m.read_only)).collect();
     assert_eq!(
         mounts,
         [
@@ -541,28 +394,13 @@ fn run_mounts_package_and_tools_read_only() {
 
 #[test]
 fn run_env_is_home_tmpdir_path_plus_grants() {
-    let p = JobParams {
-        env: vec![EnvGrant::from(("GITHUB_TOKEN", "gh", "token"))],
-        ..params()
-    };
+    let p = JobParams { env: vec![EnvGrant::from(("GITHUB_TOKEN", "gh", "token"))], ..params() };
     let job = build_job(&p);
     let env = container(pod(&job), CONTAINER_RUN).env.clone().unwrap();
-    let plain: BTreeMap<&str, &str> = env
-        .iter()
-        .filter_map(|e| Some((e.name.as_str(), e.value.as_deref()?)))
-        .collect();
-    assert_eq!(
-        plain,
-        BTreeMap::from([("HOME", "/tmp"), ("TMPDIR", "/tmp"), ("PATH", RUN_PATH)])
-    );
+    let plain: BTreeMap<&str, &str> = env.iter().filter_map(|e| Some((e.name.as_str(), e.value.as_deref()?))).collect();
+    assert_eq!(plain, BTreeMap::from([("HOME", "/tmp"), ("TMPDIR", "/tmp"), ("PATH", RUN_PATH)]));
     let grant = env.iter().find(|e| e.name == "GITHUB_TOKEN").unwrap();
-    let r = grant
-        .value_from
-        .as_ref()
-        .unwrap()
-        .secret_key_ref
-        .as_ref()
-        .unwrap();
+    let r = grant.value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap();
     assert_eq!((r.name.as_str(), r.key.as_str()), ("gh", "token"));
 }
 
@@ -570,9 +408,7 @@ fn run_env_is_home_tmpdir_path_plus_grants() {
 fn proxy_env_only_with_egress() {
     let job = build_job(&params());
     let env = container(pod(&job), CONTAINER_RUN).env.clone().unwrap();
-    assert!(!env
-        .iter()
-        .any(|e| e.name.to_ascii_uppercase().contains("PROXY")));
+    assert!(!env.iter().any(|e| e.name.to_ascii_uppercase().contains("PROXY")));
     let job = build_job(&params_full());
     let env = container(pod(&job), CONTAINER_RUN).env.clone().unwrap();
     for name in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
@@ -607,10 +443,7 @@ fn pod_never_restarts_and_shares_nothing_with_the_host() {
     let job = build_job(&params());
     let spec = pod(&job);
     assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
-    assert_eq!(
-        (spec.host_network, spec.host_pid, spec.host_ipc),
-        (Some(false), Some(false), Some(false))
-    );
+    assert_eq!((spec.host_network, spec.host_pid, spec.host_ipc), (Some(false), Some(false), Some(false)));
     assert_eq!(spec.share_process_namespace, Some(false));
     assert!(spec.host_users.is_none());
     assert!(spec.volumes.iter().flatten().all(|v| v.host_path.is_none()));
@@ -634,10 +467,7 @@ fn pod_security_context_is_non_root_with_runtime_default_seccomp() {
 #[test]
 fn pod_termination_grace_is_the_upload_budget() {
     let job = build_job(&params());
-    assert_eq!(
-        pod(&job).termination_grace_period_seconds,
-        Some(TERMINATION_GRACE_SECS)
-    );
+    assert_eq!(pod(&job).termination_grace_period_seconds, Some(TERMINATION_GRACE_SECS));
     assert_eq!(TERMINATION_GRACE_SECS, 30);
 }
 
@@ -649,15 +479,7 @@ fn volumes_are_size_limited_empty_dirs_plus_the_token() {
         .volumes
         .iter()
         .flatten()
-        .map(|v| {
-            (
-                v.name.as_str(),
-                v.empty_dir
-                    .as_ref()
-                    .and_then(|e| e.size_limit.as_ref())
-                    .map(|q| q.0.as_str()),
-            )
-        })
+        .map(|v| (v.name.as_str(), v.empty_dir.as_ref().and_then(|e| e.size_limit.as_ref()).map(|q| q.0.as_str())))
         .collect();
     assert_eq!(
         sizes,
@@ -670,39 +492,19 @@ fn volumes_are_size_limited_empty_dirs_plus_the_token() {
             ("token", None),
         ]
     );
-    for v in spec
-        .volumes
-        .iter()
-        .flatten()
-        .filter(|v| v.empty_dir.is_some())
-    {
-        assert!(
-            v.empty_dir.as_ref().unwrap().medium.is_none(),
-            "{}: disk-backed, counted as ephemeral storage",
-            v.name
-        );
+    for v in spec.volumes.iter().flatten().filter(|v| v.empty_dir.is_some()) {
+        assert!(v.empty_dir.as_ref().unwrap().medium.is_none(), "{}: disk-backed, counted as ephemeral storage", v.name);
     }
 }
 
 #[test]
 fn token_volume_projects_only_the_token_key() {
     let job = build_job(&params());
-    let token = pod(&job)
-        .volumes
-        .iter()
-        .flatten()
-        .find(|v| v.name == VOL_TOKEN)
-        .unwrap();
+    let token = pod(&job).volumes.iter().flatten().find(|v| v.name == VOL_TOKEN).unwrap();
     let s = token.secret.as_ref().unwrap();
-    assert_eq!(
-        s.secret_name.as_deref(),
-        Some("skilljob-0f1e2d3c4b5a-token")
-    );
+    assert_eq!(s.secret_name.as_deref(), Some("skilljob-0f1e2d3c4b5a-token"));
     let items = s.items.as_ref().unwrap();
-    assert_eq!(
-        (items.len(), items[0].key.as_str(), items[0].path.as_str()),
-        (1, "token", "token")
-    );
+    assert_eq!((items.len(), items[0].key.as_str(), items[0].path.as_str()), (1, "token", "token"));
     assert_eq!(s.default_mode, Some(0o440));
     assert_eq!(s.optional, Some(false));
 }
@@ -712,19 +514,12 @@ fn no_dns_by_default_fast_failing_resolver() {
     let job = build_job(&params());
     let spec = pod(&job);
     assert_eq!(spec.dns_policy.as_deref(), Some("None"));
-    assert_eq!(
-        spec.dns_config.as_ref().unwrap().nameservers.as_deref(),
-        Some(&["127.0.0.1".to_string()][..])
-    );
+    assert_eq!(spec.dns_config.as_ref().unwrap().nameservers.as_deref(), Some(&["127.0.0.1".to_string()][..]));
 }
 
 #[test]
 fn cluster_dns_only_when_allowed() {
-    let job = build_job(&JobParams {
-        allow_dns: true,
-        egress_proxy: Some(PROXY.into()),
-        ..params()
-    });
+    let job = build_job(&JobParams { allow_dns: true, egress_proxy: Some(PROXY.into()), ..params() });
     let spec = pod(&job);
     assert_eq!(spec.dns_policy.as_deref(), Some("ClusterFirst"));
     assert!(spec.dns_config.is_none());
@@ -736,10 +531,7 @@ fn host_aliases_name_endpoints_without_dns() {
     let aliases = pod(&job).host_aliases.clone().unwrap();
     assert_eq!(aliases.len(), 1);
     assert_eq!(aliases[0].ip, "10.96.12.34");
-    assert_eq!(
-        aliases[0].hostnames.as_deref(),
-        Some(&["artifacts.skill-system".to_string()][..])
-    );
+    assert_eq!(aliases[0].hostnames.as_deref(), Some(&["artifacts.skill-system".to_string()][..]));
     assert!(pod(&build_job(&params())).host_aliases.is_none());
 }
 
@@ -758,10 +550,7 @@ fn job_never_retries() {
     let spec = build_job(&params()).spec.unwrap();
     assert_eq!(spec.backoff_limit, Some(0));
     assert_eq!((spec.completions, spec.parallelism), (Some(1), Some(1)));
-    assert!(
-        spec.selector.is_none() && spec.manual_selector.is_none(),
-        "the Job controller generates the selector"
-    );
+    assert!(spec.selector.is_none() && spec.manual_selector.is_none(), "the Job controller generates the selector");
 }
 
 #[test]
@@ -771,10 +560,7 @@ fn job_pod_failure_policy_ignores_disruptions_and_fails_on_run_exit_codes() {
     assert_eq!(rules.len(), 2);
     assert_eq!(rules[0].action, "Ignore");
     let cond = &rules[0].on_pod_conditions.as_ref().unwrap()[0];
-    assert_eq!(
-        (cond.type_.as_str(), cond.status.as_deref()),
-        ("DisruptionTarget", Some("True"))
-    );
+    assert_eq!((cond.type_.as_str(), cond.status.as_deref()), ("DisruptionTarget", Some("True")));
     assert!(rules[0].on_exit_codes.is_none());
     assert_eq!(rules[1].action, "FailJob");
     let codes = rules[1].on_exit_codes.as_ref().unwrap();
@@ -783,21 +569,13 @@ fn job_pod_failure_policy_ignores_disruptions_and_fails_on_run_exit_codes() {
     assert_eq!(codes.values, [0]);
     assert!(rules[1].on_pod_conditions.is_none());
     // podFailurePolicy requires restartPolicy Never.
-    assert_eq!(
-        spec.template.spec.unwrap().restart_policy.as_deref(),
-        Some("Never")
-    );
+    assert_eq!(spec.template.spec.unwrap().restart_policy.as_deref(), Some("Never"));
 }
 
 #[test]
 fn job_deadline_and_ttl() {
     for t in [1u32, 300] {
-        let spec = build_job(&JobParams {
-            timeout_secs: t,
-            ..params()
-        })
-        .spec
-        .unwrap();
+        let spec = build_job(&JobParams { timeout_secs: t, ..params() }).spec.unwrap();
         assert_eq!(spec.active_deadline_seconds, Some(i64::from(t) + 180));
         assert_eq!(spec.ttl_seconds_after_finished, Some(3600));
     }
@@ -808,10 +586,7 @@ fn job_name_derives_from_the_uid() {
     let job = build_job(&params());
     assert_eq!(job.metadata.name.as_deref(), Some("skilljob-0f1e2d3c4b5a"));
     assert_eq!(job.metadata.namespace.as_deref(), Some(NS));
-    assert_eq!(
-        job_name("0F1E2D3C-4B5A-6978-8796-A5B4C3D2E1F0"),
-        "skilljob-0f1e2d3c4b5a"
-    );
+    assert_eq!(job_name("0F1E2D3C-4B5A-6978-8796-A5B4C3D2E1F0"), "skilljob-0f1e2d3c4b5a");
 }
 
 #[test]
@@ -820,10 +595,7 @@ fn job_is_owned_by_the_skilljob_as_controller() {
     let refs = job.metadata.owner_references.unwrap();
     assert_eq!(refs.len(), 1);
     let r = &refs[0];
-    assert_eq!(
-        (r.kind.as_str(), r.name.as_str(), r.uid.as_str()),
-        ("SkillJob", NAME, UID)
-    );
+    assert_eq!((r.kind.as_str(), r.name.as_str(), r.uid.as_str()), ("SkillJob", NAME, UID));
     assert_eq!(r.controller, Some(true));
     assert_eq!(r.block_owner_deletion, Some(true));
 }
@@ -840,20 +612,13 @@ fn job_and_pod_labels() {
     assert_eq!(job.metadata.labels.as_ref(), Some(&expected));
     let tmeta = job.spec.unwrap().template.metadata.unwrap();
     assert_eq!(tmeta.labels.as_ref(), Some(&expected));
-    assert_eq!(
-        tmeta.annotations.unwrap()["kubectl.kubernetes.io/default-container"],
-        "run"
-    );
+    assert_eq!(tmeta.annotations.unwrap()["kubectl.kubernetes.io/default-container"], "run");
 }
 
 #[test]
 fn long_skilljob_name_is_shortened_in_its_label_only() {
     let name = longest_name();
-    let p = JobParams {
-        skilljob_name: name.clone(),
-        owner: owner(&name, UID),
-        ..params()
-    };
+    let p = JobParams { skilljob_name: name.clone(), owner: owner(&name, UID), ..params() };
     p.validate().unwrap();
     let job = build_job(&p);
     let label = &job.metadata.labels.as_ref().unwrap()[LABEL_SKILLJOB];
@@ -877,289 +642,100 @@ fn validate_accepts_the_samples() {
 #[test]
 fn validate_refuses_escaping_scripts() {
     for script in ["/etc/passwd", "../x.py", "scripts/../../x", "", "a//b"] {
-        assert!(
-            matches!(
-                err(JobParams {
-                    script: script.into(),
-                    ..params()
-                }),
-                Error::InvalidScript(_)
-            ),
-            "{script}"
-        );
+        assert!(matches!(err(JobParams { script: script.into(), ..params() }), Error::InvalidScript(_)), "{script}");
     }
 }
 
 #[test]
 fn validate_refuses_relative_interpreters() {
-    assert!(matches!(
-        err(JobParams {
-            interpreter: "python3".into(),
-            ..params()
-        }),
-        Error::InvalidInterpreter(_)
-    ));
+    assert!(matches!(err(JobParams { interpreter: "python3".into(), ..params() }), Error::InvalidInterpreter(_)));
 }
 
 #[test]
 fn validate_refuses_bad_timeouts() {
     for t in [0, MAX_TIMEOUT_SECS + 1] {
-        assert_eq!(
-            err(JobParams {
-                timeout_secs: t,
-                ..params()
-            }),
-            Error::InvalidTimeout(t)
-        );
+        assert_eq!(err(JobParams { timeout_secs: t, ..params() }), Error::InvalidTimeout(t));
     }
 }
 
 #[test]
 fn validate_refuses_too_many_or_too_big_args() {
     let many: Vec<String> = (0..=MAX_ARGS).map(|i| i.to_string()).collect();
-    assert!(matches!(
-        err(JobParams {
-            args: many,
-            ..params()
-        }),
-        Error::InvalidArgs(_)
-    ));
-    assert!(matches!(
-        err(JobParams {
-            args: vec!["x".repeat(MAX_ARG_BYTES + 1)],
-            ..params()
-        }),
-        Error::InvalidArgs(_)
-    ));
-    assert!(matches!(
-        err(JobParams {
-            args: vec!["a\0b".into()],
-            ..params()
-        }),
-        Error::InvalidArgs(_)
-    ));
+    assert!(matches!(err(JobParams { args: many, ..params() }), Error::InvalidArgs(_)));
+    assert!(matches!(err(JobParams { args: vec!["x".repeat(MAX_ARG_BYTES + 1)], ..params() }), Error::InvalidArgs(_)));
+    assert!(matches!(err(JobParams { args: vec!["a\0b".into()], ..params() }), Error::InvalidArgs(_)));
 }
 
 #[test]
 fn validate_refuses_reserved_duplicate_and_malformed_env() {
-    for name in [
-        "PATH",
-        "HOME",
-        "LD_PRELOAD",
-        "NODE_OPTIONS",
-        "HTTPS_PROXY",
-        "KUBERNETES_SERVICE_HOST",
-        "SKILL_OPERATOR_X",
-        "1X",
-        "A-B",
-        "",
-    ] {
-        let p = JobParams {
-            env: vec![EnvGrant::from((name, "s", "k"))],
-            ..params()
-        };
+    for name in
+        ["PATH", "HOME", "LD_PRELOAD", "NODE_OPTIONS", "HTTPS_PROXY", "KUBERNETES_SERVICE_HOST", "SKILL_OPERATOR_X", "1X", "A-B", ""]
+    {
+        let p = JobParams { env: vec![EnvGrant::from((name, "s", "k"))], ..params() };
         assert!(matches!(err(p), Error::InvalidEnv { .. }), "{name}");
     }
-    let dup = JobParams {
-        env: vec![
-            EnvGrant::from(("A", "s", "k")),
-            EnvGrant::from(("A", "t", "k")),
-        ],
-        ..params()
-    };
-    assert!(matches!(
-        err(dup),
-        Error::InvalidEnv {
-            problem: "is granted twice",
-            ..
-        }
-    ));
-    let bad_secret = JobParams {
-        env: vec![EnvGrant::from(("A", "Bad_Secret", "k"))],
-        ..params()
-    };
+    let dup = JobParams { env: vec![EnvGrant::from(("A", "s", "k")), EnvGrant::from(("A", "t", "k"))], ..params() };
+    assert!(matches!(err(dup), Error::InvalidEnv { problem: "is granted twice", .. }));
+    let bad_secret = JobParams { env: vec![EnvGrant::from(("A", "Bad_Secret", "k"))], ..params() };
     assert!(matches!(err(bad_secret), Error::InvalidEnv { .. }));
 }
 
 #[test]
 fn validate_refuses_root_ids() {
-    assert!(matches!(
-        err(JobParams {
-            run_as_user: 0,
-            ..params()
-        }),
-        Error::RootId {
-            field: "run_as_user",
-            ..
-        }
-    ));
-    assert!(matches!(
-        err(JobParams {
-            run_as_group: 0,
-            ..params()
-        }),
-        Error::RootId {
-            field: "run_as_group",
-            ..
-        }
-    ));
+    assert!(matches!(err(JobParams { run_as_user: 0, ..params() }), Error::RootId { field: "run_as_user", .. }));
+    assert!(matches!(err(JobParams { run_as_group: 0, ..params() }), Error::RootId { field: "run_as_group", .. }));
 }
 
 #[test]
 fn validate_refuses_bad_quantities() {
-    for (cpu, mem, eph) in [
-        ("0", "1Gi", "1Gi"),
-        ("1", "lots", "1Gi"),
-        ("1", "1Gi", "-1Gi"),
-    ] {
-        let p = JobParams {
-            resources: RunResources {
-                cpu: cpu.into(),
-                memory: mem.into(),
-                ephemeral_storage: eph.into(),
-            },
-            ..params()
-        };
-        assert!(
-            matches!(err(p), Error::InvalidQuantity { .. }),
-            "{cpu} {mem} {eph}"
-        );
+    for (cpu, mem, eph) in [("0", "1Gi", "1Gi"), ("1", "lots", "1Gi"), ("1", "1Gi", "-1Gi")] {
+        let p = JobParams { resources: RunResources { cpu: cpu.into(), memory: mem.into(), ephemeral_storage: eph.into() }, ..params() };
+        assert!(matches!(err(p), Error::InvalidQuantity { .. }), "{cpu} {mem} {eph}");
     }
 }
 
 #[test]
 fn validate_refuses_endpoints_that_need_dns() {
-    let p = JobParams {
-        artifact_endpoint: "http://skill-operator.skill-system.svc:8081".into(),
-        ..params()
-    };
-    assert!(matches!(
-        err(p.clone()),
-        Error::NeedsDns {
-            field: "artifact_endpoint",
-            ..
-        }
-    ));
-    let aliased = JobParams {
-        host_aliases: BTreeMap::from([(
-            "skill-operator.skill-system.svc".into(),
-            "10.96.0.9".into(),
-        )]),
-        ..p.clone()
-    };
+    let p = JobParams { artifact_endpoint: "http://skill-operator.skill-system.svc:8081".into(), ..params() };
+    assert!(matches!(err(p.clone()), Error::NeedsDns { field: "artifact_endpoint", .. }));
+    let aliased = JobParams { host_aliases: BTreeMap::from([("skill-operator.skill-system.svc".into(), "10.96.0.9".into())]), ..p.clone() };
     aliased.validate().unwrap();
-    JobParams {
-        allow_dns: true,
-        ..p
-    }
-    .validate()
-    .unwrap();
-    let proxy = JobParams {
-        egress_proxy: Some("http://egress-proxy:3128".into()),
-        ..params()
-    };
-    assert!(matches!(
-        err(proxy),
-        Error::NeedsDns {
-            field: "egress_proxy",
-            ..
-        }
-    ));
-    assert!(matches!(
-        err(JobParams {
-            artifact_endpoint: "ftp://10.0.0.1".into(),
-            ..params()
-        }),
-        Error::InvalidUrl { .. }
-    ));
+    JobParams { allow_dns: true, ..p }.validate().unwrap();
+    let proxy = JobParams { egress_proxy: Some("http://egress-proxy:3128".into()), ..params() };
+    assert!(matches!(err(proxy), Error::NeedsDns { field: "egress_proxy", .. }));
+    assert!(matches!(err(JobParams { artifact_endpoint: "ftp://10.0.0.1".into(), ..params() }), Error::InvalidUrl { .. }));
 }
 
 #[test]
 fn validate_refuses_a_foreign_owner() {
-    let p = JobParams {
-        owner: owner(NAME, "ffffffff-ffff-4fff-8fff-ffffffffffff"),
-        ..params()
-    };
+    let p = JobParams { owner: owner(NAME, "ffffffff-ffff-4fff-8fff-ffffffffffff"), ..params() };
     assert!(matches!(err(p), Error::OwnerMismatch { .. }));
     let mut o = owner(NAME, UID);
     o.kind = "Pod".into();
-    assert!(matches!(
-        err(JobParams {
-            owner: o,
-            ..params()
-        }),
-        Error::OwnerMismatch { .. }
-    ));
+    assert!(matches!(err(JobParams { owner: o, ..params() }), Error::OwnerMismatch { .. }));
 }
 
 #[test]
 fn validate_refuses_reserved_or_malformed_labels() {
-    let reserved = JobParams {
-        labels: BTreeMap::from([(LABEL_SKILLJOB_UID.into(), "x".into())]),
-        ..params()
-    };
+    let reserved = JobParams { labels: BTreeMap::from([(LABEL_SKILLJOB_UID.into(), "x".into())]), ..params() };
     assert!(matches!(err(reserved), Error::InvalidLabel { .. }));
-    let bad = JobParams {
-        labels: BTreeMap::from([("ok".into(), "-bad-".into())]),
-        ..params()
-    };
+    let bad = JobParams { labels: BTreeMap::from([("ok".into(), "-bad-".into())]), ..params() };
     assert!(matches!(err(bad), Error::InvalidLabel { .. }));
 }
 
 #[test]
 fn validate_refuses_bad_names_and_uids() {
-    assert!(matches!(
-        err(JobParams {
-            namespace: "Team_A".into(),
-            ..params()
-        }),
-        Error::InvalidName { .. }
-    ));
-    assert!(matches!(
-        err(JobParams {
-            service_account: "".into(),
-            ..params()
-        }),
-        Error::Missing { .. }
-    ));
-    assert!(matches!(
-        err(JobParams {
-            token_secret: "a b".into(),
-            ..params()
-        }),
-        Error::InvalidName { .. }
-    ));
-    let p = JobParams {
-        skilljob_uid: "not-a-uid".into(),
-        owner: owner(NAME, "not-a-uid"),
-        ..params()
-    };
+    assert!(matches!(err(JobParams { namespace: "Team_A".into(), ..params() }), Error::InvalidName { .. }));
+    assert!(matches!(err(JobParams { service_account: "".into(), ..params() }), Error::Missing { .. }));
+    assert!(matches!(err(JobParams { token_secret: "a b".into(), ..params() }), Error::InvalidName { .. }));
+    let p = JobParams { skilljob_uid: "not-a-uid".into(), owner: owner(NAME, "not-a-uid"), ..params() };
     assert!(matches!(err(p), Error::InvalidUid(_)));
-    assert!(matches!(
-        err(JobParams {
-            run_image: "".into(),
-            ..params()
-        }),
-        Error::InvalidImage { .. }
-    ));
-    assert!(matches!(
-        err(JobParams {
-            operator_image: "a b".into(),
-            ..params()
-        }),
-        Error::InvalidImage { .. }
-    ));
+    assert!(matches!(err(JobParams { run_image: "".into(), ..params() }), Error::InvalidImage { .. }));
+    assert!(matches!(err(JobParams { operator_image: "a b".into(), ..params() }), Error::InvalidImage { .. }));
 }
 
 #[test]
 fn validate_error_messages_say_what_to_fix() {
-    let msg = err(JobParams {
-        artifact_endpoint: "http://svc:80".into(),
-        ..params()
-    })
-    .to_string();
-    assert!(
-        msg.contains("host_aliases") && msg.contains("ClusterIP"),
-        "{msg}"
-    );
+    let msg = err(JobParams { artifact_endpoint: "http://svc:80".into(), ..params() }).to_string();
+    assert!(msg.contains("host_aliases") && msg.contains("ClusterIP"), "{msg}");
 }

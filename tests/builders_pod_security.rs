@@ -10,18 +10,14 @@ use std::collections::BTreeMap;
 
 use common::*;
 use k8s_openapi::api::core::v1::{
-    AppArmorProfile, Capabilities, ContainerPort, EphemeralContainer, HTTPGetAction,
-    HostPathVolumeSource, Lifecycle, LifecycleHandler, NFSVolumeSource, PodOS, PodSpec,
-    PodTemplateSpec, Probe, ProjectedVolumeSource, SELinuxOptions, SeccompProfile, SecurityContext,
-    ServiceAccountTokenProjection, Sysctl, TCPSocketAction, Volume, VolumeProjection,
-    WindowsSecurityContextOptions,
+    AppArmorProfile, Capabilities, ContainerPort, EphemeralContainer, HTTPGetAction, HostPathVolumeSource, Lifecycle, LifecycleHandler,
+    NFSVolumeSource, PodOS, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, SELinuxOptions, SeccompProfile, SecurityContext,
+    ServiceAccountTokenProjection, Sysctl, TCPSocketAction, Volume, VolumeProjection, WindowsSecurityContextOptions,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use skill_operator::controller::builders::{
-    build_job, hardening_violations, restricted_template_violations, restricted_violations,
-};
+use skill_operator::controller::builders::{build_job, hardening_violations, restricted_template_violations, restricted_violations};
 
 #[derive(Clone, Copy, Debug)]
 enum Target {
@@ -31,12 +27,7 @@ enum Target {
     Ephemeral,
 }
 
-const TARGETS: [Target; 4] = [
-    Target::Run,
-    Target::Fetch,
-    Target::Upload,
-    Target::Ephemeral,
-];
+const TARGETS: [Target; 4] = [Target::Run, Target::Fetch, Target::Upload, Target::Ephemeral];
 
 impl Target {
     fn at(self) -> &'static str {
@@ -53,21 +44,12 @@ impl Target {
             Target::Run => &mut spec.containers[0].security_context,
             Target::Fetch => &mut spec.init_containers.as_mut().unwrap()[0].security_context,
             Target::Upload => &mut spec.init_containers.as_mut().unwrap()[1].security_context,
-            Target::Ephemeral => {
-                &mut spec.ephemeral_containers.as_mut().unwrap()[0].security_context
-            }
+            Target::Ephemeral => &mut spec.ephemeral_containers.as_mut().unwrap()[0].security_context,
         };
         slot.get_or_insert_with(Default::default)
     }
 
-    fn probes(
-        self,
-        spec: &mut PodSpec,
-    ) -> (
-        &mut Option<Probe>,
-        &mut Option<Lifecycle>,
-        &mut Option<Vec<ContainerPort>>,
-    ) {
+    fn probes(self, spec: &mut PodSpec) -> (&mut Option<Probe>, &mut Option<Lifecycle>, &mut Option<Vec<ContainerPort>>) {
         match self {
             Target::Ephemeral => {
                 let c = &mut spec.ephemeral_containers.as_mut().unwrap()[0];
@@ -91,10 +73,7 @@ fn compliant() -> PodSpec {
     let run = spec.containers[0].clone();
     spec.ephemeral_containers = Some(vec![EphemeralContainer {
         name: "debug".into(),
-        image: Some(
-            "busybox@sha256:0000000000000000000000000000000000000000000000000000000000000000"
-                .into(),
-        ),
+        image: Some("busybox@sha256:0000000000000000000000000000000000000000000000000000000000000000".into()),
         command: Some(vec!["sleep".into(), "600".into()]),
         security_context: run.security_context.clone(),
         target_container_name: Some("run".into()),
@@ -111,10 +90,7 @@ fn assert_only(spec: &PodSpec, id: &str, at: &str, field: &str) {
     let v = restricted_violations(spec);
     assert!(!v.is_empty(), "expected a {id} violation at {at}");
     for m in &v {
-        assert!(
-            m.starts_with(&format!("{id}: ")),
-            "unexpected violation {m:?} (expected only {id})"
-        );
+        assert!(m.starts_with(&format!("{id}: ")), "unexpected violation {m:?} (expected only {id})");
         assert!(m.contains(at), "{m:?} does not name {at}");
         assert!(m.contains(field), "{m:?} does not name {field}");
     }
@@ -124,14 +100,8 @@ fn assert_hardening(spec: &PodSpec, id: &str, at: &str, field: &str) {
     let v = hardening_violations(spec);
     assert!(!v.is_empty(), "expected a {id} hardening violation at {at}");
     for m in &v {
-        assert!(
-            m.starts_with(&format!("{id}: ")),
-            "unexpected violation {m:?} (expected only {id})"
-        );
-        assert!(
-            m.contains(at) && m.contains(field),
-            "{m:?} does not name {at} / {field}"
-        );
+        assert!(m.starts_with(&format!("{id}: ")), "unexpected violation {m:?} (expected only {id})");
+        assert!(m.contains(at) && m.contains(field), "{m:?} does not name {at} / {field}");
     }
 }
 
@@ -150,23 +120,13 @@ fn privileged_is_refused() {
 fn host_process_is_refused() {
     for t in TARGETS {
         let mut spec = compliant();
-        t.sc(&mut spec).windows_options = Some(WindowsSecurityContextOptions {
-            host_process: Some(true),
-            ..Default::default()
-        });
+        t.sc(&mut spec).windows_options = Some(WindowsSecurityContextOptions { host_process: Some(true), ..Default::default() });
         assert_only(&spec, "hostProcess", t.at(), "windowsOptions.hostProcess");
     }
     let mut spec = compliant();
-    spec.security_context.as_mut().unwrap().windows_options = Some(WindowsSecurityContextOptions {
-        host_process: Some(true),
-        ..Default::default()
-    });
-    assert_only(
-        &spec,
-        "hostProcess",
-        "pod",
-        "spec.securityContext.windowsOptions.hostProcess",
-    );
+    spec.security_context.as_mut().unwrap().windows_options =
+        Some(WindowsSecurityContextOptions { host_process: Some(true), ..Default::default() });
+    assert_only(&spec, "hostProcess", "pod", "spec.securityContext.windowsOptions.hostProcess");
 }
 
 #[test]
@@ -195,10 +155,7 @@ fn host_path_volume_is_refused() {
     let mut spec = compliant();
     spec.volumes.as_mut().unwrap().push(Volume {
         name: "root".into(),
-        host_path: Some(HostPathVolumeSource {
-            path: "/".into(),
-            type_: None,
-        }),
+        host_path: Some(HostPathVolumeSource { path: "/".into(), type_: None }),
         ..Default::default()
     });
     assert_only(&spec, "volumes", "spec.volumes[6] \"root\"", "hostPath");
@@ -209,35 +166,20 @@ fn non_core_volume_types_are_refused() {
     let mut spec = compliant();
     spec.volumes.as_mut().unwrap().push(Volume {
         name: "share".into(),
-        nfs: Some(NFSVolumeSource {
-            server: "nfs".into(),
-            path: "/".into(),
-            read_only: None,
-        }),
+        nfs: Some(NFSVolumeSource { server: "nfs".into(), path: "/".into(), read_only: None }),
         ..Default::default()
     });
     assert_only(&spec, "volumes", "\"share\"", "nfs");
     let mut spec = compliant();
-    spec.volumes.as_mut().unwrap().push(Volume {
-        name: "nothing".into(),
-        ..Default::default()
-    });
+    spec.volumes.as_mut().unwrap().push(Volume { name: "nothing".into(), ..Default::default() });
     assert_only(&spec, "volumes", "\"nothing\"", "unknown");
 }
 
 #[test]
 fn allowed_volume_types_pass() {
     let mut spec = compliant();
-    spec.volumes.as_mut().unwrap().push(Volume {
-        name: "img".into(),
-        image: Some(Default::default()),
-        ..Default::default()
-    });
-    spec.volumes.as_mut().unwrap().push(Volume {
-        name: "cm".into(),
-        config_map: Some(Default::default()),
-        ..Default::default()
-    });
+    spec.volumes.as_mut().unwrap().push(Volume { name: "img".into(), image: Some(Default::default()), ..Default::default() });
+    spec.volumes.as_mut().unwrap().push(Volume { name: "cm".into(), config_map: Some(Default::default()), ..Default::default() });
     assert_eq!(restricted_violations(&spec), Vec::<String>::new());
 }
 
@@ -245,19 +187,11 @@ fn allowed_volume_types_pass() {
 fn host_port_is_refused() {
     for t in TARGETS {
         let mut spec = compliant();
-        *t.probes(&mut spec).2 = Some(vec![ContainerPort {
-            container_port: 8080,
-            host_port: Some(80),
-            ..Default::default()
-        }]);
+        *t.probes(&mut spec).2 = Some(vec![ContainerPort { container_port: 8080, host_port: Some(80), ..Default::default() }]);
         assert_only(&spec, "hostPorts", t.at(), "ports[0].hostPort");
     }
     let mut spec = compliant();
-    *Target::Run.probes(&mut spec).2 = Some(vec![ContainerPort {
-        container_port: 8080,
-        host_port: Some(0),
-        ..Default::default()
-    }]);
+    *Target::Run.probes(&mut spec).2 = Some(vec![ContainerPort { container_port: 8080, host_port: Some(0), ..Default::default() }]);
     assert_eq!(restricted_violations(&spec), Vec::<String>::new());
 }
 
@@ -266,19 +200,10 @@ fn probe_host_is_refused() {
     for t in TARGETS {
         let mut spec = compliant();
         *t.probes(&mut spec).0 = Some(Probe {
-            http_get: Some(HTTPGetAction {
-                host: Some("169.254.169.254".into()),
-                port: IntOrString::Int(80),
-                ..Default::default()
-            }),
+            http_get: Some(HTTPGetAction { host: Some("169.254.169.254".into()), port: IntOrString::Int(80), ..Default::default() }),
             ..Default::default()
         });
-        assert_only(
-            &spec,
-            "hostProbesAndLifecycle",
-            t.at(),
-            "readinessProbe.httpGet.host",
-        );
+        assert_only(&spec, "hostProbesAndLifecycle", t.at(), "readinessProbe.httpGet.host");
     }
 }
 
@@ -288,20 +213,12 @@ fn lifecycle_host_is_refused() {
         let mut spec = compliant();
         *t.probes(&mut spec).1 = Some(Lifecycle {
             pre_stop: Some(LifecycleHandler {
-                tcp_socket: Some(TCPSocketAction {
-                    host: Some("10.0.0.1".into()),
-                    port: IntOrString::Int(22),
-                }),
+                tcp_socket: Some(TCPSocketAction { host: Some("10.0.0.1".into()), port: IntOrString::Int(22) }),
                 ..Default::default()
             }),
             ..Default::default()
         });
-        assert_only(
-            &spec,
-            "hostProbesAndLifecycle",
-            t.at(),
-            "lifecycle.preStop.tcpSocket.host",
-        );
+        assert_only(&spec, "hostProbesAndLifecycle", t.at(), "lifecycle.preStop.tcpSocket.host");
     }
 }
 
@@ -309,33 +226,15 @@ fn lifecycle_host_is_refused() {
 fn app_armor_unconfined_is_refused() {
     for t in TARGETS {
         let mut spec = compliant();
-        t.sc(&mut spec).app_armor_profile = Some(AppArmorProfile {
-            type_: "Unconfined".into(),
-            localhost_profile: None,
-        });
-        assert_only(
-            &spec,
-            "appArmor",
-            t.at(),
-            "securityContext.appArmorProfile.type",
-        );
+        t.sc(&mut spec).app_armor_profile = Some(AppArmorProfile { type_: "Unconfined".into(), localhost_profile: None });
+        assert_only(&spec, "appArmor", t.at(), "securityContext.appArmorProfile.type");
     }
     let mut spec = compliant();
-    spec.security_context.as_mut().unwrap().app_armor_profile = Some(AppArmorProfile {
-        type_: "Unconfined".into(),
-        localhost_profile: None,
-    });
-    assert_only(
-        &spec,
-        "appArmor",
-        "pod",
-        "spec.securityContext.appArmorProfile.type",
-    );
+    spec.security_context.as_mut().unwrap().app_armor_profile =
+        Some(AppArmorProfile { type_: "Unconfined".into(), localhost_profile: None });
+    assert_only(&spec, "appArmor", "pod", "spec.securityContext.appArmorProfile.type");
     let mut spec = compliant();
-    Target::Run.sc(&mut spec).app_armor_profile = Some(AppArmorProfile {
-        type_: "RuntimeDefault".into(),
-        localhost_profile: None,
-    });
+    Target::Run.sc(&mut spec).app_armor_profile = Some(AppArmorProfile { type_: "RuntimeDefault".into(), localhost_profile: None });
     assert_eq!(restricted_violations(&spec), Vec::<String>::new());
 }
 
@@ -343,20 +242,14 @@ fn app_armor_unconfined_is_refused() {
 fn app_armor_annotation_unconfined_is_refused() {
     let template = |value: &str| PodTemplateSpec {
         metadata: Some(ObjectMeta {
-            annotations: Some(BTreeMap::from([(
-                "container.apparmor.security.beta.kubernetes.io/run".to_string(),
-                value.to_string(),
-            )])),
+            annotations: Some(BTreeMap::from([("container.apparmor.security.beta.kubernetes.io/run".to_string(), value.to_string())])),
             ..Default::default()
         }),
         spec: Some(compliant()),
     };
     let v = restricted_template_violations(&template("unconfined"));
     assert_eq!(v.len(), 1, "{v:?}");
-    assert!(
-        v[0].starts_with("appArmor: pod: metadata.annotations"),
-        "{v:?}"
-    );
+    assert!(v[0].starts_with("appArmor: pod: metadata.annotations"), "{v:?}");
     assert!(restricted_template_violations(&template("runtime/default")).is_empty());
     assert!(restricted_template_violations(&template("localhost/my-profile")).is_empty());
 }
@@ -365,41 +258,22 @@ fn app_armor_annotation_unconfined_is_refused() {
 fn se_linux_custom_type_user_role_are_refused() {
     for t in TARGETS {
         let mut spec = compliant();
-        t.sc(&mut spec).se_linux_options = Some(SELinuxOptions {
-            type_: Some("spc_t".into()),
-            ..Default::default()
-        });
+        t.sc(&mut spec).se_linux_options = Some(SELinuxOptions { type_: Some("spc_t".into()), ..Default::default() });
         assert_only(&spec, "seLinux", t.at(), "seLinuxOptions.type");
         let mut spec = compliant();
-        t.sc(&mut spec).se_linux_options = Some(SELinuxOptions {
-            user: Some("system_u".into()),
-            ..Default::default()
-        });
+        t.sc(&mut spec).se_linux_options = Some(SELinuxOptions { user: Some("system_u".into()), ..Default::default() });
         assert_only(&spec, "seLinux", t.at(), "seLinuxOptions.user");
         let mut spec = compliant();
-        t.sc(&mut spec).se_linux_options = Some(SELinuxOptions {
-            role: Some("sysadm_r".into()),
-            ..Default::default()
-        });
+        t.sc(&mut spec).se_linux_options = Some(SELinuxOptions { role: Some("sysadm_r".into()), ..Default::default() });
         assert_only(&spec, "seLinux", t.at(), "seLinuxOptions.role");
     }
     let mut spec = compliant();
-    spec.security_context.as_mut().unwrap().se_linux_options = Some(SELinuxOptions {
-        type_: Some("unconfined_t".into()),
-        ..Default::default()
-    });
-    assert_only(
-        &spec,
-        "seLinux",
-        "pod",
-        "spec.securityContext.seLinuxOptions.type",
-    );
+    spec.security_context.as_mut().unwrap().se_linux_options =
+        Some(SELinuxOptions { type_: Some("unconfined_t".into()), ..Default::default() });
+    assert_only(&spec, "seLinux", "pod", "spec.securityContext.seLinuxOptions.type");
     let mut spec = compliant();
-    Target::Run.sc(&mut spec).se_linux_options = Some(SELinuxOptions {
-        type_: Some("container_engine_t".into()),
-        level: Some("s0:c1,c2".into()),
-        ..Default::default()
-    });
+    Target::Run.sc(&mut spec).se_linux_options =
+        Some(SELinuxOptions { type_: Some("container_engine_t".into()), level: Some("s0:c1,c2".into()), ..Default::default() });
     assert_eq!(restricted_violations(&spec), Vec::<String>::new());
 }
 
@@ -419,21 +293,10 @@ fn unmasked_proc_mount_is_refused() {
 fn unsafe_sysctl_is_refused() {
     let mut spec = compliant();
     spec.security_context.as_mut().unwrap().sysctls = Some(vec![
-        Sysctl {
-            name: "net.ipv4.tcp_keepalive_time".into(),
-            value: "60".into(),
-        },
-        Sysctl {
-            name: "kernel.msgmax".into(),
-            value: "65536".into(),
-        },
+        Sysctl { name: "net.ipv4.tcp_keepalive_time".into(), value: "60".into() },
+        Sysctl { name: "kernel.msgmax".into(), value: "65536".into() },
     ]);
-    assert_only(
-        &spec,
-        "sysctls",
-        "pod",
-        "spec.securityContext.sysctls[1] \"kernel.msgmax\"",
-    );
+    assert_only(&spec, "sysctls", "pod", "spec.securityContext.sysctls[1] \"kernel.msgmax\"");
 }
 
 #[test]
@@ -442,10 +305,7 @@ fn safe_sysctls_pass() {
     spec.security_context.as_mut().unwrap().sysctls = Some(
         skill_operator::controller::builders::pod_security::SAFE_SYSCTLS
             .iter()
-            .map(|n| Sysctl {
-                name: n.to_string(),
-                value: "1".into(),
-            })
+            .map(|n| Sysctl { name: n.to_string(), value: "1".into() })
             .collect(),
     );
     assert_eq!(restricted_violations(&spec), Vec::<String>::new());
@@ -457,10 +317,7 @@ fn safe_sysctls_pass() {
 fn missing_drop_all_is_refused() {
     for t in TARGETS {
         let mut spec = compliant();
-        t.sc(&mut spec).capabilities = Some(Capabilities {
-            drop: Some(vec!["NET_RAW".into()]),
-            add: None,
-        });
+        t.sc(&mut spec).capabilities = Some(Capabilities { drop: Some(vec!["NET_RAW".into()]), add: None });
         assert_only(&spec, "capabilities", t.at(), "capabilities.drop");
         let mut spec = compliant();
         t.sc(&mut spec).capabilities = None;
@@ -487,8 +344,7 @@ fn baseline_default_capability_is_still_refused_by_restricted() {
 #[test]
 fn net_bind_service_may_be_added() {
     let mut spec = compliant();
-    Target::Run.sc(&mut spec).capabilities.as_mut().unwrap().add =
-        Some(vec!["NET_BIND_SERVICE".into()]);
+    Target::Run.sc(&mut spec).capabilities.as_mut().unwrap().add = Some(vec!["NET_BIND_SERVICE".into()]);
     assert_eq!(restricted_violations(&spec), Vec::<String>::new());
 }
 
@@ -509,21 +365,11 @@ fn run_as_non_root_false_is_refused() {
     for t in TARGETS {
         let mut spec = compliant();
         t.sc(&mut spec).run_as_non_root = Some(false);
-        assert_only(
-            &spec,
-            "runAsNonRoot",
-            t.at(),
-            "securityContext.runAsNonRoot",
-        );
+        assert_only(&spec, "runAsNonRoot", t.at(), "securityContext.runAsNonRoot");
     }
     let mut spec = compliant();
     spec.security_context.as_mut().unwrap().run_as_non_root = Some(false);
-    assert_only(
-        &spec,
-        "runAsNonRoot",
-        "pod",
-        "spec.securityContext.runAsNonRoot",
-    );
+    assert_only(&spec, "runAsNonRoot", "pod", "spec.securityContext.runAsNonRoot");
 }
 
 #[test]
@@ -532,12 +378,7 @@ fn run_as_non_root_unset_everywhere_is_refused() {
     spec.security_context.as_mut().unwrap().run_as_non_root = None;
     Target::Fetch.sc(&mut spec).run_as_non_root = None;
     // Only fetch lacks it now: the others still set it themselves.
-    assert_only(
-        &spec,
-        "runAsNonRoot",
-        Target::Fetch.at(),
-        "securityContext.runAsNonRoot",
-    );
+    assert_only(&spec, "runAsNonRoot", Target::Fetch.at(), "securityContext.runAsNonRoot");
 }
 
 #[test]
@@ -555,12 +396,7 @@ fn missing_seccomp_is_refused() {
         let mut spec = compliant();
         spec.security_context.as_mut().unwrap().seccomp_profile = None;
         t.sc(&mut spec).seccomp_profile = None;
-        assert_only(
-            &spec,
-            "seccomp",
-            t.at(),
-            "securityContext.seccompProfile.type",
-        );
+        assert_only(&spec, "seccomp", t.at(), "securityContext.seccompProfile.type");
     }
 }
 
@@ -577,38 +413,20 @@ fn pod_level_seccomp_covers_containers() {
 fn unconfined_seccomp_is_refused() {
     for t in TARGETS {
         let mut spec = compliant();
-        t.sc(&mut spec).seccomp_profile = Some(SeccompProfile {
-            type_: "Unconfined".into(),
-            localhost_profile: None,
-        });
-        assert_only(
-            &spec,
-            "seccomp",
-            t.at(),
-            "securityContext.seccompProfile.type",
-        );
+        t.sc(&mut spec).seccomp_profile = Some(SeccompProfile { type_: "Unconfined".into(), localhost_profile: None });
+        assert_only(&spec, "seccomp", t.at(), "securityContext.seccompProfile.type");
     }
     let mut spec = compliant();
-    spec.security_context.as_mut().unwrap().seccomp_profile = Some(SeccompProfile {
-        type_: "Unconfined".into(),
-        localhost_profile: None,
-    });
+    spec.security_context.as_mut().unwrap().seccomp_profile = Some(SeccompProfile { type_: "Unconfined".into(), localhost_profile: None });
     // Every container sets its own RuntimeDefault, so only the pod is named.
-    assert_only(
-        &spec,
-        "seccomp",
-        "pod",
-        "spec.securityContext.seccompProfile.type",
-    );
+    assert_only(&spec, "seccomp", "pod", "spec.securityContext.seccompProfile.type");
 }
 
 #[test]
 fn localhost_seccomp_passes() {
     let mut spec = compliant();
-    Target::Run.sc(&mut spec).seccomp_profile = Some(SeccompProfile {
-        type_: "Localhost".into(),
-        localhost_profile: Some("profiles/skill.json".into()),
-    });
+    Target::Run.sc(&mut spec).seccomp_profile =
+        Some(SeccompProfile { type_: "Localhost".into(), localhost_profile: Some("profiles/skill.json".into()) });
     assert_eq!(restricted_violations(&spec), Vec::<String>::new());
 }
 
@@ -617,12 +435,7 @@ fn allow_privilege_escalation_missing_is_refused() {
     for t in TARGETS {
         let mut spec = compliant();
         t.sc(&mut spec).allow_privilege_escalation = None;
-        assert_only(
-            &spec,
-            "allowPrivilegeEscalation",
-            t.at(),
-            "securityContext.allowPrivilegeEscalation",
-        );
+        assert_only(&spec, "allowPrivilegeEscalation", t.at(), "securityContext.allowPrivilegeEscalation");
     }
 }
 
@@ -631,12 +444,7 @@ fn allow_privilege_escalation_true_is_refused() {
     for t in TARGETS {
         let mut spec = compliant();
         t.sc(&mut spec).allow_privilege_escalation = Some(true);
-        assert_only(
-            &spec,
-            "allowPrivilegeEscalation",
-            t.at(),
-            "securityContext.allowPrivilegeEscalation",
-        );
+        assert_only(&spec, "allowPrivilegeEscalation", t.at(), "securityContext.allowPrivilegeEscalation");
     }
 }
 
@@ -646,29 +454,14 @@ fn missing_security_context_breaks_every_container_rule() {
     spec.security_context = None;
     spec.init_containers.as_mut().unwrap()[0].security_context = None;
     let v = restricted_violations(&spec);
-    let fetch: Vec<&str> = v
-        .iter()
-        .filter(|m| m.contains(Target::Fetch.at()))
-        .map(|m| m.split(':').next().unwrap())
-        .collect();
-    assert_eq!(
-        fetch,
-        [
-            "capabilities",
-            "seccomp",
-            "runAsNonRoot",
-            "allowPrivilegeEscalation"
-        ],
-        "{v:#?}"
-    );
+    let fetch: Vec<&str> = v.iter().filter(|m| m.contains(Target::Fetch.at())).map(|m| m.split(':').next().unwrap()).collect();
+    assert_eq!(fetch, ["capabilities", "seccomp", "runAsNonRoot", "allowPrivilegeEscalation"], "{v:#?}");
 }
 
 #[test]
 fn windows_pods_are_exempt_from_linux_only_rules() {
     let mut spec = compliant();
-    spec.os = Some(PodOS {
-        name: "windows".into(),
-    });
+    spec.os = Some(PodOS { name: "windows".into() });
     spec.security_context.as_mut().unwrap().seccomp_profile = None;
     for t in TARGETS {
         let sc = t.sc(&mut spec);
@@ -685,31 +478,13 @@ fn windows_pods_are_exempt_from_linux_only_rules() {
 #[test]
 fn a_bare_pod_breaks_the_expected_rules() {
     let spec = PodSpec {
-        containers: vec![k8s_openapi::api::core::v1::Container {
-            name: "c".into(),
-            ..Default::default()
-        }],
+        containers: vec![k8s_openapi::api::core::v1::Container { name: "c".into(), ..Default::default() }],
         ..Default::default()
     };
-    assert_eq!(
-        ids(&restricted_violations(&spec)),
-        [
-            "capabilities",
-            "seccomp",
-            "runAsNonRoot",
-            "allowPrivilegeEscalation"
-        ]
-    );
+    assert_eq!(ids(&restricted_violations(&spec)), ["capabilities", "seccomp", "runAsNonRoot", "allowPrivilegeEscalation"]);
     assert_eq!(
         ids(&hardening_violations(&spec)),
-        [
-            "serviceAccountToken",
-            "serviceLinks",
-            "readOnlyRootFilesystem",
-            "resources",
-            "resources",
-            "resources"
-        ]
+        ["serviceAccountToken", "serviceLinks", "readOnlyRootFilesystem", "resources", "resources", "resources"]
     );
 }
 
@@ -720,20 +495,10 @@ fn writable_root_filesystem_is_refused() {
     for t in TARGETS {
         let mut spec = compliant();
         t.sc(&mut spec).read_only_root_filesystem = Some(false);
-        assert_hardening(
-            &spec,
-            "readOnlyRootFilesystem",
-            t.at(),
-            "securityContext.readOnlyRootFilesystem",
-        );
+        assert_hardening(&spec, "readOnlyRootFilesystem", t.at(), "securityContext.readOnlyRootFilesystem");
         let mut spec = compliant();
         t.sc(&mut spec).read_only_root_filesystem = None;
-        assert_hardening(
-            &spec,
-            "readOnlyRootFilesystem",
-            t.at(),
-            "securityContext.readOnlyRootFilesystem",
-        );
+        assert_hardening(&spec, "readOnlyRootFilesystem", t.at(), "securityContext.readOnlyRootFilesystem");
         assert!(restricted_violations(&spec).is_empty(), "not a PSS rule");
     }
 }
@@ -743,12 +508,7 @@ fn automounted_service_account_token_is_refused() {
     for value in [None, Some(true)] {
         let mut spec = compliant();
         spec.automount_service_account_token = value;
-        assert_hardening(
-            &spec,
-            "serviceAccountToken",
-            "pod",
-            "spec.automountServiceAccountToken",
-        );
+        assert_hardening(&spec, "serviceAccountToken", "pod", "spec.automountServiceAccountToken");
     }
 }
 
@@ -759,26 +519,15 @@ fn projected_service_account_token_is_refused() {
         name: "sa".into(),
         projected: Some(ProjectedVolumeSource {
             sources: Some(vec![VolumeProjection {
-                service_account_token: Some(ServiceAccountTokenProjection {
-                    path: "token".into(),
-                    ..Default::default()
-                }),
+                service_account_token: Some(ServiceAccountTokenProjection { path: "token".into(), ..Default::default() }),
                 ..Default::default()
             }]),
             ..Default::default()
         }),
         ..Default::default()
     });
-    assert!(
-        restricted_violations(&spec).is_empty(),
-        "projected volumes are PSS-restricted-allowed"
-    );
-    assert_hardening(
-        &spec,
-        "serviceAccountToken",
-        "pod",
-        "spec.volumes[6] \"sa\"",
-    );
+    assert!(restricted_violations(&spec).is_empty(), "projected volumes are PSS-restricted-allowed");
+    assert_hardening(&spec, "serviceAccountToken", "pod", "spec.volumes[6] \"sa\"");
 }
 
 #[test]
@@ -794,66 +543,26 @@ fn service_links_are_refused() {
 fn shared_process_namespace_is_refused() {
     let mut spec = compliant();
     spec.share_process_namespace = Some(true);
-    assert_hardening(
-        &spec,
-        "shareProcessNamespace",
-        "pod",
-        "spec.shareProcessNamespace",
-    );
+    assert_hardening(&spec, "shareProcessNamespace", "pod", "spec.shareProcessNamespace");
 }
 
 #[test]
 fn requests_below_limits_are_refused() {
     let mut spec = compliant();
-    let r = spec.init_containers.as_mut().unwrap()[1]
-        .resources
-        .as_mut()
-        .unwrap();
-    r.requests
-        .as_mut()
-        .unwrap()
-        .insert("memory".into(), Quantity("64Mi".into()));
-    assert_hardening(
-        &spec,
-        "resources",
-        Target::Upload.at(),
-        "resources.requests[\"memory\"] (64Mi)",
-    );
+    let r = spec.init_containers.as_mut().unwrap()[1].resources.as_mut().unwrap();
+    r.requests.as_mut().unwrap().insert("memory".into(), Quantity("64Mi".into()));
+    assert_hardening(&spec, "resources", Target::Upload.at(), "resources.requests[\"memory\"] (64Mi)");
 }
 
 #[test]
 fn missing_limits_are_refused() {
     for resource in ["cpu", "memory", "ephemeral-storage"] {
         let mut spec = compliant();
-        spec.containers[0]
-            .resources
-            .as_mut()
-            .unwrap()
-            .limits
-            .as_mut()
-            .unwrap()
-            .remove(resource);
-        assert_hardening(
-            &spec,
-            "resources",
-            Target::Run.at(),
-            &format!("resources.limits[{resource:?}]"),
-        );
+        spec.containers[0].resources.as_mut().unwrap().limits.as_mut().unwrap().remove(resource);
+        assert_hardening(&spec, "resources", Target::Run.at(), &format!("resources.limits[{resource:?}]"));
         let mut spec = compliant();
-        spec.init_containers.as_mut().unwrap()[0]
-            .resources
-            .as_mut()
-            .unwrap()
-            .requests
-            .as_mut()
-            .unwrap()
-            .remove(resource);
-        assert_hardening(
-            &spec,
-            "resources",
-            Target::Fetch.at(),
-            &format!("resources.requests[{resource:?}]"),
-        );
+        spec.init_containers.as_mut().unwrap()[0].resources.as_mut().unwrap().requests.as_mut().unwrap().remove(resource);
+        assert_hardening(&spec, "resources", Target::Fetch.at(), &format!("resources.requests[{resource:?}]"));
     }
 }
 
@@ -861,22 +570,14 @@ fn missing_limits_are_refused() {
 fn equal_quantities_in_different_notation_pass() {
     let mut spec = compliant();
     let r = spec.containers[0].resources.as_mut().unwrap();
-    r.requests
-        .as_mut()
-        .unwrap()
-        .insert("cpu".into(), Quantity("1000m".into()));
-    r.limits
-        .as_mut()
-        .unwrap()
-        .insert("memory".into(), Quantity("0.5Gi".into()));
+    r.requests.as_mut().unwrap().insert("cpu".into(), Quantity("1000m".into()));
+    r.limits.as_mut().unwrap().insert("memory".into(), Quantity("0.5Gi".into()));
     assert_eq!(hardening_violations(&spec), Vec::<String>::new());
 }
 
 #[test]
 fn ephemeral_containers_need_no_resources() {
     let spec = compliant();
-    assert!(spec.ephemeral_containers.as_ref().unwrap()[0]
-        .resources
-        .is_none());
+    assert!(spec.ephemeral_containers.as_ref().unwrap()[0].resources.is_none());
     assert_eq!(hardening_violations(&spec), Vec::<String>::new());
 }

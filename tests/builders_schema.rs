@@ -15,19 +15,14 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use common::*;
-use skill_operator::controller::builders::{
-    build_job, build_network_policy, build_service_account, NetPolParams, Peer,
-};
+use skill_operator::controller::builders::{build_job, build_network_policy, build_service_account, NetPolParams, Peer};
 
 const KUBERNETES_VERSIONS: [&str; 2] = ["1.34.0", "1.37.0"];
 
 fn tool() -> PathBuf {
     let path = std::env::var_os("KUBERNETES_VALIDATE")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("target/test-deps/venv/bin/kubernetes-validate")
-        });
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/test-deps/venv/bin/kubernetes-validate"));
     assert!(
         path.is_file(),
         "kubernetes-validate not found at {}: run `scripts/install-test-deps.sh` (as root) to install the test \
@@ -41,56 +36,28 @@ fn tool() -> PathBuf {
 /// JobParams grid with a policy per job.
 fn manifests() -> Vec<(String, serde_json::Value)> {
     let mut out: Vec<(String, serde_json::Value)> = vec![
-        (
-            "job-minimal".into(),
-            serde_json::to_value(build_job(&params())).unwrap(),
-        ),
-        (
-            "job-full".into(),
-            serde_json::to_value(build_job(&params_full())).unwrap(),
-        ),
-        (
-            "netpol-minimal".into(),
-            serde_json::to_value(build_network_policy(&netpol_params())).unwrap(),
-        ),
+        ("job-minimal".into(), serde_json::to_value(build_job(&params())).unwrap()),
+        ("job-full".into(), serde_json::to_value(build_job(&params_full())).unwrap()),
+        ("netpol-minimal".into(), serde_json::to_value(build_network_policy(&netpol_params())).unwrap()),
         (
             "netpol-egress-dns".into(),
-            serde_json::to_value(build_network_policy(&NetPolParams {
-                dns: Some(Peer::kube_dns()),
-                ..netpol_params_egress()
-            }))
-            .unwrap(),
+            serde_json::to_value(build_network_policy(&NetPolParams { dns: Some(Peer::kube_dns()), ..netpol_params_egress() })).unwrap(),
         ),
         (
             "serviceaccount".into(),
-            serde_json::to_value(build_service_account(
-                "skill-runner",
-                NS,
-                &BTreeMap::from([("team".into(), "a".into())]),
-            ))
-            .unwrap(),
+            serde_json::to_value(build_service_account("skill-runner", NS, &BTreeMap::from([("team".into(), "a".into())]))).unwrap(),
         ),
     ];
     for (i, p) in grid().into_iter().enumerate() {
-        out.push((
-            format!("grid-{i:03}-job"),
-            serde_json::to_value(build_job(&p)).unwrap(),
-        ));
+        out.push((format!("grid-{i:03}-job"), serde_json::to_value(build_job(&p)).unwrap()));
         let np = NetPolParams {
             skilljob_name: p.skilljob_name.clone(),
             skilljob_uid: p.skilljob_uid.clone(),
             owner: p.owner.clone(),
-            ..if p.egress_proxy.is_some() {
-                netpol_params_egress()
-            } else {
-                netpol_params()
-            }
+            ..if p.egress_proxy.is_some() { netpol_params_egress() } else { netpol_params() }
         };
         np.validate().unwrap();
-        out.push((
-            format!("grid-{i:03}-netpol"),
-            serde_json::to_value(build_network_policy(&np)).unwrap(),
-        ));
+        out.push((format!("grid-{i:03}-netpol"), serde_json::to_value(build_network_policy(&np)).unwrap()));
     }
     out
 }
@@ -110,31 +77,16 @@ fn manifests_pass_kubernetes_validate_strict() {
             .args(["--strict", "-k", version])
             .args(&files)
             .output()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot run {}: {e} (reinstall with scripts/install-test-deps.sh)",
-                    tool.display()
-                )
-            });
+            .unwrap_or_else(|e| panic!("cannot run {}: {e} (reinstall with scripts/install-test-deps.sh)", tool.display()));
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         let report = format!("kubernetes-validate -k {version}:\n{stdout}{stderr}");
         assert!(out.status.success(), "{report}");
-        let passed = stdout
-            .lines()
-            .filter(|l| l.starts_with("INFO") && l.contains(" passed "))
-            .count();
+        let passed = stdout.lines().filter(|l| l.starts_with("INFO") && l.contains(" passed ")).count();
         assert_eq!(passed, files.len(), "every file must pass\n{report}");
-        let complaints: Vec<&str> = stdout
-            .lines()
-            .chain(stderr.lines())
-            .filter(|l| !(l.starts_with("INFO") && l.contains(" passed ")))
-            .collect();
-        assert!(
-            complaints.is_empty(),
-            "warnings or errors:\n{}",
-            complaints.join("\n")
-        );
+        let complaints: Vec<&str> =
+            stdout.lines().chain(stderr.lines()).filter(|l| !(l.starts_with("INFO") && l.contains(" passed "))).collect();
+        assert!(complaints.is_empty(), "warnings or errors:\n{}", complaints.join("\n"));
     }
 }
 
@@ -144,20 +96,12 @@ fn kubernetes_validate_rejects_a_broken_manifest() {
     let tool = tool();
     let dir = tempfile::tempdir().unwrap();
     let mut job = serde_json::to_value(build_job(&params())).unwrap();
-    job["spec"]["template"]["spec"]["containers"][0]["securityContext"]["readOnlyRootFileSystem"] =
-        true.into();
+    job["spec"]["template"]["spec"]["containers"][0]["securityContext"]["readOnlyRootFileSystem"] = true.into();
     job["spec"]["backoffLimit"] = "zero".into();
     let path = dir.path().join("broken.json");
     std::fs::write(&path, job.to_string()).unwrap();
-    let out = Command::new(&tool)
-        .args(["--strict", "-k", KUBERNETES_VERSIONS[0]])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = Command::new(&tool).args(["--strict", "-k", KUBERNETES_VERSIONS[0]]).arg(&path).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success(), "{stdout}");
-    assert!(
-        stdout.contains("readOnlyRootFileSystem") || stdout.contains("zero"),
-        "{stdout}"
-    );
+    assert!(stdout.contains("readOnlyRootFileSystem") || stdout.contains("zero"), "{stdout}");
 }

@@ -48,26 +48,42 @@ async fn controller_against_a_real_api_server() {
         })).unwrap())
         .await
         .unwrap();
-    harness::wait_for(|| async { harness::ready(&packages.get("csv-stats-1").await.ok()?.status?.conditions) }, "the SkillPackage to be Ready").await;
+    harness::wait_for(
+        || async { harness::ready(&packages.get("csv-stats-1").await.ok()?.status?.conditions) },
+        "the SkillPackage to be Ready",
+    )
+    .await;
 
     let bindings: Api<SkillBinding> = Api::namespaced(client.clone(), "team");
     bindings
-        .create(&PostParams::default(), &serde_json::from_value(json!({
-            "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding",
-            "metadata": { "name": "csv-stats", "namespace": "team" },
-            "spec": { "package": "csv-stats-1" }
-        })).unwrap())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding",
+                "metadata": { "name": "csv-stats", "namespace": "team" },
+                "spec": { "package": "csv-stats-1" }
+            }))
+            .unwrap(),
+        )
         .await
         .unwrap();
-    harness::wait_for(|| async { harness::ready(&bindings.get("csv-stats").await.ok()?.status?.conditions) }, "the SkillBinding to be Ready").await;
+    harness::wait_for(
+        || async { harness::ready(&bindings.get("csv-stats").await.ok()?.status?.conditions) },
+        "the SkillBinding to be Ready",
+    )
+    .await;
 
     let skilljobs: Api<SkillJob> = Api::namespaced(client.clone(), "team");
     let sj: SkillJob = skilljobs
-        .create(&PostParams::default(), &serde_json::from_value(json!({
-            "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillJob",
-            "metadata": { "name": "stats", "namespace": "team" },
-            "spec": { "binding": "csv-stats", "script": "scripts/stats.py", "args": ["data.csv", "; rm -rf /"] }
-        })).unwrap())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillJob",
+                "metadata": { "name": "stats", "namespace": "team" },
+                "spec": { "binding": "csv-stats", "script": "scripts/stats.py", "args": ["data.csv", "; rm -rf /"] }
+            }))
+            .unwrap(),
+        )
         .await
         .unwrap();
 
@@ -85,20 +101,37 @@ async fn controller_against_a_real_api_server() {
 
     // A pod made from the Job's template is admitted by Pod Security `restricted`...
     let pods: Api<Pod> = Api::namespaced(client.clone(), "team");
-    let mut pod: Pod = serde_json::from_value(json!({ "apiVersion": "v1", "kind": "Pod", "metadata": { "name": "from-template", "namespace": "team" } })).unwrap();
+    let mut pod: Pod =
+        serde_json::from_value(json!({ "apiVersion": "v1", "kind": "Pod", "metadata": { "name": "from-template", "namespace": "team" } }))
+            .unwrap();
     pod.spec = Some(pod_spec.clone());
-    pods.create(&PostParams { dry_run: true, ..Default::default() }, &pod).await.expect("a pod from the Job template was refused by Pod Security restricted");
+    pods.create(&PostParams { dry_run: true, ..Default::default() }, &pod)
+        .await
+        .expect("a pod from the Job template was refused by Pod Security restricted");
     // ... and a deliberately broken one is refused.
     let mut broken = pod.clone();
     let spec = broken.spec.as_mut().unwrap();
     spec.containers[0].security_context.as_mut().unwrap().allow_privilege_escalation = Some(true);
     let refused = pods.create(&PostParams { dry_run: true, ..Default::default() }, &broken).await;
-    assert!(refused.is_err_and(|e| e.to_string().contains("PodSecurity") || e.to_string().contains("violates")), "a privilege-escalating pod was admitted");
+    assert!(
+        refused.is_err_and(|e| e.to_string().contains("PodSecurity") || e.to_string().contains("violates")),
+        "a privilege-escalating pod was admitted"
+    );
 
     // Status follows a patched Job status.
     let name = job.metadata.name.clone().unwrap();
-    jobs.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({ "status": { "active": 1, "startTime": "2026-01-01T00:00:00Z" } }))).await.unwrap();
-    harness::wait_for(|| async { (skilljobs.get("stats").await.ok()?.status?.phase? == skill_operator::api::SkillJobPhase::Running).then_some(()) }, "phase Running").await;
+    jobs.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": { "active": 1, "startTime": "2026-01-01T00:00:00Z" } })),
+    )
+    .await
+    .unwrap();
+    harness::wait_for(
+        || async { (skilljobs.get("stats").await.ok()?.status?.phase? == skill_operator::api::SkillJobPhase::Running).then_some(()) },
+        "phase Running",
+    )
+    .await;
 
     // A deleted Job fails its SkillJob visibly and is not re-created.
     jobs.delete(&name, &DeleteParams::background()).await.unwrap();
@@ -118,19 +151,31 @@ async fn controller_against_a_real_api_server() {
     harness::create_namespace(&client, "lax", false).await;
     let lax_bindings: Api<SkillBinding> = Api::namespaced(client.clone(), "lax");
     lax_bindings
-        .create(&PostParams::default(), &serde_json::from_value(json!({
-            "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding",
-            "metadata": { "name": "csv-stats", "namespace": "lax" }, "spec": { "package": "csv-stats-1" }
-        })).unwrap())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding",
+                "metadata": { "name": "csv-stats", "namespace": "lax" }, "spec": { "package": "csv-stats-1" }
+            }))
+            .unwrap(),
+        )
         .await
         .unwrap();
-    harness::wait_for(|| async { harness::ready(&lax_bindings.get("csv-stats").await.ok()?.status?.conditions) }, "the lax SkillBinding to be Ready").await;
+    harness::wait_for(
+        || async { harness::ready(&lax_bindings.get("csv-stats").await.ok()?.status?.conditions) },
+        "the lax SkillBinding to be Ready",
+    )
+    .await;
     let lax_jobs: Api<SkillJob> = Api::namespaced(client.clone(), "lax");
     lax_jobs
-        .create(&PostParams::default(), &serde_json::from_value(json!({
-            "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillJob",
-            "metadata": { "name": "stats", "namespace": "lax" }, "spec": { "binding": "csv-stats", "script": "scripts/stats.py" }
-        })).unwrap())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillJob",
+                "metadata": { "name": "stats", "namespace": "lax" }, "spec": { "binding": "csv-stats", "script": "scripts/stats.py" }
+            }))
+            .unwrap(),
+        )
         .await
         .unwrap();
     let condition = harness::wait_for(
@@ -142,10 +187,14 @@ async fn controller_against_a_real_api_server() {
 
     // Two bindings serving the same skill in one namespace: both refused.
     bindings
-        .create(&PostParams::default(), &serde_json::from_value(json!({
-            "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding",
-            "metadata": { "name": "csv-stats-again", "namespace": "team" }, "spec": { "package": "csv-stats-1" }
-        })).unwrap())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding",
+                "metadata": { "name": "csv-stats-again", "namespace": "team" }, "spec": { "package": "csv-stats-1" }
+            }))
+            .unwrap(),
+        )
         .await
         .unwrap();
     for name in ["csv-stats", "csv-stats-again"] {
@@ -172,8 +221,15 @@ async fn controller_against_a_real_api_server() {
     let _ = controller.await;
     let controller = harness::spawn_controller(client.clone());
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert!(jobs.list(&ListParams::default()).await.unwrap().items.is_empty(), "a restarted controller created a Job for a finished SkillJob");
-    assert_eq!(Api::<Job>::namespaced(client.clone(), "lax").list(&ListParams::default()).await.unwrap().items.len(), 1, "a restarted controller created a second Job");
+    assert!(
+        jobs.list(&ListParams::default()).await.unwrap().items.is_empty(),
+        "a restarted controller created a Job for a finished SkillJob"
+    );
+    assert_eq!(
+        Api::<Job>::namespaced(client.clone(), "lax").list(&ListParams::default()).await.unwrap().items.len(),
+        1,
+        "a restarted controller created a second Job"
+    );
     controller.abort();
     drop(Arc::new(env));
 }

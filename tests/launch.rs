@@ -8,7 +8,13 @@ const BIN: &str = env!("CARGO_BIN_EXE_skill-operator");
 
 fn launch(dir: &Path, timeout: &str, allow: &[&str], command: &[&str]) -> (i32, serde_json::Value) {
     let mut cmd = Command::new(BIN);
-    cmd.current_dir(dir).env("SECRET_OF_NODE", "leak").env("API_KEY", "k").arg("launch").arg("--result").arg(dir.join("result/result.json")).args(["--timeout", timeout]);
+    cmd.current_dir(dir)
+        .env("SECRET_OF_NODE", "leak")
+        .env("API_KEY", "k")
+        .arg("launch")
+        .arg("--result")
+        .arg(dir.join("result/result.json"))
+        .args(["--timeout", timeout]);
     for a in allow {
         cmd.args(["--allow-env", a]);
     }
@@ -54,7 +60,8 @@ fn exit_codes_signals_and_timeouts_become_the_launcher_status() {
 #[test]
 fn output_is_capped_at_one_mib_per_stream() {
     let t = setup();
-    let (code, result) = launch(t.path(), "10", &[], &["/usr/bin/python3", "-c", "import sys\nfor _ in range(40): sys.stdout.write('x'*65536)"]);
+    let (code, result) =
+        launch(t.path(), "10", &[], &["/usr/bin/python3", "-c", "import sys\nfor _ in range(40): sys.stdout.write('x'*65536)"]);
     assert_eq!(code, 0);
     assert_eq!(result["stdoutBytes"], 40 * 65536);
     assert_eq!(result["stdoutTruncated"], true);

@@ -60,10 +60,8 @@ fn stored<'a>(name: &'a str, data: &'a [u8]) -> ZipSpec<'a> {
 fn make_zip(entries: &[ZipSpec<'_>]) -> Vec<u8> {
     let mut w = zip::ZipWriter::new(Cursor::new(Vec::new()));
     for e in entries {
-        let opts = SimpleFileOptions::default()
-            .compression_method(e.method)
-            .unix_permissions(e.mode)
-            .large_file(e.data.len() > 0xffff_0000);
+        let opts =
+            SimpleFileOptions::default().compression_method(e.method).unix_permissions(e.mode).large_file(e.data.len() > 0xffff_0000);
         if e.name.ends_with('/') {
             w.add_directory(e.name, opts).unwrap();
         } else {
@@ -242,10 +240,7 @@ fn zip_refuses_duplicates_symlinks_and_overlaps() {
     let z = make_zip(&[file("SKILL.md", SKILL), file("a.txt", b"1"), file("b.txt", b"2")]);
     let z = replace_all(&z, b"b.txt", b"a.txt");
     let err = package::build_from_zip(&z, None).unwrap_err();
-    assert!(
-        matches!(err, PackageError::DuplicateZipNames),
-        "{err}"
-    );
+    assert!(matches!(err, PackageError::DuplicateZipNames), "{err}");
 
     // Case variants would collide on macOS/Windows.
     let z = make_zip(&[file("SKILL.md", SKILL), file("Read.md", b"1"), file("read.md", b"2")]);
@@ -269,10 +264,7 @@ fn zip_refuses_duplicates_symlinks_and_overlaps() {
     let z = make_zip(&[file("SKILL.md", SKILL), stored("a.txt", &[b'x'; 100]), stored("b.txt", &[b'y'; 100])]);
     let z = point_central_entry_at(&z, 2, 1);
     let err = package::build_from_zip(&z, None).unwrap_err();
-    assert!(
-        matches!(err, PackageError::OverlappingZipEntries { .. } | PackageError::InvalidZip { .. }),
-        "{err}"
-    );
+    assert!(matches!(err, PackageError::OverlappingZipEntries { .. } | PackageError::InvalidZip { .. }), "{err}");
 }
 
 #[test]
@@ -319,8 +311,7 @@ fn zip_file_cap_at_edge_and_lying_header() {
     let z = patch_uncompressed_size(&z, "liar.bin", 10);
     let err = package::build_from_zip(&z, None).unwrap_err();
     assert!(
-        matches!(&err, PackageError::FileTooLarge { path, .. } if path == "liar.bin")
-            || matches!(&err, PackageError::InvalidZip { .. }),
+        matches!(&err, PackageError::FileTooLarge { path, .. } if path == "liar.bin") || matches!(&err, PackageError::InvalidZip { .. }),
         "{err}"
     );
 }

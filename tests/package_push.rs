@@ -24,7 +24,8 @@ async fn push_prints_a_pinned_skillpackage_and_pulls_back_identical() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8(out.stdout).unwrap();
     let digest = stdout.lines().find_map(|l| l.strip_prefix("# digest: ")).unwrap().to_string();
-    let pkg: skill_operator::api::SkillPackage = serde_norway::from_str(stdout.lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n").as_str()).unwrap();
+    let pkg: skill_operator::api::SkillPackage =
+        serde_norway::from_str(stdout.lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n").as_str()).unwrap();
     assert_eq!(pkg.spec.source.oci.reference, format!("{host}/skills/csv-stats@{digest}"));
     assert!(pkg.metadata.name.unwrap().starts_with("csv-stats-"));
 
@@ -34,7 +35,12 @@ async fn push_prints_a_pinned_skillpackage_and_pulls_back_identical() {
     assert_eq!(pulled.config.name, "csv-stats");
 
     // Pushing the same directory again gives the same digest (deterministic artifact).
-    let again = Command::new(BIN).args(["package", "push"]).arg(&sample).args(["--registry", &format!("{host}/skills"), "--tag", "again", "--plain-http"]).output().unwrap();
+    let again = Command::new(BIN)
+        .args(["package", "push"])
+        .arg(&sample)
+        .args(["--registry", &format!("{host}/skills"), "--tag", "again", "--plain-http"])
+        .output()
+        .unwrap();
     assert!(String::from_utf8_lossy(&again.stdout).contains(&digest));
 }
 
@@ -44,7 +50,12 @@ async fn push_refuses_a_directory_without_a_servable_name() {
     let host = registry.reference("x").split('/').next().unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("SKILL.md"), "---\nname: has space\ndescription: d\n---\n").unwrap();
-    let out = Command::new(BIN).args(["package", "push"]).arg(dir.path()).args(["--registry", &format!("{host}/skills"), "--plain-http"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["package", "push"])
+        .arg(dir.path())
+        .args(["--registry", &format!("{host}/skills"), "--plain-http"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be served"), "{}", String::from_utf8_lossy(&out.stderr));
 }

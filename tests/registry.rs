@@ -13,8 +13,8 @@ use oci_client::{Client, Reference};
 use sha2::{Digest, Sha256};
 use skill_operator::core::package::{self, Limits, PackageError};
 use skill_operator::oci::{
-    ArtifactFormat, OciError, OciLimits, Registry, RegistryOptions, SkillConfig, JOB_FILES_ARTIFACT_TYPE,
-    SKILL_ARTIFACT_TYPE, SKILL_CONFIG_MEDIA_TYPE, SKILL_LAYER_MEDIA_TYPE,
+    ArtifactFormat, OciError, OciLimits, Registry, RegistryOptions, SkillConfig, JOB_FILES_ARTIFACT_TYPE, SKILL_ARTIFACT_TYPE,
+    SKILL_CONFIG_MEDIA_TYPE, SKILL_LAYER_MEDIA_TYPE,
 };
 
 fn digest_of(b: &[u8]) -> String {
@@ -301,10 +301,7 @@ async fn push_toolhive(reg: &TestRegistry, reference: &str, files: &[(&str, &[u8
                 media_type: "application/vnd.oci.image.layer.v1.tar+gzip".into(),
                 digest: digest_of(&layer),
                 size: layer.len() as i64,
-                annotations: Some(BTreeMap::from([(
-                    "org.opencontainers.image.title".to_string(),
-                    "skill.tar.gz".to_string(),
-                )])),
+                annotations: Some(BTreeMap::from([("org.opencontainers.image.title".to_string(), "skill.tar.gz".to_string())])),
                 ..Default::default()
             }],
             artifact_type: Some("dev.toolhive.skills.v1".into()),
@@ -318,9 +315,7 @@ async fn push_toolhive(reg: &TestRegistry, reference: &str, files: &[(&str, &[u8
             oci.push_manifest_raw(&r, body, "application/vnd.oci.image.manifest.v1+json".parse().unwrap()).await.unwrap();
             return (md.clone(), md);
         }
-        oci.push_manifest_raw(&by_digest, body.clone(), "application/vnd.oci.image.manifest.v1+json".parse().unwrap())
-            .await
-            .unwrap();
+        oci.push_manifest_raw(&by_digest, body.clone(), "application/vnd.oci.image.manifest.v1+json".parse().unwrap()).await.unwrap();
         first_manifest.get_or_insert(md.clone());
         entries.push(ImageIndexEntry {
             media_type: "application/vnd.oci.image.manifest.v1+json".into(),
@@ -355,8 +350,7 @@ async fn push_toolhive(reg: &TestRegistry, reference: &str, files: &[(&str, &[u8
 async fn pulls_toolhive_skill_artifacts() {
     let reg = TestRegistry::start().await;
     let skill_md: &[u8] = b"---\nname: th-skill\ndescription: from ToolHive\n---\nDo things.\n";
-    let files: &[(&str, &[u8])] =
-        &[("SKILL.md", skill_md), ("scripts/run.sh", b"#!/bin/sh\necho th\n"), ("docs/guide.md", b"guide")];
+    let files: &[(&str, &[u8])] = &[("SKILL.md", skill_md), ("scripts/run.sh", b"#!/bin/sh\necho th\n"), ("docs/guide.md", b"guide")];
 
     for with_index in [true, false] {
         let reference = reg.reference(if with_index { "th/skill:index" } else { "th/skill:manifest" });

@@ -49,7 +49,11 @@ async fn argv_roundtrip(program: &str, pre: &[&str]) {
 
 #[tokio::test]
 async fn argv_is_passed_literally_python() {
-    argv_roundtrip(PY, &["-c", "import sys; sys.stdout.buffer.write(b''.join(a.encode('utf-8','surrogateescape')+b'\\0' for a in sys.argv[1:]))"]).await;
+    argv_roundtrip(
+        PY,
+        &["-c", "import sys; sys.stdout.buffer.write(b''.join(a.encode('utf-8','surrogateescape')+b'\\0' for a in sys.argv[1:]))"],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -96,9 +100,7 @@ fn run_helper(mode: &str, uid: Option<u32>) -> String {
 }
 
 fn helper_line<'a>(out: &'a str, key: &str) -> &'a str {
-    out.lines()
-        .find_map(|l| l.split_once(&format!("{key}=")).map(|(_, v)| v))
-        .unwrap_or_else(|| panic!("helper printed no {key}: {out}"))
+    out.lines().find_map(|l| l.split_once(&format!("{key}=")).map(|(_, v)| v)).unwrap_or_else(|| panic!("helper printed no {key}: {out}"))
 }
 
 /// Not a test on its own: the body of the re-exec'd helper (does nothing when run directly).

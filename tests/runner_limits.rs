@@ -96,7 +96,11 @@ async fn fork_bomb_is_capped_and_fully_killed() {
     let hard = s.hard_deadline();
     let out = execute(s).await.expect("execute");
     assert!(out.duration < hard, "{:?}", out.duration);
-    assert!(text(&out.stderr).contains("Resource temporarily unavailable"), "nproc must have bitten: {}", text(&out.stderr[..out.stderr.len().min(300)]));
+    assert!(
+        text(&out.stderr).contains("Resource temporarily unavailable"),
+        "nproc must have bitten: {}",
+        text(&out.stderr[..out.stderr.len().min(300)])
+    );
     let left = wait_uid_gone(uid, Duration::from_secs(2));
     assert!(left.is_empty(), "fork bomb survivors: {left:?}");
     // The test process (the server) still works.

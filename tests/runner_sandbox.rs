@@ -66,7 +66,18 @@ async fn host_files_outside_the_binds_are_invisible() {
     let secret_dir = package(&[("secret.txt", "hunter2")]); // 0755 / 0644: readable on the host by anyone
     let secret = secret_dir.path().join("secret.txt");
     let probe = "import os,sys\nfor p in sys.argv[1:]: print(p, os.path.exists(p))";
-    let paths = [secret.to_str().expect("utf8"), "/root", "/home", "/work", "/etc/passwd", "/etc/shadow", "/var", "/run", "/usr/bin/python3", "/etc/ld.so.cache"];
+    let paths = [
+        secret.to_str().expect("utf8"),
+        "/root",
+        "/home",
+        "/work",
+        "/etc/passwd",
+        "/etc/shadow",
+        "/var",
+        "/run",
+        "/usr/bin/python3",
+        "/etc/ld.so.cache",
+    ];
     let mut args = vec!["-c", probe];
     args.extend_from_slice(&paths);
     let out = execute(sandboxed(PY, &args, sb)).await.expect("execute");
@@ -208,7 +219,9 @@ async fn memory_and_file_limits_apply_inside() {
 #[tokio::test]
 async fn node_runs_in_the_sandbox() {
     let Some(sb) = sandbox().await else { return };
-    let out = execute(sandboxed(NODE, &["-e", "console.log(require('os').userInfo ? 'node ' + process.version : 'x')"], sb)).await.expect("execute");
+    let out = execute(sandboxed(NODE, &["-e", "console.log(require('os').userInfo ? 'node ' + process.version : 'x')"], sb))
+        .await
+        .expect("execute");
     assert_eq!(out.exit_code, Some(0), "{}", text(&out.stderr));
     assert!(text(&out.stdout).starts_with("node v"));
 }

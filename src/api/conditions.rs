@@ -14,7 +14,14 @@ pub fn now() -> Time {
 
 /// Set (or replace) a condition; the transition time changes only when the
 /// status value changes.
-pub fn set_condition(conditions: &mut Vec<Condition>, type_: &str, ok: bool, reason: &str, message: impl Into<String>, generation: Option<i64>) {
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: impl Into<String>,
+    generation: Option<i64>,
+) {
     let status = if ok { "True" } else { "False" }.to_string();
     let message = message.into();
     if let Some(existing) = conditions.iter_mut().find(|c| c.type_ == type_) {

@@ -56,9 +56,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
 
 use super::{
-    check_namespace, check_uid, job_bearer, termination_error, termination_message, ArtifactLimits, ErrorBody,
-    InputsManifest, OutputManifest, SetFile, SkipReason, Skipped, HEADER_CONTENT_DIGEST, MANIFEST_PATH,
-    RESULT_PREFIX, TAR_CONTENT_TYPE, WORK_PREFIX,
+    check_namespace, check_uid, job_bearer, termination_error, termination_message, ArtifactLimits, ErrorBody, InputsManifest,
+    OutputManifest, SetFile, SkipReason, Skipped, HEADER_CONTENT_DIGEST, MANIFEST_PATH, RESULT_PREFIX, TAR_CONTENT_TYPE, WORK_PREFIX,
 };
 use crate::core::package::{self, PackageError};
 use crate::core::paths::RelPath;
@@ -77,12 +76,21 @@ pub struct Endpoint {
 
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Endpoint").field("base", &self.base).field("namespace", &self.namespace).field("uid", &self.uid).finish_non_exhaustive()
+        f.debug_struct("Endpoint")
+            .field("base", &self.base)
+            .field("namespace", &self.namespace)
+            .field("uid", &self.uid)
+            .finish_non_exhaustive()
     }
 }
 
 impl Endpoint {
-    pub fn new(base: impl Into<String>, namespace: impl Into<String>, uid: impl Into<String>, token: impl Into<String>) -> Result<Self, ClientError> {
+    pub fn new(
+        base: impl Into<String>,
+        namespace: impl Into<String>,
+        uid: impl Into<String>,
+        token: impl Into<String>,
+    ) -> Result<Self, ClientError> {
         let base = base.into().trim_end_matches('/').to_string();
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(ClientError::Config(format!("--endpoint {base:?}: expected http://IP:PORT/v1")));
@@ -97,7 +105,12 @@ impl Endpoint {
     }
 
     /// Reads the token from `token_file` (the mounted Secret).
-    pub fn with_token_file(base: impl Into<String>, namespace: impl Into<String>, uid: impl Into<String>, token_file: &Path) -> Result<Self, ClientError> {
+    pub fn with_token_file(
+        base: impl Into<String>,
+        namespace: impl Into<String>,
+        uid: impl Into<String>,
+        token_file: &Path,
+    ) -> Result<Self, ClientError> {
         let mut raw = String::new();
         std::fs::File::open(token_file)
             .and_then(|f| f.take(4096).read_to_string(&mut raw))
@@ -280,7 +293,11 @@ pub async fn fetch(opts: &FetchOptions) -> Result<FetchReport, ClientError> {
     let announced = announced_digest(&resp, "package")?;
     if let Some(want) = &opts.expect_package_digest {
         if want != &announced {
-            return Err(ClientError::DigestMismatch { what: "package (--package-digest)".into(), expected: want.clone(), actual: announced });
+            return Err(ClientError::DigestMismatch {
+                what: "package (--package-digest)".into(),
+                expected: want.clone(),
+                actual: announced,
+            });
         }
     }
     if resp.content_length().is_some_and(|n| n > l.max_package_bytes) {
@@ -300,8 +317,7 @@ pub async fn fetch(opts: &FetchOptions) -> Result<FetchReport, ClientError> {
     let url = ep.url("inputs");
     let resp = get(&http, ep, &url).await?;
     let body = read_capped(resp, l.max_manifest_bytes).await?;
-    let manifest: InputsManifest =
-        serde_json::from_slice(&body).map_err(|e| ClientError::Protocol(format!("inputs manifest: {e}")))?;
+    let manifest: InputsManifest = serde_json::from_slice(&body).map_err(|e| ClientError::Protocol(format!("inputs manifest: {e}")))?;
     check_inputs(&manifest, &l)?;
     make_parent_dirs(&opts.work_dir, &manifest.files)?;
     let set = manifest.digest.clone();
@@ -317,13 +333,7 @@ pub async fn fetch(opts: &FetchOptions) -> Result<FetchReport, ClientError> {
         Some(dir) => Some(copy_self(dir)?),
         None => None,
     };
-    Ok(FetchReport {
-        package_digest: actual,
-        package_files: unpacked.len(),
-        inputs_digest: manifest.digest,
-        inputs: manifest.files,
-        tools,
-    })
+    Ok(FetchReport { package_digest: actual, package_files: unpacked.len(), inputs_digest: manifest.digest, inputs: manifest.files, tools })
 }
 
 /// The whole inputs manifest against the caps and path rules, before any download.
@@ -599,10 +609,12 @@ async fn upload_once(http: &reqwest::Client, opts: &UploadOptions) -> Result<Upl
     let (manifest, manifest_bytes) = written?;
     let manifest_digest = super::sha256_digest(&manifest_bytes);
     let body = read_capped(resp, 64 * 1024).await?;
-    let answer: serde_json::Value =
-        serde_json::from_slice(&body).map_err(|e| ClientError::Protocol(format!("outputs answer: {e}")))?;
+    let answer: serde_json::Value = serde_json::from_slice(&body).map_err(|e| ClientError::Protocol(format!("outputs answer: {e}")))?;
     if answer.get("manifestDigest").and_then(|v| v.as_str()) != Some(manifest_digest.as_str()) {
-        return Err(ClientError::Protocol(format!("the endpoint stored manifest {:?}, this upload sent {manifest_digest}", answer.get("manifestDigest"))));
+        return Err(ClientError::Protocol(format!(
+            "the endpoint stored manifest {:?}, this upload sent {manifest_digest}",
+            answer.get("manifestDigest")
+        )));
     }
     let set_digest = answer.get("setDigest").and_then(|v| v.as_str()).unwrap_or_default().to_string();
     let termination_message = termination_message(&manifest_digest, &manifest);
@@ -888,7 +900,12 @@ fn write_tar(plan: Plan, ns: &str, uid: &str, tx: mpsc::Sender<io::Result<Vec<u8
     result
 }
 
-fn write_tar_inner(plan: Plan, ns: &str, uid: &str, tx: mpsc::Sender<io::Result<Vec<u8>>>) -> Result<(OutputManifest, Vec<u8>), ClientError> {
+fn write_tar_inner(
+    plan: Plan,
+    ns: &str,
+    uid: &str,
+    tx: mpsc::Sender<io::Result<Vec<u8>>>,
+) -> Result<(OutputManifest, Vec<u8>), ClientError> {
     let mut builder = tar::Builder::new(ChannelWriter { tx, buf: Vec::with_capacity(CHUNK) });
     let mut files = Vec::with_capacity(plan.files.len());
     for pf in &plan.files {
@@ -899,10 +916,12 @@ fn write_tar_inner(plan: Plan, ns: &str, uid: &str, tx: mpsc::Sender<io::Result<
         let file = fsx::open_beneath(root, &pf.comps).map_err(io_err(format!("opening {}", pf.set_path)))?;
         let mut reader = ExactReader { inner: file.take(pf.size), left: pf.size, hasher: Sha256::new() };
         let mut header = file_header(pf.size);
-        builder
-            .append_data(&mut header, &pf.set_path, &mut reader)
-            .map_err(io_err(format!("sending {}", pf.set_path)))?;
-        files.push(SetFile { path: pf.set_path.clone(), size: pf.size, digest: format!("sha256:{}", hex::encode(reader.hasher.finalize())) });
+        builder.append_data(&mut header, &pf.set_path, &mut reader).map_err(io_err(format!("sending {}", pf.set_path)))?;
+        files.push(SetFile {
+            path: pf.set_path.clone(),
+            size: pf.size,
+            digest: format!("sha256:{}", hex::encode(reader.hasher.finalize())),
+        });
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
     let manifest = OutputManifest {

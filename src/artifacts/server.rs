@@ -64,9 +64,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::Semaphore;
 
 use super::{
-    check_namespace, check_uid, tag, ArtifactKind, ArtifactLimits, ErrorBody, ErrorDetail, InputsManifest,
-    OutputManifest, SetFile, ANNOTATION_JOB, ANNOTATION_KIND, HEADER_CONTENT_DIGEST, HEADER_SET_DIGEST,
-    MANIFEST_PATH, OPERATOR_SUBJECT, RESULT_PREFIX, WORK_PREFIX,
+    check_namespace, check_uid, tag, ArtifactKind, ArtifactLimits, ErrorBody, ErrorDetail, InputsManifest, OutputManifest, SetFile,
+    ANNOTATION_JOB, ANNOTATION_KIND, HEADER_CONTENT_DIGEST, HEADER_SET_DIGEST, MANIFEST_PATH, OPERATOR_SUBJECT, RESULT_PREFIX, WORK_PREFIX,
 };
 use crate::core::package::{self, PackageError};
 use crate::core::paths::RelPath;
@@ -161,10 +160,7 @@ impl AppState {
             limits: OciLimits { max_package_bytes: cfg.limits.max_package_bytes, ..OciLimits::DEFAULT },
             ..base.clone()
         });
-        let sets = Registry::new(RegistryOptions {
-            limits: OciLimits { files: set_limits(&cfg.limits), ..OciLimits::DEFAULT },
-            ..base
-        });
+        let sets = Registry::new(RegistryOptions { limits: OciLimits { files: set_limits(&cfg.limits), ..OciLimits::DEFAULT }, ..base });
         let permits = cfg.memory_budget_mib.max(1);
         Ok(AppState(Arc::new(Inner {
             repo: format!("{host}/{repo}"),
@@ -206,7 +202,9 @@ impl AppState {
         let reference = self.reference(ns, uid, kind);
         let set = self.0.sets.blob_set(&reference).await.map_err(oci_error)?;
         let job = format!("{ns}/{uid}");
-        if set.annotations.get(ANNOTATION_JOB) != Some(&job) || set.annotations.get(ANNOTATION_KIND).map(String::as_str) != Some(kind.as_str()) {
+        if set.annotations.get(ANNOTATION_JOB) != Some(&job)
+            || set.annotations.get(ANNOTATION_KIND).map(String::as_str) != Some(kind.as_str())
+        {
             return Err(ApiError::new(
                 StatusCode::BAD_GATEWAY,
                 "wrong_artifact",
@@ -274,10 +272,8 @@ impl AppState {
             }
             files.push(SetFile { path: e.path, size: e.size, digest: e.digest });
         }
-        let annotations = BTreeMap::from([
-            (ANNOTATION_JOB.to_string(), format!("{ns}/{uid}")),
-            (ANNOTATION_KIND.to_string(), kind.as_str().to_string()),
-        ]);
+        let annotations =
+            BTreeMap::from([(ANNOTATION_JOB.to_string(), format!("{ns}/{uid}")), (ANNOTATION_KIND.to_string(), kind.as_str().to_string())]);
         let digest = self.0.sets.push_set_manifest(&reference, files, annotations).await.map_err(oci_error)?;
         self.forget(&reference);
         Ok(digest)
@@ -377,9 +373,7 @@ fn oci_error(e: OciError) -> ApiError {
     let msg = e.to_string();
     match e {
         OciError::NotFound { .. } => ApiError::new(StatusCode::NOT_FOUND, "not_found", msg),
-        OciError::DigestMismatch { .. } | OciError::SizeMismatch { .. } => {
-            ApiError::new(StatusCode::BAD_GATEWAY, "digest_mismatch", msg)
-        }
+        OciError::DigestMismatch { .. } | OciError::SizeMismatch { .. } => ApiError::new(StatusCode::BAD_GATEWAY, "digest_mismatch", msg),
         OciError::Unreachable { .. } => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "registry_unavailable", msg),
         OciError::Auth { .. } => ApiError::new(StatusCode::BAD_GATEWAY, "registry_auth", msg),
         _ => ApiError::new(StatusCode::BAD_GATEWAY, "registry_error", msg),
@@ -512,11 +506,7 @@ struct SpoolEntry {
 /// Streams a request body into an unnamed temp file (see module docs).
 async fn spool(state: &AppState, req: Request, limit: u64, what: &str) -> Result<Spooled, ApiError> {
     let over = || ApiError::too_large("body_too_large", format!("{what} is larger than {limit} bytes"));
-    let declared = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit + DRAIN_SLACK) {
         return Err(over());
     }
@@ -596,8 +586,8 @@ fn scan_tar(file: &std::fs::File, max_entries: usize) -> Result<Vec<SpoolEntry>,
         if out.len() >= max_entries {
             return Err(ApiError::too_large("too_many_files", format!("more than {max_entries} entries")));
         }
-        let path = String::from_utf8(entry.path_bytes().into_owned())
-            .map_err(|_| ApiError::bad("bad_path", "a tar entry name is not UTF-8"))?;
+        let path =
+            String::from_utf8(entry.path_bytes().into_owned()).map_err(|_| ApiError::bad("bad_path", "a tar entry name is not UTF-8"))?;
         if !seen.insert(path.clone()) {
             return Err(ApiError::bad("bad_tar", format!("tar entry {path} appears twice")));
         }
@@ -664,7 +654,11 @@ async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
-async fn get_package(State(state): State<AppState>, JobPath((ns, uid)): JobPath<(String, String)>, headers: HeaderMap) -> Result<Response, ApiError> {
+async fn get_package(
+    State(state): State<AppState>,
+    JobPath((ns, uid)): JobPath<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     admit(&state, &headers, &ns, &uid, Access::ReadStaged)?;
     let _held = state.hold(state.0.limits.max_package_bytes).await;
     let reference = state.reference(&ns, &uid, ArtifactKind::Package);
@@ -725,7 +719,11 @@ async fn put_package(
     .into_response())
 }
 
-async fn get_inputs(State(state): State<AppState>, JobPath((ns, uid)): JobPath<(String, String)>, headers: HeaderMap) -> Result<Json<InputsManifest>, ApiError> {
+async fn get_inputs(
+    State(state): State<AppState>,
+    JobPath((ns, uid)): JobPath<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Json<InputsManifest>, ApiError> {
     admit(&state, &headers, &ns, &uid, Access::ReadStaged)?;
     match state.read_set(&ns, &uid, ArtifactKind::Inputs).await {
         Ok(set) => Ok(Json(InputsManifest { digest: Some(set.digest.clone()), files: set.files.clone() })),
@@ -765,7 +763,14 @@ impl<S: Send + Sync> FromRequestParts<S> for SetPin {
     }
 }
 
-async fn get_file(state: &AppState, ns: &str, uid: &str, kind: ArtifactKind, rel: &RelPath, pin: Option<&str>) -> Result<Response, ApiError> {
+async fn get_file(
+    state: &AppState,
+    ns: &str,
+    uid: &str,
+    kind: ArtifactKind,
+    rel: &RelPath,
+    pin: Option<&str>,
+) -> Result<Response, ApiError> {
     let set = state.set_for(ns, uid, kind, pin).await?;
     let file = set
         .files
@@ -828,7 +833,11 @@ async fn put_input_file(
     Ok(Json(json!({ "file": new, "setDigest": set_digest, "setFiles": count, "setBytes": total })).into_response())
 }
 
-async fn put_inputs(State(state): State<AppState>, JobPath((ns, uid)): JobPath<(String, String)>, req: Request) -> Result<Json<InputsManifest>, ApiError> {
+async fn put_inputs(
+    State(state): State<AppState>,
+    JobPath((ns, uid)): JobPath<(String, String)>,
+    req: Request,
+) -> Result<Json<InputsManifest>, ApiError> {
     admit(&state, req.headers(), &ns, &uid, Access::Stage)?;
     let l = state.0.limits;
     let sp = spool(&state, req, l.max_batch_body_bytes(), "inputs batch").await?;
@@ -847,7 +856,11 @@ async fn put_inputs(State(state): State<AppState>, JobPath((ns, uid)): JobPath<(
     Ok(Json(InputsManifest { digest: Some(digest), files }))
 }
 
-async fn put_outputs(State(state): State<AppState>, JobPath((ns, uid)): JobPath<(String, String)>, req: Request) -> Result<Response, ApiError> {
+async fn put_outputs(
+    State(state): State<AppState>,
+    JobPath((ns, uid)): JobPath<(String, String)>,
+    req: Request,
+) -> Result<Response, ApiError> {
     admit(&state, req.headers(), &ns, &uid, Access::WriteOutputs)?;
     let l = state.0.limits;
     let sp = spool(&state, req, l.max_batch_body_bytes(), "outputs batch").await?;
@@ -872,7 +885,12 @@ async fn put_outputs(State(state): State<AppState>, JobPath((ns, uid)): JobPath<
 /// The outputs batch rules: `manifest.json` present and about this job,
 /// entries and manifest agreeing exactly, only `result/{result.json,
 /// stdout,stderr}` and `work/...`, caps per category.
-fn check_outputs(file: &std::fs::File, l: &ArtifactLimits, ns: &str, uid: &str) -> Result<(Vec<SpoolEntry>, OutputManifest, String), ApiError> {
+fn check_outputs(
+    file: &std::fs::File,
+    l: &ArtifactLimits,
+    ns: &str,
+    uid: &str,
+) -> Result<(Vec<SpoolEntry>, OutputManifest, String), ApiError> {
     let entries = scan_tar(file, l.max_files + 4)?;
     let m_entry = entries
         .iter()
@@ -882,8 +900,8 @@ fn check_outputs(file: &std::fs::File, l: &ArtifactLimits, ns: &str, uid: &str) 
         return Err(ApiError::too_large("manifest_too_large", format!("{MANIFEST_PATH} is over {} bytes", l.max_manifest_bytes)));
     }
     let manifest_bytes = read_entry(file, m_entry)?;
-    let manifest: OutputManifest = serde_json::from_slice(&manifest_bytes)
-        .map_err(|e| ApiError::bad("bad_manifest", format!("{MANIFEST_PATH}: {e}")))?;
+    let manifest: OutputManifest =
+        serde_json::from_slice(&manifest_bytes).map_err(|e| ApiError::bad("bad_manifest", format!("{MANIFEST_PATH}: {e}")))?;
     if manifest.schema_version != 1 {
         return Err(ApiError::bad("bad_manifest", format!("schemaVersion {} (this endpoint reads 1)", manifest.schema_version)));
     }
@@ -905,9 +923,8 @@ fn check_outputs(file: &std::fs::File, l: &ArtifactLimits, ns: &str, uid: &str) 
     }
     let mut work = Vec::new();
     for e in entries.iter().filter(|e| e.path != MANIFEST_PATH) {
-        let f = listed
-            .get(e.path.as_str())
-            .ok_or_else(|| ApiError::bad("manifest_mismatch", format!("{} is not in the manifest", e.path)))?;
+        let f =
+            listed.get(e.path.as_str()).ok_or_else(|| ApiError::bad("manifest_mismatch", format!("{} is not in the manifest", e.path)))?;
         if f.size != e.size || f.digest != e.digest {
             return Err(ApiError::bad(
                 "manifest_mismatch",
@@ -934,7 +951,11 @@ fn check_outputs(file: &std::fs::File, l: &ArtifactLimits, ns: &str, uid: &str) 
     Ok((entries, manifest, digest))
 }
 
-async fn get_outputs(State(state): State<AppState>, JobPath((ns, uid)): JobPath<(String, String)>, headers: HeaderMap) -> Result<Response, ApiError> {
+async fn get_outputs(
+    State(state): State<AppState>,
+    JobPath((ns, uid)): JobPath<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     admit(&state, &headers, &ns, &uid, Access::ReadOutputs)?;
     let rel = RelPath::parse(MANIFEST_PATH).expect("static path");
     get_file(&state, &ns, &uid, ArtifactKind::Outputs, &rel, None).await
@@ -951,7 +972,11 @@ async fn get_output_file(
     get_file(&state, &ns, &uid, ArtifactKind::Outputs, &rel, q.set.as_deref()).await
 }
 
-async fn delete_job(State(state): State<AppState>, JobPath((ns, uid)): JobPath<(String, String)>, headers: HeaderMap) -> Result<Response, ApiError> {
+async fn delete_job(
+    State(state): State<AppState>,
+    JobPath((ns, uid)): JobPath<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     admit(&state, &headers, &ns, &uid, Access::Delete)?;
     let _lock = state.lock(&ns, &uid).lock().await;
     let mut deleted = Vec::new();

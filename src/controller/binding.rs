@@ -71,7 +71,14 @@ async fn apply(binding: &SkillBinding, ctx: &Context) -> Result<Action> {
             } else {
                 format!("; not handed over (no allowed script asked for them): {}", d.ignored_env.join(", "))
             };
-            set_condition(&mut status.conditions, "Ready", true, "Bound", format!("skill `{}` is bound{note}", status.skill_name.clone().unwrap_or_default()), generation);
+            set_condition(
+                &mut status.conditions,
+                "Ready",
+                true,
+                "Bound",
+                format!("skill `{}` is bound{note}", status.skill_name.clone().unwrap_or_default()),
+                generation,
+            );
         }
         Err((reason, message)) => set_condition(&mut status.conditions, "Ready", false, reason, message.clone(), generation),
     }
@@ -82,7 +89,13 @@ async fn apply(binding: &SkillBinding, ctx: &Context) -> Result<Action> {
 async fn cleanup(binding: &SkillBinding, ctx: &Context) -> Result<Action> {
     let ns = binding.namespace().ok_or(Error::Missing("namespace"))?;
     let jobs: Api<SkillJob> = Api::namespaced(ctx.client.clone(), &ns);
-    let users: Vec<String> = jobs.list(&ListParams::default()).await?.into_iter().filter(|j| j.spec.binding == binding.name_any()).map(|j| j.name_any()).collect();
+    let users: Vec<String> = jobs
+        .list(&ListParams::default())
+        .await?
+        .into_iter()
+        .filter(|j| j.spec.binding == binding.name_any())
+        .map(|j| j.name_any())
+        .collect();
     if users.is_empty() {
         return Ok(Action::await_change());
     }

@@ -62,8 +62,15 @@ pub struct Context {
 }
 
 impl Context {
-    pub fn new(client: Client, metrics: Arc<Metrics>, config: OperatorConfig, resolver: Arc<dyn PackageResolver>, artifacts: Arc<dyn ArtifactStore>) -> Self {
-        let recorder = Recorder::new(client.clone(), Reporter { controller: "skill-operator".into(), instance: std::env::var("POD_NAME").ok() });
+    pub fn new(
+        client: Client,
+        metrics: Arc<Metrics>,
+        config: OperatorConfig,
+        resolver: Arc<dyn PackageResolver>,
+        artifacts: Arc<dyn ArtifactStore>,
+    ) -> Self {
+        let recorder =
+            Recorder::new(client.clone(), Reporter { controller: "skill-operator".into(), instance: std::env::var("POD_NAME").ok() });
         Context { client, recorder, metrics, config: Arc::new(config), resolver, artifacts, lookups: Default::default() }
     }
 }
@@ -141,7 +148,11 @@ pub struct HttpArtifacts {
 
 impl HttpArtifacts {
     pub fn new(base: &str, key: &[u8]) -> Self {
-        HttpArtifacts { base: base.trim_end_matches('/').to_string(), bearer: crate::artifacts::operator_bearer(key), http: reqwest::Client::new() }
+        HttpArtifacts {
+            base: base.trim_end_matches('/').to_string(),
+            bearer: crate::artifacts::operator_bearer(key),
+            http: reqwest::Client::new(),
+        }
     }
 
     /// GET a JSON document under the API base; `None` on 404.
@@ -173,7 +184,8 @@ impl ArtifactStore for HttpArtifacts {
     fn output_file<'a>(&'a self, namespace: &'a str, uid: &'a str, path: &'a str) -> BoxFuture<'a, Result<Vec<u8>, String>> {
         Box::pin(async move {
             let url = format!("{}/jobs/{namespace}/{uid}/outputs/{path}", self.base);
-            let response = self.http.get(url).header("Authorization", &self.bearer).send().await.map_err(|e| format!("read {path}: {e}"))?;
+            let response =
+                self.http.get(url).header("Authorization", &self.bearer).send().await.map_err(|e| format!("read {path}: {e}"))?;
             if !response.status().is_success() {
                 return Err(format!("read {path}: the artifact endpoint answered {}", response.status()));
             }
@@ -188,7 +200,8 @@ impl ArtifactStore for HttpArtifacts {
     fn staged_inputs<'a>(&'a self, namespace: &'a str, uid: &'a str) -> BoxFuture<'a, Result<Vec<crate::artifacts::SetFile>, String>> {
         Box::pin(async move {
             // The endpoint answers an empty manifest when nothing is staged; 404 is a wrong route.
-            let manifest: Option<crate::artifacts::InputsManifest> = self.get_json(&format!("jobs/{namespace}/{uid}/inputs"), "the staged inputs").await?;
+            let manifest: Option<crate::artifacts::InputsManifest> =
+                self.get_json(&format!("jobs/{namespace}/{uid}/inputs"), "the staged inputs").await?;
             manifest.map(|m| m.files).ok_or_else(|| "read the staged inputs: the artifact endpoint answered 404 Not Found".to_string())
         })
     }

@@ -77,7 +77,14 @@ pub fn package_status(pkg: &SkillPackage, facts: Result<&PackageFacts, String>) 
     if !facts.requirement_files.is_empty() {
         status.requirements = facts.requirement_files.join(", ");
     }
-    set_condition(&mut status.conditions, "Validated", true, "Validated", format!("skill `{}` with {} files", skill.name, skill.files.len()), generation);
+    set_condition(
+        &mut status.conditions,
+        "Validated",
+        true,
+        "Validated",
+        format!("skill `{}` with {} files", skill.name, skill.files.len()),
+        generation,
+    );
 
     let runtime = pkg.spec.runtime.as_ref();
     status.scripts = skill
@@ -115,14 +122,21 @@ pub fn package_status(pkg: &SkillPackage, facts: Result<&PackageFacts, String>) 
                     "Ready",
                     false,
                     "ScriptNotDeclared",
-                    format!("allowedScripts names scripts the skill does not declare: {}; only declared scripts run", undeclared.join(", ")),
+                    format!(
+                        "allowedScripts names scripts the skill does not declare: {}; only declared scripts run",
+                        undeclared.join(", ")
+                    ),
                     generation,
                 );
             } else if profile.timeout_seconds.is_some_and(|t| t == 0 || u64::from(t) > MAX_TIMEOUT_SECS) {
                 set_condition(&mut status.conditions, "Ready", false, "InvalidTimeout", "timeoutSeconds must be 1-300", generation);
             } else {
                 let runnable = status.scripts.iter().filter(|s| s.allowed).count();
-                let pinned = if profile.image.contains("@sha256:") { "" } else { " (the run image is not digest-pinned: pin it for reproducible runs)" };
+                let pinned = if profile.image.contains("@sha256:") {
+                    ""
+                } else {
+                    " (the run image is not digest-pinned: pin it for reproducible runs)"
+                };
                 set_condition(
                     &mut status.conditions,
                     "Ready",
@@ -138,7 +152,12 @@ pub fn package_status(pkg: &SkillPackage, facts: Result<&PackageFacts, String>) 
 }
 
 /// Why a declared script may not run under this profile (`None`: it may).
-fn script_refusal(runtime: Option<&RuntimeProfile>, path: &str, declared: Option<Interpreter>, unavailable: Option<&str>) -> Option<String> {
+fn script_refusal(
+    runtime: Option<&RuntimeProfile>,
+    path: &str,
+    declared: Option<Interpreter>,
+    unavailable: Option<&str>,
+) -> Option<String> {
     if let Some(why) = unavailable {
         return Some(why.to_string());
     }

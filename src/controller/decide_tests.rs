@@ -33,7 +33,10 @@ fn facts() -> (tempfile::TempDir, PackageFacts) {
 fn package(runtime: Option<RuntimeProfile>) -> SkillPackage {
     let mut p = SkillPackage::new(
         "weather-1",
-        SkillPackageSpec { source: PackageSource { oci: OciSource { reference: "r/weather:1".into(), pull_secret: None, insecure: false } }, runtime },
+        SkillPackageSpec {
+            source: PackageSource { oci: OciSource { reference: "r/weather:1".into(), pull_secret: None, insecure: false } },
+            runtime,
+        },
     );
     p.metadata.generation = Some(1);
     p
@@ -99,7 +102,11 @@ fn allowed_scripts_must_be_declared_and_match_the_interpreter() {
 fn a_package_without_a_skill_is_invalid() {
     let t = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(t.path().join("empty")).unwrap();
-    let f = PackageFacts { digest: "sha256:x".into(), catalog: discover(&[t.path().join("empty")], Limits::default()), requirement_files: vec![] };
+    let f = PackageFacts {
+        digest: "sha256:x".into(),
+        catalog: discover(&[t.path().join("empty")], Limits::default()),
+        requirement_files: vec![],
+    };
     let s = package_status(&package(None), Ok(&f));
     assert_eq!(condition(&s, "Validated"), ("False", "InvalidPackage"));
 }
@@ -128,7 +135,10 @@ fn binding(name: &str, grants: &[&str]) -> SkillBinding {
         name,
         SkillBindingSpec {
             package: "weather-1".into(),
-            env: grants.iter().map(|g| EnvGrant { name: g.to_string(), secret_key_ref: SecretKeyRef { name: "s".into(), key: g.to_lowercase() } }).collect(),
+            env: grants
+                .iter()
+                .map(|g| EnvGrant { name: g.to_string(), secret_key_ref: SecretKeyRef { name: "s".into(), key: g.to_lowercase() } })
+                .collect(),
             egress: false,
         },
     );
@@ -169,14 +179,21 @@ fn ready_binding(grants: &[&str]) -> SkillBinding {
     let (_t, p) = ready_package();
     let mut b = binding("b", grants);
     let d = binding_decision(&b, Some(&p), &[]);
-    let mut status = SkillBindingStatus { effective_env: d.effective_env, ignored_env: d.ignored_env, skill_name: d.skill_name, ..Default::default() };
+    let mut status =
+        SkillBindingStatus { effective_env: d.effective_env, ignored_env: d.ignored_env, skill_name: d.skill_name, ..Default::default() };
     set_condition(&mut status.conditions, "Ready", true, "Ready", "ok", Some(1));
     b.status = Some(status);
     b
 }
 
 fn job(script: &str, args: &[&str], timeout: Option<u32>) -> SkillJobSpec {
-    SkillJobSpec { binding: "b".into(), script: script.into(), args: args.iter().map(|s| s.to_string()).collect(), inputs: vec![], timeout_seconds: timeout }
+    SkillJobSpec {
+        binding: "b".into(),
+        script: script.into(),
+        args: args.iter().map(|s| s.to_string()).collect(),
+        inputs: vec![],
+        timeout_seconds: timeout,
+    }
 }
 
 #[test]
@@ -219,7 +236,12 @@ fn job_with(conditions: &[(&str, &str, Option<&str>)], active: i32) -> Job {
             conditions: Some(
                 conditions
                     .iter()
-                    .map(|(t, s, r)| JobCondition { type_: t.to_string(), status: s.to_string(), reason: r.map(String::from), ..Default::default() })
+                    .map(|(t, s, r)| JobCondition {
+                        type_: t.to_string(),
+                        status: s.to_string(),
+                        reason: r.map(String::from),
+                        ..Default::default()
+                    })
                     .collect(),
             ),
             ..Default::default()
@@ -271,7 +293,10 @@ mod inputs {
 
     #[test]
     fn the_same_files_match() {
-        assert_eq!(inputs_mismatch(&[named("a.csv", 'a', 3), named("d/b.txt", 'b', 5)], &[staged("d/b.txt", 'b', 5), staged("a.csv", 'a', 3)]), None);
+        assert_eq!(
+            inputs_mismatch(&[named("a.csv", 'a', 3), named("d/b.txt", 'b', 5)], &[staged("d/b.txt", 'b', 5), staged("a.csv", 'a', 3)]),
+            None
+        );
         assert_eq!(inputs_mismatch(&[], &[]), None);
     }
 

@@ -41,7 +41,10 @@ fn context() -> (Arc<Context>, Handle) {
         host_aliases: Default::default(),
         reconcile_concurrency: 32,
     };
-    (Arc::new(Context::new(client, Arc::new(Metrics::default()), config, Arc::new(NoPackages), Arc::new(super::context::NoArtifacts))), handle)
+    (
+        Arc::new(Context::new(client, Arc::new(Metrics::default()), config, Arc::new(NoPackages), Arc::new(super::context::NoArtifacts))),
+        handle,
+    )
 }
 
 const UID: &str = "0f0e0d0c-0b0a-0908-0706-050403020100";
@@ -49,7 +52,13 @@ const UID: &str = "0f0e0d0c-0b0a-0908-0706-050403020100";
 fn skilljob() -> SkillJob {
     let mut j = SkillJob::new(
         "report",
-        SkillJobSpec { binding: "weather".into(), script: "scripts/forecast.py".into(), args: vec!["; rm -rf /".into()], inputs: vec![], timeout_seconds: None },
+        SkillJobSpec {
+            binding: "weather".into(),
+            script: "scripts/forecast.py".into(),
+            args: vec!["; rm -rf /".into()],
+            inputs: vec![],
+            timeout_seconds: None,
+        },
     );
     j.metadata.namespace = Some("team".into());
     j.metadata.uid = Some(UID.into());
@@ -68,7 +77,9 @@ fn started_skilljob() -> SkillJob {
 fn ready(kind: &str) -> Value {
     json!([{ "type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z" }])
         .as_array()
-        .map(|_| json!([{ "type": "Ready", "status": "True", "reason": kind, "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z" }]))
+        .map(
+            |_| json!([{ "type": "Ready", "status": "True", "reason": kind, "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z" }]),
+        )
         .unwrap_or_default()
 }
 
@@ -94,7 +105,8 @@ fn package() -> Value {
 }
 
 fn not_found() -> Response<Body> {
-    let status = json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found" });
+    let status =
+        json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found" });
     Response::builder().status(404).body(Body::from(serde_json::to_vec(&status).unwrap())).unwrap()
 }
 
@@ -118,7 +130,10 @@ async fn body_json(request: Request<Body>) -> Value {
 
 /// Expect one request: method and path prefix; answer it.
 async fn expect(handle: &mut Handle, method: &str, path: &str, answer: impl FnOnce(Value) -> Response<Body>) -> Value {
-    let (request, send) = tokio::time::timeout(Duration::from_secs(2), handle.next_request()).await.expect("the reconciler stopped calling the API").expect("service closed");
+    let (request, send) = tokio::time::timeout(Duration::from_secs(2), handle.next_request())
+        .await
+        .expect("the reconciler stopped calling the API")
+        .expect("service closed");
     assert_eq!(request.method().as_str(), method, "unexpected call {} {}", request.method(), request.uri());
     assert!(request.uri().path().starts_with(path), "expected {method} {path}, got {}", request.uri());
     let body = body_json(request).await;
@@ -167,7 +182,8 @@ async fn first_reconcile_admits_and_creates_children_then_the_job() {
         assert!(run.command.iter().chain(run.args.iter()).flatten().any(|a| a == "; rm -rf /"), "args travel as one argv entry");
         // Event, then the status.
         expect(&mut handle, "POST", "/apis/events.k8s.io/v1/namespaces/team/events", |b| ok(b)).await;
-        let status = expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        let status =
+            expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         assert_eq!(status["status"]["phase"], "Pending");
         assert_eq!(status["status"]["jobName"], json!(name));
     });
@@ -190,7 +206,8 @@ async fn a_restarted_controller_finds_its_job_and_creates_none() {
         // Without a cache the NetworkPolicy is re-created (409 when it exists).
         expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", |b| ok(b)).await;
         // A running Job has no exit to read: no pod LIST.
-        let status = expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        let status =
+            expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         assert_eq!(status["status"]["phase"], "Running");
         // No POST of a Job may follow.
         no_more_calls(&mut handle).await;
@@ -206,7 +223,8 @@ async fn a_deleted_job_fails_the_skilljob_visibly_and_is_not_rerun() {
     let name = super::builders::job::job_name(UID);
     let server = tokio::spawn(async move {
         expect(&mut handle, "GET", &format!("/apis/batch/v1/namespaces/team/jobs/{name}"), |_| not_found()).await;
-        let status = expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        let status =
+            expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         assert_eq!(status["status"]["phase"], "Failed");
         assert!(status["status"]["message"].as_str().unwrap().contains("not re-run"));
         expect(&mut handle, "POST", "/apis/events.k8s.io/v1/namespaces/team/events", |b| ok(b)).await;
@@ -222,7 +240,8 @@ async fn a_job_refused_by_the_fence_fails_without_creating_anything() {
     sj.spec.script = "scripts/undeclared.py".into();
     let server = tokio::spawn(async move {
         expect_admission_reads(&mut handle).await;
-        let status = expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        let status =
+            expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         assert_eq!(status["status"]["phase"], "Failed");
         assert!(status["status"]["message"].as_str().unwrap().contains("must be declared"));
         expect(&mut handle, "POST", "/apis/events.k8s.io/v1/namespaces/team/events", |b| ok(b)).await;
@@ -241,7 +260,11 @@ impl super::context::ArtifactStore for StoredOutputs {
     fn delete<'a>(&'a self, _: &'a str, _: &'a str) -> futures::future::BoxFuture<'a, Result<(), String>> {
         Box::pin(async { Ok(()) })
     }
-    fn outputs<'a>(&'a self, ns: &'a str, uid: &'a str) -> futures::future::BoxFuture<'a, Result<Option<crate::artifacts::OutputManifest>, String>> {
+    fn outputs<'a>(
+        &'a self,
+        ns: &'a str,
+        uid: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Option<crate::artifacts::OutputManifest>, String>> {
         Box::pin(async move {
             let file = |path: &str, size: u64| json!({ "path": path, "size": size, "digest": format!("sha256:{}", "a".repeat(64)) });
             Ok(Some(serde_json::from_value(json!({
@@ -254,7 +277,8 @@ impl super::context::ArtifactStore for StoredOutputs {
     fn output_file<'a>(&'a self, _: &'a str, _: &'a str, _: &'a str) -> futures::future::BoxFuture<'a, Result<Vec<u8>, String>> {
         Box::pin(async {
             Ok(serde_json::to_vec(&json!({ "exitCode": 0, "signal": null, "timedOut": false, "durationMs": 10, "stdoutBytes": 2621440,
-                                           "stderrBytes": 0, "stdoutTruncated": true, "stderrTruncated": false })).unwrap())
+                                           "stderrBytes": 0, "stdoutTruncated": true, "stderrTruncated": false }))
+            .unwrap())
         })
     }
 }
@@ -273,8 +297,12 @@ async fn a_finished_run_reports_streams_and_outputs_from_the_artifact_endpoint()
         })
         .await;
         expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", |b| ok(b)).await;
-        expect(&mut handle, "GET", "/api/v1/namespaces/team/pods", |_| ok(json!({ "apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [] }))).await;
-        let status = expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        expect(&mut handle, "GET", "/api/v1/namespaces/team/pods", |_| {
+            ok(json!({ "apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [] }))
+        })
+        .await;
+        let status =
+            expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         let s = &status["status"];
         assert_eq!(s["phase"], "Succeeded");
         assert_eq!(s["exitCode"], 0);
@@ -287,7 +315,9 @@ async fn a_finished_run_reports_streams_and_outputs_from_the_artifact_endpoint()
 }
 
 /// A cache holding `job`, as the controller's Job reflector would.
-fn job_cache(job: Job) -> (kube::runtime::reflector::Store<Job>, kube::runtime::reflector::Store<k8s_openapi::api::networking::v1::NetworkPolicy>) {
+fn job_cache(
+    job: Job,
+) -> (kube::runtime::reflector::Store<Job>, kube::runtime::reflector::Store<k8s_openapi::api::networking::v1::NetworkPolicy>) {
     let (jobs, mut writer) = kube::runtime::reflector::store::<Job>();
     writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(job));
     let (policies, _) = kube::runtime::reflector::store();
@@ -329,10 +359,15 @@ async fn an_old_unrecorded_job_gets_its_status_rebuilt() {
         })
         .await;
         expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", |b| ok(b)).await;
-        let status = expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        let status =
+            expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         assert_eq!(status["status"]["jobName"], json!(super::builders::job::job_name(UID)));
         assert_eq!(status["status"]["skill"], "weather");
-        assert!(status["status"]["conditions"].as_array().unwrap().iter().any(|c| c["type"] == "NamespaceRestricted" && c["status"] == "True"));
+        assert!(status["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "NamespaceRestricted" && c["status"] == "True"));
         no_more_calls(&mut handle).await;
     });
     skilljob::reconcile(Arc::new(skilljob()), ctx).await.expect("reconcile");
@@ -354,7 +389,8 @@ async fn a_skilljob_whose_inputs_are_not_staged_waits_and_creates_nothing() {
     let sj = skilljob_naming_an_unstaged_input(0);
     let server = tokio::spawn(async move {
         expect_admission_reads(&mut handle).await;
-        let status = expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        let status =
+            expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         assert_eq!(status["status"]["phase"], "Pending");
         let message = status["status"]["message"].as_str().unwrap();
         assert!(message.contains("data.csv is not staged"), "{message}");
@@ -372,7 +408,8 @@ async fn a_skilljob_whose_inputs_never_come_fails_after_the_wait() {
     let sj = skilljob_naming_an_unstaged_input(super::decide::INPUTS_WAIT_SECS + 1);
     let server = tokio::spawn(async move {
         expect_admission_reads(&mut handle).await;
-        let status = expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        let status =
+            expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         assert_eq!(status["status"]["phase"], "Failed");
         assert!(status["status"]["message"].as_str().unwrap().contains("were not staged within 600 s"));
         expect(&mut handle, "POST", "/apis/events.k8s.io/v1/namespaces/team/events", |b| ok(b)).await;

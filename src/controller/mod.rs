@@ -2,15 +2,15 @@
 //! reconcilers. Decisions live in [`decide`] (pure, unit-tested); the
 //! reconcilers fetch, decide and apply.
 
-pub mod decide;
+pub mod binding;
+pub mod builders;
 pub mod context;
+pub mod decide;
 pub mod lookups;
 pub mod metrics;
 pub mod package;
-pub mod builders;
-pub mod binding;
-pub mod skilljob;
 pub mod run;
+pub mod skilljob;
 
 #[cfg(test)]
 mod mock_tests;

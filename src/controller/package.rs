@@ -63,7 +63,10 @@ async fn resolve(pkg: &SkillPackage, ctx: &Context) -> Result<PackageFacts, Stri
     let expected = pkg.status.as_ref().and_then(|s| s.digest.clone());
     if let Some(previous) = expected {
         if previous != fetched.digest && pkg.status.as_ref().and_then(|s| s.observed_generation) == pkg.metadata.generation {
-            return Err(format!("the source now resolves to {}, not the pinned {previous}; a new version is a new SkillPackage", fetched.digest));
+            return Err(format!(
+                "the source now resolves to {}, not the pinned {previous}; a new version is a new SkillPackage",
+                fetched.digest
+            ));
         }
     }
     let digest = fetched.digest.clone();
@@ -88,7 +91,8 @@ async fn resolve(pkg: &SkillPackage, ctx: &Context) -> Result<PackageFacts, Stri
 /// The skill name a package's SKILL.md gives, checked as a servable name.
 fn skill_name(root: &std::path::Path) -> Result<String, String> {
     use crate::core::{catalog::read_capped, frontmatter, limits::SKILL_MD_READ_CAP, spec::servable_name};
-    let (bytes, truncated) = read_capped(&root.join("SKILL.md"), SKILL_MD_READ_CAP).map_err(|e| format!("the package has no readable SKILL.md at its root: {e}"))?;
+    let (bytes, truncated) = read_capped(&root.join("SKILL.md"), SKILL_MD_READ_CAP)
+        .map_err(|e| format!("the package has no readable SKILL.md at its root: {e}"))?;
     let text = frontmatter::decode(&bytes, truncated).map_err(|e| e.to_string())?;
     let md = frontmatter::parse(text).map_err(|e| e.to_string())?;
     let name = md.frontmatter.get("name").and_then(|v| v.as_str()).ok_or("SKILL.md has no `name`: a package is named by it")?;
@@ -112,7 +116,14 @@ async fn cleanup(pkg: &SkillPackage, ctx: &Context) -> Result<Action> {
     let message = format!("deletion waits: bound by {}; delete those SkillBindings first", users.join(", "));
     let api: Api<SkillPackage> = Api::all(ctx.client.clone());
     let mut status = pkg.status.clone().unwrap_or_default();
-    crate::api::conditions::set_condition(&mut status.conditions, "DeletionBlocked", true, "InUse", message.clone(), pkg.metadata.generation);
+    crate::api::conditions::set_condition(
+        &mut status.conditions,
+        "DeletionBlocked",
+        true,
+        "InUse",
+        message.clone(),
+        pkg.metadata.generation,
+    );
     apply_status(&api, &pkg.name_any(), &status).await?;
     // An error keeps the finalizer; error_policy requeues.
     Err(Error::InUse(message))

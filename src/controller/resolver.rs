@@ -129,7 +129,10 @@ mod tests {
             Box::pin(async move {
                 self.pulls.fetch_add(1, Ordering::SeqCst);
                 tokio::task::yield_now().await;
-                let digest = self.answer_digest.clone().unwrap_or_else(|| source.reference.rsplit_once('@').map(|(_, d)| d.to_string()).unwrap_or_default());
+                let digest = self
+                    .answer_digest
+                    .clone()
+                    .unwrap_or_else(|| source.reference.rsplit_once('@').map(|(_, d)| d.to_string()).unwrap_or_default());
                 Ok(FetchedPackage { digest, archive: vec![0; self.size] })
             })
         }

@@ -94,12 +94,14 @@ pub async fn run(ctx: Arc<Context>, listen: SocketAddr) -> anyhow::Result<()> {
     let (policy_store, policy_writer) = reflector::store::<NetworkPolicy>();
     ctx.lookups.set_child_stores(job_store, policy_store);
     // managedFields are most of a Job's bytes and nothing here reads them.
-    let job_events = reflector(job_writer, watcher(Api::<Job>::all(client.clone()), children.clone()).modify(|j| j.managed_fields_mut().clear()))
-        .default_backoff()
-        .touched_objects();
-    let policy_events = reflector(policy_writer, watcher(Api::<NetworkPolicy>::all(client.clone()), children).modify(|p| p.managed_fields_mut().clear()))
-        .default_backoff()
-        .touched_objects();
+    let job_events =
+        reflector(job_writer, watcher(Api::<Job>::all(client.clone()), children.clone()).modify(|j| j.managed_fields_mut().clear()))
+            .default_backoff()
+            .touched_objects();
+    let policy_events =
+        reflector(policy_writer, watcher(Api::<NetworkPolicy>::all(client.clone()), children).modify(|p| p.managed_fields_mut().clear()))
+            .default_backoff()
+            .touched_objects();
     let jobs = Controller::new(Api::<SkillJob>::all(client.clone()), watcher::Config::default())
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.config.reconcile_concurrency))
         .owns_stream(job_events)

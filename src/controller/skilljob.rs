@@ -83,16 +83,19 @@ async fn apply(sj: &SkillJob, ctx: &Context) -> Result<Action> {
     // Before this controller recorded a Job, a cache miss is enough to try
     // creating it (a Job that exists after all answers 409, handled below).
     // After, only the API server may say it is gone.
-    let existing = if status.job_name.is_none() {
-        ctx.lookups.cached_job(&ns, &name)
-    } else {
-        ctx.lookups.job(&ctx.client, &ns, &name).await?
-    };
+    let existing =
+        if status.job_name.is_none() { ctx.lookups.cached_job(&ns, &name) } else { ctx.lookups.job(&ctx.client, &ns, &name).await? };
 
     if existing.is_none() {
         if status.job_name.is_some() {
             // We created it before and it is gone while not finished: never re-run.
-            set_phase(&mut status, SkillJobPhase::Failed, "JobDeleted", "the Job was deleted before the run finished; it was not re-run (create a new SkillJob)", generation);
+            set_phase(
+                &mut status,
+                SkillJobPhase::Failed,
+                "JobDeleted",
+                "the Job was deleted before the run finished; it was not re-run (create a new SkillJob)",
+                generation,
+            );
             patch_status(ctx, sj, &status).await?;
             publish(ctx, sj, EventType::Warning, "JobDeleted", "the Job disappeared before the run finished").await;
             return Ok(Action::await_change());
@@ -131,7 +134,13 @@ async fn apply(sj: &SkillJob, ctx: &Context) -> Result<Action> {
                     publish(ctx, sj, EventType::Warning, "InputsNotStaged", &message).await;
                     return Ok(Action::await_change());
                 }
-                set_phase(&mut status, SkillJobPhase::Pending, "AwaitingInputs", format!("waiting for the inputs to be staged: {why}"), generation);
+                set_phase(
+                    &mut status,
+                    SkillJobPhase::Pending,
+                    "AwaitingInputs",
+                    format!("waiting for the inputs to be staged: {why}"),
+                    generation,
+                );
                 patch_status(ctx, sj, &status).await?;
                 return Ok(Action::requeue(Duration::from_secs(5)));
             }
@@ -207,12 +216,20 @@ async fn apply(sj: &SkillJob, ctx: &Context) -> Result<Action> {
     match phase {
         // A Pending SkillJob whose Job exists keeps its message ("Job … created"):
         // rewriting it to say the same thing in other words cost a status write per run.
-        SkillJobPhase::Pending if status.phase == Some(SkillJobPhase::Pending) && sj.status.as_ref().is_some_and(|s| s.job_name.is_some()) => {
+        SkillJobPhase::Pending
+            if status.phase == Some(SkillJobPhase::Pending) && sj.status.as_ref().is_some_and(|s| s.job_name.is_some()) =>
+        {
             patch_status(ctx, sj, &status).await?;
             Ok(Action::requeue(Duration::from_secs(10)))
         }
         SkillJobPhase::Pending | SkillJobPhase::Running => {
-            set_phase(&mut status, phase, if phase == SkillJobPhase::Running { "Running" } else { "Pending" }, format!("Job {name} is {}", if phase == SkillJobPhase::Running { "running" } else { "starting" }), generation);
+            set_phase(
+                &mut status,
+                phase,
+                if phase == SkillJobPhase::Running { "Running" } else { "Pending" },
+                format!("Job {name} is {}", if phase == SkillJobPhase::Running { "running" } else { "starting" }),
+                generation,
+            );
             patch_status(ctx, sj, &status).await?;
             Ok(Action::requeue(Duration::from_secs(10)))
         }
@@ -220,10 +237,21 @@ async fn apply(sj: &SkillJob, ctx: &Context) -> Result<Action> {
             // The deadline passed: the pod must be gone before the files are trusted.
             if pods_alive(ctx, &ns, &uid).await? {
                 let now = Timestamp::now();
-                let since = job.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|c| c.iter().find(|c| c.type_ == "Failed")).and_then(|c| c.last_transition_time.clone());
+                let since = job
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .and_then(|c| c.iter().find(|c| c.type_ == "Failed"))
+                    .and_then(|c| c.last_transition_time.clone());
                 let stuck = since.is_some_and(|t| now.duration_since(t.0).as_secs() > 120);
                 if stuck {
-                    set_phase(&mut status, SkillJobPhase::Locked, "StopNotConfirmed", "the deadline passed but the pod did not stop; its files are withheld until an operator checks the node", generation);
+                    set_phase(
+                        &mut status,
+                        SkillJobPhase::Locked,
+                        "StopNotConfirmed",
+                        "the deadline passed but the pod did not stop; its files are withheld until an operator checks the node",
+                        generation,
+                    );
                     patch_status(ctx, sj, &status).await?;
                     publish(ctx, sj, EventType::Warning, "StopNotConfirmed", "pod still alive 120 s after the deadline").await;
                     return Ok(Action::requeue(Duration::from_secs(60)));
@@ -237,13 +265,20 @@ async fn apply(sj: &SkillJob, ctx: &Context) -> Result<Action> {
         }
         final_phase => {
             record_outputs(ctx, &ns, &uid, &mut status).await;
-            status.finished_at = job.status.as_ref().and_then(|s| s.completion_time.clone()).or_else(|| Some(crate::api::conditions::now()));
+            status.finished_at =
+                job.status.as_ref().and_then(|s| s.completion_time.clone()).or_else(|| Some(crate::api::conditions::now()));
             let message = match (final_phase, status.exit_code) {
                 (SkillJobPhase::Succeeded, _) => "the script exited 0".to_string(),
                 (_, Some(code)) => format!("the script exited {code}"),
                 _ => "the run failed before the script exited (see the Job's events)".to_string(),
             };
-            set_phase(&mut status, final_phase, if final_phase == SkillJobPhase::Succeeded { "Succeeded" } else { "Failed" }, message, generation);
+            set_phase(
+                &mut status,
+                final_phase,
+                if final_phase == SkillJobPhase::Succeeded { "Succeeded" } else { "Failed" },
+                message,
+                generation,
+            );
             patch_status(ctx, sj, &status).await?;
             Ok(Action::await_change())
         }
@@ -278,7 +313,9 @@ async fn record_outputs(ctx: &Context, ns: &str, uid: &str, status: &mut SkillJo
             status.outputs = manifest
                 .files
                 .iter()
-                .filter_map(|f| f.path.strip_prefix("work/").map(|p| OutputFile { path: p.to_string(), size: f.size, digest: f.digest.clone() }))
+                .filter_map(|f| {
+                    f.path.strip_prefix("work/").map(|p| OutputFile { path: p.to_string(), size: f.size, digest: f.digest.clone() })
+                })
                 .collect();
         }
         Ok(None) => {}
@@ -290,7 +327,14 @@ async fn record_outputs(ctx: &Context, ns: &str, uid: &str, status: &mut SkillJo
 /// operator may add it) or a visible condition.
 async fn check_namespace(ctx: &Context, ns: &str, status: &mut SkillJobStatus, generation: Option<i64>) -> Result<()> {
     let enforced = |status: &mut SkillJobStatus| {
-        set_condition(&mut status.conditions, "NamespaceRestricted", true, "Enforced", "the namespace enforces Pod Security `restricted`", generation);
+        set_condition(
+            &mut status.conditions,
+            "NamespaceRestricted",
+            true,
+            "Enforced",
+            "the namespace enforces Pod Security `restricted`",
+            generation,
+        );
     };
     if ctx.lookups.namespace_known_restricted(ns) {
         enforced(status);
@@ -306,7 +350,14 @@ async fn check_namespace(ctx: &Context, ns: &str, status: &mut SkillJobStatus, g
     if ctx.config.label_namespaces {
         let patch = json!({ "metadata": { "labels": { PSS_ENFORCE_LABEL: "restricted" } } });
         namespaces.patch(ns, &PatchParams::default(), &Patch::Merge(patch)).await?;
-        set_condition(&mut status.conditions, "NamespaceRestricted", true, "Labelled", "labelled the namespace pod-security.kubernetes.io/enforce=restricted", generation);
+        set_condition(
+            &mut status.conditions,
+            "NamespaceRestricted",
+            true,
+            "Labelled",
+            "labelled the namespace pod-security.kubernetes.io/enforce=restricted",
+            generation,
+        );
     } else {
         set_condition(
             &mut status.conditions,
@@ -432,7 +483,9 @@ async fn run_container_exit(ctx: &Context, ns: &str, uid: &str) -> Result<(Optio
     let selector = pod_selector_labels(uid).iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
     for pod in pods.list(&ListParams::default().labels(&selector)).await? {
         let statuses = pod.status.and_then(|s| s.container_statuses).unwrap_or_default();
-        if let Some(terminated) = statuses.iter().find(|c| c.name == "run").and_then(|c| c.state.as_ref()).and_then(|s| s.terminated.as_ref()) {
+        if let Some(terminated) =
+            statuses.iter().find(|c| c.name == "run").and_then(|c| c.state.as_ref()).and_then(|s| s.terminated.as_ref())
+        {
             return Ok((Some(terminated.exit_code), terminated.signal));
         }
     }
@@ -464,7 +517,13 @@ async fn cleanup(sj: &SkillJob, ctx: &Context) -> Result<Action> {
     if pods_alive(ctx, &ns, &uid).await? {
         let mut status = sj.status.clone().unwrap_or_default();
         if status.phase.is_none_or(|p| !is_final(p)) {
-            set_phase(&mut status, SkillJobPhase::Cancelled, "Cancelling", "cancelled: waiting for the pod to stop", sj.metadata.generation);
+            set_phase(
+                &mut status,
+                SkillJobPhase::Cancelled,
+                "Cancelling",
+                "cancelled: waiting for the pod to stop",
+                sj.metadata.generation,
+            );
             patch_status(ctx, sj, &status).await?;
         }
         return Err(Error::InUse("the run's pod has not stopped yet".into()));
@@ -475,7 +534,8 @@ async fn cleanup(sj: &SkillJob, ctx: &Context) -> Result<Action> {
 }
 
 async fn publish(ctx: &Context, sj: &SkillJob, type_: EventType, reason: &str, note: &str) {
-    let event = Event { type_, reason: reason.into(), note: Some(note.chars().take(1000).collect()), action: "Reconcile".into(), secondary: None };
+    let event =
+        Event { type_, reason: reason.into(), note: Some(note.chars().take(1000).collect()), action: "Reconcile".into(), secondary: None };
     if let Err(err) = ctx.recorder.publish(&event, &sj.object_ref(&())).await {
         tracing::debug!(%err, "could not publish an event");
     }

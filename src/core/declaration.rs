@@ -105,8 +105,25 @@ impl Declaration {
 /// Variables no skill may ask for: the server's own configuration and the
 /// loader/interpreter injectors that would turn a variable into code.
 const RESERVED_EXACT: &[&str] = &[
-    "PATH", "HOME", "LANG", "TZ", "TMPDIR", "SKILLS_DIR", "IFS", "ENV", "SHELLOPTS", "BASHOPTS", "PS4",
-    "PROMPT_COMMAND", "PERL5LIB", "PERL5OPT", "RUBYOPT", "RUBYLIB", "GCONV_PATH", "HOSTALIASES", "RUST_LOG",
+    "PATH",
+    "HOME",
+    "LANG",
+    "TZ",
+    "TMPDIR",
+    "SKILLS_DIR",
+    "IFS",
+    "ENV",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "PS4",
+    "PROMPT_COMMAND",
+    "PERL5LIB",
+    "PERL5OPT",
+    "RUBYOPT",
+    "RUBYLIB",
+    "GCONV_PATH",
+    "HOSTALIASES",
+    "RUST_LOG",
 ];
 const RESERVED_PREFIXES: &[&str] = &["LD_", "NODE_", "PYTHON", "BASH_", "MCP_", "SKILL_OPERATOR_", "NPM_CONFIG_", "DYLD_"];
 
@@ -246,10 +263,7 @@ fn parse_block(value: &Value, findings: &mut Vec<Finding>) -> Result<Option<Decl
                 return Err(format!("run[{i}].env[{j}] {var:?} is not a variable name"));
             }
             if is_reserved_env(var) {
-                findings.push((
-                    Reason::ReservedEnv,
-                    format!("{script} asks for {var}, a reserved variable; the script cannot run"),
-                ));
+                findings.push((Reason::ReservedEnv, format!("{script} asks for {var}, a reserved variable; the script cannot run")));
                 refused.get_or_insert_with(|| format!("asks for the reserved variable {var}"));
                 continue;
             }
@@ -271,10 +285,8 @@ fn parse_block(value: &Value, findings: &mut Vec<Finding>) -> Result<Option<Decl
                     DEFAULT_TIMEOUT_SECS
                 }
                 Some(secs) if secs > MAX_TIMEOUT_SECS => {
-                    findings.push((
-                        Reason::TimeoutClamped,
-                        format!("{script}: timeout {secs} s clamped to the {MAX_TIMEOUT_SECS} s ceiling"),
-                    ));
+                    findings
+                        .push((Reason::TimeoutClamped, format!("{script}: timeout {secs} s clamped to the {MAX_TIMEOUT_SECS} s ceiling")));
                     MAX_TIMEOUT_SECS
                 }
                 Some(secs) => secs,
@@ -394,7 +406,17 @@ mod tests {
 
     #[test]
     fn reserved_env_refuses_the_script() {
-        for var in ["LD_PRELOAD", "LD_LIBRARY_PATH", "NODE_OPTIONS", "PYTHONPATH", "NODE_REPL_EXTERNAL_MODULE", "MCP_SKILL_RUN", "SKILLS_DIR", "PATH", "BASH_ENV"] {
+        for var in [
+            "LD_PRELOAD",
+            "LD_LIBRARY_PATH",
+            "NODE_OPTIONS",
+            "PYTHONPATH",
+            "NODE_REPL_EXTERNAL_MODULE",
+            "MCP_SKILL_RUN",
+            "SKILLS_DIR",
+            "PATH",
+            "BASH_ENV",
+        ] {
             let (d, f) = parse(&json!({"version":1,"run":[{"script":"a.js","interpreter":"node","env":[var]}]}));
             let s = &d.unwrap().scripts[0];
             assert!(s.refused.as_deref().unwrap().contains(var), "{var}");
@@ -405,7 +427,9 @@ mod tests {
 
     #[test]
     fn interpreter_is_never_inferred() {
-        let (d, _) = parse(&json!({"version":1,"run":[{"script":"a.py"},{"script":"b.rb","interpreter":"ruby"},{"script":"c.py","interpreter":"python"}]}));
+        let (d, _) = parse(
+            &json!({"version":1,"run":[{"script":"a.py"},{"script":"b.rb","interpreter":"ruby"},{"script":"c.py","interpreter":"python"}]}),
+        );
         let d = d.unwrap();
         assert!(d.scripts[0].interpreter.is_none() && d.scripts[0].refused.as_deref().unwrap().contains("never inferred"));
         assert!(d.scripts[1].refused.as_deref().unwrap().contains("closed set"));

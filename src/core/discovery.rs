@@ -42,12 +42,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits {
-            skills: SKILLS_TOTAL,
-            files_per_skill: FILES_PER_SKILL,
-            dirs_per_skill: DIRS_PER_SKILL,
-            skill_md_cap: SKILL_MD_READ_CAP,
-        }
+        Limits { skills: SKILLS_TOTAL, files_per_skill: FILES_PER_SKILL, dirs_per_skill: DIRS_PER_SKILL, skill_md_cap: SKILL_MD_READ_CAP }
     }
 }
 
@@ -137,11 +132,7 @@ pub fn discover(roots: &[PathBuf], limits: Limits) -> Catalog {
         }
     }
     skills.sort_by(|a, b| a.name.cmp(&b.name));
-    Catalog {
-        roots: roots.iter().zip(root_counts).map(|(path, skills)| Root { path: path.clone(), skills }).collect(),
-        skills,
-        problems,
-    }
+    Catalog { roots: roots.iter().zip(root_counts).map(|(path, skills)| Root { path: path.clone(), skills }).collect(), skills, problems }
 }
 
 /// Read every accepted candidate; on two or more cores the work is split
@@ -154,10 +145,8 @@ fn load_all(cands: &[Candidate], limits: Limits) -> Vec<(Option<Skill>, Vec<Prob
     }
     let chunk = cands.len().div_ceil(threads);
     std::thread::scope(|scope| {
-        let handles: Vec<_> = cands
-            .chunks(chunk)
-            .map(|part| scope.spawn(move || part.iter().map(|c| load_skill(c, limits)).collect::<Vec<_>>()))
-            .collect();
+        let handles: Vec<_> =
+            cands.chunks(chunk).map(|part| scope.spawn(move || part.iter().map(|c| load_skill(c, limits)).collect::<Vec<_>>())).collect();
         handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
     })
 }
@@ -176,7 +165,14 @@ fn collect_root(index: usize, root: &Path, out: &mut Vec<Candidate>, problems: &
     };
     if real_root.join("SKILL.md").exists() {
         let name = real_root.file_name().and_then(OsStr::to_str).unwrap_or("").to_string();
-        out.push(Candidate { name, root: root.to_path_buf(), root_index: index, seen_at: root.to_path_buf(), real: real_root, via_symlink: false });
+        out.push(Candidate {
+            name,
+            root: root.to_path_buf(),
+            root_index: index,
+            seen_at: root.to_path_buf(),
+            real: real_root,
+            via_symlink: false,
+        });
         return;
     }
     scan_container(index, root, &real_root, root, ContainerKind::Root, out, problems);
@@ -327,7 +323,11 @@ fn load_skill(cand: &Candidate, limits: Limits) -> (Option<Skill>, Vec<Problem>)
         problems.push(at(
             &skill_md,
             Reason::SkillMdTruncated,
-            format!("SKILL.md is larger than {} KiB; only the first {} KiB are served", limits.skill_md_cap / 1024, limits.skill_md_cap / 1024),
+            format!(
+                "SKILL.md is larger than {} KiB; only the first {} KiB are served",
+                limits.skill_md_cap / 1024,
+                limits.skill_md_cap / 1024
+            ),
         ));
     }
     let md = match frontmatter::decode(&bytes, truncated).and_then(frontmatter::parse) {
@@ -489,7 +489,11 @@ fn walk_files(real_dir: &Path, seen_dir: &Path, limits: Limits, report: &mut dyn
                 let rel_path = match RelPath::from_walk(&rel_child) {
                     Ok(p) => p,
                     Err(err) => {
-                        report(Problem::new(&seen, Reason::UnusablePath, format!("this name cannot be addressed by the read tools ({err}); not served")));
+                        report(Problem::new(
+                            &seen,
+                            Reason::UnusablePath,
+                            format!("this name cannot be addressed by the read tools ({err}); not served"),
+                        ));
                         continue;
                     }
                 };

@@ -335,11 +335,11 @@ fn messy_corpus_is_served_with_problems_not_refusals() {
         let dir = root.join(format!("skill-{i:03}"));
         let mut fm = String::new();
         match i % 10 {
-            0 => fm.push_str(&format!("name: Skill {i}\n")),                              // capitals, spaces
-            1 => fm.push_str("name: someone-else\n"),                                      // name mismatch
+            0 => fm.push_str(&format!("name: Skill {i}\n")), // capitals, spaces
+            1 => fm.push_str("name: someone-else\n"),        // name mismatch
             2 => fm.push_str(&format!("name: skill-{i:03}\nrequires: [python]\nversion: 2\ntags: [a, b]\n")), // unknown keys
-            3 => fm.push_str(&format!("name: skill-{i:03}\nmetadata:\n  version: 1.2\n  author: me\n")),       // non-string metadata
-            4 => fm.push_str(&format!("name: skill-{i:03}\nallowed-tools:\n  - Read\n  - Bash\n")),            // list
+            3 => fm.push_str(&format!("name: skill-{i:03}\nmetadata:\n  version: 1.2\n  author: me\n")), // non-string metadata
+            4 => fm.push_str(&format!("name: skill-{i:03}\nallowed-tools:\n  - Read\n  - Bash\n")), // list
             _ => fm.push_str(&format!("name: skill-{i:03}\n")),
         }
         if i % 10 == 5 {

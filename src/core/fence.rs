@@ -129,10 +129,10 @@ pub fn plan(
         ScriptStatus::Unavailable(reason) => return Err(Refusal::Unavailable { script: script.to_string(), reason }),
         ScriptStatus::Ungranted(reason) => return Err(Refusal::Ungranted { script: script.to_string(), reason }),
     };
-    let interpreter = declared.decl.interpreter.ok_or_else(|| Refusal::Unavailable {
-        script: script.to_string(),
-        reason: "no interpreter declared".into(),
-    })?;
+    let interpreter = declared
+        .decl
+        .interpreter
+        .ok_or_else(|| Refusal::Unavailable { script: script.to_string(), reason: "no interpreter declared".into() })?;
     Ok(RunPlan {
         skill: skill.name.clone(),
         skill_dir: skill.dir.clone(),
@@ -274,8 +274,14 @@ mod tests {
     fn env_is_an_allowlist_plus_granted_names() {
         let (_t, c) = catalog();
         let p = plan(&c, &standalone(), &all(), "tool", "scripts/run.py", &[]).unwrap();
-        let server: HashMap<&str, &str> =
-            [("API_KEY", "k"), ("SECRET_OF_SERVER", "s"), ("PATH", "/root/.pyenv/shims:/usr/bin"), ("LD_PRELOAD", "/evil.so"), ("TZ", "UTC")].into();
+        let server: HashMap<&str, &str> = [
+            ("API_KEY", "k"),
+            ("SECRET_OF_SERVER", "s"),
+            ("PATH", "/root/.pyenv/shims:/usr/bin"),
+            ("LD_PRELOAD", "/evil.so"),
+            ("TZ", "UTC"),
+        ]
+        .into();
         let env = script_env(&p, "/home", "/tmp", &|k| server.get(k).map(|v| v.to_string()));
         assert_eq!(env.names, vec!["API_KEY", "HOME", "LANG", "PATH", "TMPDIR", "TZ"]);
         assert_eq!(env.missing, vec!["OTHER"]);

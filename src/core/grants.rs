@@ -176,7 +176,11 @@ impl Grants {
         }
         for row in self.rows.iter().flatten() {
             let Some(skill) = catalog.get(&row.skill) else {
-                problems.push(Problem::new(&where_, Reason::Grant, format!("grant names skill `{}`, which is not served; grants nothing", row.skill)));
+                problems.push(Problem::new(
+                    &where_,
+                    Reason::Grant,
+                    format!("grant names skill `{}`, which is not served; grants nothing", row.skill),
+                ));
                 continue;
             };
             let Some(script) = skill.script(&row.script) else {
@@ -185,7 +189,12 @@ impl Grants {
                     Problem::new(
                         &where_,
                         Reason::Grant,
-                        format!("grant names {}, which `{}` does not declare (declared: {}); grants nothing", row.script, row.skill, list_or_none(&declared)),
+                        format!(
+                            "grant names {}, which `{}` does not declare (declared: {}); grants nothing",
+                            row.script,
+                            row.skill,
+                            list_or_none(&declared)
+                        ),
                     )
                     .for_skill(&row.skill),
                 );
@@ -194,8 +203,12 @@ impl Grants {
             for var in &row.env {
                 if !script.decl.env.contains(var) {
                     problems.push(
-                        Problem::new(&where_, Reason::Grant, format!("grant hands {var} to {}, which did not ask for it; not handed over", row.script))
-                            .for_skill(&row.skill),
+                        Problem::new(
+                            &where_,
+                            Reason::Grant,
+                            format!("grant hands {var} to {}, which did not ask for it; not handed over", row.script),
+                        )
+                        .for_skill(&row.skill),
                     );
                 }
             }
@@ -251,7 +264,10 @@ mod tests {
 
     #[test]
     fn env_grant_intersects() {
-        let g = Grants::resolve(&env(&[("MCP_SKILL_RUN", r#"[{"skill":"s","script":"a.js","env":["K","OTHER"]}]"#), ("MCP_DATA_DIR", "/d")]), None);
+        let g = Grants::resolve(
+            &env(&[("MCP_SKILL_RUN", r#"[{"skill":"s","script":"a.js","env":["K","OTHER"]}]"#), ("MCP_DATA_DIR", "/d")]),
+            None,
+        );
         assert_eq!(g.source, GrantSource::Env);
         assert_eq!(g.decide("s", "a.js", &["K".into(), "NOT_GRANTED".into()]), Ok(vec!["K".to_string()]));
         assert!(g.decide("s", "b.js", &[]).is_err());

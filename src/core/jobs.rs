@@ -581,8 +581,14 @@ impl JobStore {
             return Err(JobError::CapReached { max: self.limits.retained });
         }
         let id = uuid::Uuid::new_v4().simple().to_string();
-        let record =
-            JobRecord { id: id.clone(), skill: skill.to_string(), created_at_ms: now_ms(), state: JobState::Created, inputs: Vec::new(), run: None };
+        let record = JobRecord {
+            id: id.clone(),
+            skill: skill.to_string(),
+            created_at_ms: now_ms(),
+            state: JobState::Created,
+            inputs: Vec::new(),
+            run: None,
+        };
         // Build the job under a temporary name and rename it into place, so
         // an id directory always has a complete record.
         let tmp = self.jobs_dir.join(format!("{NEW_JOB_PREFIX}{id}"));
@@ -790,7 +796,13 @@ impl JobStore {
                         match entry {
                             Ok(entry) => entries.push(entry),
                             Err(err) => {
-                                skip(&mut listing, cap, display_rel(&prefix, "?"), SkipKind::Unreadable, format!("directory entry unreadable: {err}"));
+                                skip(
+                                    &mut listing,
+                                    cap,
+                                    display_rel(&prefix, "?"),
+                                    SkipKind::Unreadable,
+                                    format!("directory entry unreadable: {err}"),
+                                );
                             }
                         }
                     }
@@ -829,7 +841,13 @@ impl JobStore {
                     skip(&mut listing, cap, rel, SkipKind::Symlink, format!("symlink to {}; not followed", clip(&target, 200)));
                 } else if file_type.is_dir() {
                     if depth + 1 >= JOB_MAX_DEPTH {
-                        skip(&mut listing, cap, rel, SkipKind::TooDeep, format!("directory nested deeper than {JOB_MAX_DEPTH} levels; not walked"));
+                        skip(
+                            &mut listing,
+                            cap,
+                            rel,
+                            SkipKind::TooDeep,
+                            format!("directory nested deeper than {JOB_MAX_DEPTH} levels; not walked"),
+                        );
                     } else {
                         subdirs.push((entry_path, rel, depth + 1));
                     }

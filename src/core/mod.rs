@@ -13,11 +13,11 @@
 //! - [`content`]: capped reads, encodings, digests.
 
 pub mod catalog;
+pub mod confirm;
 pub mod content;
 pub mod declaration;
 pub mod discovery;
 pub mod fence;
-pub mod confirm;
 pub mod frontmatter;
 pub mod grants;
 pub mod jobs;

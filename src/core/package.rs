@@ -433,12 +433,7 @@ fn sha256_hex(data: &[u8]) -> String {
 
 /// Reads `r` to the end, refusing as soon as the per-file cap, the total
 /// cap or (for ZIP entries, `compressed = Some`) the ratio cap is passed.
-fn read_capped(
-    r: &mut dyn Read,
-    path: &str,
-    compressed: Option<u64>,
-    index: &PathIndex,
-) -> Result<Vec<u8>, ReadCapError> {
+fn read_capped(r: &mut dyn Read, path: &str, compressed: Option<u64>, index: &PathIndex) -> Result<Vec<u8>, ReadCapError> {
     let limits = &index.limits;
     let mut out = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
@@ -505,9 +500,8 @@ fn walk_dir(dir: &Path, rel: &str, tree: &mut Tree) -> Result<()> {
     for entry in fs::read_dir(dir).map_err(read_err(dir))? {
         let entry = entry.map_err(read_err(dir))?;
         let name = entry.file_name();
-        let name = name.to_str().ok_or_else(|| PackageError::NonUtf8Path {
-            path: format!("{rel}{}", entry.file_name().to_string_lossy()),
-        })?;
+        let name =
+            name.to_str().ok_or_else(|| PackageError::NonUtf8Path { path: format!("{rel}{}", entry.file_name().to_string_lossy()) })?;
         names.push(name.to_string());
     }
     names.sort();
@@ -684,10 +678,7 @@ pub fn build_from_zip_with(zip_bytes: &[u8], subdir: Option<&str>, limits: &Limi
         })
         .collect();
     if selected.is_empty() && !prefix.is_empty() {
-        return Err(PackageError::SubfolderNotFound {
-            subdir: prefix.trim_end_matches('/').into(),
-            found_in: skill_md_dirs,
-        });
+        return Err(PackageError::SubfolderNotFound { subdir: prefix.trim_end_matches('/').into(), found_in: skill_md_dirs });
     }
     selected.sort_by(|a, b| a.1.cmp(&b.1));
     if !selected.iter().any(|(e, rel)| !e.is_dir && rel == SKILL_MD) {
@@ -709,9 +700,7 @@ pub fn build_from_zip_with(zip_bytes: &[u8], subdir: Option<&str>, limits: &Limi
         let data = match read_capped(&mut f, &rel, Some(e.compressed), &tree.index) {
             Ok(d) => d,
             Err(ReadCapError::Cap(err)) => return Err(err),
-            Err(ReadCapError::Io(source)) => {
-                return Err(PackageError::InvalidZip { path: Some(e.name.clone()), source: source.into() })
-            }
+            Err(ReadCapError::Io(source)) => return Err(PackageError::InvalidZip { path: Some(e.name.clone()), source: source.into() }),
         };
         tree.add_file(&rel, e.executable, data)?;
     }
@@ -784,11 +773,7 @@ impl<R: Read> Read for CapReader<R> {
 /// Streams a `.tar.gz`, checking entry types and paths, and hands each entry
 /// to `visit`. Tar-level caps (raw size) are enforced here; per-file and
 /// total caps by the visitor through its `PathIndex`.
-fn read_tarball(
-    bytes: &[u8],
-    limits: &Limits,
-    mut visit: impl FnMut(TarItem<'_>) -> Result<()>,
-) -> Result<()> {
+fn read_tarball(bytes: &[u8], limits: &Limits, mut visit: impl FnMut(TarItem<'_>) -> Result<()>) -> Result<()> {
     let hit = std::rc::Rc::new(std::cell::Cell::new(false));
     let reader = CapReader {
         inner: flate2::read::GzDecoder::new(bytes),
@@ -807,8 +792,8 @@ fn read_tarball(
     for entry in entries {
         let mut entry = entry.map_err(tar_err)?;
         let raw = entry.path_bytes().into_owned();
-        let name = String::from_utf8(raw)
-            .map_err(|e| PackageError::NonUtf8Path { path: String::from_utf8_lossy(e.as_bytes()).into_owned() })?;
+        let name =
+            String::from_utf8(raw).map_err(|e| PackageError::NonUtf8Path { path: String::from_utf8_lossy(e.as_bytes()).into_owned() })?;
         let etype = entry.header().entry_type();
         let kind = match etype {
             tar::EntryType::Regular | tar::EntryType::Continuous => Kind::File,
@@ -889,20 +874,20 @@ pub fn manifest_with(bytes: &[u8], limits: &Limits) -> Result<Vec<FileEntry>> {
 fn hash_capped(r: &mut dyn Read, path: &str, index: &PathIndex) -> Result<(u64, String)> {
     let mut h = Sha256::new();
     let mut n = 0u64;
-    copy_capped(r, path, index, |chunk| {
-        h.update(chunk);
-        Ok(())
-    }, &mut n)?;
+    copy_capped(
+        r,
+        path,
+        index,
+        |chunk| {
+            h.update(chunk);
+            Ok(())
+        },
+        &mut n,
+    )?;
     Ok((n, hex::encode(h.finalize())))
 }
 
-fn copy_capped(
-    r: &mut dyn Read,
-    path: &str,
-    index: &PathIndex,
-    mut sink: impl FnMut(&[u8]) -> io::Result<()>,
-    n: &mut u64,
-) -> Result<()> {
+fn copy_capped(r: &mut dyn Read, path: &str, index: &PathIndex, mut sink: impl FnMut(&[u8]) -> io::Result<()>, n: &mut u64) -> Result<()> {
     let limits = &index.limits;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -959,11 +944,7 @@ pub fn unpack_with(bytes: &[u8], dest: &Path, limits: &Limits) -> Result<Vec<Fil
         if let Ok(rd) = fs::read_dir(dest) {
             for e in rd.flatten() {
                 let p = e.path();
-                let _ = if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                    fs::remove_dir_all(&p)
-                } else {
-                    fs::remove_file(&p)
-                };
+                let _ = if e.file_type().map(|t| t.is_dir()).unwrap_or(false) { fs::remove_dir_all(&p) } else { fs::remove_file(&p) };
             }
         }
     }
@@ -995,10 +976,16 @@ fn unpack_inner(bytes: &[u8], dest: &Path, limits: &Limits) -> Result<Vec<FileEn
                 let mut f = create_new_file(&p, executable)?;
                 let mut h = Sha256::new();
                 let mut n = 0u64;
-                copy_capped(reader, path, &index, |chunk| {
-                    h.update(chunk);
-                    f.write_all(chunk)
-                }, &mut n)?;
+                copy_capped(
+                    reader,
+                    path,
+                    &index,
+                    |chunk| {
+                        h.update(chunk);
+                        f.write_all(chunk)
+                    },
+                    &mut n,
+                )?;
                 index.total += n;
                 out.push(FileEntry { path: path.to_string(), size: n, sha256: hex::encode(h.finalize()), executable });
             }
@@ -1028,11 +1015,7 @@ fn create_new_file(p: &Path, executable: bool) -> Result<fs::File> {
 
 #[cfg(not(unix))]
 fn create_new_file(p: &Path, _executable: bool) -> Result<fs::File> {
-    fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(p)
-        .map_err(|source| PackageError::Write { path: p.into(), source })
+    fs::OpenOptions::new().write(true).create_new(true).open(p).map_err(|source| PackageError::Write { path: p.into(), source })
 }
 
 #[cfg(unix)]

@@ -177,12 +177,7 @@ pub struct Problem {
 
 impl Problem {
     pub fn new(path: impl AsRef<Path>, reason: Reason, detail: impl Into<String>) -> Self {
-        Problem {
-            path: path.as_ref().display().to_string(),
-            skill: None,
-            reason,
-            detail: detail.into(),
-        }
+        Problem { path: path.as_ref().display().to_string(), skill: None, reason, detail: detail.into() }
     }
 
     pub fn for_skill(mut self, skill: impl Into<String>) -> Self {

@@ -83,10 +83,8 @@ pub fn check(served_name: &str, fm: &Map<String, Value>) -> Result<(SkillMeta, V
         Some(Value::String(text)) => {
             let n = text.chars().count();
             if n > SPEC_COMPATIBILITY_MAX {
-                findings.push((
-                    Reason::SpecViolation,
-                    format!("`compatibility` is {n} characters; the spec allows {SPEC_COMPATIBILITY_MAX}"),
-                ));
+                findings
+                    .push((Reason::SpecViolation, format!("`compatibility` is {n} characters; the spec allows {SPEC_COMPATIBILITY_MAX}")));
             }
         }
         Some(other) => findings.push((Reason::SpecViolation, format!("`compatibility` must be text, found {}", kind(other)))),
@@ -97,10 +95,7 @@ pub fn check(served_name: &str, fm: &Map<String, Value>) -> Result<(SkillMeta, V
         Some(Value::Object(map)) => {
             let odd: Vec<&str> = map.iter().filter(|(_, v)| !v.is_string()).map(|(k, _)| k.as_str()).collect();
             if !odd.is_empty() {
-                findings.push((
-                    Reason::SpecViolation,
-                    format!("`metadata` values must be text; not text: {}", odd.join(", ")),
-                ));
+                findings.push((Reason::SpecViolation, format!("`metadata` values must be text; not text: {}", odd.join(", "))));
             }
         }
         Some(other) => findings.push((Reason::SpecViolation, format!("`metadata` must be a mapping, found {}", kind(other)))),
@@ -108,10 +103,9 @@ pub fn check(served_name: &str, fm: &Map<String, Value>) -> Result<(SkillMeta, V
 
     match fm.get("allowed-tools") {
         None | Some(Value::String(_)) => {}
-        Some(Value::Array(_)) => findings.push((
-            Reason::SpecViolation,
-            "`allowed-tools` is a list; the spec wants one space-separated string".into(),
-        )),
+        Some(Value::Array(_)) => {
+            findings.push((Reason::SpecViolation, "`allowed-tools` is a list; the spec wants one space-separated string".into()))
+        }
         Some(other) => findings.push((Reason::SpecViolation, format!("`allowed-tools` must be text, found {}", kind(other)))),
     }
 
@@ -182,7 +176,9 @@ mod tests {
 
     #[test]
     fn clean_skill_has_no_findings() {
-        let (meta, findings) = check("pdf", &fm(json!({"name":"pdf","description":"d","license":"MIT","metadata":{"a":"b"},"allowed-tools":"Read Bash"}))).unwrap();
+        let (meta, findings) =
+            check("pdf", &fm(json!({"name":"pdf","description":"d","license":"MIT","metadata":{"a":"b"},"allowed-tools":"Read Bash"})))
+                .unwrap();
         assert!(findings.is_empty(), "{findings:?}");
         assert_eq!(meta.license.as_deref(), Some("MIT"));
     }

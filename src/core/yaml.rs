@@ -39,11 +39,8 @@ pub fn parse(text: &str) -> Result<Value, YamlError> {
     let mut root: Option<Value> = None;
     let mut documents = 0usize;
     for item in Parser::new_from_str(text) {
-        let (event, span) = item.map_err(|err| YamlError {
-            message: err.info().to_string(),
-            line: err.marker().line(),
-            column: err.marker().col() + 1,
-        })?;
+        let (event, span) =
+            item.map_err(|err| YamlError { message: err.info().to_string(), line: err.marker().line(), column: err.marker().col() + 1 })?;
         match event {
             Event::StreamStart | Event::StreamEnd | Event::DocumentEnd | Event::Nothing => {}
             Event::DocumentStart(_) => {

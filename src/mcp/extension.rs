@@ -28,8 +28,12 @@ pub const TTL_MS: u64 = 300_000;
 /// Whether a skill can be listed by the extension, or the problem saying why not.
 pub fn eligibility(skill: &Skill) -> Result<(), Problem> {
     let exclude = |detail: String| {
-        Err(Problem::new(skill.dir.join("SKILL.md"), Reason::ExtensionExcluded, format!("{detail}; still served by the tools, prompts and resources"))
-            .for_skill(&skill.name))
+        Err(Problem::new(
+            skill.dir.join("SKILL.md"),
+            Reason::ExtensionExcluded,
+            format!("{detail}; still served by the tools, prompts and resources"),
+        )
+        .for_skill(&skill.name))
     };
     match skill.frontmatter.get("name") {
         Some(Value::String(name)) if name == &skill.name => {}
@@ -44,7 +48,11 @@ pub fn eligibility(skill: &Skill) -> Result<(), Problem> {
     if skill.bytes > EXTENSION_BYTES_MAX {
         return exclude(format!("{} bytes; skills/list manifests hold at most 16 MiB", skill.bytes));
     }
-    let probe = WireSkill::new(skill_uri(&skill.name), frontmatter(skill), SkillResources::Files(vec![SkillResource::new(skill_uri(&skill.name), format!("sha256:{}", "0".repeat(64)), 0)]));
+    let probe = WireSkill::new(
+        skill_uri(&skill.name),
+        frontmatter(skill),
+        SkillResources::Files(vec![SkillResource::new(skill_uri(&skill.name), format!("sha256:{}", "0".repeat(64)), 0)]),
+    );
     if let Err(err) = probe.validate() {
         return exclude(format!("the entry breaks SEP-2640: {err}"));
     }

@@ -11,11 +11,10 @@ pub mod uri;
 use std::sync::{Arc, OnceLock};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams, GetPromptResponse,
-    GetPromptResult, GetSkillRequestParams, GetSkillResult, Implementation, ListPromptsResult,
-    ListResourceTemplatesResult, ListResourcesResult, ListSkillsResult, ListToolsResult, PaginatedRequestParams, Prompt,
-    PromptMessage, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource, ResourceContents,
-    ResourceTemplate, Role, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
+    GetSkillRequestParams, GetSkillResult, Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListSkillsResult, ListToolsResult, PaginatedRequestParams, Prompt, PromptMessage, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, Resource, ResourceContents, ResourceTemplate, Role, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -59,7 +58,11 @@ pub fn tool_definitions() -> &'static [Tool] {
 }
 
 /// Run a tool body off the async threads (it reads files) and shape the result.
-async fn run_tool<I, O>(state: Arc<ServerState>, args: Option<serde_json::Map<String, Value>>, body: fn(&ServerState, I) -> Result<O, ToolError>) -> CallToolResult
+async fn run_tool<I, O>(
+    state: Arc<ServerState>,
+    args: Option<serde_json::Map<String, Value>>,
+    body: fn(&ServerState, I) -> Result<O, ToolError>,
+) -> CallToolResult
 where
     I: serde::de::DeserializeOwned + Send + 'static,
     O: Serialize + Send + 'static,
@@ -145,7 +148,11 @@ impl ServerHandler for SkillServer {
             )
     }
 
-    async fn list_tools(&self, _request: Option<PaginatedRequestParams>, _context: RequestContext<RoleServer>) -> Result<ListToolsResult, McpError> {
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
         Ok(ListToolsResult::with_all_items(tool_definitions().to_vec()))
     }
 
@@ -178,7 +185,11 @@ impl ServerHandler for SkillServer {
         Ok(result.into())
     }
 
-    async fn list_prompts(&self, request: Option<PaginatedRequestParams>, _context: RequestContext<RoleServer>) -> Result<ListPromptsResult, McpError> {
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
         let prompts = self.state.catalog.skills.iter().map(|s| Prompt::new(s.name.clone(), Some(s.meta.description.clone()), None));
         let (items, next) = page_of(prompts, cursor(&request), LIST_PAGE)?;
         let mut result = ListPromptsResult::with_all_items(items);
@@ -186,11 +197,16 @@ impl ServerHandler for SkillServer {
         Ok(result)
     }
 
-    async fn get_prompt(&self, request: GetPromptRequestParams, _context: RequestContext<RoleServer>) -> Result<GetPromptResponse, McpError> {
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
         let state = self.state.clone();
         let name = request.name.clone();
         let loaded = tokio::task::spawn_blocking(move || {
-            let skill = state.catalog.get(&name).ok_or_else(|| format!("no skill named `{name}`; served: {}", state.catalog.names().join(", ")))?;
+            let skill =
+                state.catalog.get(&name).ok_or_else(|| format!("no skill named `{name}`; served: {}", state.catalog.names().join(", ")))?;
             let (body, _) = skill.load_body().map_err(|e| e.to_string())?;
             Ok::<_, String>((skill.meta.description.clone(), body))
         })
@@ -200,7 +216,11 @@ impl ServerHandler for SkillServer {
         Ok(GetPromptResult::new(vec![PromptMessage::new_text(Role::User, body)]).with_description(description).into())
     }
 
-    async fn list_resources(&self, request: Option<PaginatedRequestParams>, _context: RequestContext<RoleServer>) -> Result<ListResourcesResult, McpError> {
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
         let resources = self.state.catalog.skills.iter().flat_map(|s| {
             s.files.iter().map(move |f| {
                 Resource::new(uri::file_uri(&s.name, f.path.as_str()), format!("{}/{}", s.name, f.path))
@@ -223,7 +243,11 @@ impl ServerHandler for SkillServer {
             .with_description("A file of a served skill; skill_list names the skills, skill_load lists their files.")]))
     }
 
-    async fn read_resource(&self, request: ReadResourceRequestParams, _context: RequestContext<RoleServer>) -> Result<ReadResourceResponse, McpError> {
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
         let state = self.state.clone();
         let uri_text = request.uri.clone();
         let read = tokio::task::spawn_blocking(move || read_skill_resource(&state, &uri_text))
@@ -232,7 +256,11 @@ impl ServerHandler for SkillServer {
         Ok(ReadResourceResult::new(vec![read]).into())
     }
 
-    async fn list_skills(&self, request: Option<PaginatedRequestParams>, _context: RequestContext<RoleServer>) -> Result<ListSkillsResult, McpError> {
+    async fn list_skills(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListSkillsResult, McpError> {
         let state = self.state.clone();
         let cursor = cursor(&request).map(str::to_string);
         tokio::task::spawn_blocking(move || {
@@ -259,7 +287,8 @@ impl ServerHandler for SkillServer {
                 .find(|n| extension::skill_uri(n) == request.uri)
                 .cloned()
                 .ok_or_else(|| McpError::invalid_params(format!("no skill is served at {}", request.uri), None))?;
-            let skill = state.catalog.get(&name).ok_or_else(|| McpError::invalid_params(format!("no skill is served at {}", request.uri), None))?;
+            let skill =
+                state.catalog.get(&name).ok_or_else(|| McpError::invalid_params(format!("no skill is served at {}", request.uri), None))?;
             let entry = extension::entry(&state, skill).map_err(|e| McpError::internal_error(e.to_string(), None))?;
             Ok(GetSkillResult::new(entry).with_ttl_ms(extension::TTL_MS).with_cache_scope(state.cache_scope))
         })
@@ -278,7 +307,8 @@ fn read_skill_resource(state: &ServerState, uri_text: &str) -> Result<ResourceCo
         return Err(not_found(format!("`{name}` has no file {rel}")));
     }
     let real = resolve_inside(&skill.dir, &rel).map_err(|e| not_found(format!("{uri_text}: {e}")))?;
-    let content = read_for_client(&real, rel.as_str(), RESOURCE_READ_CAP).map_err(|e| McpError::internal_error(format!("{uri_text}: {e}"), None))?;
+    let content =
+        read_for_client(&real, rel.as_str(), RESOURCE_READ_CAP).map_err(|e| McpError::internal_error(format!("{uri_text}: {e}"), None))?;
     if content.truncated {
         return Err(McpError::invalid_request(
             format!("{uri_text} is {} bytes; resources/read serves files up to 16 MiB, use skill_file for the first 1 MiB", content.size),
@@ -316,7 +346,14 @@ mod tests {
         assert!(matches!(ok, ResourceContents::TextResourceContents { ref text, .. } if text == "alpha"));
 
         // Hostile URIs are refused before the filesystem is touched.
-        for uri in ["skill://docs/../secret.txt", "skill://docs/%2e%2e/secret.txt", "skill://docs//etc/passwd", "skill://docs/refs%5ca.md", "file:///etc/passwd", "skill://docs/refs/a.md?x"] {
+        for uri in [
+            "skill://docs/../secret.txt",
+            "skill://docs/%2e%2e/secret.txt",
+            "skill://docs//etc/passwd",
+            "skill://docs/refs%5ca.md",
+            "file:///etc/passwd",
+            "skill://docs/refs/a.md?x",
+        ] {
             let err = read_skill_resource(&st, uri).unwrap_err();
             assert_eq!(err.code, rmcp::model::ErrorCode::INVALID_PARAMS, "{uri}");
         }

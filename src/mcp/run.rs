@@ -17,7 +17,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use rmcp::model::{ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema, InputRequest, InputRequiredResult, ProtocolVersion};
+use rmcp::model::{
+    ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema, InputRequest, InputRequiredResult,
+    ProtocolVersion,
+};
 
 use crate::core::confirm::{call_digest, ConfirmMode, Confirmations, TOKEN_TTL};
 use crate::core::fence::{self, RunPlan};
@@ -78,7 +81,10 @@ impl From<RunError> for ToolError {
 }
 
 fn execution(state: &ServerState) -> Result<&Arc<Execution>, ToolError> {
-    state.execution.as_ref().ok_or_else(|| ToolError::new("no-execution", "this server does not run scripts (no execution backend configured)"))
+    state
+        .execution
+        .as_ref()
+        .ok_or_else(|| ToolError::new("no-execution", "this server does not run scripts (no execution backend configured)"))
 }
 
 // ---------- inputs ----------
@@ -249,7 +255,8 @@ async fn gate(
                 if let (Some(answers), Some(handle)) = (&retry.input_responses, &retry.request_state) {
                     let answer = answers.get(CONFIRM_INPUT).cloned().and_then(|v| serde_json::from_value::<ElicitResult>(v).ok());
                     let yes = answer.as_ref().is_some_and(|a| {
-                        a.action == ElicitationAction::Accept && a.content.as_ref().and_then(|c| c.get("run")).and_then(Value::as_bool) == Some(true)
+                        a.action == ElicitationAction::Accept
+                            && a.content.as_ref().and_then(|c| c.get("run")).and_then(Value::as_bool) == Some(true)
                     });
                     if !yes {
                         return Ok(declined());
@@ -260,7 +267,11 @@ async fn gate(
                 if can_ask {
                     let schema = ElicitationSchema::from_type::<RunConfirmation>()
                         .map_err(|e| ToolError::new("internal", format!("confirmation schema: {e}")))?;
-                    let request = ElicitRequest::new(ElicitRequestParams::FormElicitationParams { meta: None, message: question, requested_schema: schema });
+                    let request = ElicitRequest::new(ElicitRequestParams::FormElicitationParams {
+                        meta: None,
+                        message: question,
+                        requested_schema: schema,
+                    });
                     let handle = exec.confirmations.issue(&digest, Instant::now());
                     let mut questions = rmcp::model::InputRequests::new();
                     questions.insert(CONFIRM_INPUT.to_string(), InputRequest::Elicitation(request));
@@ -293,7 +304,13 @@ fn lookup(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
-fn build_preview(exec: &Execution, state: &ServerState, plan: &RunPlan, job: Option<&str>, inputs: Vec<InputSummary>) -> Result<Preview, ToolError> {
+fn build_preview(
+    exec: &Execution,
+    state: &ServerState,
+    plan: &RunPlan,
+    job: Option<&str>,
+    inputs: Vec<InputSummary>,
+) -> Result<Preview, ToolError> {
     // Where the work directory will be: the job's, or a placeholder for a job not yet created.
     let work = match job {
         Some(id) => exec.jobs.work_dir(id)?,
@@ -404,7 +421,12 @@ pub struct SkillRunInput {
     pub confirm: Option<String>,
 }
 
-pub async fn skill_run(state: Arc<ServerState>, input: SkillRunInput, retry: Retry, context: RequestContext<RoleServer>) -> Result<RunReply, ToolError> {
+pub async fn skill_run(
+    state: Arc<ServerState>,
+    input: SkillRunInput,
+    retry: Retry,
+    context: RequestContext<RoleServer>,
+) -> Result<RunReply, ToolError> {
     let exec = execution(&state)?.clone();
     let plan = plan_for(&state, &input.skill, &input.script, &input.args)?;
     let mut decoded = Vec::with_capacity(input.inputs.len());
@@ -419,7 +441,9 @@ pub async fn skill_run(state: Arc<ServerState>, input: SkillRunInput, retry: Ret
     if total > chunk {
         return Err(ToolError::new(
             "inputs-too-large",
-            format!("inline inputs total {total} bytes; at most {chunk} per call: create a job and upload larger files with skill_job_upload"),
+            format!(
+                "inline inputs total {total} bytes; at most {chunk} per call: create a job and upload larger files with skill_job_upload"
+            ),
         ));
     }
     let summaries = decoded.iter().map(|(p, d, b)| InputSummary { path: p.clone(), size: b.len() as u64, sha256: d.clone() }).collect();
@@ -463,7 +487,10 @@ pub struct JobCreateInput {
 pub fn job_create(state: &ServerState, input: JobCreateInput) -> Result<JobRecord, ToolError> {
     let exec = execution(state)?;
     if state.catalog.get(&input.skill).is_none() {
-        return Err(ToolError::new("unknown-skill", format!("no skill named `{}`; served skills: {}", input.skill, state.catalog.names().join(", "))));
+        return Err(ToolError::new(
+            "unknown-skill",
+            format!("no skill named `{}`; served skills: {}", input.skill, state.catalog.names().join(", ")),
+        ));
     }
     Ok(exec.jobs.create(&input.skill)?)
 }
@@ -503,14 +530,23 @@ pub struct JobRunInput {
     pub confirm: Option<String>,
 }
 
-pub async fn job_run(state: Arc<ServerState>, input: JobRunInput, retry: Retry, context: RequestContext<RoleServer>) -> Result<RunReply, ToolError> {
+pub async fn job_run(
+    state: Arc<ServerState>,
+    input: JobRunInput,
+    retry: Retry,
+    context: RequestContext<RoleServer>,
+) -> Result<RunReply, ToolError> {
     let exec = execution(&state)?.clone();
     let record = exec.jobs.get(&input.job)?;
     if record.state != crate::core::jobs::JobState::Created {
-        return Err(ToolError::new("job-already-ran", format!("job {} already ran ({}); create a new job to run again", record.id, record.state)));
+        return Err(ToolError::new(
+            "job-already-ran",
+            format!("job {} already ran ({}); create a new job to run again", record.id, record.state),
+        ));
     }
     let plan = plan_for(&state, &record.skill, &input.script, &input.args)?;
-    let inputs: Vec<InputSummary> = record.inputs.iter().map(|f| InputSummary { path: f.path.clone(), size: f.size, sha256: f.sha256.clone() }).collect();
+    let inputs: Vec<InputSummary> =
+        record.inputs.iter().map(|f| InputSummary { path: f.path.clone(), size: f.size, sha256: f.sha256.clone() }).collect();
     let bound = BoundCall {
         tool: "skill_job_run",
         skill: &plan.skill,

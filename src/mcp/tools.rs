@@ -316,16 +316,14 @@ pub fn skill_file(state: &ServerState, input: SkillFileInput) -> Result<SkillFil
     let mut planned: Vec<Result<(std::path::PathBuf, u64), FileResult>> = Vec::with_capacity(input.paths.len());
     let mut call_bytes = 0u64;
     for raw in &input.paths {
-        let checked = RelPath::parse(raw)
-            .map_err(|e| file_err(raw, "bad-path", e.to_string()))
-            .and_then(|rel| {
-                if skill.file(rel.as_str()).is_none() {
-                    return Err(file_err(raw, "not-found", format!("`{}` has no file {rel} (skill_load lists its files)", skill.name)));
-                }
-                let real = resolve_inside(&skill.dir, &rel).map_err(|e| file_err(raw, "unreadable", e.to_string()))?;
-                let size = std::fs::metadata(&real).map_err(|e| file_err(raw, "unreadable", e.to_string()))?.len();
-                Ok((real, size))
-            });
+        let checked = RelPath::parse(raw).map_err(|e| file_err(raw, "bad-path", e.to_string())).and_then(|rel| {
+            if skill.file(rel.as_str()).is_none() {
+                return Err(file_err(raw, "not-found", format!("`{}` has no file {rel} (skill_load lists its files)", skill.name)));
+            }
+            let real = resolve_inside(&skill.dir, &rel).map_err(|e| file_err(raw, "unreadable", e.to_string()))?;
+            let size = std::fs::metadata(&real).map_err(|e| file_err(raw, "unreadable", e.to_string()))?.len();
+            Ok((real, size))
+        });
         if let Ok((_, size)) = &checked {
             call_bytes += (*size).min(FILE_ENTRY_CAP);
         }

@@ -65,11 +65,16 @@ fn err(r: &FileResult) -> &ErrorBody {
 fn skill_file_batch_keeps_order_and_isolates_bad_slots() {
     let t = fixture();
     let state = state_for(t.path(), &[], &Interpreter::ALL);
-    let out = skill_file(&state, paths("docs", &["text.txt", "../other/SKILL.md", "missing.txt", "image.png", "%2e%2e/x", "scripts/a.py"])).unwrap();
-    let got: Vec<&str> = out.results.iter().map(|r| match r {
-        FileResult::Ok(o) => o.path.as_str(),
-        FileResult::Err(e) => e.path.as_str(),
-    }).collect();
+    let out = skill_file(&state, paths("docs", &["text.txt", "../other/SKILL.md", "missing.txt", "image.png", "%2e%2e/x", "scripts/a.py"]))
+        .unwrap();
+    let got: Vec<&str> = out
+        .results
+        .iter()
+        .map(|r| match r {
+            FileResult::Ok(o) => o.path.as_str(),
+            FileResult::Err(e) => e.path.as_str(),
+        })
+        .collect();
     assert_eq!(got, vec!["text.txt", "../other/SKILL.md", "missing.txt", "image.png", "%2e%2e/x", "scripts/a.py"]);
     let text = ok(&out.results[0]);
     assert_eq!((text.encoding.as_str(), text.content.as_str(), text.media_type.as_str()), ("utf-8", "héllo wörld", "text/plain"));
@@ -175,7 +180,10 @@ fn skill_list_reports_grant_source_and_ungranted_scripts() {
 
     let granted = state_for(
         t.path(),
-        &[("MCP_SKILL_RUN", r#"[{"skill":"docs","script":"scripts/a.py","env":["TOKEN","NOPE"]},{"skill":"docs","script":"scripts/zzz.py"}]"#)],
+        &[(
+            "MCP_SKILL_RUN",
+            r#"[{"skill":"docs","script":"scripts/a.py","env":["TOKEN","NOPE"]},{"skill":"docs","script":"scripts/zzz.py"}]"#,
+        )],
         &Interpreter::ALL,
     );
     let out = skill_list(&granted, SkillListInput::default()).unwrap();

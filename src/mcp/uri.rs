@@ -11,7 +11,20 @@ use crate::core::paths::{PathError, RelPath};
 pub const SCHEME: &str = "skill://";
 
 /// Characters escaped in a path segment.
-const SEGMENT: &AsciiSet = &CONTROLS.add(b' ').add(b'"').add(b'#').add(b'%').add(b'<').add(b'>').add(b'?').add(b'`').add(b'{').add(b'}').add(b'\\').add(b'^').add(b'|');
+const SEGMENT: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'`')
+    .add(b'{')
+    .add(b'}')
+    .add(b'\\')
+    .add(b'^')
+    .add(b'|');
 
 /// The URI of a skill file.
 pub fn file_uri(skill: &str, path: &str) -> String {

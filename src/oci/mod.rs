@@ -134,7 +134,10 @@ impl Default for OciLimits {
 pub enum Auth {
     #[default]
     Anonymous,
-    Basic { username: String, password: String },
+    Basic {
+        username: String,
+        password: String,
+    },
     /// A ready bearer token (e.g. from a token service or a k8s secret).
     Bearer(String),
 }
@@ -196,8 +199,7 @@ impl Auth {
                 .decode(a.trim())
                 .map_err(|e| invalid(format!("auth for {registry} is not base64: {e}")))?;
             let pair = String::from_utf8(raw).map_err(|_| invalid(format!("auth for {registry} is not UTF-8")))?;
-            let (username, password) =
-                pair.split_once(':').ok_or_else(|| invalid(format!("auth for {registry} is not user:password")))?;
+            let (username, password) = pair.split_once(':').ok_or_else(|| invalid(format!("auth for {registry} is not user:password")))?;
             return Ok(Auth::Basic { username: username.into(), password: password.into() });
         }
         Ok(Auth::Anonymous)
@@ -469,7 +471,13 @@ impl Registry {
     /// [`Registry::push`] with extra manifest annotations. Blobs depend only
     /// on the package and config, so two pushes that differ only here share
     /// them and the second uploads nothing.
-    pub async fn push_annotated(&self, reference: &str, package: &[u8], config: &SkillConfig, extra: BTreeMap<String, String>) -> Result<String> {
+    pub async fn push_annotated(
+        &self,
+        reference: &str,
+        package: &[u8],
+        config: &SkillConfig,
+        extra: BTreeMap<String, String>,
+    ) -> Result<String> {
         let limits = self.opts.limits.files;
         let owned = package.to_vec();
         let files = blocking(move || package::manifest_with(&owned, &limits)).await?;
@@ -480,7 +488,13 @@ impl Registry {
     /// [`Registry::push_annotated`] for a package whose `config` was already
     /// checked against it (by this process, for the same sha256): a burst of
     /// jobs of one package unpacks it once, not once per job.
-    pub async fn push_checked(&self, reference: &str, package: &[u8], config: &SkillConfig, extra: BTreeMap<String, String>) -> Result<String> {
+    pub async fn push_checked(
+        &self,
+        reference: &str,
+        package: &[u8],
+        config: &SkillConfig,
+        extra: BTreeMap<String, String>,
+    ) -> Result<String> {
         let r = parse_ref(reference)?;
         if package.len() as u64 > self.opts.limits.max_package_bytes {
             return Err(OciError::TooLarge {
@@ -537,10 +551,9 @@ impl Registry {
                     limit: self.opts.limits.max_index_entries as u64,
                 });
             }
-            let first = entries.first().ok_or_else(|| OciError::InvalidManifest {
-                reference: reference.into(),
-                detail: "index has no manifests".into(),
-            })?;
+            let first = entries
+                .first()
+                .ok_or_else(|| OciError::InvalidManifest { reference: reference.into(), detail: "index has no manifests".into() })?;
             cap("manifest", first, self.opts.limits.max_manifest_bytes)?;
             let mr = r.clone_with_digest(first.digest.clone());
             let (mbody, mdigest) = self.fetch_manifest(&mr, token.as_deref()).await?;
@@ -563,7 +576,13 @@ impl Registry {
             }
             Some(TOOLHIVE_ARTIFACT_TYPE) => {
                 let (package, config) = self.read_toolhive(reference, &mr, &m).await?;
-                Ok(PulledSkill { digest, package, config, format: ArtifactFormat::ToolHive { manifest_digest }, annotations: m.annotations.clone() })
+                Ok(PulledSkill {
+                    digest,
+                    package,
+                    config,
+                    format: ArtifactFormat::ToolHive { manifest_digest },
+                    annotations: m.annotations.clone(),
+                })
             }
             other => Err(OciError::UnsupportedArtifact {
                 reference: reference.into(),
@@ -601,8 +620,7 @@ impl Registry {
         cap("config", cfg, lim.max_config_bytes)?;
         cap("package layer", layer, lim.max_package_bytes)?;
         let config_bytes = self.fetch_blob(r, cfg, "config").await?;
-        let config: SkillConfig = serde_json::from_slice(&config_bytes)
-            .map_err(|e| OciError::InvalidConfig { detail: e.to_string() })?;
+        let config: SkillConfig = serde_json::from_slice(&config_bytes).map_err(|e| OciError::InvalidConfig { detail: e.to_string() })?;
         let package = self.fetch_blob(r, layer, "package layer").await?;
         let limits = lim.files;
         let (package, files) = blocking(move || package::manifest_with(&package, &limits).map(|f| (package, f))).await?;
@@ -634,8 +652,8 @@ impl Registry {
             #[serde(rename = "Labels")]
             labels: Option<BTreeMap<String, String>>,
         }
-        let img: ImageConfig = serde_json::from_slice(&config_bytes)
-            .map_err(|e| OciError::InvalidConfig { detail: format!("ToolHive image config: {e}") })?;
+        let img: ImageConfig =
+            serde_json::from_slice(&config_bytes).map_err(|e| OciError::InvalidConfig { detail: format!("ToolHive image config: {e}") })?;
         let labels = img.config.and_then(|c| c.labels).unwrap_or_default();
         let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
         // Labels first, manifest annotations (same keys) as fallback.
@@ -668,8 +686,7 @@ impl Registry {
         files.sort_by(|a, b| a.0.cmp(&b.0));
         self.authenticate(&r, RegistryOperation::Push).await?;
 
-        let layers: Vec<OciDescriptor> =
-            files.iter().map(|(p, d)| descriptor(JOB_FILE_MEDIA_TYPE, d, Some(p.clone()))).collect();
+        let layers: Vec<OciDescriptor> = files.iter().map(|(p, d)| descriptor(JOB_FILE_MEDIA_TYPE, d, Some(p.clone()))).collect();
         let mut unique: BTreeMap<&str, &[u8]> = BTreeMap::new();
         for (l, (_, d)) in layers.iter().zip(&files) {
             unique.insert(&l.digest, d);
@@ -731,15 +748,10 @@ impl Registry {
         }
         let mut files = Vec::with_capacity(m.layers.len());
         for l in &m.layers {
-            let path = l
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(ANNOTATION_TITLE))
-                .cloned()
-                .ok_or_else(|| OciError::InvalidManifest {
-                    reference: reference.into(),
-                    detail: format!("layer {} has no {ANNOTATION_TITLE} annotation", l.digest),
-                })?;
+            let path = l.annotations.as_ref().and_then(|a| a.get(ANNOTATION_TITLE)).cloned().ok_or_else(|| OciError::InvalidManifest {
+                reference: reference.into(),
+                detail: format!("layer {} has no {ANNOTATION_TITLE} annotation", l.digest),
+            })?;
             check_digest(&l.digest)?;
             let size = u64::try_from(l.size)
                 .map_err(|_| OciError::InvalidManifest { reference: reference.into(), detail: "negative size".into() })?;
@@ -866,11 +878,7 @@ impl Registry {
             Ok(false) => {}
             Err(e) => tracing::debug!(error = %e, digest, "blob HEAD failed; uploading"),
         }
-        self.client
-            .push_blob(r, data.to_vec(), digest)
-            .await
-            .map(drop)
-            .map_err(|e| map_oci_error(r, e))
+        self.client.push_blob(r, data.to_vec(), digest).await.map(drop).map_err(|e| map_oci_error(r, e))
     }
 
     async fn put_manifest(&self, r: &Reference, m: &OciImageManifest) -> Result<String> {
@@ -921,21 +929,13 @@ impl Registry {
                 return Err(OciError::TooLarge { what: "manifest".into(), size: len, limit });
             }
         }
-        let header_digest = resp
-            .headers()
-            .get("Docker-Content-Digest")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
+        let header_digest = resp.headers().get("Docker-Content-Digest").and_then(|v| v.to_str().ok()).map(str::to_string);
         let mut body = Vec::new();
         let mut stream = resp.bytes_stream();
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| map_reqwest_error(r, e))?;
             if body.len() as u64 + chunk.len() as u64 > limit {
-                return Err(OciError::TooLarge {
-                    what: "manifest".into(),
-                    size: body.len() as u64 + chunk.len() as u64,
-                    limit,
-                });
+                return Err(OciError::TooLarge { what: "manifest".into(), size: body.len() as u64 + chunk.len() as u64, limit });
             }
             body.extend_from_slice(&chunk);
         }
@@ -954,16 +954,9 @@ impl Registry {
     /// must hash to its digest.
     async fn fetch_blob(&self, r: &Reference, desc: &OciDescriptor, what: &str) -> Result<Vec<u8>> {
         check_digest(&desc.digest)?;
-        let expected = u64::try_from(desc.size).map_err(|_| OciError::InvalidManifest {
-            reference: r.whole(),
-            detail: format!("{what} has a negative size"),
-        })?;
-        let size_mismatch = |actual| OciError::SizeMismatch {
-            what: what.into(),
-            digest: desc.digest.clone(),
-            expected,
-            actual,
-        };
+        let expected = u64::try_from(desc.size)
+            .map_err(|_| OciError::InvalidManifest { reference: r.whole(), detail: format!("{what} has a negative size") })?;
+        let size_mismatch = |actual| OciError::SizeMismatch { what: what.into(), digest: desc.digest.clone(), expected, actual };
         let mut stream = self.client.pull_blob_stream(r, desc).await.map_err(|e| map_oci_error(r, e))?;
         if let Some(len) = stream.content_length {
             if len != expected {
@@ -1030,10 +1023,9 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, PackageError>
 }
 
 fn parse_ref(reference: &str) -> Result<Reference> {
-    let r: Reference = reference.parse().map_err(|e: oci_client::ParseError| OciError::InvalidReference {
-        reference: reference.into(),
-        reason: e.to_string(),
-    })?;
+    let r: Reference = reference
+        .parse()
+        .map_err(|e: oci_client::ParseError| OciError::InvalidReference { reference: reference.into(), reason: e.to_string() })?;
     if let Some(d) = r.digest() {
         check_digest(d)?;
     }
@@ -1041,10 +1033,8 @@ fn parse_ref(reference: &str) -> Result<Reference> {
 }
 
 fn parse_manifest(reference: &str, body: &[u8]) -> Result<AnyManifest> {
-    let m: AnyManifest = serde_json::from_slice(body).map_err(|e| OciError::InvalidManifest {
-        reference: reference.into(),
-        detail: e.to_string(),
-    })?;
+    let m: AnyManifest =
+        serde_json::from_slice(body).map_err(|e| OciError::InvalidManifest { reference: reference.into(), detail: e.to_string() })?;
     if m.schema_version != Some(2) {
         return Err(OciError::InvalidManifest {
             reference: reference.into(),

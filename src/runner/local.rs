@@ -154,7 +154,16 @@ impl LocalRunner {
                  install bubblewrap, or give --run-as-uid a uid nothing else uses (with --max-concurrent-runs 1)"
             );
         }
-        LocalRunner { mode, bwrap, sandbox_detail, interpreters, run_as, sweep, permits: Arc::new(Semaphore::new(max_concurrent)), max_concurrent }
+        LocalRunner {
+            mode,
+            bwrap,
+            sandbox_detail,
+            interpreters,
+            run_as,
+            sweep,
+            permits: Arc::new(Semaphore::new(max_concurrent)),
+            max_concurrent,
+        }
     }
 
     pub fn interpreters(&self) -> BTreeSet<Interpreter> {
@@ -215,12 +224,7 @@ impl LocalRunner {
         let (network, network_text) = self.network(egress_allowed, plan);
         let sandboxed = self.bwrap.is_some();
         let (script_path, cwd, home, tmp) = if sandboxed {
-            (
-                PathBuf::from(SKILL_MOUNT).join(plan.script.as_str()),
-                PathBuf::from(WORK_MOUNT),
-                "/tmp".to_string(),
-                "/tmp".to_string(),
-            )
+            (PathBuf::from(SKILL_MOUNT).join(plan.script.as_str()), PathBuf::from(WORK_MOUNT), "/tmp".to_string(), "/tmp".to_string())
         } else {
             let tmp = work.with_file_name("tmp");
             (plan.skill_dir.join(plan.script.as_str()), work.to_path_buf(), tmp.display().to_string(), tmp.display().to_string())

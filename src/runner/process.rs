@@ -237,10 +237,7 @@ impl ExecSpec {
 
     /// `timeout + kill_grace + drain + 1 s`: [`execute`] returns by then, whatever the child does.
     pub fn hard_deadline(&self) -> Duration {
-        self.timeout
-            .saturating_add(self.kill_grace)
-            .saturating_add(self.drain)
-            .saturating_add(HARD_DEADLINE_SLACK)
+        self.timeout.saturating_add(self.kill_grace).saturating_add(self.drain).saturating_add(HARD_DEADLINE_SLACK)
     }
 }
 
@@ -365,7 +362,10 @@ pub fn sweep_uid(uid: u32, gid: u32) -> Result<(), ExecError> {
         debug!(uid, "swept every process of the run-as uid");
         Ok(())
     } else {
-        Err(ExecError::Spawn { program: PathBuf::from("(uid sweeper)"), source: io::Error::other("could not switch to the uid to sweep it") })
+        Err(ExecError::Spawn {
+            program: PathBuf::from("(uid sweeper)"),
+            source: io::Error::other("could not switch to the uid to sweep it"),
+        })
     }
 }
 
@@ -463,7 +463,9 @@ fn resolve_identity(run_as: RunAs) -> Result<Identity, ExecError> {
         RunAs::Auto => Identity { switch: None, uid: euid },
         RunAs::Inherit => {
             if euid == 0 {
-                warn!("script runs as root (RunAs::Inherit): RLIMIT_NPROC is not enforced and the server's /proc/<pid>/environ is readable");
+                warn!(
+                    "script runs as root (RunAs::Inherit): RLIMIT_NPROC is not enforced and the server's /proc/<pid>/environ is readable"
+                );
             }
             Identity { switch: None, uid: euid }
         }

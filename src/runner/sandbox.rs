@@ -147,10 +147,7 @@ impl SandboxSpec {
     /// Host paths the run-as uid must be able to read (and, for rw, write) for bwrap
     /// to set the binds up: `(path, writable)`.
     pub(crate) fn required_sources(&self) -> impl Iterator<Item = (&Path, bool)> {
-        self.ro_binds
-            .iter()
-            .map(|(s, _)| (s.as_path(), false))
-            .chain(self.rw_binds.iter().map(|(s, _)| (s.as_path(), true)))
+        self.ro_binds.iter().map(|(s, _)| (s.as_path(), false)).chain(self.rw_binds.iter().map(|(s, _)| (s.as_path(), true)))
     }
 
     /// Is `inside` (a path in the sandbox view) under one of the mounts or symlinks?
@@ -268,9 +265,8 @@ pub fn bwrap_args(sb: &SandboxSpec, spec: &ExecSpec) -> Result<Vec<OsString>, Ex
 /// Existence is not enough to use it — run [`bwrap_self_test`] once at startup.
 pub fn detect_bwrap() -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
-    let mut candidates: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).map(|d| d.join("bwrap")).collect())
-        .unwrap_or_default();
+    let mut candidates: Vec<PathBuf> =
+        std::env::var_os("PATH").map(|p| std::env::split_paths(&p).map(|d| d.join("bwrap")).collect()).unwrap_or_default();
     candidates.extend(["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"].iter().map(PathBuf::from));
     candidates.into_iter().filter(|p| p.is_absolute()).find_map(|p| {
         let m = std::fs::metadata(&p).ok()?;

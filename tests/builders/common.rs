@@ -12,10 +12,8 @@ use skill_operator::controller::builders::{EnvGrant, JobParams, NetPolParams, Pe
 pub const UID: &str = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
 pub const NAME: &str = "report-7";
 pub const NS: &str = "team-a";
-pub const RUN_IMAGE: &str =
-    "registry.example.com/skills/pdf@sha256:4f53cda18c2baa0c0354bb5f9a3ecbe5ed12ab4d8e11ba873c2f11161202b945";
-pub const OPERATOR_IMAGE: &str =
-    "ghcr.io/example/skill-operator@sha256:9b2a6f0e1c7d4b3a2f1e0d9c8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a";
+pub const RUN_IMAGE: &str = "registry.example.com/skills/pdf@sha256:4f53cda18c2baa0c0354bb5f9a3ecbe5ed12ab4d8e11ba873c2f11161202b945";
+pub const OPERATOR_IMAGE: &str = "ghcr.io/example/skill-operator@sha256:9b2a6f0e1c7d4b3a2f1e0d9c8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a";
 pub const ARTIFACT: &str = "http://10.96.12.34:8081";
 pub const PROXY: &str = "http://10.96.40.2:3128";
 
@@ -80,16 +78,9 @@ pub fn params() -> JobParams {
 pub fn params_full() -> JobParams {
     JobParams {
         args: nasty_args(),
-        env: vec![
-            EnvGrant::from(("GITHUB_TOKEN", "gh-credentials", "token")),
-            EnvGrant::from(("API_BASE", "api-config", "base.url")),
-        ],
+        env: vec![EnvGrant::from(("GITHUB_TOKEN", "gh-credentials", "token")), EnvGrant::from(("API_BASE", "api-config", "base.url"))],
         timeout_secs: 300,
-        resources: RunResources {
-            cpu: "2".into(),
-            memory: "1Gi".into(),
-            ephemeral_storage: "2Gi".into(),
-        },
+        resources: RunResources { cpu: "2".into(), memory: "1Gi".into(), ephemeral_storage: "2Gi".into() },
         artifact_endpoint: "https://artifacts.skill-system:8443/v1".into(),
         egress_proxy: Some(PROXY.into()),
         host_aliases: BTreeMap::from([("artifacts.skill-system".into(), "10.96.12.34".into())]),
@@ -103,31 +94,16 @@ pub fn params_full() -> JobParams {
 
 /// A 253-character DNS subdomain (the longest SkillJob name there is).
 pub fn longest_name() -> String {
-    format!(
-        "{}.{}.{}.{}",
-        "a".repeat(63),
-        "b".repeat(63),
-        "c".repeat(63),
-        "d".repeat(61)
-    )
+    format!("{}.{}.{}.{}", "a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(61))
 }
 
 /// The variation grid: env grants × egress × timeouts × args × names (and
 /// DNS/tag images folded in), 96 parameter sets, all valid.
 pub fn grid() -> Vec<JobParams> {
-    let envs: Vec<Vec<EnvGrant>> = vec![
-        vec![],
-        vec![
-            EnvGrant::from(("OPENAI_API_KEY", "llm", "key")),
-            EnvGrant::from(("DB_URL", "db", "url")),
-        ],
-    ];
+    let envs: Vec<Vec<EnvGrant>> =
+        vec![vec![], vec![EnvGrant::from(("OPENAI_API_KEY", "llm", "key")), EnvGrant::from(("DB_URL", "db", "url"))]];
     let timeouts = [1u32, 60, 300, 86_400];
-    let argss: Vec<Vec<String>> = vec![
-        vec![],
-        nasty_args(),
-        (0..64).map(|i| format!("arg{i}")).collect(),
-    ];
+    let argss: Vec<Vec<String>> = vec![vec![], nasty_args(), (0..64).map(|i| format!("arg{i}")).collect()];
     let names = [NAME.to_string(), longest_name()];
     let mut out = Vec::new();
     for (ei, env) in envs.iter().enumerate() {
@@ -135,8 +111,7 @@ pub fn grid() -> Vec<JobParams> {
             for &timeout in &timeouts {
                 for args in &argss {
                     for (ni, name) in names.iter().enumerate() {
-                        let uid =
-                            format!("{:08x}-1111-4222-8333-{:012x}", out.len(), out.len() * 7919);
+                        let uid = format!("{:08x}-1111-4222-8333-{:012x}", out.len(), out.len() * 7919);
                         let mut p = JobParams {
                             skilljob_name: name.clone(),
                             skilljob_uid: uid.clone(),
@@ -166,18 +141,11 @@ pub fn pod(job: &Job) -> &PodSpec {
 
 /// Every container of a pod: init containers first, then regular ones.
 pub fn all_containers(spec: &PodSpec) -> Vec<&Container> {
-    spec.init_containers
-        .iter()
-        .flatten()
-        .chain(spec.containers.iter())
-        .collect()
+    spec.init_containers.iter().flatten().chain(spec.containers.iter()).collect()
 }
 
 pub fn container<'a>(spec: &'a PodSpec, name: &str) -> &'a Container {
-    all_containers(spec)
-        .into_iter()
-        .find(|c| c.name == name)
-        .unwrap_or_else(|| panic!("no container {name}"))
+    all_containers(spec).into_iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no container {name}"))
 }
 
 pub fn command(c: &Container) -> Vec<&str> {
@@ -186,26 +154,15 @@ pub fn command(c: &Container) -> Vec<&str> {
 
 /// The check ids (text before the first ':') of a list of violations.
 pub fn ids(violations: &[String]) -> Vec<&str> {
-    violations
-        .iter()
-        .map(|v| v.split(':').next().unwrap())
-        .collect()
+    violations.iter().map(|v| v.split(':').next().unwrap()).collect()
 }
 
 pub fn artifact_peer() -> Peer {
-    Peer::in_namespace(
-        "skill-system",
-        BTreeMap::from([("app.kubernetes.io/name".into(), "skill-operator".into())]),
-        8081,
-    )
+    Peer::in_namespace("skill-system", BTreeMap::from([("app.kubernetes.io/name".into(), "skill-operator".into())]), 8081)
 }
 
 pub fn proxy_peer() -> Peer {
-    Peer::in_namespace(
-        "skill-system",
-        BTreeMap::from([("app.kubernetes.io/name".into(), "egress-proxy".into())]),
-        3128,
-    )
+    Peer::in_namespace("skill-system", BTreeMap::from([("app.kubernetes.io/name".into(), "egress-proxy".into())]), 3128)
 }
 
 pub fn netpol_params() -> NetPolParams {
@@ -223,9 +180,5 @@ pub fn netpol_params() -> NetPolParams {
 }
 
 pub fn netpol_params_egress() -> NetPolParams {
-    NetPolParams {
-        egress_hosts: vec!["api.github.com".into(), "*.pypi.org".into()],
-        egress_proxy: Some(proxy_peer()),
-        ..netpol_params()
-    }
+    NetPolParams { egress_hosts: vec!["api.github.com".into(), "*.pypi.org".into()], egress_proxy: Some(proxy_peer()), ..netpol_params() }
 }

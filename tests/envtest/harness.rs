@@ -65,7 +65,8 @@ impl Envtest {
         assert!(Command::new("openssl").args(["rsa", "-in"]).arg(&key).args(["-pubout", "-out"]).arg(&public).status().unwrap().success());
         let token = "envtest-admin-token";
         std::fs::write(dir.path().join("tokens.csv"), format!("{token},admin,admin,system:masters\n")).unwrap();
-        let extra: Vec<String> = std::env::var("ENVTEST_APISERVER_FLAGS").unwrap_or_default().split_whitespace().map(String::from).collect();
+        let extra: Vec<String> =
+            std::env::var("ENVTEST_APISERVER_FLAGS").unwrap_or_default().split_whitespace().map(String::from).collect();
         let log = std::fs::File::create(dir.path().join("apiserver.log")).unwrap();
         let apiserver = Command::new(assets.join("kube-apiserver"))
             .args(["--etcd-servers", &format!("http://127.0.0.1:{client_port}")])
@@ -86,7 +87,8 @@ impl Envtest {
         );
         let path = dir.path().join("kubeconfig");
         std::fs::write(&path, kubeconfig).unwrap();
-        let config = kube::Config::from_custom_kubeconfig(Kubeconfig::read_from(&path).unwrap(), &KubeConfigOptions::default()).await.unwrap();
+        let config =
+            kube::Config::from_custom_kubeconfig(Kubeconfig::read_from(&path).unwrap(), &KubeConfigOptions::default()).await.unwrap();
         let client = Client::try_from(config).unwrap();
         for _ in 0..120 {
             if client.apiserver_version().await.is_ok() {
@@ -95,7 +97,10 @@ impl Envtest {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         let log = std::fs::read_to_string(dir.path().join("apiserver.log")).unwrap_or_default();
-        panic!("kube-apiserver did not become ready in 60 s; last log lines:\n{}", log.lines().rev().take(20).collect::<Vec<_>>().join("\n"));
+        panic!(
+            "kube-apiserver did not become ready in 60 s; last log lines:\n{}",
+            log.lines().rev().take(20).collect::<Vec<_>>().join("\n")
+        );
     }
 }
 
@@ -116,7 +121,12 @@ pub async fn install_crds(client: &Client) {
             let established = list
                 .items
                 .iter()
-                .filter(|c| c.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True")))
+                .filter(|c| {
+                    c.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"))
+                })
                 .count();
             (established >= 3).then_some(())
         },
@@ -149,7 +159,13 @@ pub fn spawn_controller(client: Client) -> tokio::task::JoinHandle<()> {
         host_aliases: Default::default(),
         reconcile_concurrency: 32,
     };
-    let ctx = Arc::new(Context::new(client, Arc::new(Metrics::default()), config, Arc::new(SamplePackage), Arc::new(skill_operator::controller::context::NoArtifacts)));
+    let ctx = Arc::new(Context::new(
+        client,
+        Arc::new(Metrics::default()),
+        config,
+        Arc::new(SamplePackage),
+        Arc::new(skill_operator::controller::context::NoArtifacts),
+    ));
     tokio::spawn(async move {
         if let Err(err) = skill_operator::controller::run::run(ctx, "127.0.0.1:0".parse().unwrap()).await {
             eprintln!("controller stopped: {err:#}");
@@ -160,8 +176,10 @@ pub fn spawn_controller(client: Client) -> tokio::task::JoinHandle<()> {
 /// Create namespace `name`, enforcing Pod Security `restricted` when asked.
 pub async fn create_namespace(client: &Client, name: &str, restricted: bool) {
     let labels = if restricted { serde_json::json!({ "pod-security.kubernetes.io/enforce": "restricted" }) } else { serde_json::json!({}) };
-    let ns: k8s_openapi::api::core::v1::Namespace =
-        serde_json::from_value(serde_json::json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": name, "labels": labels } })).unwrap();
+    let ns: k8s_openapi::api::core::v1::Namespace = serde_json::from_value(
+        serde_json::json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": name, "labels": labels } }),
+    )
+    .unwrap();
     Api::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
 }
 

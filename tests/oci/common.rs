@@ -87,12 +87,7 @@ impl TestRegistry {
     /// Where the filesystem driver keeps a blob's bytes.
     pub fn blob_path(&self, digest: &str) -> PathBuf {
         let hex = digest.strip_prefix("sha256:").unwrap();
-        self.dir
-            .path()
-            .join("data/docker/registry/v2/blobs/sha256")
-            .join(&hex[..2])
-            .join(hex)
-            .join("data")
+        self.dir.path().join("data/docker/registry/v2/blobs/sha256").join(&hex[..2]).join(hex).join("data")
     }
 
     pub fn reference(&self, repo_and_tag: &str) -> String {

@@ -17,10 +17,7 @@ pub const BASH: &str = "/usr/bin/bash";
 pub fn init_tracing() {
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
+        let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_test_writer().try_init();
     });
 }
 
@@ -29,11 +26,7 @@ pub fn is_root() -> bool {
 }
 
 pub fn base_env() -> Vec<(OsString, OsString)> {
-    vec![
-        ("PATH".into(), "/usr/bin:/bin".into()),
-        ("HOME".into(), "/tmp".into()),
-        ("LANG".into(), "C.UTF-8".into()),
-    ]
+    vec![("PATH".into(), "/usr/bin:/bin".into()), ("HOME".into(), "/tmp".into()), ("LANG".into(), "C.UTF-8".into())]
 }
 
 /// A spec with a minimal env, cwd /tmp, short defaults for tests.
@@ -147,10 +140,7 @@ pub async fn sandbox() -> Option<SandboxSpec> {
 }
 
 pub fn split_nul(b: &[u8]) -> Vec<String> {
-    b.split(|c| *c == 0)
-        .filter(|s| !s.is_empty())
-        .map(|s| String::from_utf8_lossy(s).into_owned())
-        .collect()
+    b.split(|c| *c == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect()
 }
 
 pub fn text(b: &[u8]) -> String {

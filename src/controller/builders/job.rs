@@ -62,22 +62,19 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{
-    Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement,
-    PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
+    Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, HostAlias, KeyToPath,
-    LocalObjectReference, PodDNSConfig, PodOS, PodSecurityContext, PodSpec, PodTemplateSpec,
-    ResourceRequirements, SeccompProfile, SecretKeySelector, SecretVolumeSource, SecurityContext,
-    Volume, VolumeMount,
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, HostAlias, KeyToPath, LocalObjectReference, PodDNSConfig, PodOS,
+    PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretKeySelector, SecretVolumeSource,
+    SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use super::{
-    is_ip_literal, label_value, require_label_name, require_quantity, require_subdomain, uid_hex,
-    url_host, validate_labels, Error, Result, LABEL_MANAGED_BY, LABEL_SKILLJOB, LABEL_SKILLJOB_UID,
-    MANAGED_BY,
+    is_ip_literal, label_value, require_label_name, require_quantity, require_subdomain, uid_hex, url_host, validate_labels, Error, Result,
+    LABEL_MANAGED_BY, LABEL_SKILLJOB, LABEL_SKILLJOB_UID, MANAGED_BY,
 };
 
 /// Upper bound for a SkillJob timeout. The skill policy's own ceiling (300 s
@@ -177,11 +174,7 @@ pub struct EnvGrant {
 
 impl<N: Into<String>, S: Into<String>, K: Into<String>> From<(N, S, K)> for EnvGrant {
     fn from((name, secret_name, secret_key): (N, S, K)) -> Self {
-        Self {
-            name: name.into(),
-            secret_name: secret_name.into(),
-            secret_key: secret_key.into(),
-        }
+        Self { name: name.into(), secret_name: secret_name.into(), secret_key: secret_key.into() }
     }
 }
 
@@ -198,11 +191,7 @@ pub struct RunResources {
 
 impl Default for RunResources {
     fn default() -> Self {
-        Self {
-            cpu: "1".into(),
-            memory: "512Mi".into(),
-            ephemeral_storage: "1Gi".into(),
-        }
+        Self { cpu: "1".into(), memory: "512Mi".into(), ephemeral_storage: "1Gi".into() }
     }
 }
 
@@ -312,43 +301,25 @@ impl JobParams {
             None
         };
         if let Some(problem) = owner_problem {
-            return Err(Error::OwnerMismatch {
-                name: self.skilljob_name.clone(),
-                uid: self.skilljob_uid.clone(),
-                problem,
-            });
+            return Err(Error::OwnerMismatch { name: self.skilljob_name.clone(), uid: self.skilljob_uid.clone(), problem });
         }
-        for (field, image) in [
-            ("run_image", &self.run_image),
-            ("operator_image", &self.operator_image),
-        ] {
+        for (field, image) in [("run_image", &self.run_image), ("operator_image", &self.operator_image)] {
             if image.is_empty() || image.chars().any(|c| c.is_whitespace() || c.is_control()) {
-                return Err(Error::InvalidImage {
-                    field,
-                    value: image.clone(),
-                });
+                return Err(Error::InvalidImage { field, value: image.clone() });
             }
         }
-        if !self.interpreter.starts_with('/')
-            || self.interpreter.contains('\0')
-            || self.interpreter.len() > 1024
-        {
+        if !self.interpreter.starts_with('/') || self.interpreter.contains('\0') || self.interpreter.len() > 1024 {
             return Err(Error::InvalidInterpreter(self.interpreter.clone()));
         }
         if !is_package_relative(&self.script) {
             return Err(Error::InvalidScript(self.script.clone()));
         }
         if self.args.len() > MAX_ARGS {
-            return Err(Error::InvalidArgs(format!(
-                "{} arguments, at most {MAX_ARGS}",
-                self.args.len()
-            )));
+            return Err(Error::InvalidArgs(format!("{} arguments, at most {MAX_ARGS}", self.args.len())));
         }
         let bytes: usize = self.args.iter().map(String::len).sum();
         if bytes > MAX_ARG_BYTES {
-            return Err(Error::InvalidArgs(format!(
-                "{bytes} bytes, at most {MAX_ARG_BYTES}"
-            )));
+            return Err(Error::InvalidArgs(format!("{bytes} bytes, at most {MAX_ARG_BYTES}")));
         }
         if self.args.iter().any(|a| a.contains('\0')) {
             return Err(Error::InvalidArgs("an argument contains a NUL byte".into()));
@@ -358,26 +329,14 @@ impl JobParams {
         }
         require_quantity("resources.cpu", &self.resources.cpu)?;
         require_quantity("resources.memory", &self.resources.memory)?;
-        require_quantity(
-            "resources.ephemeral_storage",
-            &self.resources.ephemeral_storage,
-        )?;
+        require_quantity("resources.ephemeral_storage", &self.resources.ephemeral_storage)?;
         let mut seen = std::collections::BTreeSet::new();
         for grant in &self.env {
-            let bad = |problem| {
-                Err(Error::InvalidEnv {
-                    name: grant.name.clone(),
-                    problem,
-                })
-            };
+            let bad = |problem| Err(Error::InvalidEnv { name: grant.name.clone(), problem });
             if !is_env_name(&grant.name) {
                 return bad("must match [A-Za-z_][A-Za-z0-9_]*");
             }
-            if RESERVED_ENV.contains(&grant.name.as_str())
-                || RESERVED_ENV_PREFIXES
-                    .iter()
-                    .any(|p| grant.name.starts_with(p))
-            {
+            if RESERVED_ENV.contains(&grant.name.as_str()) || RESERVED_ENV_PREFIXES.iter().any(|p| grant.name.starts_with(p)) {
                 return bad("is reserved");
             }
             if !seen.insert(grant.name.as_str()) {
@@ -396,32 +355,18 @@ impl JobParams {
             require_subdomain("image_pull_secrets", name)?;
         }
         if self.run_as_user <= 0 {
-            return Err(Error::RootId {
-                field: "run_as_user",
-                value: self.run_as_user,
-            });
+            return Err(Error::RootId { field: "run_as_user", value: self.run_as_user });
         }
         if self.run_as_group <= 0 {
-            return Err(Error::RootId {
-                field: "run_as_group",
-                value: self.run_as_group,
-            });
+            return Err(Error::RootId { field: "run_as_group", value: self.run_as_group });
         }
         validate_labels(&self.labels)?;
         for (host, ip) in &self.host_aliases {
             if !super::is_dns1123_subdomain(host) {
-                return Err(Error::InvalidName {
-                    field: "host_aliases",
-                    value: host.clone(),
-                    kind: "host name",
-                });
+                return Err(Error::InvalidName { field: "host_aliases", value: host.clone(), kind: "host name" });
             }
             if !is_ip_literal(ip) {
-                return Err(Error::InvalidName {
-                    field: "host_aliases",
-                    value: ip.clone(),
-                    kind: "IP address",
-                });
+                return Err(Error::InvalidName { field: "host_aliases", value: ip.clone(), kind: "IP address" });
             }
         }
         self.check_endpoint("artifact_endpoint", &self.artifact_endpoint)?;
@@ -443,8 +388,7 @@ impl JobParams {
 
 fn is_env_name(s: &str) -> bool {
     let mut bytes = s.bytes();
-    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
-        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_') && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 fn is_secret_key(s: &str) -> bool {
@@ -452,8 +396,7 @@ fn is_secret_key(s: &str) -> bool {
         && s.len() <= 253
         && s != "."
         && s != ".."
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 /// Relative, normalised, inside the package: no leading '/', no empty, `.`
@@ -463,22 +406,15 @@ fn is_package_relative(path: &str) -> bool {
         && path.len() <= 1024
         && !path.contains('\0')
         && !path.starts_with('/')
-        && path
-            .split('/')
-            .all(|seg| !seg.is_empty() && seg != "." && seg != "..")
+        && path.split('/').all(|seg| !seg.is_empty() && seg != "." && seg != "..")
 }
 
 /// The Job's name: `skilljob-` + the first 12 hex digits of the UID (dashes
 /// removed, lowercased). 21 characters, a DNS-1123 label. Falls back to the
 /// sanitised UID when it is not hex (validation refuses that case).
 pub fn job_name(skilljob_uid: &str) -> String {
-    let hex = uid_hex(skilljob_uid).unwrap_or_else(|| {
-        skilljob_uid
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric())
-            .map(|c| c.to_ascii_lowercase())
-            .collect()
-    });
+    let hex = uid_hex(skilljob_uid)
+        .unwrap_or_else(|| skilljob_uid.chars().filter(|c| c.is_ascii_alphanumeric()).map(|c| c.to_ascii_lowercase()).collect());
     format!("skilljob-{}", &hex[..hex.len().min(12)])
 }
 
@@ -489,11 +425,7 @@ pub fn pod_selector_labels(skilljob_uid: &str) -> BTreeMap<String, String> {
 }
 
 /// Labels on the Job and its pods: the caller's, then ours (ours win).
-pub(crate) fn object_labels(
-    extra: &BTreeMap<String, String>,
-    skilljob_name: &str,
-    skilljob_uid: &str,
-) -> BTreeMap<String, String> {
+pub(crate) fn object_labels(extra: &BTreeMap<String, String>, skilljob_name: &str, skilljob_uid: &str) -> BTreeMap<String, String> {
     let mut labels = extra.clone();
     labels.insert(LABEL_MANAGED_BY.into(), MANAGED_BY.into());
     labels.insert(LABEL_SKILLJOB.into(), label_value(skilljob_name));
@@ -503,11 +435,7 @@ pub(crate) fn object_labels(
 
 /// The owner reference with controller and blockOwnerDeletion forced on.
 pub(crate) fn controller_owner(owner: &OwnerReference) -> OwnerReference {
-    OwnerReference {
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-        ..owner.clone()
-    }
+    OwnerReference { controller: Some(true), block_owner_deletion: Some(true), ..owner.clone() }
 }
 
 /// Builds the Job. Never fails; see [`JobParams::validate`] for the rules it
@@ -517,10 +445,7 @@ pub fn build_job(p: &JobParams) -> Job {
     let template = PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(labels.clone()),
-            annotations: Some(BTreeMap::from([(
-                "kubectl.kubernetes.io/default-container".to_string(),
-                CONTAINER_RUN.to_string(),
-            )])),
+            annotations: Some(BTreeMap::from([("kubectl.kubernetes.io/default-container".to_string(), CONTAINER_RUN.to_string())])),
             ..Default::default()
         }),
         spec: Some(pod_spec(p)),
@@ -584,9 +509,7 @@ fn pod_spec(p: &JobParams) -> PodSpec {
         host_pid: Some(false),
         host_ipc: Some(false),
         termination_grace_period_seconds: Some(TERMINATION_GRACE_SECS),
-        os: Some(PodOS {
-            name: "linux".into(),
-        }),
+        os: Some(PodOS { name: "linux".into() }),
         security_context: Some(PodSecurityContext {
             run_as_non_root: Some(true),
             run_as_user: Some(p.run_as_user),
@@ -602,12 +525,8 @@ fn pod_spec(p: &JobParams) -> PodSpec {
             ..Default::default()
         }),
         host_aliases: (!p.host_aliases.is_empty()).then(|| host_aliases(&p.host_aliases)),
-        image_pull_secrets: (!p.image_pull_secrets.is_empty()).then(|| {
-            p.image_pull_secrets
-                .iter()
-                .map(|n| LocalObjectReference { name: n.clone() })
-                .collect()
-        }),
+        image_pull_secrets: (!p.image_pull_secrets.is_empty())
+            .then(|| p.image_pull_secrets.iter().map(|n| LocalObjectReference { name: n.clone() }).collect()),
         ..Default::default()
     }
 }
@@ -618,20 +537,11 @@ fn host_aliases(map: &BTreeMap<String, String>) -> Vec<HostAlias> {
     for (host, ip) in map {
         by_ip.entry(ip.as_str()).or_default().push(host.clone());
     }
-    by_ip
-        .into_iter()
-        .map(|(ip, hostnames)| HostAlias {
-            ip: ip.into(),
-            hostnames: Some(hostnames),
-        })
-        .collect()
+    by_ip.into_iter().map(|(ip, hostnames)| HostAlias { ip: ip.into(), hostnames: Some(hostnames) }).collect()
 }
 
 fn runtime_default_seccomp() -> SeccompProfile {
-    SeccompProfile {
-        type_: "RuntimeDefault".into(),
-        localhost_profile: None,
-    }
+    SeccompProfile { type_: "RuntimeDefault".into(), localhost_profile: None }
 }
 
 /// The locked-down container securityContext shared by all three containers.
@@ -643,10 +553,7 @@ fn container_security(p: &JobParams) -> SecurityContext {
         allow_privilege_escalation: Some(false),
         privileged: Some(false),
         read_only_root_filesystem: Some(true),
-        capabilities: Some(Capabilities {
-            drop: Some(vec!["ALL".into()]),
-            add: None,
-        }),
+        capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), add: None }),
         seccomp_profile: Some(runtime_default_seccomp()),
         ..Default::default()
     }
@@ -659,37 +566,18 @@ fn guaranteed(cpu: &str, memory: &str, ephemeral: &str) -> ResourceRequirements 
         ("ephemeral-storage".to_string(), Quantity(ephemeral.into())),
         ("memory".to_string(), Quantity(memory.into())),
     ]);
-    ResourceRequirements {
-        requests: Some(map.clone()),
-        limits: Some(map),
-        claims: None,
-    }
+    ResourceRequirements { requests: Some(map.clone()), limits: Some(map), claims: None }
 }
 
 fn pull_policy(image: &str) -> String {
-    if image.contains("@sha256:") {
-        "IfNotPresent"
-    } else {
-        "Always"
-    }
-    .into()
+    if image.contains("@sha256:") { "IfNotPresent" } else { "Always" }.into()
 }
 
 fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
-    VolumeMount {
-        name: name.into(),
-        mount_path: path.into(),
-        read_only: Some(read_only),
-        ..Default::default()
-    }
+    VolumeMount { name: name.into(), mount_path: path.into(), read_only: Some(read_only), ..Default::default() }
 }
 
-fn helper_container(
-    p: &JobParams,
-    name: &str,
-    command: Vec<String>,
-    mounts: Vec<VolumeMount>,
-) -> Container {
+fn helper_container(p: &JobParams, name: &str, command: Vec<String>, mounts: Vec<VolumeMount>) -> Container {
     Container {
         name: name.into(),
         image: Some(p.operator_image.clone()),
@@ -712,20 +600,8 @@ fn helper_command(p: &JobParams, sub: &str, rest: &[&str]) -> Vec<String> {
 }
 
 fn fetch_container(p: &JobParams) -> Container {
-    let command = helper_command(
-        p,
-        "fetch",
-        &[
-            "--package",
-            PACKAGE_DIR,
-            "--work",
-            WORK_DIR,
-            "--token-file",
-            TOKEN_FILE,
-            "--tools",
-            TOOLS_DIR,
-        ],
-    );
+    let command =
+        helper_command(p, "fetch", &["--package", PACKAGE_DIR, "--work", WORK_DIR, "--token-file", TOKEN_FILE, "--tools", TOOLS_DIR]);
     helper_container(
         p,
         CONTAINER_FETCH,
@@ -740,18 +616,7 @@ fn fetch_container(p: &JobParams) -> Container {
 }
 
 fn upload_container(p: &JobParams) -> Container {
-    let command = helper_command(
-        p,
-        "upload",
-        &[
-            "--work",
-            WORK_DIR,
-            "--result",
-            RESULT_FILE,
-            "--token-file",
-            TOKEN_FILE,
-        ],
-    );
+    let command = helper_command(p, "upload", &["--work", WORK_DIR, "--result", RESULT_FILE, "--token-file", TOKEN_FILE]);
     Container {
         // Native sidecar: starts after fetch, runs beside `run`, gets SIGTERM
         // once `run` has exited.
@@ -760,27 +625,15 @@ fn upload_container(p: &JobParams) -> Container {
             p,
             CONTAINER_UPLOAD,
             command,
-            vec![
-                mount(VOL_WORK, WORK_DIR, true),
-                mount(VOL_RESULT, RESULT_DIR, true),
-                mount(VOL_TOKEN, TOKEN_DIR, true),
-            ],
+            vec![mount(VOL_WORK, WORK_DIR, true), mount(VOL_RESULT, RESULT_DIR, true), mount(VOL_TOKEN, TOKEN_DIR, true)],
         )
     }
 }
 
 /// The env the run container gets, in order: fixed vars, proxy vars, grants.
 fn run_env(p: &JobParams) -> Vec<EnvVar> {
-    let plain = |name: &str, value: &str| EnvVar {
-        name: name.into(),
-        value: Some(value.into()),
-        value_from: None,
-    };
-    let mut env = vec![
-        plain("HOME", TMP_DIR),
-        plain("TMPDIR", TMP_DIR),
-        plain("PATH", RUN_PATH),
-    ];
+    let plain = |name: &str, value: &str| EnvVar { name: name.into(), value: Some(value.into()), value_from: None };
+    let mut env = vec![plain("HOME", TMP_DIR), plain("TMPDIR", TMP_DIR), plain("PATH", RUN_PATH)];
     if let Some(proxy) = &p.egress_proxy {
         for name in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
             env.push(plain(name, proxy));
@@ -790,11 +643,7 @@ fn run_env(p: &JobParams) -> Vec<EnvVar> {
         name: g.name.clone(),
         value: None,
         value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector {
-                name: g.secret_name.clone(),
-                key: g.secret_key.clone(),
-                optional: Some(false),
-            }),
+            secret_key_ref: Some(SecretKeySelector { name: g.secret_name.clone(), key: g.secret_key.clone(), optional: Some(false) }),
             ..Default::default()
         }),
     }));
@@ -803,17 +652,8 @@ fn run_env(p: &JobParams) -> Vec<EnvVar> {
 
 fn run_container(p: &JobParams) -> Container {
     let env = run_env(p);
-    let mut command: Vec<String> = [
-        LAUNCHER,
-        "launch",
-        "--result",
-        RESULT_FILE,
-        "--timeout",
-        &p.timeout_secs.to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let mut command: Vec<String> =
+        [LAUNCHER, "launch", "--result", RESULT_FILE, "--timeout", &p.timeout_secs.to_string()].iter().map(|s| s.to_string()).collect();
     for var in &env {
         command.push("--allow-env".into());
         command.push(var.name.clone());
@@ -837,11 +677,7 @@ fn run_container(p: &JobParams) -> Container {
             mount(VOL_TOOLS, TOOLS_DIR, true),
         ]),
         security_context: Some(container_security(p)),
-        resources: Some(guaranteed(
-            &p.resources.cpu,
-            &p.resources.memory,
-            &p.resources.ephemeral_storage,
-        )),
+        resources: Some(guaranteed(&p.resources.cpu, &p.resources.memory, &p.resources.ephemeral_storage)),
         termination_message_path: Some(TERMINATION_MESSAGE_PATH.into()),
         termination_message_policy: Some("File".into()),
         ..Default::default()
@@ -851,10 +687,7 @@ fn run_container(p: &JobParams) -> Container {
 fn empty_dir(name: &str, size: &str) -> Volume {
     Volume {
         name: name.into(),
-        empty_dir: Some(EmptyDirVolumeSource {
-            size_limit: Some(Quantity(size.into())),
-            ..Default::default()
-        }),
+        empty_dir: Some(EmptyDirVolumeSource { size_limit: Some(Quantity(size.into())), ..Default::default() }),
         ..Default::default()
     }
 }
@@ -870,11 +703,7 @@ fn volumes(p: &JobParams) -> Vec<Volume> {
             name: VOL_TOKEN.into(),
             secret: Some(SecretVolumeSource {
                 secret_name: Some(p.token_secret.clone()),
-                items: Some(vec![KeyToPath {
-                    key: TOKEN_SECRET_KEY.into(),
-                    path: TOKEN_SECRET_KEY.into(),
-                    ..Default::default()
-                }]),
+                items: Some(vec![KeyToPath { key: TOKEN_SECRET_KEY.into(), path: TOKEN_SECRET_KEY.into(), ..Default::default() }]),
                 // r--r-----: readable by the fsGroup (= run_as_group) only.
                 default_mode: Some(0o440),
                 optional: Some(false),
@@ -901,16 +730,7 @@ mod tests {
         for ok in ["run.py", "scripts/run.py", "a/b/c.sh", "scripts/.hidden.py"] {
             assert!(is_package_relative(ok), "{ok}");
         }
-        for bad in [
-            "",
-            "/etc/passwd",
-            "../x",
-            "a/../b",
-            "a//b",
-            "./a",
-            "a/",
-            "a\0b",
-        ] {
+        for bad in ["", "/etc/passwd", "../x", "a/../b", "a//b", "./a", "a/", "a\0b"] {
             assert!(!is_package_relative(bad), "{bad:?}");
         }
     }
@@ -918,8 +738,6 @@ mod tests {
     #[test]
     fn env_names() {
         assert!(is_env_name("API_TOKEN") && is_env_name("_x1"));
-        assert!(
-            !is_env_name("1A") && !is_env_name("A-B") && !is_env_name("") && !is_env_name("A=B")
-        );
+        assert!(!is_env_name("1A") && !is_env_name("A-B") && !is_env_name("") && !is_env_name("A=B"));
     }
 }

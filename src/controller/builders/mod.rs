@@ -25,9 +25,7 @@ pub mod pod_security;
 
 pub use job::{build_job, job_name, pod_selector_labels, EnvGrant, JobParams, RunResources};
 pub use network_policy::{build_network_policy, build_service_account, NetPolParams, Peer};
-pub use pod_security::{
-    hardening_violations, restricted_template_violations, restricted_violations,
-};
+pub use pod_security::{hardening_violations, restricted_template_violations, restricted_violations};
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -57,21 +55,13 @@ pub enum Error {
     Missing { field: &'static str },
     /// A name that Kubernetes requires to be a DNS-1123 label/subdomain is not one.
     #[error("{field} {value:?} is not a valid {kind}")]
-    InvalidName {
-        field: &'static str,
-        value: String,
-        kind: &'static str,
-    },
+    InvalidName { field: &'static str, value: String, kind: &'static str },
     /// The SkillJob UID does not contain at least 12 hex digits.
     #[error("uid {0:?} must be a UUID (at least 12 hex digits)")]
     InvalidUid(String),
     /// The owner reference does not point at the SkillJob being built.
     #[error("owner reference must point at SkillJob {name:?} (uid {uid}); {problem}")]
-    OwnerMismatch {
-        name: String,
-        uid: String,
-        problem: String,
-    },
+    OwnerMismatch { name: String, uid: String, problem: String },
     /// The script path is absolute, empty, or escapes the package.
     #[error("script {0:?} must be a relative path inside the package without '.', '..' or empty segments")]
     InvalidScript(String),
@@ -98,27 +88,16 @@ pub enum Error {
     RootId { field: &'static str, value: i64 },
     /// A label key or value is malformed, or the key is reserved.
     #[error("label {key:?}={value:?}: {problem}")]
-    InvalidLabel {
-        key: String,
-        value: String,
-        problem: &'static str,
-    },
+    InvalidLabel { key: String, value: String, problem: &'static str },
     /// An endpoint URL is malformed.
     #[error("{field} {value:?}: {problem}")]
-    InvalidUrl {
-        field: &'static str,
-        value: String,
-        problem: &'static str,
-    },
+    InvalidUrl { field: &'static str, value: String, problem: &'static str },
     /// An endpoint host would need DNS, which the job's pod does not get.
     #[error("{field} host {host:?} needs DNS, which job pods do not get unless egress with DNS is granted: use an IP literal (the Service's ClusterIP) or add it to host_aliases")]
     NeedsDns { field: &'static str, host: String },
     /// A NetworkPolicy peer has an empty selector (which would match everything).
     #[error("{field}: {problem}")]
-    InvalidPeer {
-        field: &'static str,
-        problem: &'static str,
-    },
+    InvalidPeer { field: &'static str, problem: &'static str },
     /// Egress hosts were granted but there is no proxy to enforce them.
     #[error("egress hosts {0:?} granted but no egress proxy configured: NetworkPolicy cannot allowlist host names, refusing rather than opening egress")]
     EgressWithoutProxy(Vec<String>),
@@ -136,8 +115,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub fn is_dns1123_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
@@ -150,8 +128,7 @@ pub fn is_dns1123_subdomain(s: &str) -> bool {
 fn is_label_name_part(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
         && s.as_bytes()[0].is_ascii_alphanumeric()
         && s.as_bytes()[s.len() - 1].is_ascii_alphanumeric()
 }
@@ -176,31 +153,14 @@ pub fn label_value(s: &str) -> String {
     if is_label_value(s) {
         return s.to_string();
     }
-    let mapped: String = s
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
-                c
-            } else {
-                '-'
-            }
-        })
-        .take(63)
-        .collect();
-    mapped
-        .trim_matches(|c: char| !c.is_ascii_alphanumeric())
-        .to_string()
+    let mapped: String =
+        s.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '-' }).take(63).collect();
+    mapped.trim_matches(|c: char| !c.is_ascii_alphanumeric()).to_string()
 }
 
 pub(crate) fn validate_labels(labels: &BTreeMap<String, String>) -> Result<()> {
     for (k, v) in labels {
-        let bad = |problem| {
-            Err(Error::InvalidLabel {
-                key: k.clone(),
-                value: v.clone(),
-                problem,
-            })
-        };
+        let bad = |problem| Err(Error::InvalidLabel { key: k.clone(), value: v.clone(), problem });
         if RESERVED_LABELS.contains(&k.as_str()) {
             return bad("key is reserved: the builders set it");
         }
@@ -227,11 +187,7 @@ pub(crate) fn require_subdomain(field: &'static str, value: &str) -> Result<()> 
     if is_dns1123_subdomain(value) {
         Ok(())
     } else {
-        Err(Error::InvalidName {
-            field,
-            value: value.to_string(),
-            kind: "DNS-1123 subdomain",
-        })
+        Err(Error::InvalidName { field, value: value.to_string(), kind: "DNS-1123 subdomain" })
     }
 }
 
@@ -240,11 +196,7 @@ pub(crate) fn require_label_name(field: &'static str, value: &str) -> Result<()>
     if is_dns1123_label(value) {
         Ok(())
     } else {
-        Err(Error::InvalidName {
-            field,
-            value: value.to_string(),
-            kind: "DNS-1123 label",
-        })
+        Err(Error::InvalidName { field, value: value.to_string(), kind: "DNS-1123 label" })
     }
 }
 
@@ -254,11 +206,7 @@ pub(crate) fn uid_hex(uid: &str) -> Option<String> {
     if !uid.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
         return None;
     }
-    let hex: String = uid
-        .chars()
-        .filter(|c| *c != '-')
-        .map(|c| c.to_ascii_lowercase())
-        .collect();
+    let hex: String = uid.chars().filter(|c| *c != '-').map(|c| c.to_ascii_lowercase()).collect();
     (hex.len() >= 12).then_some(hex)
 }
 
@@ -281,9 +229,7 @@ pub(crate) fn parse_quantity(s: &str) -> Option<Quantity> {
         b'-' => (-1, &s[1..]),
         _ => (1, s),
     };
-    let num_end = rest
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(rest.len());
+    let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
     let (number, suffix) = rest.split_at(num_end);
     let (int_part, frac_part) = match number.split_once('.') {
         Some((i, f)) => (i, f),
@@ -297,11 +243,7 @@ pub(crate) fn parse_quantity(s: &str) -> Option<Quantity> {
     if digits.len() > 30 {
         return None;
     }
-    let mantissa: i128 = if digits.is_empty() {
-        0
-    } else {
-        digits.parse().ok()?
-    };
+    let mantissa: i128 = if digits.is_empty() { 0 } else { digits.parse().ok()? };
     let mut dec_exp = -(frac_part.len() as i32);
     let mut bin_exp = 0;
     match suffix {
@@ -322,24 +264,15 @@ pub(crate) fn parse_quantity(s: &str) -> Option<Quantity> {
         "P" => dec_exp += 15,
         "E" => dec_exp += 18,
         _ => {
-            let exp = suffix
-                .strip_prefix('e')
-                .or_else(|| suffix.strip_prefix('E'))?;
+            let exp = suffix.strip_prefix('e').or_else(|| suffix.strip_prefix('E'))?;
             let exp_digits = exp.strip_prefix(['+', '-']).unwrap_or(exp);
-            if exp_digits.is_empty()
-                || !exp_digits.bytes().all(|b| b.is_ascii_digit())
-                || exp_digits.len() > 3
-            {
+            if exp_digits.is_empty() || !exp_digits.bytes().all(|b| b.is_ascii_digit()) || exp_digits.len() > 3 {
                 return None;
             }
             dec_exp += exp.parse::<i32>().ok()?;
         }
     }
-    Some(Quantity {
-        mantissa: sign * mantissa,
-        bin_exp,
-        dec_exp,
-    })
+    Some(Quantity { mantissa: sign * mantissa, bin_exp, dec_exp })
 }
 
 impl Quantity {
@@ -378,10 +311,7 @@ pub(crate) fn quantities_equal(a: &str, b: &str) -> bool {
 pub(crate) fn require_quantity(field: &'static str, value: &str) -> Result<()> {
     match parse_quantity(value) {
         Some(q) if q.is_positive() => Ok(()),
-        _ => Err(Error::InvalidQuantity {
-            field,
-            value: value.to_string(),
-        }),
+        _ => Err(Error::InvalidQuantity { field, value: value.to_string() }),
     }
 }
 
@@ -390,13 +320,7 @@ pub(crate) fn require_quantity(field: &'static str, value: &str) -> Result<()> {
 /// Splits `scheme://[userinfo@]host[:port][/path]` into (scheme, host),
 /// brackets stripped from IPv6 literals. Only http and https are accepted.
 pub(crate) fn url_host(field: &'static str, url: &str) -> Result<(String, String)> {
-    let bad = |problem| {
-        Err(Error::InvalidUrl {
-            field,
-            value: url.to_string(),
-            problem,
-        })
-    };
+    let bad = |problem| Err(Error::InvalidUrl { field, value: url.to_string(), problem });
     if url.is_empty() {
         return Err(Error::Missing { field });
     }
@@ -448,9 +372,7 @@ mod tests {
 
     #[test]
     fn quantity_grammar() {
-        for ok in [
-            "1", "100m", "512Mi", "1Gi", "0.5", ".5", "1e3", "1E-2", "+2", "7Ei", "5n",
-        ] {
+        for ok in ["1", "100m", "512Mi", "1Gi", "0.5", ".5", "1e3", "1E-2", "+2", "7Ei", "5n"] {
             assert!(parse_quantity(ok).is_some(), "{ok}");
         }
         for bad in ["", "Mi", "1.2.3", "1KiB", "1 Gi", "one", "1e", "1x", "-"] {
@@ -479,10 +401,7 @@ mod tests {
 
     #[test]
     fn urls() {
-        assert_eq!(
-            url_host("f", "http://10.0.0.1:8080/x").unwrap().1,
-            "10.0.0.1"
-        );
+        assert_eq!(url_host("f", "http://10.0.0.1:8080/x").unwrap().1, "10.0.0.1");
         assert_eq!(url_host("f", "https://[fd00::1]:443").unwrap().1, "fd00::1");
         assert_eq!(url_host("f", "http://u:p@host.svc").unwrap().1, "host.svc");
         assert!(url_host("f", "ftp://x").is_err());
@@ -493,10 +412,7 @@ mod tests {
 
     #[test]
     fn uid_digits() {
-        assert_eq!(
-            uid_hex("0F1E2D3C-4B5A-6978-8796-a5b4c3d2e1f0").unwrap(),
-            "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
-        );
+        assert_eq!(uid_hex("0F1E2D3C-4B5A-6978-8796-a5b4c3d2e1f0").unwrap(), "0f1e2d3c4b5a69788796a5b4c3d2e1f0");
         assert!(uid_hex("short").is_none());
         assert!(uid_hex("0123456789a").is_none());
         assert!(uid_hex("0123456789ag").is_none());

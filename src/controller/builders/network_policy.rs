@@ -35,16 +35,14 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::networking::v1::{
-    NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec,
-};
+use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::job::{controller_owner, job_name, object_labels, pod_selector_labels};
 use super::{
-    is_label_key, is_label_value, require_label_name, require_subdomain, uid_hex, validate_labels,
-    Error, Result, LABEL_MANAGED_BY, MANAGED_BY,
+    is_label_key, is_label_value, require_label_name, require_subdomain, uid_hex, validate_labels, Error, Result, LABEL_MANAGED_BY,
+    MANAGED_BY,
 };
 
 /// Annotation listing the granted egress hosts (comma-separated).
@@ -66,23 +64,12 @@ pub struct Peer {
 impl Peer {
     /// Pods labelled `pod_labels` in the namespace named `namespace`.
     pub fn in_namespace(namespace: &str, pod_labels: BTreeMap<String, String>, port: i32) -> Self {
-        Self {
-            namespace_labels: BTreeMap::from([(
-                "kubernetes.io/metadata.name".to_string(),
-                namespace.to_string(),
-            )]),
-            pod_labels,
-            port,
-        }
+        Self { namespace_labels: BTreeMap::from([("kubernetes.io/metadata.name".to_string(), namespace.to_string())]), pod_labels, port }
     }
 
     /// The usual cluster DNS: `k8s-app=kube-dns` pods in kube-system, port 53.
     pub fn kube_dns() -> Self {
-        Self::in_namespace(
-            "kube-system",
-            BTreeMap::from([("k8s-app".into(), "kube-dns".into())]),
-            53,
-        )
+        Self::in_namespace("kube-system", BTreeMap::from([("k8s-app".into(), "kube-dns".into())]), 53)
     }
 
     fn problem(&self) -> Option<&'static str> {
@@ -92,12 +79,7 @@ impl Peer {
             Some("pod_labels is empty (would select every pod)")
         } else if !(1..=65535).contains(&self.port) {
             Some("port must be 1-65535")
-        } else if !self
-            .namespace_labels
-            .iter()
-            .chain(&self.pod_labels)
-            .all(|(k, v)| is_label_key(k) && is_label_value(v))
-        {
+        } else if !self.namespace_labels.iter().chain(&self.pod_labels).all(|(k, v)| is_label_key(k) && is_label_value(v)) {
             Some("a selector label is malformed")
         } else {
             None
@@ -106,14 +88,8 @@ impl Peer {
 
     fn to_peer(&self) -> NetworkPolicyPeer {
         NetworkPolicyPeer {
-            namespace_selector: Some(LabelSelector {
-                match_labels: Some(self.namespace_labels.clone()),
-                match_expressions: None,
-            }),
-            pod_selector: Some(LabelSelector {
-                match_labels: Some(self.pod_labels.clone()),
-                match_expressions: None,
-            }),
+            namespace_selector: Some(LabelSelector { match_labels: Some(self.namespace_labels.clone()), match_expressions: None }),
+            pod_selector: Some(LabelSelector { match_labels: Some(self.pod_labels.clone()), match_expressions: None }),
             ip_block: None,
         }
     }
@@ -159,10 +135,7 @@ impl NetPolParams {
         }
         validate_labels(&self.labels)?;
         if let Some(problem) = self.artifact.problem() {
-            return Err(Error::InvalidPeer {
-                field: "artifact",
-                problem,
-            });
+            return Err(Error::InvalidPeer { field: "artifact", problem });
         }
         for host in &self.egress_hosts {
             if !is_egress_host(host) {
@@ -170,25 +143,17 @@ impl NetPolParams {
             }
         }
         match &self.egress_proxy {
-            None if !self.egress_hosts.is_empty() => {
-                return Err(Error::EgressWithoutProxy(self.egress_hosts.clone()))
-            }
+            None if !self.egress_hosts.is_empty() => return Err(Error::EgressWithoutProxy(self.egress_hosts.clone())),
             Some(proxy) => {
                 if let Some(problem) = proxy.problem() {
-                    return Err(Error::InvalidPeer {
-                        field: "egress_proxy",
-                        problem,
-                    });
+                    return Err(Error::InvalidPeer { field: "egress_proxy", problem });
                 }
             }
             None => {}
         }
         if let Some(dns) = &self.dns {
             if let Some(problem) = dns.problem() {
-                return Err(Error::InvalidPeer {
-                    field: "dns",
-                    problem,
-                });
+                return Err(Error::InvalidPeer { field: "dns", problem });
             }
         }
         Ok(())
@@ -207,19 +172,12 @@ fn is_egress_host(s: &str) -> bool {
 }
 
 fn tcp(port: i32) -> NetworkPolicyPort {
-    NetworkPolicyPort {
-        protocol: Some("TCP".into()),
-        port: Some(IntOrString::Int(port)),
-        end_port: None,
-    }
+    NetworkPolicyPort { protocol: Some("TCP".into()), port: Some(IntOrString::Int(port)), end_port: None }
 }
 
 fn rule(peer: &Peer, ports: Vec<NetworkPolicyPort>) -> Option<NetworkPolicyEgressRule> {
     // Fail closed: an empty selector would widen the rule to everything.
-    peer.problem().is_none().then(|| NetworkPolicyEgressRule {
-        to: Some(vec![peer.to_peer()]),
-        ports: Some(ports),
-    })
+    peer.problem().is_none().then(|| NetworkPolicyEgressRule { to: Some(vec![peer.to_peer()]), ports: Some(ports) })
 }
 
 /// Builds the policy (named like the Job). Never fails; see
@@ -230,30 +188,18 @@ pub fn build_network_policy(p: &NetPolParams) -> NetworkPolicy {
     let granted = !p.egress_hosts.is_empty();
     let mut proxied = false;
     if granted {
-        if let Some(proxy_rule) = p
-            .egress_proxy
-            .as_ref()
-            .and_then(|proxy| rule(proxy, vec![tcp(proxy.port)]))
-        {
+        if let Some(proxy_rule) = p.egress_proxy.as_ref().and_then(|proxy| rule(proxy, vec![tcp(proxy.port)])) {
             egress.push(proxy_rule);
             proxied = true;
         }
     }
     if proxied {
         if let Some(dns) = &p.dns {
-            let udp = NetworkPolicyPort {
-                protocol: Some("UDP".into()),
-                ..tcp(dns.port)
-            };
+            let udp = NetworkPolicyPort { protocol: Some("UDP".into()), ..tcp(dns.port) };
             egress.extend(rule(dns, vec![udp, tcp(dns.port)]));
         }
     }
-    let annotations = granted.then(|| {
-        BTreeMap::from([(
-            ANNOTATION_EGRESS_HOSTS.to_string(),
-            p.egress_hosts.join(","),
-        )])
-    });
+    let annotations = granted.then(|| BTreeMap::from([(ANNOTATION_EGRESS_HOSTS.to_string(), p.egress_hosts.join(","))]));
     NetworkPolicy {
         metadata: ObjectMeta {
             name: Some(job_name(&p.skilljob_uid)),
@@ -264,10 +210,7 @@ pub fn build_network_policy(p: &NetPolParams) -> NetworkPolicy {
             ..Default::default()
         },
         spec: Some(NetworkPolicySpec {
-            pod_selector: Some(LabelSelector {
-                match_labels: Some(pod_selector_labels(&p.skilljob_uid)),
-                match_expressions: None,
-            }),
+            pod_selector: Some(LabelSelector { match_labels: Some(pod_selector_labels(&p.skilljob_uid)), match_expressions: None }),
             policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
             ingress: Some(Vec::new()),
             egress: Some(egress),
@@ -277,20 +220,11 @@ pub fn build_network_policy(p: &NetPolParams) -> NetworkPolicy {
 
 /// The runner ServiceAccount: no RBAC is ever bound to it, and its token is
 /// never mounted (the pods say so too).
-pub fn build_service_account(
-    name: &str,
-    namespace: &str,
-    labels: &BTreeMap<String, String>,
-) -> ServiceAccount {
+pub fn build_service_account(name: &str, namespace: &str, labels: &BTreeMap<String, String>) -> ServiceAccount {
     let mut labels = labels.clone();
     labels.insert(LABEL_MANAGED_BY.into(), MANAGED_BY.into());
     ServiceAccount {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(namespace.into()),
-            labels: Some(labels),
-            ..Default::default()
-        },
+        metadata: ObjectMeta { name: Some(name.into()), namespace: Some(namespace.into()), labels: Some(labels), ..Default::default() },
         automount_service_account_token: Some(false),
         ..Default::default()
     }
@@ -302,24 +236,10 @@ mod tests {
 
     #[test]
     fn egress_host_syntax() {
-        for ok in [
-            "api.github.com",
-            "*.pypi.org",
-            "files.pythonhosted.org:443",
-            "EXAMPLE.com",
-        ] {
+        for ok in ["api.github.com", "*.pypi.org", "files.pythonhosted.org:443", "EXAMPLE.com"] {
             assert!(is_egress_host(ok), "{ok}");
         }
-        for bad in [
-            "",
-            "*",
-            "http://x.com",
-            "a b",
-            "x.com:0",
-            "x.com:99999",
-            "*.",
-            "a/b",
-        ] {
+        for bad in ["", "*", "http://x.com", "a b", "x.com:0", "x.com:99999", "*.", "a/b"] {
             assert!(!is_egress_host(bad), "{bad}");
         }
     }

@@ -44,8 +44,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EphemeralContainer, Lifecycle, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, SecurityContext, Volume,
+    Container, ContainerPort, EphemeralContainer, Lifecycle, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SecurityContext, Volume,
 };
 
 use super::quantities_equal;
@@ -53,13 +52,7 @@ use super::quantities_equal;
 /// Capabilities the restricted profile lets a container add.
 pub const ALLOWED_ADD_CAPABILITIES: [&str; 1] = ["NET_BIND_SERVICE"];
 /// SELinux types allowed since policy v1.31.
-pub const ALLOWED_SELINUX_TYPES: [&str; 5] = [
-    "",
-    "container_t",
-    "container_init_t",
-    "container_kvm_t",
-    "container_engine_t",
-];
+pub const ALLOWED_SELINUX_TYPES: [&str; 5] = ["", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"];
 /// The safe sysctls at policy v1.34 (sets of 1.0, 1.27, 1.29 and 1.32).
 pub const SAFE_SYSCTLS: [&str; 12] = [
     "kernel.shm_rmid_forced",
@@ -188,17 +181,12 @@ pub fn restricted_violations(spec: &PodSpec) -> Vec<String> {
 /// (the deprecated AppArmor annotations).
 pub fn restricted_template_violations(template: &PodTemplateSpec) -> Vec<String> {
     let mut out = Vec::new();
-    let annotations = template
-        .metadata
-        .as_ref()
-        .and_then(|m| m.annotations.as_ref());
+    let annotations = template.metadata.as_ref().and_then(|m| m.annotations.as_ref());
     for (key, value) in annotations.into_iter().flatten() {
         if key.starts_with(APPARMOR_ANNOTATION_PREFIX)
             && !(value.is_empty() || value == "runtime/default" || value.starts_with("localhost/"))
         {
-            out.push(format!(
-                "appArmor: pod: metadata.annotations[{key:?}] is {value:?}, must be runtime/default or localhost/*"
-            ));
+            out.push(format!("appArmor: pod: metadata.annotations[{key:?}] is {value:?}, must be runtime/default or localhost/*"));
         }
     }
     if let Some(spec) = &template.spec {
@@ -208,34 +196,19 @@ pub fn restricted_template_violations(template: &PodTemplateSpec) -> Vec<String>
 }
 
 fn check_host_process(spec: &PodSpec, out: &mut Vec<String>) {
-    let pod = spec
-        .security_context
-        .as_ref()
-        .and_then(|s| s.windows_options.as_ref())
-        .and_then(|w| w.host_process);
+    let pod = spec.security_context.as_ref().and_then(|s| s.windows_options.as_ref()).and_then(|w| w.host_process);
     if pod == Some(true) {
         out.push("pod: spec.securityContext.windowsOptions.hostProcess must not be true".into());
     }
     for c in containers(spec) {
-        if c.sc
-            .and_then(|s| s.windows_options.as_ref())
-            .and_then(|w| w.host_process)
-            == Some(true)
-        {
-            out.push(format!(
-                "{}: securityContext.windowsOptions.hostProcess must not be true",
-                c.at()
-            ));
+        if c.sc.and_then(|s| s.windows_options.as_ref()).and_then(|w| w.host_process) == Some(true) {
+            out.push(format!("{}: securityContext.windowsOptions.hostProcess must not be true", c.at()));
         }
     }
 }
 
 fn check_host_namespaces(spec: &PodSpec, out: &mut Vec<String>) {
-    for (field, value) in [
-        ("hostNetwork", spec.host_network),
-        ("hostPID", spec.host_pid),
-        ("hostIPC", spec.host_ipc),
-    ] {
+    for (field, value) in [("hostNetwork", spec.host_network), ("hostPID", spec.host_pid), ("hostIPC", spec.host_ipc)] {
         if value == Some(true) {
             out.push(format!("pod: spec.{field} must not be true"));
         }
@@ -245,10 +218,7 @@ fn check_host_namespaces(spec: &PodSpec, out: &mut Vec<String>) {
 fn check_privileged(spec: &PodSpec, out: &mut Vec<String>) {
     for c in containers(spec) {
         if c.sc.and_then(|s| s.privileged) == Some(true) {
-            out.push(format!(
-                "{}: securityContext.privileged must not be true",
-                c.at()
-            ));
+            out.push(format!("{}: securityContext.privileged must not be true", c.at()));
         }
     }
 }
@@ -259,14 +229,9 @@ fn check_capabilities(spec: &PodSpec, out: &mut Vec<String>) {
     }
     for c in containers(spec) {
         let caps = c.sc.and_then(|s| s.capabilities.as_ref());
-        let drops_all = caps
-            .and_then(|k| k.drop.as_ref())
-            .is_some_and(|d| d.iter().any(|x| x == "ALL"));
+        let drops_all = caps.and_then(|k| k.drop.as_ref()).is_some_and(|d| d.iter().any(|x| x == "ALL"));
         if !drops_all {
-            out.push(format!(
-                r#"{}: securityContext.capabilities.drop must include "ALL""#,
-                c.at()
-            ));
+            out.push(format!(r#"{}: securityContext.capabilities.drop must include "ALL""#, c.at()));
         }
         let added: Vec<&str> = caps
             .and_then(|k| k.add.as_ref())
@@ -276,10 +241,7 @@ fn check_capabilities(spec: &PodSpec, out: &mut Vec<String>) {
             .filter(|a| !ALLOWED_ADD_CAPABILITIES.contains(a))
             .collect();
         if !added.is_empty() {
-            out.push(format!(
-                "{}: securityContext.capabilities.add must not include {added:?} (only NET_BIND_SERVICE)",
-                c.at()
-            ));
+            out.push(format!("{}: securityContext.capabilities.add must not include {added:?} (only NET_BIND_SERVICE)", c.at()));
         }
     }
 }
@@ -321,21 +283,13 @@ fn forbidden_volume_type(v: &Volume) -> Option<&'static str> {
         ("scaleIO", v.scale_io.is_some()),
         ("storageos", v.storageos.is_some()),
     ];
-    Some(
-        known
-            .iter()
-            .find(|(_, set)| *set)
-            .map_or("unknown", |(name, _)| name),
-    )
+    Some(known.iter().find(|(_, set)| *set).map_or("unknown", |(name, _)| name))
 }
 
 fn check_volumes(spec: &PodSpec, out: &mut Vec<String>) {
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
         if let Some(kind) = forbidden_volume_type(v) {
-            out.push(format!(
-                "pod: spec.volumes[{i}] {:?} uses restricted volume type {kind}",
-                v.name
-            ));
+            out.push(format!("pod: spec.volumes[{i}] {:?} uses restricted volume type {kind}", v.name));
         }
     }
 }
@@ -344,10 +298,7 @@ fn check_host_ports(spec: &PodSpec, out: &mut Vec<String>) {
     for c in containers(spec) {
         for (i, port) in c.ports.iter().enumerate() {
             if let Some(host_port) = port.host_port.filter(|p| *p != 0) {
-                out.push(format!(
-                    "{}: ports[{i}].hostPort must be unset or 0, is {host_port}",
-                    c.at()
-                ));
+                out.push(format!("{}: ports[{i}].hostPort must be unset or 0, is {host_port}", c.at()));
             }
         }
     }
@@ -393,11 +344,7 @@ fn app_armor_ok(t: &str) -> bool {
 }
 
 fn check_app_armor(spec: &PodSpec, out: &mut Vec<String>) {
-    if let Some(p) = spec
-        .security_context
-        .as_ref()
-        .and_then(|s| s.app_armor_profile.as_ref())
-    {
+    if let Some(p) = spec.security_context.as_ref().and_then(|s| s.app_armor_profile.as_ref()) {
         if !app_armor_ok(&p.type_) {
             out.push(format!("pod: spec.securityContext.appArmorProfile.type must be RuntimeDefault or Localhost, is {:?}", p.type_));
         }
@@ -405,11 +352,7 @@ fn check_app_armor(spec: &PodSpec, out: &mut Vec<String>) {
     for c in containers(spec) {
         if let Some(p) = c.sc.and_then(|s| s.app_armor_profile.as_ref()) {
             if !app_armor_ok(&p.type_) {
-                out.push(format!(
-                    "{}: securityContext.appArmorProfile.type must be RuntimeDefault or Localhost, is {:?}",
-                    c.at(),
-                    p.type_
-                ));
+                out.push(format!("{}: securityContext.appArmorProfile.type must be RuntimeDefault or Localhost, is {:?}", c.at(), p.type_));
             }
         }
     }
@@ -419,9 +362,7 @@ fn check_se_linux(spec: &PodSpec, out: &mut Vec<String>) {
     let mut judge = |at: String, prefix: &str, o: &k8s_openapi::api::core::v1::SELinuxOptions| {
         let t = o.type_.as_deref().unwrap_or("");
         if !ALLOWED_SELINUX_TYPES.contains(&t) {
-            out.push(format!(
-                "{at}: {prefix}seLinuxOptions.type {t:?} is not allowed"
-            ));
+            out.push(format!("{at}: {prefix}seLinuxOptions.type {t:?} is not allowed"));
         }
         if o.user.as_deref().is_some_and(|u| !u.is_empty()) {
             out.push(format!("{at}: {prefix}seLinuxOptions.user must not be set"));
@@ -430,11 +371,7 @@ fn check_se_linux(spec: &PodSpec, out: &mut Vec<String>) {
             out.push(format!("{at}: {prefix}seLinuxOptions.role must not be set"));
         }
     };
-    if let Some(o) = spec
-        .security_context
-        .as_ref()
-        .and_then(|s| s.se_linux_options.as_ref())
-    {
+    if let Some(o) = spec.security_context.as_ref().and_then(|s| s.se_linux_options.as_ref()) {
         judge("pod".into(), "spec.securityContext.", o);
     }
     for c in containers(spec) {
@@ -446,14 +383,8 @@ fn check_se_linux(spec: &PodSpec, out: &mut Vec<String>) {
 
 fn check_proc_mount(spec: &PodSpec, out: &mut Vec<String>) {
     for c in containers(spec) {
-        if let Some(pm) =
-            c.sc.and_then(|s| s.proc_mount.as_deref())
-                .filter(|pm| *pm != "Default")
-        {
-            out.push(format!(
-                "{}: securityContext.procMount must be unset or Default, is {pm:?}",
-                c.at()
-            ));
+        if let Some(pm) = c.sc.and_then(|s| s.proc_mount.as_deref()).filter(|pm| *pm != "Default") {
+            out.push(format!("{}: securityContext.procMount must be unset or Default, is {pm:?}", c.at()));
         }
     }
 }
@@ -466,28 +397,20 @@ fn check_seccomp(spec: &PodSpec, out: &mut Vec<String>) {
     if is_windows(spec) {
         return;
     }
-    let pod = spec
-        .security_context
-        .as_ref()
-        .and_then(|s| s.seccomp_profile.as_ref());
+    let pod = spec.security_context.as_ref().and_then(|s| s.seccomp_profile.as_ref());
     let pod_ok = match pod {
         Some(p) if seccomp_ok(&p.type_) => true,
         Some(p) => {
-            out.push(format!(
-                "pod: spec.securityContext.seccompProfile.type must be RuntimeDefault or Localhost, is {:?}",
-                p.type_
-            ));
+            out.push(format!("pod: spec.securityContext.seccompProfile.type must be RuntimeDefault or Localhost, is {:?}", p.type_));
             false
         }
         None => false,
     };
     for c in containers(spec) {
         match c.sc.and_then(|s| s.seccomp_profile.as_ref()) {
-            Some(p) if !seccomp_ok(&p.type_) => out.push(format!(
-                "{}: securityContext.seccompProfile.type must be RuntimeDefault or Localhost, is {:?}",
-                c.at(),
-                p.type_
-            )),
+            Some(p) if !seccomp_ok(&p.type_) => {
+                out.push(format!("{}: securityContext.seccompProfile.type must be RuntimeDefault or Localhost, is {:?}", c.at(), p.type_))
+            }
             Some(_) => {}
             None if !pod_ok => out.push(format!(
                 "{}: securityContext.seccompProfile.type must be RuntimeDefault or Localhost (unset, and the pod sets no valid profile)",
@@ -499,35 +422,25 @@ fn check_seccomp(spec: &PodSpec, out: &mut Vec<String>) {
 }
 
 fn check_sysctls(spec: &PodSpec, out: &mut Vec<String>) {
-    let sysctls = spec
-        .security_context
-        .as_ref()
-        .and_then(|s| s.sysctls.as_ref());
+    let sysctls = spec.security_context.as_ref().and_then(|s| s.sysctls.as_ref());
     for (i, s) in sysctls.into_iter().flatten().enumerate() {
         if !SAFE_SYSCTLS.contains(&s.name.as_str()) {
-            out.push(format!(
-                "pod: spec.securityContext.sysctls[{i}] {:?} is not a safe sysctl",
-                s.name
-            ));
+            out.push(format!("pod: spec.securityContext.sysctls[{i}] {:?} is not a safe sysctl", s.name));
         }
     }
 }
 
 fn check_run_as_non_root(spec: &PodSpec, out: &mut Vec<String>) {
-    let pod = spec
-        .security_context
-        .as_ref()
-        .and_then(|s| s.run_as_non_root);
+    let pod = spec.security_context.as_ref().and_then(|s| s.run_as_non_root);
     if pod == Some(false) {
         out.push("pod: spec.securityContext.runAsNonRoot must not be false".into());
     }
     for c in containers(spec) {
         match c.sc.and_then(|s| s.run_as_non_root) {
             Some(false) => out.push(format!("{}: securityContext.runAsNonRoot must not be false", c.at())),
-            None if pod != Some(true) => out.push(format!(
-                "{}: securityContext.runAsNonRoot must be true (unset, and the pod does not set it)",
-                c.at()
-            )),
+            None if pod != Some(true) => {
+                out.push(format!("{}: securityContext.runAsNonRoot must be true (unset, and the pod does not set it)", c.at()))
+            }
             _ => {}
         }
     }
@@ -539,10 +452,7 @@ fn check_run_as_user(spec: &PodSpec, out: &mut Vec<String>) {
     }
     for c in containers(spec) {
         if c.sc.and_then(|s| s.run_as_user) == Some(0) {
-            out.push(format!(
-                "{}: securityContext.runAsUser must not be 0",
-                c.at()
-            ));
+            out.push(format!("{}: securityContext.runAsUser must not be 0", c.at()));
         }
     }
 }
@@ -554,14 +464,8 @@ fn check_allow_privilege_escalation(spec: &PodSpec, out: &mut Vec<String>) {
     for c in containers(spec) {
         match c.sc.and_then(|s| s.allow_privilege_escalation) {
             Some(false) => {}
-            Some(true) => out.push(format!(
-                "{}: securityContext.allowPrivilegeEscalation must be false, is true",
-                c.at()
-            )),
-            None => out.push(format!(
-                "{}: securityContext.allowPrivilegeEscalation must be set to false",
-                c.at()
-            )),
+            Some(true) => out.push(format!("{}: securityContext.allowPrivilegeEscalation must be false, is true", c.at())),
+            None => out.push(format!("{}: securityContext.allowPrivilegeEscalation must be set to false", c.at())),
         }
     }
 }
@@ -570,21 +474,13 @@ fn check_allow_privilege_escalation(spec: &PodSpec, out: &mut Vec<String>) {
 pub fn hardening_violations(spec: &PodSpec) -> Vec<String> {
     let mut out = Vec::new();
     if spec.automount_service_account_token != Some(false) {
-        out.push(
-            "serviceAccountToken: pod: spec.automountServiceAccountToken must be false".into(),
-        );
+        out.push("serviceAccountToken: pod: spec.automountServiceAccountToken must be false".into());
     }
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
-        let projects_token = v
-            .projected
-            .as_ref()
-            .and_then(|p| p.sources.as_ref())
-            .is_some_and(|s| s.iter().any(|src| src.service_account_token.is_some()));
+        let projects_token =
+            v.projected.as_ref().and_then(|p| p.sources.as_ref()).is_some_and(|s| s.iter().any(|src| src.service_account_token.is_some()));
         if projects_token {
-            out.push(format!(
-                "serviceAccountToken: pod: spec.volumes[{i}] {:?} projects a serviceAccountToken",
-                v.name
-            ));
+            out.push(format!("serviceAccountToken: pod: spec.volumes[{i}] {:?} projects a serviceAccountToken", v.name));
         }
     }
     if spec.enable_service_links != Some(false) {
@@ -595,23 +491,14 @@ pub fn hardening_violations(spec: &PodSpec) -> Vec<String> {
     }
     for c in containers(spec) {
         if c.sc.and_then(|s| s.read_only_root_filesystem) != Some(true) {
-            out.push(format!(
-                "readOnlyRootFilesystem: {}: securityContext.readOnlyRootFilesystem must be true",
-                c.at()
-            ));
+            out.push(format!("readOnlyRootFilesystem: {}: securityContext.readOnlyRootFilesystem must be true", c.at()));
         }
         if c.list == "ephemeralContainers" {
             continue; // the API forbids resources on ephemeral containers
         }
         let empty = BTreeMap::new();
-        let requests = c
-            .resources
-            .and_then(|r| r.requests.as_ref())
-            .unwrap_or(&empty);
-        let limits = c
-            .resources
-            .and_then(|r| r.limits.as_ref())
-            .unwrap_or(&empty);
+        let requests = c.resources.and_then(|r| r.requests.as_ref()).unwrap_or(&empty);
+        let limits = c.resources.and_then(|r| r.limits.as_ref()).unwrap_or(&empty);
         for name in GUARANTEED_RESOURCES {
             match (requests.get(name), limits.get(name)) {
                 (Some(r), Some(l)) if quantities_equal(&r.0, &l.0) => {}
