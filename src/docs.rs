@@ -87,3 +87,9 @@ mod tests {
         }
     }
 }
+
+/// `skill-operator docs`: the generated blocks, ready to paste into the README.
+pub fn print() {
+    println!("<!-- BEGIN tools (generated: skill-operator docs) -->\n{}<!-- END tools -->\n", tools_reference());
+    println!("<!-- BEGIN reasons (generated: skill-operator docs) -->\n{}<!-- END reasons -->", reasons_table());
+}

@@ -15,9 +15,11 @@ pub mod docs;
 pub mod mcp;
 pub mod samples;
 pub mod serve;
+pub mod shutdown;
 
 pub mod runner;
 
 pub mod oci;
 
 pub mod artifacts;
+pub mod jobs;

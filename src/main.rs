@@ -10,8 +10,16 @@ async fn main() -> std::process::ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SKILL_OPERATOR_LOG").unwrap_or_else(|_| "warn".into()))
         .init();
     let cli = skill_operator::cli::Cli::parse();
-    match skill_operator::cli::run(cli).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+    // Before anything else runs: a SIGTERM must never meet the default action.
+    let shutdown = match skill_operator::shutdown::Shutdown::on_signals() {
+        Ok(shutdown) => shutdown,
+        Err(err) => {
+            eprintln!("skill-operator: cannot install the signal handlers: {err}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match skill_operator::cli::run(cli, shutdown).await {
+        Ok(code) => code,
         Err(err) => {
             eprintln!("skill-operator: {err:#}");
             std::process::ExitCode::from(2)

@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 
 use common::TestRegistry;
 use serde_json::Value;
+use skill_operator::api::outcome::{LaunchResult, RunOutcome};
 use skill_operator::artifacts::client::{self, ClientError, Endpoint, FetchOptions, UploadOptions};
 use skill_operator::artifacts::server::{self, AppState, ServerConfig};
 use skill_operator::artifacts::{self, sha256_digest, ArtifactLimits, InputsManifest, OutputManifest, SetFile, SkipReason};
 use skill_operator::core::package;
 use skill_operator::core::token::job_token;
-use skill_operator::runner::launch::LaunchResult;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const KEY: &[u8] = b"0123456789abcdef0123456789abcdef-artifact-tests";
@@ -216,11 +216,9 @@ fn upload_opts(env: &Env, ns: &str, uid: &str, d: &PodDirs) -> UploadOptions {
     o
 }
 
-/// A stop channel that never fires (the result file is already there).
-fn no_stop() -> tokio::sync::watch::Receiver<bool> {
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    std::mem::forget(tx);
-    rx
+/// A shutdown that never fires (the result file is already there).
+fn no_stop() -> skill_operator::shutdown::Shutdown {
+    skill_operator::shutdown::Shutdown::new()
 }
 
 async fn outputs_manifest(env: &Env, ns: &str, uid: &str) -> (OutputManifest, Vec<u8>) {
@@ -245,14 +243,13 @@ async fn simulate_launch(d: &PodDirs, input: &str) -> std::process::Output {
     std::fs::write(d.result.join("stdout"), &out.stdout).unwrap();
     std::fs::write(d.result.join("stderr"), &out.stderr).unwrap();
     let r = LaunchResult {
-        exit_code: out.status.code(),
-        signal: None,
-        timed_out: false,
-        duration_ms: started.elapsed().as_millis() as u64,
-        stdout_bytes: out.stdout.len() as u64,
-        stderr_bytes: out.stderr.len() as u64,
-        stdout_truncated: false,
-        stderr_truncated: false,
+        outcome: RunOutcome {
+            exit_code: out.status.code(),
+            duration_ms: started.elapsed().as_millis() as u64,
+            stdout_bytes: out.stdout.len() as u64,
+            stderr_bytes: out.stderr.len() as u64,
+            ..RunOutcome::default()
+        },
         error: None,
     };
     let tmp = d.result.join("result.partial");
@@ -366,7 +363,7 @@ async fn round_trip_stage_fetch_run_upload_read_back() {
         assert_eq!(body, std::fs::read(local).unwrap(), "{path} differs");
     }
     let result: LaunchResult = serde_json::from_slice(&env.get(&format!("{NS}/{UID}/outputs/result/result.json"), &op()).await.1).unwrap();
-    assert_eq!(result.exit_code, Some(0));
+    assert_eq!(result.outcome.exit_code, Some(0));
 }
 
 // -- integrity ----------------------------------------------------------------
@@ -459,7 +456,7 @@ async fn upload_file_cap_at_the_real_32_mib_edge() {
     std::fs::File::create(d.work.join("exact.bin")).unwrap().set_len(32 * MIB).unwrap();
     std::fs::File::create(d.work.join("over.bin")).unwrap().set_len(32 * MIB + 1).unwrap();
     std::fs::write(d.result.join("result.json"), b"{}").unwrap();
-    let r = client::upload(&upload_opts(&env, NS, UID, &d), no_stop()).await.unwrap();
+    let r = client::upload(&upload_opts(&env, NS, UID, &d), &no_stop()).await.unwrap();
     let paths: Vec<&str> = r.manifest.files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(paths, ["result/result.json", "work/exact.bin"]);
     assert_eq!(r.manifest.files[1].size, 32 * MIB);
@@ -501,7 +498,7 @@ async fn upload_file_count_cap_at_the_real_2000_edge() {
         std::fs::write(dir.join(format!("f{i:04}.txt")), b"y").unwrap();
     }
     std::fs::write(d.result.join("result.json"), b"{}").unwrap();
-    let r = client::upload(&upload_opts(&env, NS, UID, &d), no_stop()).await.unwrap();
+    let r = client::upload(&upload_opts(&env, NS, UID, &d), &no_stop()).await.unwrap();
     let work = r.manifest.files.iter().filter(|f| f.path.starts_with("work/")).count();
     assert_eq!(work, 2000, "2,000 files are accepted by the endpoint");
     assert_eq!(r.manifest.skipped.len(), 1);
@@ -560,7 +557,7 @@ async fn upload_reports_total_and_count_caps_at_small_configured_edges() {
     std::fs::write(d.work.join("e"), vec![5u8; 0]).unwrap(); // fourth file
     std::fs::write(d.work.join("f"), vec![5u8; 601]).unwrap(); // over per-file
     std::fs::write(d.result.join("result.json"), b"{}").unwrap();
-    let r = client::upload(&upload_opts(&env, NS, UID, &d), no_stop()).await.unwrap();
+    let r = client::upload(&upload_opts(&env, NS, UID, &d), &no_stop()).await.unwrap();
     let taken: Vec<&str> = r.manifest.files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(taken, ["result/result.json", "work/a", "work/c", "work/d"]);
     let skipped: Vec<(&str, SkipReason)> = r.manifest.skipped.iter().map(|s| (s.path.as_str(), s.reason)).collect();
@@ -742,7 +739,7 @@ async fn upload_skips_symlinks_and_special_files_and_reports_them() {
     std::os::unix::fs::symlink(&d.token, d.result.join("stdout")).unwrap();
     std::fs::write(d.result.join("result.json"), b"{}").unwrap();
 
-    let r = client::upload(&upload_opts(&env, NS, UID, &d), no_stop()).await.unwrap();
+    let r = client::upload(&upload_opts(&env, NS, UID, &d), &no_stop()).await.unwrap();
     let taken: Vec<&str> = r.manifest.files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(taken, ["result/result.json", "work/real/kept.txt"]);
     let mut skipped: Vec<(&str, SkipReason)> = r.manifest.skipped.iter().map(|s| (s.path.as_str(), s.reason)).collect();
@@ -777,7 +774,7 @@ async fn upload_skips_names_it_could_not_serve_back_and_case_collisions() {
     std::fs::create_dir(d.work.join("dir")).unwrap();
     std::fs::write(d.work.join("dir/y"), b"y").unwrap();
     std::fs::write(d.result.join("result.json"), b"{}").unwrap();
-    let r = client::upload(&upload_opts(&env, NS, UID, &d), no_stop()).await.unwrap();
+    let r = client::upload(&upload_opts(&env, NS, UID, &d), &no_stop()).await.unwrap();
     let taken: Vec<&str> = r.manifest.files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(taken, ["result/result.json", "work/A.txt", "work/Dir/x", "work/ok.txt"]);
     let mut skipped: Vec<(String, SkipReason)> = r.manifest.skipped.iter().map(|s| (s.path.clone(), s.reason)).collect();
@@ -830,7 +827,7 @@ async fn termination_message_stays_under_4_kib() {
         std::os::unix::fs::symlink("/etc/passwd", d.work.join(name)).unwrap();
     }
     std::fs::write(d.result.join("result.json"), b"{}").unwrap();
-    let r = client::upload(&upload_opts(&env, NS, UID, &d), no_stop()).await.unwrap();
+    let r = client::upload(&upload_opts(&env, NS, UID, &d), &no_stop()).await.unwrap();
     assert_eq!(r.manifest.skipped.len(), ArtifactLimits::DEFAULT.max_skipped_listed);
     assert_eq!(r.manifest.skipped_omitted, 200);
     let line = std::fs::read_to_string(&d.termination_log).unwrap();
@@ -845,7 +842,7 @@ async fn termination_message_stays_under_4_kib() {
     let mut o = upload_opts(&down, NS, &long_uid, &d2);
     o.endpoint =
         Endpoint::new(format!("http://127.0.0.1:1/v1/{}", "p".repeat(8000)), NS, &long_uid, job_token(KEY, NS, &long_uid)).unwrap();
-    let err = client::upload(&o, no_stop()).await.unwrap_err();
+    let err = client::upload(&o, &no_stop()).await.unwrap_err();
     let line = std::fs::read_to_string(&d2.termination_log).unwrap();
     assert!(line.starts_with("error: "), "{line}");
     assert!(line.len() < 4096, "{} bytes for {err}", line.len());

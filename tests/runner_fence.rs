@@ -38,7 +38,7 @@ async fn argv_roundtrip(program: &str, pre: &[&str]) {
     as_user(&mut s, uid);
     s.cwd = wd.path().to_path_buf();
     let out = execute(s).await.expect("execute");
-    assert_eq!(out.exit_code, Some(0), "stderr: {}", text(&out.stderr));
+    assert_eq!(out.outcome.exit_code, Some(0), "stderr: {}", text(&out.stderr));
     let got: Vec<String> = out.stdout.split(|c| *c == 0).map(|s| String::from_utf8_lossy(s).into_owned()).collect();
     let mut want: Vec<String> = TRICKY.iter().map(|s| s.to_string()).collect();
     want.push(String::new()); // trailing NUL
@@ -115,7 +115,7 @@ fn environ_helper() {
         s.run_as = run_as;
         let o = rt.block_on(execute(s)).expect("execute");
         let visible = text(&o.stdout).contains(SECRET);
-        format!("{}:{:?}:{}", if visible { "visible" } else { "hidden" }, o.exit_code, text(&o.stderr).trim())
+        format!("{}:{:?}:{}", if visible { "visible" } else { "hidden" }, o.outcome.exit_code, text(&o.stderr).trim())
     };
     // The child's own environment never contains the parent's variable.
     let mut s = spec("/usr/bin/env", &["-0"]);
@@ -191,9 +191,9 @@ async fn timeout_terms_the_whole_group() {
     s.timeout = Duration::from_millis(500);
     s.kill_grace = Duration::from_secs(1);
     let out = execute(s).await.expect("execute");
-    assert!(out.timed_out);
-    assert_eq!(out.signal, Some(libc::SIGTERM), "{out:?}");
-    assert_eq!(out.exit_code, None);
+    assert!(out.outcome.timed_out);
+    assert_eq!(out.outcome.signal, Some(libc::SIGTERM), "{out:?}");
+    assert_eq!(out.outcome.exit_code, None);
     assert!(out.duration < Duration::from_millis(1400), "{:?}", out.duration);
     let bg: i32 = text(&out.stdout).trim().parse().expect("bg pid");
     // The group was signalled before `execute` returned; the kernel may take a
@@ -215,8 +215,8 @@ async fn sigterm_ignored_means_sigkill_after_grace() {
     s.kill_grace = Duration::from_millis(500);
     let hard = s.hard_deadline();
     let out = execute(s).await.expect("execute");
-    assert!(out.timed_out && !out.hard_deadline_hit);
-    assert_eq!(out.signal, Some(libc::SIGKILL), "{out:?}");
+    assert!(out.outcome.timed_out && !out.hard_deadline_hit);
+    assert_eq!(out.outcome.signal, Some(libc::SIGKILL), "{out:?}");
     assert_eq!(text(&out.stdout), "armed\n");
     assert!(out.duration >= Duration::from_millis(800), "{:?}", out.duration);
     assert!(out.duration < hard, "{:?}", out.duration);
@@ -233,8 +233,8 @@ async fn detached_grandchild_holding_pipes_cannot_hang_the_call() {
     let drain = s.drain;
     let out = execute(s).await.expect("execute");
     kill_uid(uid);
-    assert_eq!(out.exit_code, Some(0));
-    assert!(!out.timed_out && !out.hard_deadline_hit);
+    assert_eq!(out.outcome.exit_code, Some(0));
+    assert!(!out.outcome.timed_out && !out.hard_deadline_hit);
     assert_eq!(text(&out.stderr), "bye\n");
     // Settled on exit + drain, not on pipe EOF (which would take 30 s).
     assert!(out.duration >= drain + Duration::from_millis(200), "{:?}", out.duration);
@@ -251,8 +251,8 @@ async fn timeout_with_detached_grandchild_returns_within_hard_deadline() {
     let hard = s.hard_deadline();
     let out = execute(s).await.expect("execute");
     kill_uid(uid);
-    assert!(out.timed_out);
-    assert_eq!(out.signal, Some(libc::SIGKILL));
+    assert!(out.outcome.timed_out);
+    assert_eq!(out.outcome.signal, Some(libc::SIGKILL));
     assert!(out.duration < hard, "{:?} vs hard deadline {:?}", out.duration, hard);
 }
 
@@ -266,7 +266,7 @@ async fn sweep_uid_kills_detached_survivors() {
     let mut s = spec(BASH, &["-c", "setsid sleep 30 & setsid sleep 31 & sleep 0.2"]);
     as_user(&mut s, uid);
     let out = execute(s).await.expect("execute");
-    assert_eq!(out.exit_code, Some(0));
+    assert_eq!(out.outcome.exit_code, Some(0));
     assert_eq!(procs_of_uid(uid).len(), 2, "two detached survivors expected");
     sweep_uid(uid, uid).expect("sweep");
     assert!(wait_uid_gone(uid, Duration::from_secs(1)).is_empty());
@@ -302,14 +302,14 @@ fn rss_kib() -> u64 {
 async fn flood_of_writes_is_capped_and_counted() {
     let s = spec(PY, &["-c", "import sys\nfor i in range(40):\n  sys.stdout.buffer.write(b'x'*65536); sys.stdout.flush(); sys.stderr.buffer.write(b'y'*65536)"]);
     let out = execute(s).await.expect("execute");
-    assert_eq!(out.exit_code, Some(0), "{}", text(&out.stderr[..200.min(out.stderr.len())]));
+    assert_eq!(out.outcome.exit_code, Some(0), "{}", text(&out.stderr[..200.min(out.stderr.len())]));
     assert_eq!(out.stdout.len(), 1024 * 1024);
-    assert_eq!(out.stdout_bytes, 40 * 65536);
-    assert!(out.stdout_truncated);
+    assert_eq!(out.outcome.stdout_bytes, 40 * 65536);
+    assert!(out.outcome.stdout_truncated);
     assert!(out.stdout.iter().all(|b| *b == b'x'));
     assert_eq!(out.stderr.len(), 1024 * 1024);
-    assert_eq!(out.stderr_bytes, 40 * 65536);
-    assert!(out.stderr_truncated);
+    assert_eq!(out.outcome.stderr_bytes, 40 * 65536);
+    assert!(out.outcome.stderr_truncated);
 }
 
 #[tokio::test]
@@ -317,8 +317,8 @@ async fn output_exactly_at_cap_is_not_truncated() {
     let s = spec(PY, &["-c", "import sys; sys.stdout.buffer.write(b'z'*(1024*1024))"]);
     let out = execute(s).await.expect("execute");
     assert_eq!(out.stdout.len(), 1024 * 1024);
-    assert_eq!(out.stdout_bytes, 1024 * 1024);
-    assert!(!out.stdout_truncated && !out.stderr_truncated);
+    assert_eq!(out.outcome.stdout_bytes, 1024 * 1024);
+    assert!(!out.outcome.stdout_truncated && !out.outcome.stderr_truncated);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -328,13 +328,13 @@ async fn endless_yes_stays_bounded() {
     s.timeout = Duration::from_millis(1000);
     let out = execute(s).await.expect("execute");
     let after = rss_kib();
-    assert!(out.timed_out);
-    assert_eq!(out.signal, Some(libc::SIGTERM));
+    assert!(out.outcome.timed_out);
+    assert_eq!(out.outcome.signal, Some(libc::SIGTERM));
     assert_eq!(out.stdout.len(), 1024 * 1024);
-    assert!(out.stdout_truncated);
-    assert!(out.stdout_bytes > 16 * 1024 * 1024, "read and discarded: {}", out.stdout_bytes);
+    assert!(out.outcome.stdout_truncated);
+    assert!(out.outcome.stdout_bytes > 16 * 1024 * 1024, "read and discarded: {}", out.outcome.stdout_bytes);
     assert!(after.saturating_sub(before) < 64 * 1024, "RSS grew {before} -> {after} KiB");
-    eprintln!("yes: {} MiB read in {:?}, RSS {before} -> {after} KiB", out.stdout_bytes >> 20, out.duration);
+    eprintln!("yes: {} MiB read in {:?}, RSS {before} -> {after} KiB", out.outcome.stdout_bytes >> 20, out.duration);
 }
 
 // ---------------------------------------------------------------------------------
@@ -344,19 +344,19 @@ async fn endless_yes_stays_bounded() {
 async fn non_zero_exit_is_a_normal_result() {
     let s = spec(PY, &["-c", "import sys; print('partial'); print('oops', file=sys.stderr); sys.exit(3)"]);
     let out = execute(s).await.expect("execute");
-    assert_eq!(out.exit_code, Some(3));
-    assert_eq!(out.signal, None);
+    assert_eq!(out.outcome.exit_code, Some(3));
+    assert_eq!(out.outcome.signal, None);
     assert_eq!(text(&out.stdout), "partial\n");
     assert_eq!(text(&out.stderr), "oops\n");
-    assert!(!out.timed_out && !out.hard_deadline_hit);
+    assert!(!out.outcome.timed_out && !out.hard_deadline_hit);
 }
 
 #[tokio::test]
 async fn death_by_signal_is_reported_with_output() {
     let s = spec(BASH, &["-c", "echo before; kill -SEGV $$"]);
     let out = execute(s).await.expect("execute");
-    assert_eq!(out.exit_code, None);
-    assert_eq!(out.signal, Some(libc::SIGSEGV));
+    assert_eq!(out.outcome.exit_code, None);
+    assert_eq!(out.outcome.signal, Some(libc::SIGSEGV));
     assert_eq!(text(&out.stdout), "before\n");
 }
 
@@ -439,7 +439,7 @@ async fn interpreter_not_accessible_to_run_as_uid_is_named() {
     assert!(e.to_string().contains("chmod"), "{e}");
     // The same program as root works (control).
     let out = execute(ExecSpec { env: base_env(), run_as: RunAs::Inherit, ..ExecSpec::new(&tool, "/tmp") }).await.expect("execute");
-    assert_eq!(out.exit_code, Some(0));
+    assert_eq!(out.outcome.exit_code, Some(0));
 }
 
 #[test]

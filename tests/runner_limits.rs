@@ -13,7 +13,7 @@ async fn memory_hog_is_a_reported_failure() {
     let mut s = spec(PY, &["-c", "b = bytearray(2 * 1024**3); print('allocated', len(b))"]);
     as_user(&mut s, uid);
     let out = execute(s).await.expect("execute");
-    assert_eq!(out.exit_code, Some(1), "{out:?}");
+    assert_eq!(out.outcome.exit_code, Some(1), "{out:?}");
     assert!(text(&out.stderr).contains("MemoryError"), "{}", text(&out.stderr));
     assert!(out.stdout.is_empty());
 }
@@ -24,12 +24,12 @@ async fn node_starts_under_default_limits_and_its_hog_fails() {
     let mut s = spec(NODE, &["-e", "console.log('up')"]);
     as_user(&mut s, uid);
     let out = execute(s).await.expect("execute");
-    assert_eq!(out.exit_code, Some(0), "node must start under RLIMIT_DATA 512 MiB: {}", text(&out.stderr));
+    assert_eq!(out.outcome.exit_code, Some(0), "node must start under RLIMIT_DATA 512 MiB: {}", text(&out.stderr));
     let mut s = spec(NODE, &["-e", "const a=[]; for(;;) a.push(Buffer.alloc(16<<20, 1))"]);
     as_user(&mut s, uid);
     let out = execute(s).await.expect("execute");
-    assert!(out.exit_code != Some(0), "{out:?}");
-    eprintln!("node hog: exit {:?} signal {:?} in {:?}", out.exit_code, out.signal, out.duration);
+    assert!(out.outcome.exit_code != Some(0), "{out:?}");
+    eprintln!("node hog: exit {:?} signal {:?} in {:?}", out.outcome.exit_code, out.outcome.signal, out.duration);
 }
 
 #[tokio::test]
@@ -42,7 +42,7 @@ async fn disk_filler_hits_fsize_python_efbig() {
     s.limits.fsize_bytes = Some(4 << 20);
     let out = execute(s).await.expect("execute");
     // Python ignores SIGXFSZ, so it sees EFBIG.
-    assert_eq!(out.exit_code, Some(1), "{out:?}");
+    assert_eq!(out.outcome.exit_code, Some(1), "{out:?}");
     assert!(text(&out.stderr).contains("File too large"), "{}", text(&out.stderr));
     let len = std::fs::metadata(wd.path().join("big")).expect("big").len();
     assert_eq!(len, 4 << 20);
@@ -57,7 +57,7 @@ async fn disk_filler_hits_fsize_sigxfsz() {
     s.cwd = wd.path().to_path_buf();
     s.limits.fsize_bytes = Some(4 << 20);
     let out = execute(s).await.expect("execute");
-    assert_eq!(out.signal, Some(libc::SIGXFSZ), "{out:?}");
+    assert_eq!(out.outcome.signal, Some(libc::SIGXFSZ), "{out:?}");
     assert!(std::fs::metadata(wd.path().join("big")).expect("big").len() <= 4 << 20);
 }
 
@@ -68,8 +68,8 @@ async fn cpu_limit_stops_a_spinner() {
     as_user(&mut s, uid);
     s.limits.cpu_seconds = Some(1);
     let out = execute(s).await.expect("execute");
-    assert!(!out.timed_out);
-    assert_eq!(out.signal, Some(libc::SIGXCPU), "{out:?}");
+    assert!(!out.outcome.timed_out);
+    assert_eq!(out.outcome.signal, Some(libc::SIGXCPU), "{out:?}");
 }
 
 #[tokio::test]
@@ -77,7 +77,7 @@ async fn nofile_limit_applies() {
     let mut s = spec(PY, &["-c", "fs = [open('/dev/null') for _ in range(100)]"]);
     s.limits.nofile = Some(32);
     let out = execute(s).await.expect("execute");
-    assert_eq!(out.exit_code, Some(1));
+    assert_eq!(out.outcome.exit_code, Some(1));
     assert!(text(&out.stderr).contains("Too many open files"), "{}", text(&out.stderr));
 }
 
@@ -105,7 +105,7 @@ async fn fork_bomb_is_capped_and_fully_killed() {
     assert!(left.is_empty(), "fork bomb survivors: {left:?}");
     // The test process (the server) still works.
     let out = execute(spec("/usr/bin/true", &[])).await.expect("execute after bomb");
-    assert_eq!(out.exit_code, Some(0));
+    assert_eq!(out.outcome.exit_code, Some(0));
 }
 
 #[tokio::test]

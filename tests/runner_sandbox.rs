@@ -30,7 +30,7 @@ async fn no_network_unless_asked() {
     let port = listener.local_addr().expect("addr").port().to_string();
     let connect = "import socket,sys\ntry:\n  socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=2); print('connected')\nexcept OSError as e:\n  print(type(e).__name__); sys.exit(1)";
     let out = execute(sandboxed(PY, &["-c", connect, &port], sb.clone())).await.expect("execute");
-    assert_eq!(out.exit_code, Some(1), "{out:?}");
+    assert_eq!(out.outcome.exit_code, Some(1), "{out:?}");
     assert_eq!(text(&out.stdout).trim(), "ConnectionRefusedError", "own empty loopback only");
     // Control: the same probe with network: true reaches the listener.
     let out = execute(sandboxed(PY, &["-c", connect, &port], sb.with_network(true))).await.expect("execute");
@@ -52,7 +52,7 @@ async fn package_is_read_only_and_workdir_is_writable() {
     let mut s = sandboxed(PY, &[probe.to_str().expect("utf8"), p, w, "/usr", "/tmp"], sb);
     s.cwd = wd.path().to_path_buf();
     let out = execute(s).await.expect("execute");
-    assert_eq!(out.exit_code, Some(0), "{}", text(&out.stderr));
+    assert_eq!(out.outcome.exit_code, Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "True\nRead-only file system\nok\nRead-only file system\nok\n");
     assert!(!pkg.path().join("written").exists());
     assert_eq!(std::fs::read_to_string(wd.path().join("written")).expect("written"), "x");
@@ -81,7 +81,7 @@ async fn host_files_outside_the_binds_are_invisible() {
     let mut args = vec!["-c", probe];
     args.extend_from_slice(&paths);
     let out = execute(sandboxed(PY, &args, sb)).await.expect("execute");
-    assert_eq!(out.exit_code, Some(0), "{}", text(&out.stderr));
+    assert_eq!(out.outcome.exit_code, Some(0), "{}", text(&out.stderr));
     let lines: Vec<String> = text(&out.stdout).lines().map(String::from).collect();
     for (p, l) in paths.iter().zip(&lines) {
         let visible = l.ends_with("True");
@@ -98,7 +98,7 @@ async fn proc_shows_no_host_process_and_environ_is_the_given_env() {
     s.env.push(("GRANTED".into(), "yes".into()));
     let out = execute(s).await.expect("execute");
     let o = text(&out.stdout);
-    assert_eq!(out.exit_code, Some(0), "{o}{}", text(&out.stderr));
+    assert_eq!(out.outcome.exit_code, Some(0), "{o}{}", text(&out.stderr));
     let first = o.lines().next().unwrap_or_default();
     // bwrap's init (1) and the script (2); nothing from the host.
     assert_eq!(first, "[1, 2]", "{o}");
@@ -159,7 +159,7 @@ async fn timeout_tears_down_the_whole_namespace_even_detached_children() {
     }
     s.timeout = Duration::from_millis(500);
     let out = execute(s).await.expect("execute");
-    assert!(out.timed_out);
+    assert!(out.outcome.timed_out);
     assert!(out.duration < Duration::from_millis(1500), "{:?}", out.duration);
     if is_root() {
         let left = wait_uid_gone(uid, Duration::from_secs(2));
@@ -177,7 +177,7 @@ async fn detached_child_dies_with_the_sandbox_on_normal_exit() {
     let mut s = sandboxed(BASH, &["-c", "setsid sleep 30 & echo started"], sb);
     as_user(&mut s, uid);
     let out = execute(s).await.expect("execute");
-    assert_eq!(out.exit_code, Some(0));
+    assert_eq!(out.outcome.exit_code, Some(0));
     assert_eq!(text(&out.stdout), "started\n");
     // PID namespace init exited => kernel killed the rest; no drain wait needed.
     assert!(out.duration < Duration::from_millis(800), "{:?}", out.duration);
@@ -200,20 +200,20 @@ async fn fork_bomb_in_sandbox_is_contained() {
     assert!(out.duration < hard);
     assert!(text(&out.stderr).contains("Resource temporarily unavailable"), "{}", text(&out.stderr[..out.stderr.len().min(300)]));
     assert!(wait_uid_gone(uid, Duration::from_secs(2)).is_empty());
-    assert_eq!(execute(spec("/usr/bin/true", &[])).await.expect("after").exit_code, Some(0));
+    assert_eq!(execute(spec("/usr/bin/true", &[])).await.expect("after").outcome.exit_code, Some(0));
 }
 
 #[tokio::test]
 async fn memory_and_file_limits_apply_inside() {
     let Some(sb) = sandbox().await else { return };
     let out = execute(sandboxed(PY, &["-c", "bytearray(2 * 1024**3)"], sb.clone())).await.expect("execute");
-    assert_eq!(out.exit_code, Some(1));
+    assert_eq!(out.outcome.exit_code, Some(1));
     assert!(text(&out.stderr).contains("MemoryError"));
     let mut s = sandboxed("/usr/bin/dd", &["if=/dev/zero", "of=/tmp/big", "bs=1M", "count=50"], sb);
     s.limits.fsize_bytes = Some(2 << 20);
     let out = execute(s).await.expect("execute");
     // bwrap reports a child killed by signal N as exit 128+N.
-    assert_eq!(out.exit_code, Some(128 + libc::SIGXFSZ), "{out:?}");
+    assert_eq!(out.outcome.exit_code, Some(128 + libc::SIGXFSZ), "{out:?}");
 }
 
 #[tokio::test]
@@ -222,7 +222,7 @@ async fn node_runs_in_the_sandbox() {
     let out = execute(sandboxed(NODE, &["-e", "console.log(require('os').userInfo ? 'node ' + process.version : 'x')"], sb))
         .await
         .expect("execute");
-    assert_eq!(out.exit_code, Some(0), "{}", text(&out.stderr));
+    assert_eq!(out.outcome.exit_code, Some(0), "{}", text(&out.stderr));
     assert!(text(&out.stdout).starts_with("node v"));
 }
 

@@ -75,13 +75,24 @@ pub struct RuntimeProfile {
     /// Scripts allowed to run; each must be declared by the skill's mcp-host block.
     #[serde(default)]
     pub allowed_scripts: Vec<String>,
-    /// Wall-clock limit per run in seconds (1-300; default 60).
+    /// Ceiling on a run's wall-clock limit in seconds (1-300); without it the declaration's timeout stands (60 when it names none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 300))]
     pub timeout_seconds: Option<u32>,
     /// CPU, memory and ephemeral storage per run (requests equal limits).
     #[serde(default)]
     pub resources: RunResources,
+}
+
+impl RuntimeProfile {
+    /// This profile as the fence sees it.
+    pub fn fence_profile(&self) -> crate::core::fence::Profile {
+        crate::core::fence::Profile {
+            interpreters: [self.interpreter].into(),
+            allowed_scripts: Some(self.allowed_scripts.iter().cloned().collect()),
+            timeout_ceiling_secs: self.timeout_seconds.map(u64::from),
+        }
+    }
 }
 
 /// Resources of one run; requests equal limits.
@@ -140,6 +151,9 @@ pub struct SkillPackageStatus {
     /// Scripts the skill declares, with what each asks for.
     #[serde(default)]
     pub scripts: Vec<DeclaredScriptStatus>,
+    /// Hosts the skill proposes to reach (its `mcp-host.egress`).
+    #[serde(default)]
+    pub egress: Vec<String>,
     /// Dependency requirements: `unknown` unless the package states them (requirements.txt, package-lock.json).
     #[serde(default = "unknown")]
     pub requirements: String,
@@ -174,6 +188,9 @@ pub struct DeclaredScriptStatus {
     pub timeout_seconds: u64,
     /// Whether the runtime profile allows it.
     pub allowed: bool,
+    /// Why the package itself keeps it from running (missing file, refused declaration), whatever the profile says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
     /// Why it cannot run, when it cannot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,

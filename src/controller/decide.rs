@@ -11,11 +11,12 @@ use k8s_openapi::api::batch::v1::Job;
 use crate::api::binding::SkillBinding;
 use crate::api::conditions::{is_true, set_condition};
 use crate::api::job::{SkillJobPhase, SkillJobSpec};
-use crate::api::package::{DeclaredScriptStatus, RuntimeProfile, SkillPackage, SkillPackageStatus};
+use crate::api::package::{DeclaredScriptStatus, SkillPackage, SkillPackageStatus};
 use crate::core::catalog::Catalog;
-use crate::core::declaration::{is_reserved_env, Interpreter};
-use crate::core::fence::check_args;
-use crate::core::limits::{DEFAULT_TIMEOUT_SECS, MAX_TIMEOUT_SECS};
+use crate::core::declaration::Interpreter;
+use crate::core::env::is_reserved as is_reserved_env;
+use crate::core::fence::{self, AnyGrant, Grant, Refusal, Request, ScriptFacts, SkillFacts};
+use crate::core::limits::MAX_TIMEOUT_SECS;
 
 /// What resolving and unpacking a package found.
 #[derive(Debug, Clone)]
@@ -87,18 +88,25 @@ pub fn package_status(pkg: &SkillPackage, facts: Result<&PackageFacts, String>) 
     );
 
     let runtime = pkg.spec.runtime.as_ref();
+    status.egress = skill.egress.clone();
+    let facts = SkillFacts::from(skill);
     status.scripts = skill
         .scripts
         .iter()
-        .map(|s| {
-            let path = s.decl.script.to_string();
-            let reason = script_refusal(runtime, &path, s.decl.interpreter, s.unavailable.as_deref());
+        .zip(&facts.scripts)
+        .map(|(s, f)| {
+            // What the package and the profile allow, before any binding's grant.
+            let reason = match runtime {
+                None => Some("no runtime profile".to_string()),
+                Some(profile) => fence::script_status(&skill.name, f, &AnyGrant, &profile.fence_profile()).reason().map(str::to_string),
+            };
             DeclaredScriptStatus {
-                script: path,
+                script: f.script.clone(),
                 interpreter: s.decl.interpreter_text.clone(),
-                env: s.decl.env.clone(),
-                timeout_seconds: s.decl.timeout_secs,
+                env: f.env.clone(),
+                timeout_seconds: f.timeout_secs,
                 allowed: reason.is_none(),
+                unavailable: f.unavailable.clone(),
                 reason,
             }
         })
@@ -149,29 +157,6 @@ pub fn package_status(pkg: &SkillPackage, facts: Result<&PackageFacts, String>) 
         }
     }
     status
-}
-
-/// Why a declared script may not run under this profile (`None`: it may).
-fn script_refusal(
-    runtime: Option<&RuntimeProfile>,
-    path: &str,
-    declared: Option<Interpreter>,
-    unavailable: Option<&str>,
-) -> Option<String> {
-    if let Some(why) = unavailable {
-        return Some(why.to_string());
-    }
-    let Some(profile) = runtime else {
-        return Some("no runtime profile".into());
-    };
-    if !profile.allowed_scripts.iter().any(|s| s == path) {
-        return Some("not in the runtime profile's allowedScripts".into());
-    }
-    match declared {
-        Some(i) if i == profile.interpreter => None,
-        Some(i) => Some(format!("declared for {i}, but the runtime profile runs {}", profile.interpreter)),
-        None => Some("declares no interpreter".into()),
-    }
 }
 
 /// What a binding resolves to.
@@ -240,57 +225,106 @@ pub struct Admission {
     pub egress: bool,
 }
 
-/// Whether a SkillJob may run: `Err((reason, message))` when it may not.
-pub fn admit(spec: &SkillJobSpec, binding: Option<&SkillBinding>, package: Option<&SkillPackage>) -> Result<Admission, (String, String)> {
-    let refuse = |reason: &str, message: String| Err((reason.to_string(), message));
-    let Some(binding) = binding else {
-        return refuse("BindingNotFound", format!("no SkillBinding `{}` in this namespace", spec.binding));
-    };
+/// Why a SkillJob may not run (yet).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdmitRefusal {
+    #[error("no SkillBinding `{0}` in this namespace")]
+    BindingNotFound(String),
+    #[error("SkillBinding `{0}` is not ready")]
+    BindingNotReady(String),
+    #[error("SkillPackage `{0}` is gone")]
+    PackageNotFound(String),
+    #[error("SkillPackage `{0}` has no runtime profile: its scripts do not run")]
+    NoRuntime(String),
+    /// The fence refused the call (the same refusal a local run gets).
+    #[error(transparent)]
+    Fence(#[from] Refusal),
+}
+
+impl AdmitRefusal {
+    /// The condition reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            AdmitRefusal::BindingNotFound(_) => "BindingNotFound",
+            AdmitRefusal::BindingNotReady(_) => "BindingNotReady",
+            AdmitRefusal::PackageNotFound(_) => "PackageNotFound",
+            AdmitRefusal::NoRuntime(_) => "NoRuntime",
+            AdmitRefusal::Fence(r) => r.reason(),
+        }
+    }
+
+    /// Whether waiting may change the answer (the SkillJob stays Pending and
+    /// is tried again) or not (it fails now).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, AdmitRefusal::BindingNotReady(_) | AdmitRefusal::PackageNotFound(_))
+    }
+}
+
+/// A SkillBinding as the fence's grant: a Ready binding grants each allowed
+/// script the variables it asked for that the binding maps to a Secret
+/// (reserved names never), and the network when it says `egress: true`.
+pub struct BindingGrant<'a>(pub &'a SkillBinding);
+
+impl Grant for BindingGrant<'_> {
+    fn env(&self, _skill: &str, _script: &str, requested: &[String]) -> Result<Vec<String>, String> {
+        Ok(requested.iter().filter(|n| !is_reserved_env(n) && self.0.spec.env.iter().any(|g| &&g.name == n)).cloned().collect())
+    }
+    fn egress(&self, _skill: &str, _script: &str) -> bool {
+        self.0.spec.egress
+    }
+}
+
+/// The fence's view of a package from its status (written by the package
+/// reconciler with the same discovery rules as the standalone server).
+pub fn skill_facts(status: &SkillPackageStatus) -> SkillFacts {
+    SkillFacts {
+        name: status.skill_name.clone().unwrap_or_default(),
+        scripts: status
+            .scripts
+            .iter()
+            .map(|d| ScriptFacts {
+                script: d.script.clone(),
+                interpreter: d.interpreter.as_deref().and_then(Interpreter::from_name),
+                env: d.env.clone(),
+                timeout_secs: d.timeout_seconds.min(MAX_TIMEOUT_SECS),
+                unavailable: d.unavailable.clone(),
+            })
+            .collect(),
+        egress: status.egress.clone(),
+    }
+}
+
+/// Whether a SkillJob may run, through the same fence as a local run.
+pub fn admit(spec: &SkillJobSpec, binding: Option<&SkillBinding>, package: Option<&SkillPackage>) -> Result<Admission, AdmitRefusal> {
+    let binding = binding.ok_or_else(|| AdmitRefusal::BindingNotFound(spec.binding.clone()))?;
     let bstatus = binding.status.clone().unwrap_or_default();
     if !is_true(&bstatus.conditions, "Ready") {
-        return refuse("BindingNotReady", format!("SkillBinding `{}` is not ready", spec.binding));
+        return Err(AdmitRefusal::BindingNotReady(spec.binding.clone()));
     }
-    let Some(package) = package else {
-        return refuse("PackageNotFound", format!("SkillPackage `{}` is gone", binding.spec.package));
-    };
+    let package = package.ok_or_else(|| AdmitRefusal::PackageNotFound(binding.spec.package.clone()))?;
     let pstatus = package.status.clone().unwrap_or_default();
-    let Some(profile) = package.spec.runtime.as_ref() else {
-        return refuse("NoRuntime", format!("SkillPackage `{}` has no runtime profile: its scripts do not run", binding.spec.package));
-    };
-    let Some(script) = pstatus.scripts.iter().find(|s| s.script == spec.script) else {
-        let declared: Vec<&str> = pstatus.scripts.iter().map(|s| s.script.as_str()).collect();
-        return refuse(
-            "NotDeclared",
-            format!("{} is not declared by the skill; a script must be declared to run. Declared: {}", spec.script, declared.join(", ")),
-        );
-    };
-    if let Some(why) = &script.reason {
-        return refuse("NotAllowed", format!("{} may not run: {why}", spec.script));
-    }
-    check_args(&spec.args).map_err(|e| (e.code().to_string(), e.to_string()))?;
-    let ceiling = profile.timeout_seconds.map(u64::from).unwrap_or(DEFAULT_TIMEOUT_SECS).min(script.timeout_seconds).min(MAX_TIMEOUT_SECS);
-    let timeout_secs = spec.timeout_seconds.map(u64::from).map_or(ceiling, |t| t.min(ceiling)).max(1);
-    let effective: BTreeSet<&str> = bstatus.effective_env.iter().map(String::as_str).collect();
-    let env = binding
-        .spec
-        .env
+    let profile = package.spec.runtime.as_ref().ok_or_else(|| AdmitRefusal::NoRuntime(binding.spec.package.clone()))?;
+    let request = Request { script: &spec.script, args: &spec.args, timeout_secs: spec.timeout_seconds.map(u64::from) };
+    let decision = fence::decide(&skill_facts(&pstatus), &BindingGrant(binding), &profile.fence_profile(), &request)?;
+    let env = decision
+        .granted_env
         .iter()
-        .filter(|g| script.env.contains(&g.name) && effective.contains(g.name.as_str()))
+        .filter_map(|name| binding.spec.env.iter().find(|g| &g.name == name))
         .map(|g| (g.name.clone(), g.secret_key_ref.name.clone(), g.secret_key_ref.key.clone()))
         .collect();
     Ok(Admission {
-        skill: pstatus.skill_name.clone().unwrap_or_default(),
+        skill: decision.skill.clone(),
         digest: pstatus.digest.clone().unwrap_or_default(),
         image: profile.image.clone(),
         interpreter_path: profile.interpreter_path.clone().unwrap_or_else(|| default_interpreter_path(profile.interpreter).to_string()),
-        script: spec.script.clone(),
-        args: spec.args.clone(),
+        script: decision.script.to_string(),
+        args: decision.args.clone(),
         env,
-        timeout_secs,
+        timeout_secs: decision.timeout_secs,
         cpu: profile.resources.cpu.clone(),
         memory: profile.resources.memory.clone(),
         ephemeral_storage: profile.resources.ephemeral_storage.clone(),
-        egress: binding.spec.egress,
+        egress: decision.egress_granted,
     })
 }
 

@@ -7,6 +7,7 @@ use kube::api::ObjectMeta;
 
 use super::*;
 use crate::api::binding::{EnvGrant, SecretKeyRef, SkillBindingSpec, SkillBindingStatus};
+use crate::api::package::RuntimeProfile;
 use crate::api::package::{OciSource, PackageSource, RunResources, SkillPackageSpec};
 use crate::core::discovery::{discover, Limits};
 
@@ -208,16 +209,19 @@ fn admission_follows_the_fence() {
     assert_eq!(admit(&job("scripts/forecast.py", &[], Some(10)), Some(&b), Some(&p)).unwrap().timeout_secs, 10);
     assert_eq!(admit(&job("scripts/forecast.py", &[], Some(300)), Some(&b), Some(&p)).unwrap().timeout_secs, 30);
     let e = admit(&job("scripts/undeclared.py", &[], None), Some(&b), Some(&p)).unwrap_err();
-    assert_eq!(e.0, "NotDeclared");
-    assert!(e.1.contains("must be declared"));
-    assert_eq!(admit(&job("scripts/other.js", &[], None), Some(&b), Some(&p)).unwrap_err().0, "NotAllowed");
+    assert_eq!(e.reason(), "NotDeclared");
+    assert!(e.to_string().contains("must be declared"));
+    assert_eq!(admit(&job("scripts/other.js", &[], None), Some(&b), Some(&p)).unwrap_err().reason(), "NotAllowed");
     let many: Vec<String> = (0..65).map(|i| i.to_string()).collect();
     let many: Vec<&str> = many.iter().map(String::as_str).collect();
-    assert_eq!(admit(&job("scripts/forecast.py", &many, None), Some(&b), Some(&p)).unwrap_err().0, "too-many-args");
-    assert_eq!(admit(&job("scripts/forecast.py", &[], None), None, Some(&p)).unwrap_err().0, "BindingNotFound");
-    assert_eq!(admit(&job("scripts/forecast.py", &[], None), Some(&binding("b", &[])), Some(&p)).unwrap_err().0, "BindingNotReady");
+    assert_eq!(
+        admit(&job("scripts/forecast.py", &many, None), Some(&b), Some(&p)).unwrap_err().to_string(),
+        Refusal::TooManyArgs { count: 65 }.to_string()
+    );
+    assert_eq!(admit(&job("scripts/forecast.py", &[], None), None, Some(&p)).unwrap_err().reason(), "BindingNotFound");
+    assert_eq!(admit(&job("scripts/forecast.py", &[], None), Some(&binding("b", &[])), Some(&p)).unwrap_err().reason(), "BindingNotReady");
     let no_runtime = package(None);
-    assert_eq!(admit(&job("scripts/forecast.py", &[], None), Some(&b), Some(&no_runtime)).unwrap_err().0, "NoRuntime");
+    assert_eq!(admit(&job("scripts/forecast.py", &[], None), Some(&b), Some(&no_runtime)).unwrap_err().reason(), "NoRuntime");
 }
 
 #[test]

@@ -1,10 +1,14 @@
 //! Running the controllers: three kube-runtime controllers, each watching
 //! its resource and the children it owns, plus a small HTTP server for
-//! `/metrics`, `/healthz` and `/readyz`, all stopped by one shutdown signal.
+//! `/metrics`, `/healthz` and `/readyz`, all stopped by one shutdown value.
+//! [`command`] is `skill-operator controller`: flags to a [`Context`], then [`run`].
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+
+use anyhow::Context as _;
 
 use axum::extract::State;
 use axum::routing::get;
@@ -46,8 +50,95 @@ pub fn web(ctx: Arc<Context>) -> Router {
         .with_state(ctx)
 }
 
-/// Run every controller until SIGTERM or Ctrl-C.
-pub async fn run(ctx: Arc<Context>, listen: SocketAddr) -> anyhow::Result<()> {
+#[derive(Debug, clap::Args)]
+pub struct ControllerArgs {
+    /// Metrics and health endpoints.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+    /// This binary's image (init and sidecar containers of every run).
+    #[arg(long, value_name = "IMAGE")]
+    pub operator_image: String,
+    /// The artifact endpoint runs reach (pods have no DNS: an IP, or a name resolved here at start-up).
+    #[arg(long, value_name = "URL")]
+    pub artifact_endpoint: String,
+    /// The operator's namespace (NetworkPolicy peer of every run).
+    #[arg(long, value_name = "NS")]
+    pub operator_namespace: String,
+    /// Labels of the artifact endpoint pods, `key=value` (repeatable).
+    #[arg(long = "operator-pod-label", value_name = "KEY=VALUE")]
+    pub operator_pod_labels: Vec<String>,
+    /// Label namespaces pod-security.kubernetes.io/enforce=restricted when they lack it.
+    #[arg(long)]
+    pub label_namespaces: bool,
+    /// File holding the key per-job artifact tokens derive from.
+    #[arg(long, value_name = "FILE")]
+    pub token_key_file: PathBuf,
+    /// Registries reached over plain HTTP (repeatable).
+    #[arg(long = "plain-http-registry", value_name = "HOST:PORT")]
+    pub plain_http_registries: Vec<String>,
+    /// SkillJob reconciles at once (0: no limit).
+    #[arg(long, default_value_t = 32)]
+    pub reconcile_concurrency: u16,
+}
+
+/// Run pods have no DNS: a named artifact endpoint is resolved here, once,
+/// and handed to the pods as a hosts entry.
+async fn endpoint_aliases(endpoint: &str) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    let uri: http::Uri = endpoint.parse().with_context(|| format!("--artifact-endpoint {endpoint:?} is not a URL"))?;
+    let host = uri.host().context("--artifact-endpoint has no host")?.trim_matches(['[', ']']).to_string();
+    if host.parse::<std::net::IpAddr>().is_ok() {
+        return Ok(Default::default());
+    }
+    let port = uri.port_u16().unwrap_or(80);
+    let ip = tokio::net::lookup_host((host.as_str(), port))
+        .await
+        .with_context(|| format!("cannot resolve the artifact endpoint host {host}"))?
+        .next()
+        .with_context(|| format!("the artifact endpoint host {host} has no address"))?
+        .ip();
+    Ok([(host, ip.to_string())].into())
+}
+
+/// `skill-operator controller`: reconcile until shutdown.
+pub async fn command(args: ControllerArgs, shutdown: crate::shutdown::Shutdown) -> anyhow::Result<()> {
+    use super::context::{HttpArtifacts, OperatorConfig};
+    use super::metrics::Metrics;
+    use super::resolver::{OciResolver, PinnedCache};
+    crate::oci::install_crypto_provider();
+    let token_key =
+        std::fs::read(&args.token_key_file).with_context(|| format!("cannot read the token key {}", args.token_key_file.display()))?;
+    anyhow::ensure!(token_key.len() >= 32, "the token key in {} is shorter than 32 bytes", args.token_key_file.display());
+    let mut labels = std::collections::BTreeMap::new();
+    for pair in &args.operator_pod_labels {
+        let (k, v) = pair.split_once('=').with_context(|| format!("--operator-pod-label {pair:?}: use key=value"))?;
+        labels.insert(k.to_string(), v.to_string());
+    }
+    let client = kube::Client::try_default().await.context("cannot reach the Kubernetes API (in-cluster config or KUBECONFIG)")?;
+    let host_aliases = endpoint_aliases(&args.artifact_endpoint).await?;
+    // Pods call the endpoint's versioned API.
+    let artifact_endpoint = match args.artifact_endpoint.trim_end_matches('/') {
+        e if e.ends_with("/v1") => e.to_string(),
+        e => format!("{e}/v1"),
+    };
+    let config = OperatorConfig {
+        operator_image: args.operator_image,
+        artifact_endpoint,
+        operator_namespace: args.operator_namespace,
+        operator_pod_labels: labels,
+        label_namespaces: args.label_namespaces,
+        token_key,
+        host_aliases,
+        reconcile_concurrency: args.reconcile_concurrency,
+    };
+    // Every SkillJob pulls its pinned package: keep up to 64 MiB of them.
+    let resolver = Arc::new(PinnedCache::new(Arc::new(OciResolver { plain_http: args.plain_http_registries }), 64 << 20));
+    let artifacts = Arc::new(HttpArtifacts::new(&config.artifact_endpoint, &config.token_key));
+    let ctx = Arc::new(Context::new(client, Arc::new(Metrics::default()), config, resolver, artifacts));
+    run(ctx, args.listen, shutdown).await
+}
+
+/// Run every controller until shutdown.
+pub async fn run(ctx: Arc<Context>, listen: SocketAddr, shutdown: crate::shutdown::Shutdown) -> anyhow::Result<()> {
     let client = ctx.client.clone();
     // Fail early with an actionable message when the CRDs are not installed.
     let probe: Api<SkillPackage> = Api::all(client.clone());
@@ -64,7 +155,7 @@ pub async fn run(ctx: Arc<Context>, listen: SocketAddr) -> anyhow::Result<()> {
         .watches(Api::<SkillBinding>::all(client.clone()), watcher::Config::default(), |b| {
             Some(ObjectRef::<SkillPackage>::new(&b.spec.package))
         })
-        .shutdown_on_signal()
+        .graceful_shutdown_on(shutdown.wait_owned())
         .run(package::reconcile, error_policy::<SkillPackage>("SkillPackage"), ctx.clone())
         .for_each(|_| async {});
 
@@ -83,7 +174,7 @@ pub async fn run(ctx: Arc<Context>, listen: SocketAddr) -> anyhow::Result<()> {
             let ns = j.namespace()?;
             lookups.binding_is_deleting(&ns, &j.spec.binding).then(|| ObjectRef::<SkillBinding>::new(&j.spec.binding).within(&ns))
         })
-        .shutdown_on_signal()
+        .graceful_shutdown_on(shutdown.wait_owned())
         .run(binding::reconcile, error_policy::<SkillBinding>("SkillBinding"), ctx.clone())
         .for_each(|_| async {});
 
@@ -106,13 +197,13 @@ pub async fn run(ctx: Arc<Context>, listen: SocketAddr) -> anyhow::Result<()> {
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.config.reconcile_concurrency))
         .owns_stream(job_events)
         .owns_stream(policy_events)
-        .shutdown_on_signal()
+        .graceful_shutdown_on(shutdown.wait_owned())
         .run(skilljob::reconcile, error_policy::<SkillJob>("SkillJob"), ctx.clone())
         .for_each(|_| async {});
 
     let listener = tokio::net::TcpListener::bind(listen).await?;
     tracing::info!(%listen, "metrics and health endpoints up");
-    let server = axum::serve(listener, web(ctx.clone())).with_graceful_shutdown(crate::serve::shutdown_signal());
+    let server = axum::serve(listener, web(ctx.clone())).with_graceful_shutdown(shutdown.wait_owned());
     let (_, _, _, served) = tokio::join!(packages, bindings, jobs, server);
     served?;
     Ok(())

@@ -108,16 +108,16 @@ async fn apply(sj: &SkillJob, ctx: &Context) -> Result<Action> {
         };
         let admission = match admit(&sj.spec, binding.as_ref(), package.as_ref()) {
             Ok(a) => a,
-            Err((reason, message)) => {
-                let transient = matches!(reason.as_str(), "BindingNotReady" | "PackageNotFound");
-                if transient {
-                    set_phase(&mut status, SkillJobPhase::Pending, &reason, message, generation);
+            Err(refusal) => {
+                let (reason, message) = (refusal.reason(), refusal.to_string());
+                if refusal.is_transient() {
+                    set_phase(&mut status, SkillJobPhase::Pending, reason, message, generation);
                     patch_status(ctx, sj, &status).await?;
                     return Ok(Action::requeue(Duration::from_secs(15)));
                 }
-                set_phase(&mut status, SkillJobPhase::Failed, &reason, message.clone(), generation);
+                set_phase(&mut status, SkillJobPhase::Failed, reason, message.clone(), generation);
                 patch_status(ctx, sj, &status).await?;
-                publish(ctx, sj, EventType::Warning, &reason, &message).await;
+                publish(ctx, sj, EventType::Warning, reason, &message).await;
                 return Ok(Action::await_change());
             }
         };
@@ -295,19 +295,19 @@ async fn record_outputs(ctx: &Context, ns: &str, uid: &str, status: &mut SkillJo
             let result = |name: &str| manifest.files.iter().find(|f| f.path == format!("result/{name}"));
             // The launcher's result.json has what the script wrote (bytes, truncation, exit).
             let launch = match ctx.artifacts.output_file(ns, uid, "result/result.json").await {
-                Ok(bytes) => serde_json::from_slice::<crate::runner::launch::LaunchResult>(&bytes).ok(),
+                Ok(bytes) => serde_json::from_slice::<crate::api::outcome::LaunchResult>(&bytes).ok(),
                 Err(_) => None,
             };
             if let Some(l) = &launch {
-                status.exit_code = l.exit_code.or(status.exit_code);
-                status.signal = l.signal.or(status.signal);
+                status.exit_code = l.outcome.exit_code.or(status.exit_code);
+                status.signal = l.outcome.signal.or(status.signal);
             }
             if let Some(f) = result("stdout") {
-                let (size, truncated) = launch.as_ref().map_or((f.size, false), |l| (l.stdout_bytes, l.stdout_truncated));
+                let (size, truncated) = launch.as_ref().map_or((f.size, false), |l| (l.outcome.stdout_bytes, l.outcome.stdout_truncated));
                 status.stdout = Some(StreamRef { digest: f.digest.clone(), size, truncated });
             }
             if let Some(f) = result("stderr") {
-                let (size, truncated) = launch.as_ref().map_or((f.size, false), |l| (l.stderr_bytes, l.stderr_truncated));
+                let (size, truncated) = launch.as_ref().map_or((f.size, false), |l| (l.outcome.stderr_bytes, l.outcome.stderr_truncated));
                 status.stderr = Some(StreamRef { digest: f.digest.clone(), size, truncated });
             }
             status.outputs = manifest

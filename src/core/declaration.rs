@@ -102,43 +102,10 @@ impl Declaration {
     }
 }
 
-/// Variables no skill may ask for: the server's own configuration and the
-/// loader/interpreter injectors that would turn a variable into code.
-const RESERVED_EXACT: &[&str] = &[
-    "PATH",
-    "HOME",
-    "LANG",
-    "TZ",
-    "TMPDIR",
-    "SKILLS_DIR",
-    "IFS",
-    "ENV",
-    "SHELLOPTS",
-    "BASHOPTS",
-    "PS4",
-    "PROMPT_COMMAND",
-    "PERL5LIB",
-    "PERL5OPT",
-    "RUBYOPT",
-    "RUBYLIB",
-    "GCONV_PATH",
-    "HOSTALIASES",
-    "RUST_LOG",
-];
-const RESERVED_PREFIXES: &[&str] = &["LD_", "NODE_", "PYTHON", "BASH_", "MCP_", "SKILL_OPERATOR_", "NPM_CONFIG_", "DYLD_"];
-
-/// Whether a variable name is reserved (see [`RESERVED_EXACT`], [`RESERVED_PREFIXES`]).
-pub fn is_reserved_env(name: &str) -> bool {
-    RESERVED_EXACT.contains(&name) || RESERVED_PREFIXES.iter().any(|p| name.starts_with(p))
-}
-
 /// `[A-Za-z_][A-Za-z0-9_]*`, at most 128 characters.
-pub fn is_env_identifier(name: &str) -> bool {
-    let mut bytes = name.bytes();
-    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
-        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        && name.len() <= 128
-}
+pub use super::env::is_identifier as is_env_identifier;
+/// Whether a variable name is reserved (one list for every backend: [`super::env`]).
+pub use super::env::is_reserved as is_reserved_env;
 
 /// A host pattern: `api.example.com`, `*.example.com`, optionally `:port`.
 pub fn is_host_pattern(pattern: &str) -> bool {

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use super::catalog::{read_capped, Catalog, DeclaredScript, FileEntry, Root, Skill};
 use super::declaration;
 use super::frontmatter;
-use super::limits::{DIRS_PER_SKILL, FILES_PER_SKILL, MAX_DEPTH, SKILLS_TOTAL, SKILL_MD_READ_CAP};
+use super::limits::{MAX_DEPTH, MAX_DIRS, MAX_FILES, SKILLS_TOTAL, SKILL_MD_READ_CAP};
 use super::paths::{resolve_inside, RelPath, ResolveError};
 use super::problems::{Problem, Reason};
 use super::spec;
@@ -42,7 +42,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { skills: SKILLS_TOTAL, files_per_skill: FILES_PER_SKILL, dirs_per_skill: DIRS_PER_SKILL, skill_md_cap: SKILL_MD_READ_CAP }
+        Limits { skills: SKILLS_TOTAL, files_per_skill: MAX_FILES, dirs_per_skill: MAX_DIRS, skill_md_cap: SKILL_MD_READ_CAP }
     }
 }
 

@@ -245,6 +245,19 @@ fn broken_declaration_keeps_instructions() {
 
 #[test]
 fn skill_md_read_cap_edge_and_sparse_file() {
+    // The peak RSS below is the whole process's: measured in a process of
+    // its own, so another test allocating at the same moment cannot count.
+    const CHILD: &str = "SKILL_OPERATOR_SPARSE_CHILD";
+    if std::env::var_os(CHILD).is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "core::discovery::tests::skill_md_read_cap_edge_and_sparse_file", "--test-threads=1", "--nocapture"])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && text.contains("1 passed"), "{text}");
+        return;
+    }
     let t = tempfile::tempdir().unwrap();
     let head = "---\nname: exact\ndescription: d\n---\n";
     let exact = format!("{head}{}", "x".repeat(SKILL_MD_READ_CAP as usize - head.len()));
@@ -276,7 +289,7 @@ fn skill_md_read_cap_edge_and_sparse_file() {
 #[test]
 fn files_per_skill_cap_edge() {
     let t = tempfile::tempdir().unwrap();
-    for (name, count) in [("at-cap", FILES_PER_SKILL - 1), ("over-cap", FILES_PER_SKILL)] {
+    for (name, count) in [("at-cap", MAX_FILES - 1), ("over-cap", MAX_FILES)] {
         let s = t.path().join(name);
         simple(&s, name);
         fs::create_dir_all(s.join("f")).unwrap();
@@ -285,17 +298,17 @@ fn files_per_skill_cap_edge() {
         }
     }
     let c = scan(&[t.path()]);
-    // SKILL.md counts: at-cap has exactly FILES_PER_SKILL files.
-    assert_eq!(c.get("at-cap").unwrap().files.len(), FILES_PER_SKILL);
+    // SKILL.md counts: at-cap has exactly MAX_FILES files.
+    assert_eq!(c.get("at-cap").unwrap().files.len(), MAX_FILES);
     assert!(reasons_for(&c, "at-cap").is_empty());
-    assert_eq!(c.get("over-cap").unwrap().files.len(), FILES_PER_SKILL);
+    assert_eq!(c.get("over-cap").unwrap().files.len(), MAX_FILES);
     assert_eq!(reasons_for(&c, "over-cap"), vec![Reason::FileLimit]);
 }
 
 #[test]
 fn dirs_per_skill_cap_edge() {
     let t = tempfile::tempdir().unwrap();
-    for (name, count) in [("at-cap", DIRS_PER_SKILL - 1), ("over-cap", DIRS_PER_SKILL)] {
+    for (name, count) in [("at-cap", MAX_DIRS - 1), ("over-cap", MAX_DIRS)] {
         let s = t.path().join(name);
         simple(&s, name);
         for i in 0..count {

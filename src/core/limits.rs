@@ -1,35 +1,60 @@
-//! Every bound the skill core enforces, in one place so the README, the tests
-//! and the code quote the same numbers.
+//! Every bound the project enforces, in one place, so the code, the tool
+//! descriptions, the error messages, the Kubernetes builders and the README
+//! quote the same numbers. Nothing else defines a cap: a module that needs
+//! one names the constant here (a test scans tool descriptions for figures
+//! that are not one of these).
 //!
-//! The caps are limits on this server's own heap, not only on response size:
-//! a skill package can be larger than the memory a hosted server may use, so
-//! each read is bounded before bytes are allocated.
+//! The caps are limits on this process's own heap as well as on response
+//! size: a skill package can be larger than the memory a hosted server may
+//! use, so each read is bounded before bytes are allocated.
+//!
+//! Where two concepts share a value on purpose the constant is shared too:
+//! a skill, a package and a job's inputs or outputs all stop at
+//! [`MAX_FILES`] files of [`MAX_FILE_BYTES`] each and [`MAX_TOTAL_BYTES`]
+//! in all, so whatever a run can produce fits what a skill may ship.
+
+use std::time::Duration;
+
+pub const KIB: u64 = 1024;
+pub const MIB: u64 = 1024 * KIB;
+
+// ---- skills and packages ------------------------------------------------
 
 /// Bytes of `SKILL.md` read; anything past this is not read and the skill is
 /// flagged `skill-md-truncated`.
-pub const SKILL_MD_READ_CAP: u64 = 256 * 1024;
+pub const SKILL_MD_READ_CAP: u64 = 256 * KIB;
 /// Bytes of the frontmatter block between the two `---` lines.
 pub const FRONTMATTER_CAP: usize = 64 * 1024;
-/// Files indexed per skill; the rest are reported (`file-limit`), not served.
-pub const FILES_PER_SKILL: usize = 2_000;
-/// Directories walked per skill; the rest are reported (`dir-limit`).
-pub const DIRS_PER_SKILL: usize = 2_000;
+/// Files per skill, per package, and per job input or output set.
+pub const MAX_FILES: usize = 2_000;
+/// Directories walked per skill or package.
+pub const MAX_DIRS: usize = 2_000;
+/// Bytes per file of a package, or per input or output file of a job.
+pub const MAX_FILE_BYTES: u64 = 32 * MIB;
+/// Bytes of all files of a package, or of a job's inputs, or of its outputs.
+pub const MAX_TOTAL_BYTES: u64 = 128 * MIB;
 /// Skills served across all roots. Real repositories hold 400-900 skills;
 /// skill-mcp stops at 32.
 pub const SKILLS_TOTAL: usize = 5_000;
-/// Longest relative path (bytes) a read tool accepts.
+/// Longest relative path (bytes) anywhere: read tools, packages, jobs.
 pub const PATH_MAX_BYTES: usize = 1_024;
-/// Deepest directory nesting walked inside one skill.
+/// Deepest directory nesting walked inside a skill, a package or a job.
 pub const MAX_DEPTH: usize = 32;
+/// Largest uncompressed-to-compressed ratio of a ZIP upload (a bomb guard).
+pub const MAX_ZIP_RATIO: u64 = 200;
+/// Below this many uncompressed bytes the ZIP ratio is not checked.
+pub const ZIP_RATIO_FLOOR: u64 = MIB;
+
+// ---- read tools ---------------------------------------------------------
 
 /// `skill_file`: paths per call.
 pub const FILE_PATHS_PER_CALL: usize = 8;
 /// `skill_file`: bytes returned per entry (the rest is cut and flagged).
-pub const FILE_ENTRY_CAP: u64 = 1024 * 1024;
+pub const FILE_ENTRY_CAP: u64 = MIB;
 /// `skill_file`: bytes per call, checked from file sizes before reading.
-pub const FILE_CALL_CAP: u64 = 4 * 1024 * 1024;
+pub const FILE_CALL_CAP: u64 = 4 * MIB;
 /// `resources/read`: largest file served whole (SEP-2640's per-skill limit).
-pub const RESOURCE_READ_CAP: u64 = 16 * 1024 * 1024;
+pub const RESOURCE_READ_CAP: u64 = 16 * MIB;
 
 /// Agent Skills spec: name length.
 pub const SPEC_NAME_MAX: usize = 64;
@@ -41,9 +66,133 @@ pub const SPEC_COMPATIBILITY_MAX: usize = 500;
 /// SEP-2640: files per skill in a `skills/list` manifest.
 pub const EXTENSION_FILES_MAX: usize = 512;
 /// SEP-2640: bytes per skill in a `skills/list` manifest.
-pub const EXTENSION_BYTES_MAX: u64 = 16 * 1024 * 1024;
+pub const EXTENSION_BYTES_MAX: u64 = 16 * MIB;
 
+// ---- runs ---------------------------------------------------------------
+
+/// Arguments per run.
+pub const MAX_ARGS: usize = 64;
+/// Total bytes of all arguments per run.
+pub const MAX_ARG_BYTES: usize = 8 * 1024;
 /// Script timeout when the declaration names none (seconds).
 pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
-/// Hard ceiling on any script timeout (seconds).
+/// Hard ceiling on any script timeout (seconds), locally and in a Job.
 pub const MAX_TIMEOUT_SECS: u64 = 300;
+/// Bytes of stdout, and of stderr, kept per run; the rest is counted and dropped.
+pub const STREAM_CAP: u64 = MIB;
+/// SIGTERM to the script's process group, then SIGKILL after this.
+pub const KILL_GRACE: Duration = Duration::from_secs(2);
+/// After the script exits, its pipes are read at most this long.
+pub const DRAIN: Duration = Duration::from_millis(250);
+/// Slack on top of timeout + grace + drain before a run is given up on.
+pub const HARD_DEADLINE_SLACK: Duration = Duration::from_secs(1);
+
+/// Memory for the whole run (every process, shared memory included) (MCPBox).
+pub const RUN_MEMORY_BYTES: u64 = 512 * MIB;
+/// CPUs for the whole run.
+pub const RUN_CPUS: u64 = 1;
+/// Processes and threads of the whole run.
+pub const RUN_PIDS: u64 = 128;
+/// Largest file a script may write (RLIMIT_FSIZE).
+pub const RUN_FILE_BYTES: u64 = 64 * MIB;
+/// Open files per process (RLIMIT_NOFILE).
+pub const RUN_OPEN_FILES: u64 = 256;
+/// Size of the sandbox's private `/tmp` (and the tmpfs root around it).
+pub const RUN_TMP_BYTES: u64 = 64 * MIB;
+
+// ---- jobs ---------------------------------------------------------------
+
+/// Bytes per upload call, and of all inline inputs of one `skill_run` call.
+pub const JOB_UPLOAD_CHUNK: u64 = MIB;
+/// Jobs kept per server (and SkillJobs per namespace, through the gateway).
+pub const JOBS_RETAINED: usize = 100;
+/// Bytes returned per read call.
+pub const JOB_READ_CHUNK: u64 = 256 * KIB;
+/// Largest `job.json` read back (2,000 inputs with 1 KiB paths fit easily).
+pub const JOB_RECORD_CAP: u64 = 8 * MIB;
+/// Bytes of outputs hashed per run when they are listed; files past the
+/// budget are listed with their size and without a digest.
+pub const OUTPUT_HASH_BUDGET: u64 = MAX_TOTAL_BYTES;
+
+/// Renders a byte count the way the docs write it: `1 MiB`, `256 KiB`, `8192 bytes`.
+pub fn bytes_text(n: u64) -> String {
+    if n >= MIB && n % MIB == 0 {
+        format!("{} MiB", n / MIB)
+    } else if n >= KIB && n % KIB == 0 {
+        format!("{} KiB", n / KIB)
+    } else {
+        format!("{n} bytes")
+    }
+}
+
+/// Renders a count with thousands separators, as the docs write it: `2,000`.
+pub fn count_text(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Every figure a person may read in a tool description or message, as it
+/// is written there. A description that names a figure not in this list
+/// typed it by hand; the test in `mcp` refuses that.
+pub fn figures() -> Vec<String> {
+    let mut out = Vec::new();
+    for b in [
+        SKILL_MD_READ_CAP,
+        MAX_FILE_BYTES,
+        MAX_TOTAL_BYTES,
+        FILE_ENTRY_CAP,
+        FILE_CALL_CAP,
+        RESOURCE_READ_CAP,
+        STREAM_CAP,
+        MAX_ARG_BYTES as u64,
+        JOB_UPLOAD_CHUNK,
+        JOB_READ_CHUNK,
+        RUN_MEMORY_BYTES,
+        RUN_FILE_BYTES,
+        RUN_TMP_BYTES,
+    ] {
+        out.push(bytes_text(b));
+        out.push(b.to_string());
+    }
+    for n in [MAX_FILES, MAX_DIRS, FILE_PATHS_PER_CALL, MAX_ARGS, JOBS_RETAINED, PATH_MAX_BYTES, MAX_DEPTH] {
+        out.push(count_text(n));
+        out.push(n.to_string());
+    }
+    for s in [DEFAULT_TIMEOUT_SECS, MAX_TIMEOUT_SECS, RUN_PIDS, RUN_CPUS, RUN_OPEN_FILES] {
+        out.push(s.to_string());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_render_as_the_docs_write_them() {
+        assert_eq!(bytes_text(MIB), "1 MiB");
+        assert_eq!(bytes_text(256 * KIB), "256 KiB");
+        assert_eq!(bytes_text(8 * 1024), "8 KiB");
+        assert_eq!(bytes_text(1000), "1000 bytes");
+        assert_eq!(count_text(2_000), "2,000");
+        assert_eq!(count_text(100), "100");
+        assert_eq!(count_text(1_234_567), "1,234,567");
+    }
+
+    #[test]
+    fn shared_caps_agree() {
+        // A job's outputs must fit what a package may ship, and inline
+        // inputs are one upload call.
+        assert!(MAX_FILE_BYTES <= MAX_TOTAL_BYTES);
+        assert!(JOB_UPLOAD_CHUNK <= MAX_FILE_BYTES);
+        assert!(DEFAULT_TIMEOUT_SECS <= MAX_TIMEOUT_SECS);
+        assert!(OUTPUT_HASH_BUDGET >= MAX_TOTAL_BYTES);
+    }
+}

@@ -1,30 +1,33 @@
-//! The skill core: discovery, frontmatter, paths, declarations, grants and
-//! file reading. No async and no Kubernetes in here: the standalone server,
-//! the runners, the controller and the gateway all reuse it unchanged.
+//! The skill core: discovery, frontmatter, paths, declarations, grants, the
+//! fence and file reading. Synchronous code with no network and no
+//! Kubernetes (it reads skill directories and package archives, so it is
+//! not free of the filesystem): the standalone server, the runners, the
+//! controller and the gateway all reuse it unchanged.
 //!
 //! Layout:
 //! - [`limits`]: every bound, in one place.
 //! - [`paths`]: the string check and the resolved check for client paths.
 //! - [`yaml`], [`frontmatter`]: strict YAML and the `SKILL.md` split.
 //! - [`spec`]: Agent Skills spec checks (reported, not refused).
-//! - [`declaration`]: the `mcp-host:` block.
+//! - [`declaration`], [`env`]: the `mcp-host:` block and reserved variable names.
 //! - [`discovery`], [`catalog`]: roots to served skills plus `problems`.
-//! - [`grants`], [`policy`]: what may run.
+//! - [`grants`], [`fence`], [`confirm`]: what may run, and the confirmation gate.
 //! - [`content`]: capped reads, encodings, digests.
+//! - [`package`]: the deterministic package archive (build, check, unpack).
+//! - [`token`]: per-job HMAC credentials.
 
 pub mod catalog;
 pub mod confirm;
 pub mod content;
 pub mod declaration;
 pub mod discovery;
+pub mod env;
 pub mod fence;
 pub mod frontmatter;
 pub mod grants;
-pub mod jobs;
 pub mod limits;
 pub mod package;
 pub mod paths;
-pub mod policy;
 pub mod problems;
 pub mod spec;
 pub mod token;

@@ -59,22 +59,11 @@ use sha2::{Digest, Sha256};
 /// Name of the required file at the package root.
 pub const SKILL_MD: &str = "SKILL.md";
 
-/// Bytes per file.
-pub const MAX_FILE_BYTES: u64 = 32 * 1024 * 1024;
-/// Bytes of all files together.
-pub const MAX_TOTAL_BYTES: u64 = 128 * 1024 * 1024;
-/// Files per package.
-pub const MAX_FILES: usize = 2_000;
-/// Directories per package.
-pub const MAX_DIRS: usize = 2_000;
-/// Bytes in one relative path.
-pub const MAX_PATH_BYTES: usize = 1_024;
-/// Path components in one relative path.
-pub const MAX_DEPTH: usize = 32;
-/// Largest uncompressed:compressed ratio of one ZIP entry ...
-pub const MAX_ZIP_RATIO: u64 = 200;
-/// ... checked once the entry has produced more than this many bytes.
-pub const ZIP_RATIO_FLOOR: u64 = 1024 * 1024;
+// The caps are the project's (`core::limits`); re-exported under the names
+// this module's callers and tests use.
+pub use super::limits::{
+    MAX_DEPTH, MAX_DIRS, MAX_FILES, MAX_FILE_BYTES, MAX_TOTAL_BYTES, MAX_ZIP_RATIO, PATH_MAX_BYTES as MAX_PATH_BYTES, ZIP_RATIO_FLOOR,
+};
 
 /// Fixed deflate level of the package's gzip stream.
 const DEFLATE_LEVEL: u8 = 6;

@@ -17,7 +17,7 @@ use crate::core::paths::resolve_inside;
 use crate::core::problems::{Problem, Reason};
 use crate::core::spec::spec_name;
 
-use super::state::ServerState;
+use super::snapshot::Snapshot;
 use super::uri::file_uri;
 
 /// Skills per `skills/list` page.
@@ -73,7 +73,7 @@ fn frontmatter(skill: &Skill) -> SkillFrontmatter {
 }
 
 /// The wire entry for one eligible skill, with a digest for every file.
-pub fn entry(state: &ServerState, skill: &Skill) -> std::io::Result<WireSkill> {
+pub fn entry(state: &Snapshot, skill: &Skill) -> std::io::Result<WireSkill> {
     let mut resources = Vec::with_capacity(skill.files.len());
     for file in &skill.files {
         let real = resolve_inside(&skill.dir, &file.path).map_err(|e| std::io::Error::other(format!("{}: {e}", file.path)))?;

@@ -2,8 +2,12 @@
 //! SEP-2640 skills extension, as one `rmcp` server handler shared by the
 //! stdio and HTTP transports (and later the gateway).
 
+pub mod error;
+pub mod executor;
 pub mod extension;
+pub mod gate;
 pub mod run;
+pub mod snapshot;
 pub mod state;
 pub mod tools;
 pub mod uri;
@@ -22,11 +26,15 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::core::content::read_for_client;
-use crate::core::limits::RESOURCE_READ_CAP;
+use crate::core::limits::{bytes_text, RESOURCE_READ_CAP};
 use crate::core::paths::resolve_inside;
 
+use error::{codes, ToolError};
+use executor::Caller;
+use gate::{Asker, Retry};
+use run::CallContext;
+use snapshot::Snapshot;
 use state::ServerState;
-use tools::ToolError;
 
 /// Prompts and resources per list page.
 const LIST_PAGE: usize = 500;
@@ -57,39 +65,41 @@ pub fn tool_definitions() -> &'static [Tool] {
     })
 }
 
-/// Run a tool body off the async threads (it reads files) and shape the result.
-async fn run_tool<I, O>(
-    state: Arc<ServerState>,
-    args: Option<serde_json::Map<String, Value>>,
-    body: fn(&ServerState, I) -> Result<O, ToolError>,
-) -> CallToolResult
-where
-    I: serde::de::DeserializeOwned + Send + 'static,
-    O: Serialize + Send + 'static,
-{
-    let input: I = match parse_args(args) {
-        Ok(input) => input,
-        Err(result) => return result,
-    };
-    match tokio::task::spawn_blocking(move || body(&state, input)).await {
-        Ok(outcome) => shape(outcome),
-        Err(join) => tool_error(&ToolError::new("internal", format!("the tool failed: {join}"))),
+/// The tools a server offers: the read tools, plus the run and job tools
+/// when it runs scripts.
+fn offered_tools(state: &ServerState) -> Vec<Tool> {
+    let read = tools::definitions().len();
+    let all = tool_definitions();
+    if state.execution.is_some() {
+        all.to_vec()
+    } else {
+        all[..read].to_vec()
     }
 }
 
-/// A run tool's reply as an MCP response (a question travels as input-required).
-fn run_reply(reply: Result<run::RunReply, ToolError>) -> CallToolResponse {
-    match reply {
-        Ok(run::RunReply::InputRequired(question)) => CallToolResponse::InputRequired(question),
-        Ok(run::RunReply::Json(value)) => shape(Ok::<_, ToolError>(value)).into(),
-        Err(err) => tool_error(&err).into(),
-    }
+/// The caller of a request: what the HTTP layer put in the request's
+/// extensions (an authenticated principal), or the local caller over stdio.
+fn caller_of(context: &RequestContext<RoleServer>) -> Caller {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Caller>().cloned())
+        .unwrap_or_else(Caller::local)
 }
 
 /// Tool arguments into their typed input; a bad shape is a tool error the caller can read.
-fn parse_args<I: serde::de::DeserializeOwned>(args: Option<serde_json::Map<String, Value>>) -> Result<I, CallToolResult> {
+fn parse_args<I: serde::de::DeserializeOwned>(args: Option<serde_json::Map<String, Value>>) -> Result<I, ToolError> {
     serde_json::from_value(Value::Object(args.unwrap_or_default()))
-        .map_err(|err| tool_error(&ToolError::new("invalid-arguments", format!("invalid arguments: {err}"))))
+        .map_err(|err| ToolError::new(codes::INVALID_ARGUMENTS, format!("invalid arguments: {err}")))
+}
+
+/// Run a tool body that reads files off the async threads.
+async fn blocking<I, O>(snap: Arc<Snapshot>, input: I, body: fn(&Snapshot, I) -> Result<O, ToolError>) -> Result<O, ToolError>
+where
+    I: Send + 'static,
+    O: Send + 'static,
+{
+    tokio::task::spawn_blocking(move || body(&snap, input)).await?
 }
 
 /// A tool outcome as an MCP result: structured JSON plus the same JSON as text.
@@ -102,7 +112,7 @@ fn shape<O: Serialize>(outcome: Result<O, ToolError>) -> CallToolResult {
                 result.content = vec![ContentBlock::text(text)];
                 result
             }
-            Err(err) => tool_error(&ToolError::new("internal", format!("could not encode the result: {err}"))),
+            Err(err) => tool_error(&ToolError::internal(format!("could not encode the result: {err}"))),
         },
         Err(err) => tool_error(&err),
     }
@@ -116,6 +126,69 @@ fn tool_error(err: &ToolError) -> CallToolResult {
     let mut result = CallToolResult::structured_error(body);
     result.content = vec![ContentBlock::text(format!("{}: {}", err.code, err.message))];
     result
+}
+
+/// A run tool's reply as an MCP response (a question travels as input-required).
+fn run_reply(reply: Result<run::RunReply, ToolError>) -> CallToolResponse {
+    match reply {
+        Ok(run::RunReply::InputRequired(question)) => CallToolResponse::InputRequired(question),
+        Ok(run::RunReply::Json(value)) => shape(Ok::<_, ToolError>(value)).into(),
+        Err(err) => tool_error(&err).into(),
+    }
+}
+
+impl SkillServer {
+    /// Dispatch one tool call on the snapshot current when it arrived.
+    async fn call(&self, request: CallToolRequestParams, context: &RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
+        let state = self.state.as_ref();
+        let snap = state.snapshot();
+        let cx = CallContext {
+            caller: caller_of(context),
+            retry: Retry { input_responses: request.input_responses.clone(), request_state: request.request_state.clone() },
+            asker: Asker::from_context(context),
+            progress: None,
+        };
+        let args = request.arguments;
+        macro_rules! tool {
+            ($body:expr) => {
+                match args.map_or_else(|| parse_args(None), |a| parse_args(Some(a))) {
+                    Ok(input) => shape($body(input).await),
+                    Err(err) => tool_error(&err),
+                }
+            };
+        }
+        let name = request.name.as_ref();
+        let known = offered_tools(state).iter().any(|t| t.name == name);
+        if !known {
+            let names: Vec<String> = offered_tools(state).iter().map(|t| t.name.to_string()).collect();
+            return Err(McpError::invalid_params(format!("unknown tool `{name}`; tools: {}", names.join(", ")), None));
+        }
+        let result = match name {
+            "skill_list" => tool!(|i| async { tools::skill_list(state, &snap, i) }),
+            "skill_load" => tool!(|i| blocking(snap.clone(), i, tools::skill_load)),
+            "skill_file" => tool!(|i| blocking(snap.clone(), i, tools::skill_file)),
+            "skill_job_create" => tool!(|i| run::job_create(state, &snap, i, &cx)),
+            "skill_job_upload" => tool!(|i| run::job_upload(state, i, &cx)),
+            "skill_job_status" => tool!(|i| run::job_status(state, i, &cx)),
+            "skill_job_read" => tool!(|i| run::job_read(state, i, &cx)),
+            "skill_job_delete" => tool!(|i| run::job_delete(state, i, &cx)),
+            "skill_job_list" => tool!(|i| run::job_list(state, i, &cx)),
+            "skill_run" => {
+                return Ok(match parse_args(args) {
+                    Ok(input) => run_reply(run::skill_run(state, &snap, input, &cx).await),
+                    Err(err) => tool_error(&err).into(),
+                })
+            }
+            "skill_job_run" => {
+                return Ok(match parse_args(args) {
+                    Ok(input) => run_reply(run::job_run(state, &snap, input, &cx).await),
+                    Err(err) => tool_error(&err).into(),
+                })
+            }
+            other => return Err(McpError::internal_error(format!("tool `{other}` is offered but not dispatched"), None)),
+        };
+        Ok(result.into())
+    }
 }
 
 fn page_of<T: Clone>(items: impl Iterator<Item = T>, cursor: Option<&str>, page: usize) -> Result<(Vec<T>, Option<String>), McpError> {
@@ -153,36 +226,11 @@ impl ServerHandler for SkillServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(tool_definitions().to_vec()))
+        Ok(ListToolsResult::with_all_items(offered_tools(&self.state)))
     }
 
     async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
-        let state = self.state.clone();
-        let retry = run::Retry { input_responses: request.input_responses.clone(), request_state: request.request_state.clone() };
-        let result = match request.name.as_ref() {
-            "skill_list" => run_tool(state, request.arguments, tools::skill_list).await,
-            "skill_load" => run_tool(state, request.arguments, tools::skill_load).await,
-            "skill_file" => run_tool(state, request.arguments, tools::skill_file).await,
-            "skill_job_create" => run_tool(state, request.arguments, run::job_create).await,
-            "skill_job_upload" => run_tool(state, request.arguments, run::job_upload).await,
-            "skill_job_status" => run_tool(state, request.arguments, run::job_status).await,
-            "skill_job_read" => run_tool(state, request.arguments, run::job_read).await,
-            "skill_job_delete" => run_tool(state, request.arguments, run::job_delete).await,
-            "skill_job_list" => run_tool(state, request.arguments, run::job_list).await,
-            "skill_run" => match parse_args::<run::SkillRunInput>(request.arguments) {
-                Ok(input) => return Ok(run_reply(run::skill_run(state, input, retry, context).await)),
-                Err(result) => result,
-            },
-            "skill_job_run" => match parse_args::<run::JobRunInput>(request.arguments) {
-                Ok(input) => return Ok(run_reply(run::job_run(state, input, retry, context).await)),
-                Err(result) => result,
-            },
-            other => {
-                let names: Vec<&str> = tool_definitions().iter().map(|t| t.name.as_ref()).collect();
-                return Err(McpError::invalid_params(format!("unknown tool `{other}`; tools: {}", names.join(", ")), None));
-            }
-        };
-        Ok(result.into())
+        self.call(request, &context).await
     }
 
     async fn list_prompts(
@@ -190,7 +238,8 @@ impl ServerHandler for SkillServer {
         request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
-        let prompts = self.state.catalog.skills.iter().map(|s| Prompt::new(s.name.clone(), Some(s.meta.description.clone()), None));
+        let snap = self.state.snapshot();
+        let prompts = snap.catalog.skills.iter().map(|s| Prompt::new(s.name.clone(), Some(s.meta.description.clone()), None));
         let (items, next) = page_of(prompts, cursor(&request), LIST_PAGE)?;
         let mut result = ListPromptsResult::with_all_items(items);
         result.next_cursor = next;
@@ -202,7 +251,7 @@ impl ServerHandler for SkillServer {
         request: GetPromptRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
-        let state = self.state.clone();
+        let state = self.state.snapshot();
         let name = request.name.clone();
         let loaded = tokio::task::spawn_blocking(move || {
             let skill =
@@ -221,7 +270,8 @@ impl ServerHandler for SkillServer {
         request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        let resources = self.state.catalog.skills.iter().flat_map(|s| {
+        let snap = self.state.snapshot();
+        let resources = snap.catalog.skills.iter().flat_map(|s| {
             s.files.iter().map(move |f| {
                 Resource::new(uri::file_uri(&s.name, f.path.as_str()), format!("{}/{}", s.name, f.path))
                     .with_mime_type(crate::core::content::media_type(f.path.as_str()))
@@ -248,9 +298,9 @@ impl ServerHandler for SkillServer {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        let state = self.state.clone();
+        let snap = self.state.snapshot();
         let uri_text = request.uri.clone();
-        let read = tokio::task::spawn_blocking(move || read_skill_resource(&state, &uri_text))
+        let read = tokio::task::spawn_blocking(move || read_skill_resource(&snap, &uri_text))
             .await
             .map_err(|e| McpError::internal_error(e.to_string(), None))??;
         Ok(ReadResourceResult::new(vec![read]).into())
@@ -261,7 +311,7 @@ impl ServerHandler for SkillServer {
         request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListSkillsResult, McpError> {
-        let state = self.state.clone();
+        let state = self.state.snapshot();
         let cursor = cursor(&request).map(str::to_string);
         tokio::task::spawn_blocking(move || {
             let eligible = state.catalog.skills.iter().filter(|s| state.extension_names.contains(&s.name));
@@ -279,7 +329,7 @@ impl ServerHandler for SkillServer {
     }
 
     async fn get_skill(&self, request: GetSkillRequestParams, _context: RequestContext<RoleServer>) -> Result<GetSkillResult, McpError> {
-        let state = self.state.clone();
+        let state = self.state.snapshot();
         tokio::task::spawn_blocking(move || {
             let name = state
                 .extension_names
@@ -299,7 +349,7 @@ impl ServerHandler for SkillServer {
 
 /// `resources/read`: the same checks as `skill_file` (string, index,
 /// resolved), whole files up to 16 MiB.
-fn read_skill_resource(state: &ServerState, uri_text: &str) -> Result<ResourceContents, McpError> {
+fn read_skill_resource(state: &Snapshot, uri_text: &str) -> Result<ResourceContents, McpError> {
     let not_found = |msg: String| McpError::resource_not_found(msg, Some(serde_json::json!({ "uri": uri_text })));
     let (name, rel) = uri::parse(uri_text).map_err(|e| McpError::invalid_params(format!("{uri_text}: {e}"), None))?;
     let skill = state.catalog.get(&name).ok_or_else(|| not_found(format!("no skill named `{name}`")))?;
@@ -311,7 +361,12 @@ fn read_skill_resource(state: &ServerState, uri_text: &str) -> Result<ResourceCo
         read_for_client(&real, rel.as_str(), RESOURCE_READ_CAP).map_err(|e| McpError::internal_error(format!("{uri_text}: {e}"), None))?;
     if content.truncated {
         return Err(McpError::invalid_request(
-            format!("{uri_text} is {} bytes; resources/read serves files up to 16 MiB, use skill_file for the first 1 MiB", content.size),
+            format!(
+                "{uri_text} is {} bytes; resources/read serves files up to {}, use skill_file for the first {}",
+                content.size,
+                bytes_text(RESOURCE_READ_CAP),
+                bytes_text(crate::core::limits::FILE_ENTRY_CAP)
+            ),
             None,
         ));
     }
@@ -328,8 +383,11 @@ mod tests {
     use crate::core::discovery::{discover, Limits};
     use crate::core::grants::Grants;
 
-    fn state(root: &std::path::Path) -> ServerState {
-        ServerState::new(discover(&[root.to_path_buf()], Limits::default()), Grants::resolve(&|_| None, None), Default::default())
+    fn state(root: &std::path::Path) -> Snapshot {
+        Snapshot::new(
+            discover(&[root.to_path_buf()], Limits::default()),
+            Box::new(snapshot::StandalonePolicy::new(Grants::resolve(&|_| None, None), Default::default())),
+        )
     }
 
     #[test]

@@ -15,38 +15,18 @@ use serde_json::{Map, Value};
 
 use crate::core::content::read_for_client;
 use crate::core::declaration::Interpreter;
-use crate::core::limits::{FILE_CALL_CAP, FILE_ENTRY_CAP, FILE_PATHS_PER_CALL};
+use crate::core::fence::{Refusal, ScriptStatus};
+use crate::core::limits::{bytes_text, FILE_CALL_CAP, FILE_ENTRY_CAP, FILE_PATHS_PER_CALL};
 use crate::core::paths::{resolve_inside, RelPath};
-use crate::core::policy::ScriptStatus;
 use crate::core::problems::Problem;
 
+use super::error::{codes, ToolError};
+use super::executor::ExecutionSummary;
+use super::snapshot::Snapshot;
 use super::state::ServerState;
 
-/// A tool failure the caller can act on: a stable code and a message.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{message}")]
-pub struct ToolError {
-    pub code: &'static str,
-    pub message: String,
-    /// Extra structured context (e.g. the preview of a refused run).
-    pub detail: Option<Value>,
-}
-
-impl ToolError {
-    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
-        ToolError { code, message: message.into(), detail: None }
-    }
-
-    pub fn with_detail(mut self, detail: Value) -> Self {
-        self.detail = Some(detail);
-        self
-    }
-
-    fn unknown_skill(state: &ServerState, name: &str) -> Self {
-        let names = state.catalog.names();
-        let served = if names.is_empty() { "none".to_string() } else { names.join(", ") };
-        ToolError::new("unknown-skill", format!("no skill named `{name}` is served; served skills: {served}"))
-    }
+fn unknown_skill(snap: &Snapshot, name: &str) -> ToolError {
+    Refusal::unknown_skill(name, snap.catalog.names()).into()
 }
 
 // ---------- skill_list ----------
@@ -74,7 +54,7 @@ pub struct SkillListOutput {
     pub interpreters: Vec<Interpreter>,
     /// How scripts run here (absent when this server only reads skills).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub execution: Option<super::run::ExecutionSummary>,
+    pub execution: Option<ExecutionSummary>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -105,6 +85,9 @@ pub struct ScriptsSummary {
     pub declared: Vec<String>,
     pub runnable: Vec<String>,
     pub unavailable: Vec<ScriptReason>,
+    /// Declared, but the admin's runtime profile does not allow them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_allowed: Vec<ScriptReason>,
     pub ungranted: Vec<ScriptReason>,
 }
 
@@ -114,9 +97,9 @@ pub struct ScriptReason {
     pub reason: String,
 }
 
-pub fn skill_list(state: &ServerState, input: SkillListInput) -> Result<SkillListOutput, ToolError> {
+pub fn skill_list(state: &ServerState, snap: &Snapshot, input: SkillListInput) -> Result<SkillListOutput, ToolError> {
     let query = input.query.map(|q| q.to_lowercase()).filter(|q| !q.trim().is_empty());
-    let skills = state
+    let skills = snap
         .catalog
         .skills
         .iter()
@@ -129,9 +112,10 @@ pub fn skill_list(state: &ServerState, input: SkillListInput) -> Result<SkillLis
             for script in &skill.scripts {
                 let path = script.decl.script.to_string();
                 scripts.declared.push(path.clone());
-                match state.status(skill, script) {
+                match snap.status(skill, script) {
                     ScriptStatus::Runnable { .. } => scripts.runnable.push(path),
                     ScriptStatus::Unavailable(reason) => scripts.unavailable.push(ScriptReason { script: path, reason }),
+                    ScriptStatus::NotAllowed(reason) => scripts.not_allowed.push(ScriptReason { script: path, reason }),
                     ScriptStatus::Ungranted(reason) => scripts.ungranted.push(ScriptReason { script: path, reason }),
                 }
             }
@@ -144,18 +128,18 @@ pub fn skill_list(state: &ServerState, input: SkillListInput) -> Result<SkillLis
                 bytes: skill.bytes,
                 scripts,
                 egress: skill.egress.clone(),
-                problems: state.problems.iter().filter(|p| p.skill.as_deref() == Some(skill.name.as_str())).count(),
+                problems: snap.problems.iter().filter(|p| p.skill.as_deref() == Some(skill.name.as_str())).count(),
             }
         })
         .collect();
     Ok(SkillListOutput {
         skills,
-        problems: state.problems.clone(),
-        roots: state.catalog.roots.iter().map(|r| RootSummary { path: r.path.display().to_string(), skills: r.skills }).collect(),
-        grant_from: state.grants.source.label(),
-        grant_note: state.grants.note(),
-        interpreters: state.interpreters.iter().copied().collect(),
-        execution: state.execution.as_ref().map(|e| e.summary()),
+        problems: snap.problems.clone(),
+        roots: snap.catalog.roots.iter().map(|r| RootSummary { path: r.path.display().to_string(), skills: r.skills }).collect(),
+        grant_from: snap.policy.source_label(),
+        grant_note: snap.policy.note(),
+        interpreters: snap.policy.interpreters().into_iter().collect(),
+        execution: state.execution.as_ref().map(|e| e.executor.summary(e.mode)),
     })
 }
 
@@ -177,7 +161,7 @@ pub struct SkillLoadOutput {
     pub frontmatter: Map<String, Value>,
     /// The Markdown body after the frontmatter, verbatim.
     pub body: String,
-    /// SKILL.md was larger than 256 KiB and the body is cut.
+    /// SKILL.md was larger than the read cap and the body is cut.
     pub body_truncated: bool,
     pub files: Vec<FileSummary>,
     pub scripts: Vec<ScriptDetail>,
@@ -207,14 +191,14 @@ pub struct ScriptDetail {
     pub reason: Option<String>,
 }
 
-pub fn skill_load(state: &ServerState, input: SkillLoadInput) -> Result<SkillLoadOutput, ToolError> {
-    let skill = state.catalog.get(&input.name).ok_or_else(|| ToolError::unknown_skill(state, &input.name))?;
-    let (body, body_truncated) = skill.load_body().map_err(|e| ToolError::new("unreadable-skill-md", e.to_string()))?;
+pub fn skill_load(snap: &Snapshot, input: SkillLoadInput) -> Result<SkillLoadOutput, ToolError> {
+    let skill = snap.catalog.get(&input.name).ok_or_else(|| unknown_skill(snap, &input.name))?;
+    let (body, body_truncated) = skill.load_body().map_err(|e| ToolError::new(codes::UNREADABLE_SKILL_MD, e.to_string()))?;
     let scripts = skill
         .scripts
         .iter()
         .map(|script| {
-            let status = state.status(skill, script);
+            let status = snap.status(skill, script);
             ScriptDetail {
                 script: script.decl.script.to_string(),
                 interpreter: script.decl.interpreter_text.clone(),
@@ -234,7 +218,7 @@ pub fn skill_load(state: &ServerState, input: SkillLoadInput) -> Result<SkillLoa
         files: skill.files.iter().map(|f| FileSummary { path: f.path.to_string(), size: f.size }).collect(),
         scripts,
         egress: skill.egress.clone(),
-        problems: state.problems_of(&skill.name),
+        problems: snap.problems_of(&skill.name),
     })
 }
 
@@ -245,7 +229,7 @@ pub fn skill_load(state: &ServerState, input: SkillLoadInput) -> Result<SkillLoa
 pub struct SkillFileInput {
     /// The skill's served name.
     pub skill: String,
-    /// 1 to 8 file paths relative to the skill directory, e.g. `scripts/run.py`.
+    /// File paths relative to the skill directory, e.g. `scripts/run.py` (one call reads a few; see the tool's description).
     #[schemars(length(min = 1, max = 8))]
     pub paths: Vec<String>,
 }
@@ -277,7 +261,7 @@ pub struct FileOk {
     pub size: u64,
     /// Bytes returned (before base64).
     pub returned: u64,
-    /// The file is larger than 1 MiB and was cut.
+    /// The file is larger than the per-file cap and was cut.
     pub truncated: bool,
     pub content: String,
 }
@@ -300,17 +284,17 @@ fn file_err(path: &str, code: &str, message: impl Into<String>) -> FileResult {
     FileResult::Err(FileErr { path: path.to_string(), ok: false, error: ErrorBody { code: code.into(), message: message.into() } })
 }
 
-pub fn skill_file(state: &ServerState, input: SkillFileInput) -> Result<SkillFileOutput, ToolError> {
+pub fn skill_file(snap: &Snapshot, input: SkillFileInput) -> Result<SkillFileOutput, ToolError> {
     if input.paths.is_empty() {
-        return Err(ToolError::new("no-paths", "give 1 to 8 paths in `paths`"));
+        return Err(ToolError::new(codes::NO_PATHS, format!("give 1 to {FILE_PATHS_PER_CALL} paths in `paths`")));
     }
     if input.paths.len() > FILE_PATHS_PER_CALL {
         return Err(ToolError::new(
-            "too-many-paths",
+            codes::TOO_MANY_PATHS,
             format!("{} paths given; at most {FILE_PATHS_PER_CALL} per call, split the request", input.paths.len()),
         ));
     }
-    let skill = state.catalog.get(&input.skill).ok_or_else(|| ToolError::unknown_skill(state, &input.skill))?;
+    let skill = snap.catalog.get(&input.skill).ok_or_else(|| unknown_skill(snap, &input.skill))?;
 
     // Check every path (string, index, resolved) and size the call before reading anything.
     let mut planned: Vec<Result<(std::path::PathBuf, u64), FileResult>> = Vec::with_capacity(input.paths.len());
@@ -331,8 +315,11 @@ pub fn skill_file(state: &ServerState, input: SkillFileInput) -> Result<SkillFil
     }
     if call_bytes > FILE_CALL_CAP {
         return Err(ToolError::new(
-            "call-too-large",
-            format!("these files would return {call_bytes} bytes; at most {FILE_CALL_CAP} (4 MiB) per call, ask for fewer paths per call"),
+            codes::CALL_TOO_LARGE,
+            format!(
+                "these files would return {call_bytes} bytes; at most {FILE_CALL_CAP} ({}) per call, ask for fewer paths per call",
+                bytes_text(FILE_CALL_CAP)
+            ),
         ));
     }
     let results = input
@@ -391,7 +378,11 @@ pub fn definitions() -> Vec<Tool> {
         .with_annotations(read_only("Load a skill")),
         Tool::new_with_raw(
             "skill_file",
-            Some("Read up to 8 files of one skill in one call (1 MiB per file, 4 MiB per call). Text comes back as UTF-8, other files as base64. A bad path fails only its own entry.".into()),
+            Some(format!(
+                "Read up to {FILE_PATHS_PER_CALL} files of one skill in one call ({} per file, {} per call). Text comes back as UTF-8, other files as base64. A bad path fails only its own entry.",
+                bytes_text(FILE_ENTRY_CAP),
+                bytes_text(FILE_CALL_CAP)
+            ).into()),
             schema::<SkillFileInput>(),
         )
         .with_raw_output_schema(output_schema::<SkillFileOutput>())

@@ -5,7 +5,6 @@ use std::fs;
 use std::path::Path;
 
 use super::*;
-use crate::core::discovery::{discover, Limits};
 use crate::core::grants::Grants;
 
 const MIB: usize = 1024 * 1024;
@@ -15,10 +14,17 @@ fn write(path: &Path, bytes: &[u8]) {
     fs::write(path, bytes).unwrap();
 }
 
-fn state_for(root: &Path, env: &[(&str, &str)], interpreters: &[Interpreter]) -> ServerState {
+fn state_for(root: &Path, env: &[(&str, &str)], interpreters: &[Interpreter]) -> Snapshot {
     let map: std::collections::HashMap<String, String> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let grants = Grants::resolve(&move |k| map.get(k).cloned(), None);
-    ServerState::new(discover(&[root.to_path_buf()], Limits::default()), grants, interpreters.iter().copied().collect::<BTreeSet<_>>())
+    Snapshot::scan(&[root.to_path_buf()], grants, interpreters.iter().copied().collect::<BTreeSet<_>>())
+}
+
+/// `skill_list` on a read-only server holding `snap`.
+fn list_of(snap: Snapshot, input: SkillListInput) -> Result<SkillListOutput, ToolError> {
+    let state = ServerState::new(snap);
+    let current = state.snapshot();
+    skill_list(&state, &current, input)
 }
 
 fn fixture() -> tempfile::TempDir {
@@ -165,12 +171,12 @@ fn skill_load_returns_body_verbatim_and_script_status() {
 #[test]
 fn skill_list_reports_grant_source_and_ungranted_scripts() {
     let t = fixture();
-    let standalone = skill_list(&state_for(t.path(), &[], &Interpreter::ALL), SkillListInput::default()).unwrap();
+    let standalone = list_of(state_for(t.path(), &[], &Interpreter::ALL), SkillListInput::default()).unwrap();
     assert_eq!(standalone.grant_from, "declaration");
     let docs = standalone.skills.iter().find(|s| s.name == "docs").unwrap();
     assert_eq!(docs.scripts.runnable, vec!["scripts/a.py", "scripts/b.js"]);
 
-    let hosted = skill_list(&state_for(t.path(), &[("MCP_DATA_DIR", "/data")], &Interpreter::ALL), SkillListInput::default()).unwrap();
+    let hosted = list_of(state_for(t.path(), &[("MCP_DATA_DIR", "/data")], &Interpreter::ALL), SkillListInput::default()).unwrap();
     assert_eq!(hosted.grant_from, "hosted-default");
     assert!(hosted.grant_note.as_deref().unwrap().contains("nothing runs"));
     let docs = hosted.skills.iter().find(|s| s.name == "docs").unwrap();
@@ -186,7 +192,7 @@ fn skill_list_reports_grant_source_and_ungranted_scripts() {
         )],
         &Interpreter::ALL,
     );
-    let out = skill_list(&granted, SkillListInput::default()).unwrap();
+    let out = list_of(granted, SkillListInput::default()).unwrap();
     let docs = out.skills.iter().find(|s| s.name == "docs").unwrap();
     assert_eq!(docs.scripts.runnable, vec!["scripts/a.py"]);
     assert_eq!(docs.scripts.ungranted[0].script, "scripts/b.js");
@@ -200,7 +206,7 @@ fn skill_list_reports_grant_source_and_ungranted_scripts() {
 fn skill_list_query_filters() {
     let t = fixture();
     let state = state_for(t.path(), &[], &Interpreter::ALL);
-    let out = skill_list(&state, SkillListInput { query: Some("OTHER".into()) }).unwrap();
+    let out = list_of(state, SkillListInput { query: Some("OTHER".into()) }).unwrap();
     assert_eq!(out.skills.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), vec!["other"]);
 }
 

@@ -10,25 +10,49 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use super::process::{execute, ExecError, ExecSpec, ResourceLimits, RunAs};
+pub use crate::api::outcome::LaunchResult;
+use crate::api::outcome::RunOutcome;
+use crate::shutdown::Shutdown;
 
-/// What the launcher records about a run (`result.json`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LaunchResult {
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    pub timed_out: bool,
-    pub duration_ms: u64,
-    pub stdout_bytes: u64,
-    pub stderr_bytes: u64,
-    pub stdout_truncated: bool,
-    pub stderr_truncated: bool,
-    /// Set when the script could not be started at all.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+#[derive(Debug, clap::Args)]
+pub struct LaunchArgs {
+    /// Where result.json goes (stdout and stderr are written beside it).
+    #[arg(long, value_name = "FILE")]
+    pub result: PathBuf,
+    /// Wall-clock timeout in seconds (clamped to the hard ceiling).
+    #[arg(long, value_name = "SECS")]
+    pub timeout: u64,
+    /// A variable passed through from the container's environment (repeatable); nothing else is.
+    #[arg(long = "allow-env", value_name = "NAME")]
+    pub allow_env: Vec<String>,
+    /// The interpreter and its arguments: `-- /usr/bin/python3 /package/scripts/x.py ARGS...`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+/// `skill-operator launch`: run the script, write the result, and exit
+/// with [`exit_status`]. A shutdown (the kubelet's SIGTERM, sent when the
+/// SkillJob is deleted or the Job's deadline passes) stops the script's
+/// whole process group at once and the result says `cancelled`.
+pub async fn command(args: LaunchArgs, shutdown: Shutdown) -> std::io::Result<std::process::ExitCode> {
+    let mut command = args.command.into_iter();
+    let program = PathBuf::from(command.next().unwrap_or_default());
+    let spec = Launch {
+        program,
+        args: command.collect(),
+        allow_env: args.allow_env,
+        timeout: Duration::from_secs(args.timeout.clamp(1, crate::core::limits::MAX_TIMEOUT_SECS)),
+        result: args.result,
+        cwd: std::env::current_dir()?,
+        cancel: Some(shutdown),
+    };
+    let result = launch(spec, &|k| std::env::var(k).ok()).await?;
+    if let Some(error) = &result.error {
+        eprintln!("skill-operator launch: {error}");
+    }
+    // Exit statuses are 0-255; exit_status stays inside that range.
+    Ok(std::process::ExitCode::from(exit_status(&result).clamp(0, 255) as u8))
 }
 
 /// The launcher's inputs.
@@ -42,15 +66,21 @@ pub struct Launch {
     /// Where `result.json` goes; `stdout` and `stderr` are written next to it.
     pub result: PathBuf,
     pub cwd: PathBuf,
+    /// Stops the run (SIGKILL to its group) when triggered; the outcome says `cancelled`.
+    pub cancel: Option<Shutdown>,
 }
 
 /// The exit status the launcher ends with: the script's own code, 128+N for
-/// a signal, 124 for a timeout (as `timeout(1)`), 127 when nothing started.
+/// a signal, 124 for a timeout (as `timeout(1)`), 143 (SIGTERM's) for a
+/// cancelled run, 127 when nothing started.
 pub fn exit_status(result: &LaunchResult) -> i32 {
-    if result.timed_out {
+    if result.outcome.cancelled {
+        return 128 + libc::SIGTERM;
+    }
+    if result.outcome.timed_out {
         return 124;
     }
-    match (result.exit_code, result.signal) {
+    match (result.outcome.exit_code, result.outcome.signal) {
         (Some(code), _) => code,
         (None, Some(signal)) => 128 + signal,
         (None, None) => 127,
@@ -63,6 +93,7 @@ pub async fn launch(spec: Launch, lookup: &dyn Fn(&str) -> Option<String>) -> st
     exec.args = spec.args.clone();
     exec.env = spec.allow_env.iter().filter_map(|name| lookup(name).map(|v| (OsString::from(name), OsString::from(v)))).collect();
     exec.timeout = spec.timeout;
+    exec.cancel = spec.cancel.clone();
     // The container already runs as a non-root uid with limits set by the
     // pod; switching uids is neither possible nor needed. RLIMIT_NPROC is
     // left alone: it counts every process of this uid on the node.
@@ -73,32 +104,12 @@ pub async fn launch(spec: Launch, lookup: &dyn Fn(&str) -> Option<String>) -> st
         Ok(out) => {
             write_atomic(&dir.join("stdout"), &out.stdout)?;
             write_atomic(&dir.join("stderr"), &out.stderr)?;
-            LaunchResult {
-                exit_code: out.exit_code,
-                signal: out.signal,
-                timed_out: out.timed_out,
-                duration_ms: out.duration.as_millis() as u64,
-                stdout_bytes: out.stdout_bytes,
-                stderr_bytes: out.stderr_bytes,
-                stdout_truncated: out.stdout_truncated,
-                stderr_truncated: out.stderr_truncated,
-                error: None,
-            }
+            LaunchResult { outcome: out.outcome, error: None }
         }
         Err(err) => {
             write_atomic(&dir.join("stdout"), b"")?;
             write_atomic(&dir.join("stderr"), err.to_string().as_bytes())?;
-            LaunchResult {
-                exit_code: None,
-                signal: None,
-                timed_out: false,
-                duration_ms: 0,
-                stdout_bytes: 0,
-                stderr_bytes: 0,
-                stdout_truncated: false,
-                stderr_truncated: false,
-                error: Some(describe(&err)),
-            }
+            LaunchResult { outcome: RunOutcome::default(), error: Some(describe(&err)) }
         }
     };
     write_atomic(&spec.result, &serde_json::to_vec(&result).map_err(std::io::Error::other)?)?;

@@ -20,6 +20,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::core::declaration::Interpreter;
 use crate::core::fence::{script_env, RunPlan, ScriptEnv};
 use crate::core::limits::MAX_TIMEOUT_SECS;
+use crate::mcp::error::{codes, ToolError};
+use crate::mcp::executor::{RunCommand, SandboxSummary};
 
 use super::process::{check_accessible, execute, ExecError, ExecOutcome, ExecSpec, RunAs};
 use super::sandbox::{bwrap_self_test, detect_bwrap, SandboxSpec};
@@ -45,15 +47,14 @@ pub enum SandboxMode {
     Off,
 }
 
-/// What `skill_list` and previews report about the sandbox.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct SandboxStatus {
-    /// `required`, `auto` or `off`.
-    pub mode: String,
-    /// Whether runs are sandboxed.
-    pub active: bool,
-    /// Why it is (not) active.
-    pub detail: String,
+impl SandboxMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::Required => "required",
+            SandboxMode::Auto => "auto",
+            SandboxMode::Off => "off",
+        }
+    }
 }
 
 /// Why a run could not be carried out (the script never started, or the
@@ -72,22 +73,44 @@ pub enum RunError {
     Exec(#[from] ExecError),
 }
 
-/// The exact command a run would execute, as the preview shows it.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Command {
-    pub program: String,
-    pub argv: Vec<String>,
-    pub cwd: String,
-    pub timeout_secs: u64,
-    /// Variable names handed over (never values).
-    pub env: Vec<String>,
-    /// Granted variables the server's environment does not hold: not handed over.
-    pub env_missing: Vec<String>,
-    pub sandbox: String,
-    pub network: String,
-    /// The uid the script runs as.
-    pub run_as: Option<u32>,
+impl From<RunError> for ToolError {
+    fn from(err: RunError) -> Self {
+        let code = match &err {
+            RunError::Busy(_) => codes::BUSY,
+            RunError::SandboxRequired(_) => "sandbox-required",
+            RunError::NoInterpreter { .. } => "no-interpreter",
+            RunError::Prepare { .. } => "prepare-failed",
+            RunError::Exec(_) => "exec-failed",
+        };
+        ToolError::new(code, err.to_string())
+    }
+}
+
+/// The uid scripts run as: a dedicated one when the server is root and
+/// one was given, otherwise the executor's default (see [`RunAs::Auto`]).
+pub fn run_as_for(run_as_uid: Option<u32>) -> RunAs {
+    // SAFETY: trivial getter.
+    let is_root = unsafe { libc::geteuid() } == 0;
+    match run_as_uid {
+        Some(uid) if is_root => RunAs::User { uid, gid: uid },
+        _ => RunAs::Auto,
+    }
+}
+
+/// The interpreters of the closed set found in [`INTERPRETER_DIRS`] that
+/// `run_as` can execute. Cheap (a few stats): done before the first answer.
+pub fn find_interpreters(run_as: RunAs) -> BTreeMap<Interpreter, PathBuf> {
+    let mut interpreters = BTreeMap::new();
+    for interpreter in Interpreter::ALL {
+        let found = INTERPRETER_DIRS
+            .iter()
+            .map(|d| Path::new(d).join(interpreter.program()))
+            .find(|p| p.is_file() && check_accessible(p, run_as, false).is_ok());
+        if let Some(path) = found {
+            interpreters.insert(interpreter, path);
+        }
+    }
+    interpreters
 }
 
 /// The local backend.
@@ -116,20 +139,8 @@ impl LocalRunner {
     pub async fn detect(mode: SandboxMode, max_concurrent: usize, run_as_uid: Option<u32>) -> LocalRunner {
         // SAFETY: trivial getter.
         let is_root = unsafe { libc::geteuid() } == 0;
-        let run_as = match run_as_uid {
-            Some(uid) if is_root => RunAs::User { uid, gid: uid },
-            _ => RunAs::Auto,
-        };
-        let mut interpreters = BTreeMap::new();
-        for interpreter in Interpreter::ALL {
-            let found = INTERPRETER_DIRS
-                .iter()
-                .map(|d| Path::new(d).join(interpreter.program()))
-                .find(|p| p.is_file() && check_accessible(p, run_as, false).is_ok());
-            if let Some(path) = found {
-                interpreters.insert(interpreter, path);
-            }
-        }
+        let run_as = run_as_for(run_as_uid);
+        let interpreters = find_interpreters(run_as);
         let (bwrap, sandbox_detail) = match mode {
             SandboxMode::Off => (None, "sandbox switched off (--sandbox off)".to_string()),
             _ => match detect_bwrap() {
@@ -170,13 +181,8 @@ impl LocalRunner {
         self.interpreters.keys().copied().collect()
     }
 
-    pub fn sandbox_status(&self) -> SandboxStatus {
-        let mode = match self.mode {
-            SandboxMode::Required => "required",
-            SandboxMode::Auto => "auto",
-            SandboxMode::Off => "off",
-        };
-        SandboxStatus { mode: mode.into(), active: self.bwrap.is_some(), detail: self.sandbox_detail.clone() }
+    pub fn sandbox_status(&self) -> SandboxSummary {
+        SandboxSummary { mode: self.mode.as_str().into(), active: self.bwrap.is_some(), detail: self.sandbox_detail.clone() }
     }
 
     /// Take a run slot now, or say the server is busy.
@@ -191,8 +197,8 @@ impl LocalRunner {
         Ok(())
     }
 
-    fn network(&self, egress_allowed: bool, plan: &RunPlan) -> (bool, String) {
-        match (&self.bwrap, egress_allowed && !plan.egress.is_empty()) {
+    fn network(&self, plan: &RunPlan) -> (bool, String) {
+        match (&self.bwrap, plan.egress_granted) {
             (Some(_), false) => (false, "none (own network namespace)".into()),
             (Some(_), true) => (
                 true,
@@ -216,12 +222,11 @@ impl LocalRunner {
         &self,
         plan: &RunPlan,
         work: &Path,
-        egress_allowed: bool,
         lookup: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<(ExecSpec, Command, ScriptEnv), RunError> {
+    ) -> Result<(ExecSpec, RunCommand, ScriptEnv), RunError> {
         self.refuse_without_sandbox()?;
         let program = self.program(plan)?.clone();
-        let (network, network_text) = self.network(egress_allowed, plan);
+        let (network, network_text) = self.network(plan);
         let sandboxed = self.bwrap.is_some();
         let (script_path, cwd, home, tmp) = if sandboxed {
             (PathBuf::from(SKILL_MOUNT).join(plan.script.as_str()), PathBuf::from(WORK_MOUNT), "/tmp".to_string(), "/tmp".to_string())
@@ -229,7 +234,7 @@ impl LocalRunner {
             let tmp = work.with_file_name("tmp");
             (plan.skill_dir.join(plan.script.as_str()), work.to_path_buf(), tmp.display().to_string(), tmp.display().to_string())
         };
-        let env = script_env(plan, &home, &tmp, lookup);
+        let env = script_env(plan, &home, &tmp, &[], lookup);
         let mut spec = ExecSpec::new(program.clone(), cwd.clone());
         spec.args = std::iter::once(script_path.clone().into_os_string()).chain(plan.args.iter().map(OsString::from)).collect();
         spec.env = env.vars.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))).collect();
@@ -242,7 +247,8 @@ impl LocalRunner {
             spec.sandbox = Some(sb);
         }
         let run_as = super::process::run_as_uid(self.run_as);
-        let command = Command {
+        let command = RunCommand {
+            backend: "local".into(),
             program: program.display().to_string(),
             argv: std::iter::once(program.display().to_string())
                 .chain(std::iter::once(script_path.display().to_string()))
@@ -255,6 +261,7 @@ impl LocalRunner {
             sandbox: if sandboxed { "bubblewrap".into() } else { "off".into() },
             network: network_text,
             run_as,
+            limits: Vec::new(),
         };
         Ok((spec, command, env))
     }

@@ -106,22 +106,14 @@ use tokio::time::{timeout_at, Instant};
 use tracing::{debug, warn};
 
 use super::sandbox::{bwrap_args, SandboxSpec};
+use crate::api::outcome::RunOutcome;
+use crate::core::limits;
+use crate::shutdown::Shutdown;
 
-/// Default wall-clock timeout (the declaration may lower or raise it up to the ceiling).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
-/// SIGTERM → SIGKILL grace.
-pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(2);
-/// How long pipes are read after the main child exits.
-pub const DEFAULT_DRAIN: Duration = Duration::from_millis(250);
-/// Slack added to the hard deadline.
-pub const HARD_DEADLINE_SLACK: Duration = Duration::from_secs(1);
-/// Bytes kept per stream.
-pub const DEFAULT_STREAM_CAP: usize = 1024 * 1024;
 /// `nobody`/`nogroup` on Debian; used by [`RunAs::Auto`] when the server is root.
 pub const NOBODY_UID: u32 = 65534;
 pub const NOBODY_GID: u32 = 65534;
 
-const MIB: u64 = 1024 * 1024;
 const READ_CHUNK: usize = 64 * 1024;
 
 /// Per-child rlimits (soft = hard, except CPU whose hard limit is one second higher so
@@ -148,12 +140,12 @@ pub struct ResourceLimits {
 impl Default for ResourceLimits {
     fn default() -> Self {
         ResourceLimits {
-            data_bytes: Some(512 * MIB),
+            data_bytes: Some(limits::RUN_MEMORY_BYTES),
             address_space_bytes: None,
-            nproc: Some(64),
-            fsize_bytes: Some(64 * MIB),
-            cpu_seconds: Some(300),
-            nofile: Some(256),
+            nproc: Some(limits::RUN_PIDS),
+            fsize_bytes: Some(limits::RUN_FILE_BYTES),
+            cpu_seconds: Some(limits::MAX_TIMEOUT_SECS),
+            nofile: Some(limits::RUN_OPEN_FILES),
         }
     }
 }
@@ -196,6 +188,9 @@ pub struct ExecSpec {
     pub run_as: RunAs,
     /// Run inside bubblewrap when `Some`.
     pub sandbox: Option<SandboxSpec>,
+    /// Stops the run when triggered: SIGKILL to the whole group at once, and
+    /// the outcome says `cancelled`.
+    pub cancel: Option<Shutdown>,
 }
 
 impl std::fmt::Debug for ExecSpec {
@@ -212,6 +207,7 @@ impl std::fmt::Debug for ExecSpec {
             .field("limits", &self.limits)
             .field("run_as", &self.run_as)
             .field("sandbox", &self.sandbox)
+            .field("cancellable", &self.cancel.is_some())
             .finish()
     }
 }
@@ -225,19 +221,20 @@ impl ExecSpec {
             args: Vec::new(),
             env: Vec::new(),
             cwd: cwd.into(),
-            timeout: DEFAULT_TIMEOUT,
-            kill_grace: DEFAULT_KILL_GRACE,
-            drain: DEFAULT_DRAIN,
-            stream_cap: DEFAULT_STREAM_CAP,
+            timeout: Duration::from_secs(limits::DEFAULT_TIMEOUT_SECS),
+            kill_grace: limits::KILL_GRACE,
+            drain: limits::DRAIN,
+            stream_cap: limits::STREAM_CAP as usize,
             limits: ResourceLimits::default(),
             run_as: RunAs::Auto,
             sandbox: None,
+            cancel: None,
         }
     }
 
     /// `timeout + kill_grace + drain + 1 s`: [`execute`] returns by then, whatever the child does.
     pub fn hard_deadline(&self) -> Duration {
-        self.timeout.saturating_add(self.kill_grace).saturating_add(self.drain).saturating_add(HARD_DEADLINE_SLACK)
+        self.timeout.saturating_add(self.kill_grace).saturating_add(self.drain).saturating_add(limits::HARD_DEADLINE_SLACK)
     }
 }
 
@@ -248,18 +245,15 @@ impl ExecSpec {
 /// `signal` is set only if bwrap itself was killed (timeout).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecOutcome {
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
+    /// How the run ended, in the project's one shape (byte counts are what
+    /// the child wrote until its pipes closed, kept or not).
+    pub outcome: RunOutcome,
+    /// The kept stdout (at most [`ExecSpec::stream_cap`] bytes).
     pub stdout: Vec<u8>,
-    pub stdout_truncated: bool,
-    /// Total bytes the child wrote to stdout (kept + discarded) until the pipe was closed.
-    pub stdout_bytes: u64,
+    /// The kept stderr.
     pub stderr: Vec<u8>,
-    pub stderr_truncated: bool,
-    pub stderr_bytes: u64,
+    /// Wall-clock time from spawn to settled, unrounded.
     pub duration: Duration,
-    /// The wall-clock timeout fired and the group was signalled.
-    pub timed_out: bool,
     /// Gave up waiting at the hard deadline (child not reaped, or pipes cut short by it).
     pub hard_deadline_hit: bool,
     /// The uid the child (or bwrap) ran as.
@@ -718,6 +712,30 @@ async fn exited_by(child: &mut Child, pidfd: Option<&AsyncFd<OwnedFd>>, deadline
     }
 }
 
+enum Waited {
+    Exited,
+    Deadline,
+    Cancelled,
+}
+
+/// [`exited_by`], or stop early when `cancel` is triggered.
+async fn wait_or_cancel(
+    child: &mut Child,
+    pidfd: Option<&AsyncFd<OwnedFd>>,
+    deadline: Instant,
+    cancel: Option<&Shutdown>,
+) -> Result<Waited, ExecError> {
+    let waited = async { Ok(if exited_by(child, pidfd, deadline).await? { Waited::Exited } else { Waited::Deadline }) };
+    match cancel {
+        None => waited.await,
+        Some(cancel) => tokio::select! {
+            biased;
+            _ = cancel.wait() => Ok(Waited::Cancelled),
+            w = waited => w,
+        },
+    }
+}
+
 /// Run `spec` and return how it ended. Returns within [`ExecSpec::hard_deadline`]
 /// of the spawn. See the module docs for the guarantees and their reasons.
 pub async fn execute(spec: ExecSpec) -> Result<ExecOutcome, ExecError> {
@@ -762,17 +780,32 @@ pub async fn execute(spec: ExecSpec) -> Result<ExecOutcome, ExecError> {
     }
 
     let mut timed_out = false;
-    let mut exited = exited_by(&mut child, pidfd.as_ref(), term_at).await?;
-    if !exited {
-        timed_out = true;
-        debug!(pid, "timeout: SIGTERM to the process group");
-        signal_group(pid, libc::SIGTERM);
-        exited = exited_by(&mut child, pidfd.as_ref(), kill_at).await?;
-        if !exited {
-            debug!(pid, "still running after the grace period: SIGKILL to the process group");
-            signal_group(pid, libc::SIGKILL);
-            exited = exited_by(&mut child, pidfd.as_ref(), hard_at).await?;
+    let mut cancelled = false;
+    let cancel = spec.cancel.as_ref();
+    let mut exited = match wait_or_cancel(&mut child, pidfd.as_ref(), term_at, cancel).await? {
+        Waited::Exited => true,
+        Waited::Cancelled => {
+            cancelled = true;
+            false
         }
+        Waited::Deadline => {
+            timed_out = true;
+            debug!(pid, "timeout: SIGTERM to the process group");
+            signal_group(pid, libc::SIGTERM);
+            match wait_or_cancel(&mut child, pidfd.as_ref(), kill_at, cancel).await? {
+                Waited::Exited => true,
+                Waited::Cancelled => {
+                    cancelled = true;
+                    false
+                }
+                Waited::Deadline => false,
+            }
+        }
+    };
+    if !exited {
+        debug!(pid, cancelled, "SIGKILL to the process group");
+        signal_group(pid, libc::SIGKILL);
+        exited = exited_by(&mut child, pidfd.as_ref(), hard_at).await?;
     }
     // Leader exited (zombie, pgid still reserved) or we are at the hard deadline:
     // nothing of this run may keep going in its group.
@@ -831,23 +864,28 @@ pub async fn execute(spec: ExecSpec) -> Result<ExecOutcome, ExecError> {
     }
 
     let outcome = ExecOutcome {
-        exit_code,
-        signal,
-        stdout_truncated: stdout_bytes > stdout.len() as u64,
+        outcome: RunOutcome {
+            exit_code,
+            signal,
+            timed_out,
+            cancelled,
+            duration_ms: duration.as_millis() as u64,
+            stdout_bytes,
+            stderr_bytes,
+            stdout_truncated: stdout_bytes > stdout.len() as u64,
+            stderr_truncated: stderr_bytes > stderr.len() as u64,
+            ..RunOutcome::default()
+        },
         stdout,
-        stdout_bytes,
-        stderr_truncated: stderr_bytes > stderr.len() as u64,
         stderr,
-        stderr_bytes,
         duration,
-        timed_out,
         hard_deadline_hit,
         uid: ident.uid,
     };
     debug!(
         pid,
-        exit_code = ?outcome.exit_code,
-        signal = ?outcome.signal,
+        exit_code = ?outcome.outcome.exit_code,
+        signal = ?outcome.outcome.signal,
         timed_out,
         hard_deadline_hit,
         ms = duration.as_millis() as u64,

@@ -295,16 +295,16 @@ pub async fn bwrap_self_test(bwrap: &Path, run_as: RunAs) -> Result<(), ExecErro
         Err(ExecError::SandboxSetup { message, .. }) => return Err(ExecError::SandboxSelfTest { message }),
         Err(e) => return Err(ExecError::SandboxSelfTest { message: e.to_string() }),
     };
-    if out.exit_code == Some(0) {
+    if out.outcome.exit_code == Some(0) {
         tracing::debug!(bwrap = %bwrap.display(), "bwrap self-test passed");
         Ok(())
     } else {
         Err(ExecError::SandboxSelfTest {
             message: format!(
                 "exit {:?}, signal {:?}, timed out {}: {}",
-                out.exit_code,
-                out.signal,
-                out.timed_out,
+                out.outcome.exit_code,
+                out.outcome.signal,
+                out.outcome.timed_out,
                 String::from_utf8_lossy(&out.stderr).trim()
             ),
         })

@@ -167,7 +167,9 @@ pub fn spawn_controller(client: Client) -> tokio::task::JoinHandle<()> {
         Arc::new(skill_operator::controller::context::NoArtifacts),
     ));
     tokio::spawn(async move {
-        if let Err(err) = skill_operator::controller::run::run(ctx, "127.0.0.1:0".parse().unwrap()).await {
+        if let Err(err) =
+            skill_operator::controller::run::run(ctx, "127.0.0.1:0".parse().unwrap(), skill_operator::shutdown::Shutdown::new()).await
+        {
             eprintln!("controller stopped: {err:#}");
         }
     })

@@ -1,8 +1,13 @@
 //! Job store tests: every rule its own test, every limit at its edge (at the
 //! cap passes, one over fails with the specific error).
 
+use super::fsops::{digest_label, save_record};
 use super::*;
+use crate::api::outcome::RunOutcome;
+use crate::core::limits::{JOBS_RETAINED, MAX_DEPTH as JOB_MAX_DEPTH, MAX_FILES as JOB_FILES};
+use sha2::{Digest, Sha256};
 use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};
 use std::thread;
 
@@ -27,16 +32,54 @@ fn sha(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
+/// What a runner reports at the end of a run, flat, as the tests write it.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct RunFinish {
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    timed_out: bool,
+    stdout_bytes: u64,
+    stderr_bytes: u64,
+    stdout_truncated: bool,
+    stderr_truncated: bool,
+    note: Option<String>,
+}
+
+impl RunFinish {
+    fn outcome(&self) -> RunOutcome {
+        RunOutcome {
+            exit_code: self.exit_code,
+            signal: self.signal,
+            timed_out: self.timed_out,
+            stdout_bytes: self.stdout_bytes,
+            stderr_bytes: self.stderr_bytes,
+            stdout_truncated: self.stdout_truncated,
+            stderr_truncated: self.stderr_truncated,
+            ..RunOutcome::default()
+        }
+    }
+}
+
+trait FinishFlat {
+    fn finish_flat(&self, id: &str, f: RunFinish, stdout: &[u8], stderr: &[u8]) -> Result<JobRecord>;
+}
+
+impl FinishFlat for JobStore {
+    fn finish_flat(&self, id: &str, f: RunFinish, stdout: &[u8], stderr: &[u8]) -> Result<JobRecord> {
+        self.finish_run(id, &f.outcome(), f.note.clone(), stdout, stderr)
+    }
+}
+
 fn exit(code: i32) -> RunFinish {
     RunFinish { exit_code: Some(code), ..RunFinish::default() }
 }
 
 /// A job with `in.txt` uploaded and a finished run (exit 0).
 fn finished_job(store: &JobStore) -> (String, PathBuf) {
-    let id = store.create("demo").unwrap().id;
+    let id = store.create("demo", "local").unwrap().id;
     store.upload(&id, "in.txt", 0, b"input").unwrap();
-    let work = store.begin_run(&id, "scripts/run.py", &["in.txt".into()]).unwrap();
-    store.finish_run(&id, exit(0), b"out", b"err").unwrap();
+    let work = store.begin_run(&id, "scripts/run.py", &["in.txt".into()], None).unwrap();
+    store.finish_flat(&id, exit(0), b"out", b"err").unwrap();
     (id, work)
 }
 
@@ -49,7 +92,7 @@ fn job_dir(root: &tempfile::TempDir, id: &str) -> PathBuf {
 #[test]
 fn bad_job_ids_are_refused_by_every_call() {
     let (_root, store) = open_store(small());
-    let valid = store.create("demo").unwrap().id;
+    let valid = store.create("demo", "local").unwrap().id;
     let bad = [
         "",
         "0123456789abcdef0123456789abcde",   // 31
@@ -66,8 +109,8 @@ fn bad_job_ids_are_refused_by_every_call() {
         let is_bad = |r: Result<(), JobError>| matches!(r, Err(JobError::BadId(_)));
         assert!(is_bad(store.get(id).map(drop)), "get {id:?}");
         assert!(is_bad(store.upload(id, "a.txt", 0, b"x").map(drop)), "upload {id:?}");
-        assert!(is_bad(store.begin_run(id, "s", &[]).map(drop)), "begin_run {id:?}");
-        assert!(is_bad(store.finish_run(id, exit(0), b"", b"").map(drop)), "finish_run {id:?}");
+        assert!(is_bad(store.begin_run(id, "s", &[], None).map(drop)), "begin_run {id:?}");
+        assert!(is_bad(store.finish_flat(id, exit(0), b"", b"").map(drop)), "finish_run {id:?}");
         assert!(is_bad(store.outputs(id).map(drop)), "outputs {id:?}");
         assert!(is_bad(store.read(id, ReadTarget::Stdout, 0, 1).map(drop)), "read {id:?}");
         assert!(is_bad(store.delete(id)), "delete {id:?}");
@@ -84,7 +127,7 @@ fn unknown_job_is_not_found() {
     let id = "0123456789abcdef0123456789abcdef";
     assert!(matches!(store.get(id), Err(JobError::NotFound(_))));
     assert!(matches!(store.delete(id), Err(JobError::NotFound(_))));
-    assert!(matches!(store.begin_run(id, "s", &[]), Err(JobError::NotFound(_))));
+    assert!(matches!(store.begin_run(id, "s", &[], None), Err(JobError::NotFound(_))));
 }
 
 const HOSTILE: &[&str] =
@@ -101,7 +144,7 @@ fn hostile_paths_are_refused_before_any_filesystem_access() {
         assert!(matches!(store.read(ghost, ReadTarget::File(raw.to_string()), 0, 1), Err(JobError::BadPath { .. })), "read {raw:?}");
     }
     // And on a real job nothing is written anywhere.
-    let id = store.create("demo").unwrap().id;
+    let id = store.create("demo", "local").unwrap().id;
     for raw in HOSTILE {
         assert!(matches!(store.upload(&id, raw, 0, b"x"), Err(JobError::BadPath { .. })), "upload {raw:?}");
     }
@@ -115,7 +158,7 @@ fn hostile_paths_are_refused_before_any_filesystem_access() {
 #[test]
 fn upload_path_depth_edge() {
     let (_root, store) = open_store(small());
-    let id = store.create("demo").unwrap().id;
+    let id = store.create("demo", "local").unwrap().id;
     let at_cap = vec!["d"; JOB_MAX_DEPTH].join("/");
     store.upload(&id, &at_cap, 0, b"x").unwrap();
     let over = vec!["e"; JOB_MAX_DEPTH + 1].join("/");
@@ -127,7 +170,7 @@ fn upload_path_depth_edge() {
 #[test]
 fn upload_chunk_edge_real_default() {
     let (_root, store) = open_store(JobLimits::default());
-    let id = store.create("demo").unwrap().id;
+    let id = store.create("demo", "local").unwrap().id;
     let at_cap = vec![7u8; MIB as usize];
     let info = store.upload(&id, "a.bin", 0, &at_cap).unwrap();
     assert_eq!(info.size, MIB);
@@ -141,7 +184,7 @@ fn upload_chunk_edge_real_default() {
 #[test]
 fn upload_chunk_edge_small() {
     let (_root, store) = open_store(small());
-    let id = store.create("demo").unwrap().id;
+    let id = store.create("demo", "local").unwrap().id;
     store.upload(&id, "a", 0, &[1; 16]).unwrap();
     assert!(matches!(store.upload(&id, "a", 16, &[1; 17]), Err(JobError::ChunkTooLarge { got: 17, max: 16 })));
 }
@@ -149,7 +192,7 @@ fn upload_chunk_edge_small() {
 #[test]
 fn file_edge_real_default_built_from_1mib_appends() {
     let (_root, store) = open_store(JobLimits::default());
-    let id = store.create("demo").unwrap().id;
+    let id = store.create("demo", "local").unwrap().id;
     let chunk: Vec<u8> = (0..MIB).map(|i| (i % 251) as u8).collect();
     let mut whole = Sha256::new();
     let mut info = None;
@@ -169,7 +212,7 @@ fn file_edge_real_default_built_from_1mib_appends() {
 #[test]
 fn file_edge_small() {
     let (_root, store) = open_store(small());
-    let id = store.create("demo").unwrap().id;
+    let id = store.create("demo", "local").unwrap().id;
     for i in 0..2 {
         store.upload(&id, "f", i * 16, &[1; 16]).unwrap();
     }
@@ -178,7 +221,7 @@ fn file_edge_small() {
     // A fresh file one over the cap in one call.
     let limits = JobLimits { upload_chunk: 64, ..small() };
     let (_root2, store2) = open_store(limits);
-    let id2 = store2.create("demo").unwrap().id;
+    let id2 = store2.create("demo", "local").unwrap().id;
     store2.upload(&id2, "g", 0, &[1; 40]).unwrap();
     assert!(matches!(store2.upload(&id2, "h", 0, &[1; 41]), Err(JobError::FileTooLarge { size: 41, .. })));
 }
@@ -187,7 +230,7 @@ fn file_edge_small() {
 fn job_bytes_edge() {
     let limits = JobLimits { upload_chunk: 64, file_bytes: 60, job_bytes: 100, files: 10, ..small() };
     let (_root, store) = open_store(limits);
-    let id = store.create("demo").unwrap().id;
+    let id = store.create("demo", "local").unwrap().id;
     store.upload(&id, "a", 0, &[1; 60]).unwrap();
     store.upload(&id, "b", 0, &[1; 40]).unwrap(); // 100 = cap
     let err = store.upload(&id, "c", 0, &[1]).unwrap_err();
@@ -203,7 +246,7 @@ fn job_bytes_edge() {
 #[test]
 fn file_count_edge_small() {
     let (_root, store) = open_store(small());
-    let id = store.create("demo").unwrap().id;
+    let id = store.create("demo", "local").unwrap().id;
     for i in 0..5 {
         store.upload(&id, &format!("f{i}"), 0, b"x").unwrap();
     }
@@ -221,7 +264,7 @@ fn file_count_edge_real_default() {
     // fsyncs a growing record), so the first 1,999 inputs are seeded
     // directly and the edge is crossed through `upload`.
     let (root, store) = open_store(JobLimits::default());
-    let id = store.create("demo").unwrap().id;
+    let id = store.create("demo", "local").unwrap().id;
     let dir = job_dir(&root, &id);
     let mut record = store.get(&id).unwrap();
     for i in 0..JOB_FILES - 1 {
@@ -242,7 +285,7 @@ fn file_count_edge_real_default() {
 #[test]
 fn wrong_append_offset_names_the_expected_one() {
     let (_root, store) = open_store(small());
-    let id = store.create("demo").unwrap().id;
+    let id = store.create("demo", "local").unwrap().id;
     store.upload(&id, "a", 0, b"12345").unwrap();
     for got in [4, 6, 100] {
         let err = store.upload(&id, "a", got, b"x").unwrap_err();
@@ -258,7 +301,7 @@ fn wrong_append_offset_names_the_expected_one() {
 #[test]
 fn offset_zero_replaces_and_hash_follows() {
     let (_root, store) = open_store(small());
-    let id = store.create("demo").unwrap().id;
+    let id = store.create("demo", "local").unwrap().id;
     store.upload(&id, "a", 0, b"long content").unwrap();
     let info = store.upload(&id, "a", 0, b"short").unwrap();
     assert_eq!((info.size, info.sha256.clone()), (5, sha(b"short")));
@@ -269,7 +312,7 @@ fn offset_zero_replaces_and_hash_follows() {
 #[test]
 fn append_hash_survives_restart_and_interleaving() {
     let (root, store) = open_store(small());
-    let id = store.create("demo").unwrap().id;
+    let id = store.create("demo", "local").unwrap().id;
     store.upload(&id, "a", 0, b"hello ").unwrap();
     store.upload(&id, "b", 0, b"other").unwrap(); // evicts a's cached hash
     let info = store.upload(&id, "a", 6, b"world").unwrap();
@@ -285,7 +328,7 @@ fn append_drops_a_tail_the_record_does_not_know() {
     // A crash between writing bytes and saving the record leaves the file
     // longer than recorded; the next append at the recorded size wins.
     let (_root, store) = open_store(small());
-    let id = store.create("demo").unwrap().id;
+    let id = store.create("demo", "local").unwrap().id;
     store.upload(&id, "a", 0, b"abc").unwrap();
     let path = store.work_dir(&id).unwrap().join("a");
     std::fs::write(&path, b"abcSTRAY").unwrap();
@@ -300,7 +343,7 @@ fn append_drops_a_tail_the_record_does_not_know() {
 #[test]
 fn uploads_create_parents_and_refuse_file_dir_clashes() {
     let (_root, store) = open_store(small());
-    let id = store.create("demo").unwrap().id;
+    let id = store.create("demo", "local").unwrap().id;
     store.upload(&id, "data/in/a.csv", 0, b"1,2").unwrap();
     assert!(store.work_dir(&id).unwrap().join("data/in/a.csv").is_file());
     assert!(matches!(store.upload(&id, "data/in", 0, b"x"), Err(JobError::PathObstructed { what: "a directory", .. })));
@@ -316,7 +359,7 @@ fn uploads_never_write_through_symlinks() {
     let outside = tempfile::tempdir().unwrap();
     let secret = outside.path().join("secret");
     std::fs::write(&secret, b"keep").unwrap();
-    let id = store.create("demo").unwrap().id;
+    let id = store.create("demo", "local").unwrap().id;
     let work = store.work_dir(&id).unwrap();
     symlink(outside.path(), work.join("dir")).unwrap();
     symlink(&secret, work.join("file")).unwrap();
@@ -342,13 +385,13 @@ fn uploads_never_write_through_symlinks() {
 #[test]
 fn uploads_are_closed_once_the_job_has_run() {
     let (_root, store) = open_store(small());
-    let id = store.create("demo").unwrap().id;
+    let id = store.create("demo", "local").unwrap().id;
     store.upload(&id, "a", 0, b"x").unwrap();
-    store.begin_run(&id, "s", &[]).unwrap();
+    store.begin_run(&id, "s", &[], None).unwrap();
     let err = store.upload(&id, "b", 0, b"x").unwrap_err();
     assert!(matches!(err, JobError::UploadsClosed { state: JobState::Running, .. }), "{err}");
     assert!(err.to_string().contains("uploads are closed once a job has run"), "{err}");
-    store.finish_run(&id, exit(0), b"", b"").unwrap();
+    store.finish_flat(&id, exit(0), b"", b"").unwrap();
     assert!(matches!(store.upload(&id, "a", 1, b"x"), Err(JobError::UploadsClosed { state: JobState::Succeeded, .. })));
     assert!(matches!(store.upload(&id, "a", 0, b"x"), Err(JobError::UploadsClosed { .. })));
 }
@@ -358,15 +401,15 @@ fn uploads_are_closed_once_the_job_has_run() {
 #[test]
 fn one_run_per_job() {
     let (_root, store) = open_store(small());
-    let id = store.create("demo").unwrap().id;
-    let work = store.begin_run(&id, "scripts/run.py", &["a".into(), "b".into()]).unwrap();
+    let id = store.create("demo", "local").unwrap().id;
+    let work = store.begin_run(&id, "scripts/run.py", &["a".into(), "b".into()], None).unwrap();
     assert_eq!(work, store.work_dir(&id).unwrap());
     let rec = store.get(&id).unwrap();
     assert_eq!(rec.state, JobState::Running);
     assert_eq!(rec.run.as_ref().unwrap().args, vec!["a", "b"]);
-    assert!(matches!(store.begin_run(&id, "s", &[]), Err(JobError::AlreadyRunning { .. })));
-    store.finish_run(&id, exit(0), b"", b"").unwrap();
-    let err = store.begin_run(&id, "s", &[]).unwrap_err();
+    assert!(matches!(store.begin_run(&id, "s", &[], None), Err(JobError::AlreadyRunning { .. })));
+    store.finish_flat(&id, exit(0), b"", b"").unwrap();
+    let err = store.begin_run(&id, "s", &[], None).unwrap_err();
     assert!(matches!(err, JobError::AlreadyRan { state: JobState::Succeeded, .. }), "{err}");
     assert!(err.to_string().contains("already ran") && err.to_string().contains("create a new job to run again"), "{err}");
 }
@@ -383,12 +426,15 @@ fn finish_maps_outcomes_to_states() {
         (RunFinish { note: Some("could not start".into()), ..RunFinish::default() }, JobState::Failed),
     ];
     for (finish, want) in cases {
-        let id = store.create("demo").unwrap().id;
-        store.begin_run(&id, "s", &[]).unwrap();
-        let rec = store.finish_run(&id, finish.clone(), b"o", b"e").unwrap();
+        let id = store.create("demo", "local").unwrap().id;
+        store.begin_run(&id, "s", &[], None).unwrap();
+        let rec = store.finish_flat(&id, finish.clone(), b"o", b"e").unwrap();
         assert_eq!(rec.state, want, "{finish:?}");
         let run = rec.run.unwrap();
-        assert_eq!((run.exit_code, run.signal, run.timed_out, run.note), (finish.exit_code, finish.signal, finish.timed_out, finish.note));
+        assert_eq!(
+            (run.outcome.exit_code, run.outcome.signal, run.outcome.timed_out, run.note),
+            (finish.exit_code, finish.signal, finish.timed_out, finish.note)
+        );
         assert!(run.finished_at_ms.is_some());
         assert_eq!(store.get(&id).unwrap().state, want);
     }
@@ -397,11 +443,11 @@ fn finish_maps_outcomes_to_states() {
 #[test]
 fn finish_refuses_a_job_that_is_not_running() {
     let (_root, store) = open_store(small());
-    let id = store.create("demo").unwrap().id;
-    assert!(matches!(store.finish_run(&id, exit(0), b"", b""), Err(JobError::NotRunning { state: JobState::Created, .. })));
-    store.begin_run(&id, "s", &[]).unwrap();
-    store.finish_run(&id, exit(0), b"", b"").unwrap();
-    assert!(matches!(store.finish_run(&id, exit(1), b"", b""), Err(JobError::NotRunning { state: JobState::Succeeded, .. })));
+    let id = store.create("demo", "local").unwrap().id;
+    assert!(matches!(store.finish_flat(&id, exit(0), b"", b""), Err(JobError::NotRunning { state: JobState::Created, .. })));
+    store.begin_run(&id, "s", &[], None).unwrap();
+    store.finish_flat(&id, exit(0), b"", b"").unwrap();
+    assert!(matches!(store.finish_flat(&id, exit(1), b"", b""), Err(JobError::NotRunning { state: JobState::Succeeded, .. })));
     assert_eq!(store.get(&id).unwrap().state, JobState::Succeeded);
 }
 
@@ -410,21 +456,21 @@ fn begin_run_race_has_one_winner() {
     let (_root, store) = open_store(small());
     let store = Arc::new(store);
     for _ in 0..3 {
-        let id = store.create("demo").unwrap().id;
+        let id = store.create("demo", "local").unwrap().id;
         let barrier = Arc::new(Barrier::new(8));
         let handles: Vec<_> = (0..8)
             .map(|_| {
                 let (store, id, barrier) = (store.clone(), id.clone(), barrier.clone());
                 thread::spawn(move || {
                     barrier.wait();
-                    store.begin_run(&id, "s", &[])
+                    store.begin_run(&id, "s", &[], None)
                 })
             })
             .collect();
         let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
         assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1);
         assert!(results.iter().filter_map(|r| r.as_ref().err()).all(|e| matches!(e, JobError::AlreadyRunning { .. })));
-        store.finish_run(&id, exit(0), b"", b"").unwrap();
+        store.finish_flat(&id, exit(0), b"", b"").unwrap();
         store.delete(&id).unwrap();
     }
 }
@@ -434,22 +480,22 @@ fn begin_run_race_has_one_winner() {
 #[test]
 fn retained_cap_edge() {
     let (_root, store) = open_store(small()); // retained: 3
-    let ids: Vec<String> = (0..3).map(|_| store.create("demo").unwrap().id).collect();
-    let err = store.create("demo").unwrap_err();
+    let ids: Vec<String> = (0..3).map(|_| store.create("demo", "local").unwrap().id).collect();
+    let err = store.create("demo", "local").unwrap_err();
     assert!(matches!(err, JobError::CapReached { max: 3 }), "{err}");
     assert!(err.to_string().contains("skill_job_delete"), "{err}");
     store.delete(&ids[0]).unwrap();
-    store.create("demo").unwrap();
-    assert!(matches!(store.create("demo"), Err(JobError::CapReached { .. })));
+    store.create("demo", "local").unwrap();
+    assert!(matches!(store.create("demo", "local"), Err(JobError::CapReached { .. })));
 }
 
 #[test]
 fn retained_cap_real_default() {
     let (_root, store) = open_store(JobLimits::default());
     for _ in 0..JOBS_RETAINED {
-        store.create("demo").unwrap();
+        store.create("demo", "local").unwrap();
     }
-    assert!(matches!(store.create("demo"), Err(JobError::CapReached { max: 100 })));
+    assert!(matches!(store.create("demo", "local"), Err(JobError::CapReached { max: 100 })));
     assert_eq!(store.list().unwrap().len(), 100);
 }
 
@@ -463,7 +509,7 @@ fn create_race_cannot_pass_the_cap() {
             let (store, barrier) = (store.clone(), barrier.clone());
             thread::spawn(move || {
                 barrier.wait();
-                store.create("demo")
+                store.create("demo", "local")
             })
         })
         .collect();
@@ -478,7 +524,7 @@ fn list_is_newest_first() {
     let (_root, store) = open_store(small());
     let mut ids = Vec::new();
     for _ in 0..3 {
-        ids.push(store.create("demo").unwrap().id);
+        ids.push(store.create("demo", "local").unwrap().id);
         thread::sleep(std::time::Duration::from_millis(3));
     }
     ids.reverse();
@@ -489,17 +535,17 @@ fn list_is_newest_first() {
 #[test]
 fn delete_refuses_running_and_removes_finished() {
     let (root, store) = open_store(small());
-    let id = store.create("demo").unwrap().id;
-    store.begin_run(&id, "s", &[]).unwrap();
+    let id = store.create("demo", "local").unwrap().id;
+    store.begin_run(&id, "s", &[], None).unwrap();
     let err = store.delete(&id).unwrap_err();
     assert!(matches!(err, JobError::DeleteWhileRunning { .. }), "{err}");
     assert!(job_dir(&root, &id).exists());
-    store.finish_run(&id, exit(1), b"", b"").unwrap();
+    store.finish_flat(&id, exit(1), b"", b"").unwrap();
     store.delete(&id).unwrap();
     assert!(!job_dir(&root, &id).exists());
     assert!(matches!(store.get(&id), Err(JobError::NotFound(_))));
     // Created jobs can be deleted too; nothing is left in jobs/.
-    let id = store.create("demo").unwrap().id;
+    let id = store.create("demo", "local").unwrap().id;
     store.delete(&id).unwrap();
     assert_eq!(std::fs::read_dir(root.path().join("jobs")).unwrap().count(), 0);
 }
@@ -520,9 +566,9 @@ fn delete_does_not_follow_symlinks_in_work() {
 #[test]
 fn restart_marks_running_as_interrupted_and_never_reruns() {
     let (root, store) = open_store(small());
-    let running = store.create("demo").unwrap().id;
-    store.begin_run(&running, "s", &[]).unwrap();
-    let created = store.create("demo").unwrap().id;
+    let running = store.create("demo", "local").unwrap().id;
+    store.begin_run(&running, "s", &[], None).unwrap();
+    let created = store.create("demo", "local").unwrap().id;
     let (done, _) = finished_job(&store);
     drop(store);
 
@@ -536,7 +582,7 @@ fn restart_marks_running_as_interrupted_and_never_reruns() {
     assert_eq!(run.finished_at_ms, None);
     assert_eq!(store.get(&created).unwrap().state, JobState::Created);
     assert_eq!(store.get(&done).unwrap().state, JobState::Succeeded);
-    assert!(matches!(store.begin_run(&running, "s", &[]), Err(JobError::AlreadyRan { state: JobState::Interrupted, .. })));
+    assert!(matches!(store.begin_run(&running, "s", &[], None), Err(JobError::AlreadyRan { state: JobState::Interrupted, .. })));
     assert!(matches!(store.upload(&running, "a", 0, b"x"), Err(JobError::UploadsClosed { .. })));
     assert!(matches!(store.read(&running, ReadTarget::Stdout, 0, 8), Err(JobError::NoStream { stream: "stdout", .. })));
     assert!(store.outputs(&running).is_ok());
@@ -550,10 +596,10 @@ fn restart_marks_running_as_interrupted_and_never_reruns() {
 #[test]
 fn corrupt_records_are_skipped_and_reported() {
     let (root, store) = open_store(JobLimits { retained: 10, ..small() });
-    let good = store.create("demo").unwrap().id;
-    let garbage = store.create("demo").unwrap().id;
-    let other_id = store.create("demo").unwrap().id;
-    let missing = store.create("demo").unwrap().id;
+    let good = store.create("demo", "local").unwrap().id;
+    let garbage = store.create("demo", "local").unwrap().id;
+    let other_id = store.create("demo", "local").unwrap().id;
+    let missing = store.create("demo", "local").unwrap().id;
     std::fs::write(job_dir(&root, &garbage).join("job.json"), b"{\"id\": ").unwrap();
     let mut foreign = store.get(&other_id).unwrap();
     foreign.id = good.clone();
@@ -582,7 +628,7 @@ fn corrupt_records_are_skipped_and_reported() {
 #[test]
 fn record_writes_are_atomic_and_leftovers_are_cleaned() {
     let (root, store) = open_store(small());
-    let id = store.create("demo").unwrap().id;
+    let id = store.create("demo", "local").unwrap().id;
     store.upload(&id, "a", 0, b"x").unwrap();
     let before = store.get(&id).unwrap();
     // Normal operation leaves no temp file behind.
@@ -614,9 +660,9 @@ fn record_writes_are_atomic_and_leftovers_are_cleaned() {
 #[test]
 fn record_json_shape() {
     let (root, store) = open_store(small());
-    let id = store.create("demo").unwrap().id;
-    store.begin_run(&id, "s", &[]).unwrap();
-    store.finish_run(&id, RunFinish { timed_out: true, ..RunFinish::default() }, b"", b"").unwrap();
+    let id = store.create("demo", "local").unwrap().id;
+    store.begin_run(&id, "s", &[], None).unwrap();
+    store.finish_flat(&id, RunFinish { timed_out: true, ..RunFinish::default() }, b"", b"").unwrap();
     let json: serde_json::Value = serde_json::from_slice(&std::fs::read(job_dir(&root, &id).join("job.json")).unwrap()).unwrap();
     assert_eq!(json["state"], "timed-out");
     assert_eq!(json["id"], id.as_str());
@@ -627,7 +673,7 @@ fn record_json_shape() {
 #[test]
 fn planted_record_symlink_is_refused() {
     let (root, store) = open_store(small());
-    let id = store.create("demo").unwrap().id;
+    let id = store.create("demo", "local").unwrap().id;
     let elsewhere = root.path().join("elsewhere.json");
     std::fs::rename(job_dir(&root, &id).join("job.json"), &elsewhere).unwrap();
     symlink(&elsewhere, job_dir(&root, &id).join("job.json")).unwrap();
@@ -639,12 +685,12 @@ fn planted_record_symlink_is_refused() {
 #[test]
 fn read_chunk_edge_real_default() {
     let (_root, store) = open_store(JobLimits::default());
-    let id = store.create("demo").unwrap().id;
-    store.begin_run(&id, "s", &[]).unwrap();
+    let id = store.create("demo", "local").unwrap().id;
+    store.begin_run(&id, "s", &[], None).unwrap();
     let work = store.work_dir(&id).unwrap();
     let data: Vec<u8> = (0..300 * 1024u32).map(|i| (i % 256) as u8).collect();
     std::fs::write(work.join("out.bin"), &data).unwrap();
-    store.finish_run(&id, exit(0), &data, b"").unwrap();
+    store.finish_flat(&id, exit(0), &data, b"").unwrap();
     let file = || ReadTarget::File("out.bin".into());
     let chunk = store.read(&id, file(), 0, 256 * 1024).unwrap();
     assert_eq!(chunk.data, data[..256 * 1024]);
@@ -677,14 +723,14 @@ fn reads_at_and_past_the_end() {
 #[test]
 fn stdout_and_stderr_reads() {
     let (_root, store) = open_store(small());
-    let id = store.create("demo").unwrap().id;
+    let id = store.create("demo", "local").unwrap().id;
     assert!(matches!(store.read(&id, ReadTarget::Stdout, 0, 8), Err(JobError::NotRunYet { .. })));
-    store.begin_run(&id, "s", &[]).unwrap();
+    store.begin_run(&id, "s", &[], None).unwrap();
     assert!(matches!(store.read(&id, ReadTarget::Stderr, 0, 8), Err(JobError::StillRunning { .. })));
     let finish = RunFinish { exit_code: Some(0), stdout_bytes: 5000, stdout_truncated: true, ..RunFinish::default() };
-    let rec = store.finish_run(&id, finish, b"hello stdout", b"oops").unwrap();
+    let rec = store.finish_flat(&id, finish, b"hello stdout", b"oops").unwrap();
     let run = rec.run.unwrap();
-    assert_eq!((run.stdout_bytes, run.stdout_truncated, run.stderr_bytes), (5000, true, 4));
+    assert_eq!((run.outcome.stdout_bytes, run.outcome.stdout_truncated, run.outcome.stderr_bytes), (5000, true, 4));
     let a = store.read(&id, ReadTarget::Stdout, 0, 8).unwrap();
     assert_eq!((a.data.as_slice(), a.size, a.eof), (&b"hello st"[..], 12, false));
     let b = store.read(&id, ReadTarget::Stdout, 8, 8).unwrap();
@@ -696,16 +742,16 @@ fn stdout_and_stderr_reads() {
 #[test]
 fn files_are_withheld_until_the_run_finishes() {
     let (_root, store) = open_store(small());
-    let id = store.create("demo").unwrap().id;
+    let id = store.create("demo", "local").unwrap().id;
     store.upload(&id, "in.txt", 0, b"x").unwrap();
     let f = || ReadTarget::File("in.txt".into());
     assert!(matches!(store.read(&id, f(), 0, 1), Err(JobError::NotRunYet { .. })));
     assert!(matches!(store.outputs(&id), Err(JobError::NotRunYet { .. })));
-    store.begin_run(&id, "s", &[]).unwrap();
+    store.begin_run(&id, "s", &[], None).unwrap();
     let err = store.read(&id, f(), 0, 1).unwrap_err();
     assert!(err.to_string().contains("the job is still running") || err.to_string().contains("still running"), "{err}");
     assert!(matches!(store.outputs(&id), Err(JobError::StillRunning { .. })));
-    store.finish_run(&id, exit(0), b"", b"").unwrap();
+    store.finish_flat(&id, exit(0), b"", b"").unwrap();
     assert_eq!(store.read(&id, f(), 0, 1).unwrap().data, b"x");
 }
 
@@ -780,16 +826,16 @@ fn symlinks_and_special_files_are_skipped_in_the_listing() {
 #[test]
 fn outputs_hash_files_and_mark_inputs() {
     let (_root, store) = open_store(small());
-    let id = store.create("demo").unwrap().id;
+    let id = store.create("demo", "local").unwrap().id;
     store.upload(&id, "keep.txt", 0, b"same").unwrap();
     store.upload(&id, "edit.txt", 0, b"before").unwrap();
     store.upload(&id, "gone.txt", 0, b"bye").unwrap();
-    let work = store.begin_run(&id, "s", &[]).unwrap();
+    let work = store.begin_run(&id, "s", &[], None).unwrap();
     std::fs::write(work.join("edit.txt"), b"after!").unwrap();
     std::fs::remove_file(work.join("gone.txt")).unwrap();
     std::fs::create_dir_all(work.join("out/deep")).unwrap();
     std::fs::write(work.join("out/deep/result.csv"), b"a,b\n").unwrap();
-    store.finish_run(&id, exit(0), b"", b"").unwrap();
+    store.finish_flat(&id, exit(0), b"", b"").unwrap();
     let listing = store.outputs(&id).unwrap();
     let got: Vec<(&str, u64, &str, InputMatch)> =
         listing.files.iter().map(|f| (f.path.as_str(), f.size, f.sha256.as_str(), f.input)).collect();
@@ -813,12 +859,12 @@ fn outputs_hash_files_and_mark_inputs() {
 #[test]
 fn outputs_stop_at_the_file_cap() {
     let (_root, store) = open_store(small()); // files: 5
-    let id = store.create("demo").unwrap().id;
-    let work = store.begin_run(&id, "s", &[]).unwrap();
+    let id = store.create("demo", "local").unwrap().id;
+    let work = store.begin_run(&id, "s", &[], None).unwrap();
     for i in 0..5 {
         std::fs::write(work.join(format!("f{i}")), b"x").unwrap();
     }
-    store.finish_run(&id, exit(0), b"", b"").unwrap();
+    store.finish_flat(&id, exit(0), b"", b"").unwrap();
     let at_cap = store.outputs(&id).unwrap();
     assert_eq!((at_cap.files.len(), at_cap.truncated), (5, false));
     std::fs::write(work.join("f5"), b"x").unwrap();
@@ -871,5 +917,5 @@ fn planted_job_and_work_symlinks_are_refused() {
     let fake = "fedcba9876543210fedcba9876543210";
     symlink(job_dir(&root, &id), job_dir(&root, fake)).unwrap();
     assert!(matches!(store.get(fake), Err(JobError::Corrupt { .. })));
-    assert!(matches!(store.begin_run(fake, "s", &[]), Err(JobError::Corrupt { .. })));
+    assert!(matches!(store.begin_run(fake, "s", &[], None), Err(JobError::Corrupt { .. })));
 }

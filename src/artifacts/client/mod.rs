@@ -1,0 +1,325 @@
+//! The pod side: `skill-operator fetch` (init container) and
+//! `skill-operator upload` (native sidecar), as library functions over plain
+//! structs; [`fetch_command`] and [`upload_command`] map the flags.
+//!
+//! Both talk to one URL only (`--endpoint`, an IP: the pod has no DNS),
+//! never through a proxy and never following a redirect (the token must not
+//! go anywhere else), and both identify as `job:<ns>:<uid>:<token>`, the
+//! token read from a file mounted into these two containers only.
+//!
+//! # fetch
+//! 1. `GET .../package`: at most [`ArtifactLimits::max_package_bytes`]
+//!    (checked against Content-Length, then while reading), sha256 compared
+//!    with the `X-Content-Digest` the endpoint announces (and with
+//!    `--package-digest` when given), then `package::unpack` into the
+//!    package directory with all its checks (paths, types, caps).
+//! 2. `GET .../inputs`: the manifest is checked whole before any download:
+//!    every path through `RelPath::parse` and the package path rules, the
+//!    count, per-file and total caps. Then each file is streamed to disk
+//!    (never held in memory: the container has a 128 MiB limit), created
+//!    with `create_new` under directories this call made, capped at the
+//!    announced size and checked against the announced digest; reads are
+//!    pinned to the manifest's set digest (`?set=`), so a set replaced
+//!    mid-fetch fails (409) instead of mixing two versions.
+//! 3. Copies its own executable to `<tools>/skill-operator` (0755, via a
+//!    temporary name and rename) so the run image needs nothing of ours.
+//!
+//! # upload
+//! Waits (polling) until the result file exists or the stop signal (SIGTERM:
+//! the kubelet sends it once `run` has exited) arrives, then uploads in one
+//! streamed tar (see the parent module): the result file, `stdout`,
+//! `stderr`, and every regular file under the work directory. The walk
+//! never follows a symlink: directories are opened with `openat(...,
+//! O_NOFOLLOW | O_DIRECTORY)` relative to their parent and files with
+//! `O_NOFOLLOW`, so a script that leaves `out -> /var/run/skill-operator/token`
+//! (or swaps a directory for a link) cannot make the sidecar read through
+//! it; symlinks, FIFOs, sockets and devices are skipped and reported. Over-cap
+//! files are reported, not sent. The manifest goes last, so everything is
+//! read once; its sha256, with counts, is the termination message (< 4 KiB).
+//! After a successful upload the sidecar stays up until stopped: a native
+//! sidecar that exits is restarted by the kubelet while `run` still runs.
+
+mod fetch;
+mod tar_stream;
+mod upload;
+
+pub use fetch::*;
+use tar_stream::*;
+pub use upload::*;
+
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use reqwest::header::AUTHORIZATION;
+
+use super::{check_namespace, check_uid, job_bearer, ArtifactLimits, ErrorBody, HEADER_CONTENT_DIGEST};
+use crate::core::package::PackageError;
+
+/// Where the endpoint is and who this pod is.
+#[derive(Clone)]
+pub struct Endpoint {
+    /// Base URL including the API version, e.g. `http://10.96.0.10:8443/v1`.
+    pub base: String,
+    pub namespace: String,
+    /// The SkillJob's UID.
+    pub uid: String,
+    /// The job token (the token file's content).
+    pub token: String,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("base", &self.base)
+            .field("namespace", &self.namespace)
+            .field("uid", &self.uid)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Endpoint {
+    pub fn new(
+        base: impl Into<String>,
+        namespace: impl Into<String>,
+        uid: impl Into<String>,
+        token: impl Into<String>,
+    ) -> Result<Self, ClientError> {
+        let base = base.into().trim_end_matches('/').to_string();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(ClientError::Config(format!("--endpoint {base:?}: expected http://IP:PORT/v1")));
+        }
+        let (namespace, uid, token) = (namespace.into(), uid.into(), token.into().trim().to_string());
+        check_namespace(&namespace).map_err(ClientError::Config)?;
+        check_uid(&uid).map_err(ClientError::Config)?;
+        if token.is_empty() || token.len() > 1024 || !token.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(ClientError::Config("the job token is empty or malformed".into()));
+        }
+        Ok(Endpoint { base, namespace, uid, token })
+    }
+
+    /// Reads the token from `token_file` (the mounted Secret).
+    pub fn with_token_file(
+        base: impl Into<String>,
+        namespace: impl Into<String>,
+        uid: impl Into<String>,
+        token_file: &Path,
+    ) -> Result<Self, ClientError> {
+        let mut raw = String::new();
+        std::fs::File::open(token_file)
+            .and_then(|f| f.take(4096).read_to_string(&mut raw))
+            .map_err(|source| ClientError::Io { what: format!("reading the token file {}", token_file.display()), source })?;
+        Endpoint::new(base, namespace, uid, raw)
+    }
+
+    fn url(&self, tail: &str) -> String {
+        format!("{}/jobs/{}/{}/{tail}", self.base, self.namespace, self.uid)
+    }
+
+    fn bearer(&self) -> String {
+        job_bearer(&self.namespace, &self.uid, &self.token)
+    }
+}
+
+/// Why fetch or upload failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("{0}")]
+    Config(String),
+    #[error("cannot reach the artifact endpoint ({url}): {detail}")]
+    Unreachable { url: String, detail: String },
+    #[error("the artifact endpoint answered {status} {code} for {url}: {message}")]
+    Endpoint { url: String, status: u16, code: String, message: String },
+    #[error("{what}: content hashes to {actual}, the endpoint announced {expected}; the stored copy or the transfer is corrupt")]
+    DigestMismatch { what: String, expected: String, actual: String },
+    #[error("{what}: got {actual} bytes, the endpoint announced {expected}")]
+    SizeMismatch { what: String, expected: u64, actual: u64 },
+    #[error("{what} is larger than {limit} bytes")]
+    TooLarge { what: String, limit: u64 },
+    #[error("the endpoint's answer is not usable: {0}")]
+    Protocol(String),
+    #[error(transparent)]
+    Package(#[from] PackageError),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl ClientError {
+    /// Worth another attempt: the network, a busy or failing endpoint, a
+    /// file that changed under the upload. Not: refusals and integrity errors.
+    fn is_transient(&self) -> bool {
+        match self {
+            ClientError::Unreachable { .. } | ClientError::Io { .. } => true,
+            ClientError::Endpoint { status, code, .. } => *status >= 500 && code != "digest_mismatch",
+            _ => false,
+        }
+    }
+}
+
+pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> ClientError {
+    let what = what.into();
+    move |source| ClientError::Io { what, source }
+}
+
+pub(crate) fn http_client() -> reqwest::Client {
+    crate::oci::install_crypto_provider();
+    reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(Duration::from_secs(10))
+        .read_timeout(Duration::from_secs(120))
+        .build()
+        .expect("reqwest client with static settings")
+}
+
+/// Path segments and query values as the URL carries them.
+pub(crate) const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+
+pub(crate) fn encode_path(rel: &str) -> String {
+    rel.split('/').map(|s| utf8_percent_encode(s, SEGMENT).to_string()).collect::<Vec<_>>().join("/")
+}
+
+pub(crate) async fn endpoint_error(url: &str, resp: reqwest::Response) -> ClientError {
+    let status = resp.status().as_u16();
+    let body = read_capped(resp, 64 * 1024).await.unwrap_or_default();
+    match serde_json::from_slice::<ErrorBody>(&body) {
+        Ok(e) => ClientError::Endpoint { url: url.into(), status, code: e.error.code, message: e.error.message },
+        Err(_) => ClientError::Endpoint {
+            url: url.into(),
+            status,
+            code: "http".into(),
+            message: String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned(),
+        },
+    }
+}
+
+pub(crate) async fn read_capped(mut resp: reqwest::Response, cap: u64) -> Result<Vec<u8>, ClientError> {
+    let mut out = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| ClientError::Protocol(format!("reading an answer: {e}")))? {
+        if out.len() as u64 + chunk.len() as u64 > cap {
+            return Err(ClientError::TooLarge { what: "an answer".into(), limit: cap });
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+/// A GET, retried on connection errors and 503 (the endpoint restarting).
+pub(crate) async fn get(http: &reqwest::Client, ep: &Endpoint, url: &str) -> Result<reqwest::Response, ClientError> {
+    let mut delay = Duration::from_millis(250);
+    for attempt in 0..4 {
+        let last = attempt == 3;
+        match http.get(url).header(AUTHORIZATION, ep.bearer()).send().await {
+            Ok(r) if r.status().is_success() => return Ok(r),
+            Ok(r) if r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE && !last => {}
+            Ok(r) => return Err(endpoint_error(url, r).await),
+            Err(e) if (e.is_connect() || e.is_timeout()) && !last => {}
+            Err(e) => return Err(ClientError::Unreachable { url: url.into(), detail: error_chain(&e) }),
+        }
+        tokio::time::sleep(delay).await;
+        delay *= 2;
+    }
+    unreachable!("the last attempt returns")
+}
+
+use crate::oci::error_chain;
+
+pub(crate) fn announced_digest(resp: &reqwest::Response, what: &str) -> Result<String, ClientError> {
+    let d = resp
+        .headers()
+        .get(HEADER_CONTENT_DIGEST)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| ClientError::Protocol(format!("{what}: no {HEADER_CONTENT_DIGEST} header")))?;
+    check_digest(d).map_err(ClientError::Protocol)?;
+    Ok(d.to_string())
+}
+
+pub(crate) fn check_digest(d: &str) -> Result<(), String> {
+    match d.strip_prefix("sha256:") {
+        Some(h) if h.len() == 64 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) => Ok(()),
+        _ => Err(format!("{d:?} is not a sha256:<hex> digest")),
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct JobArgs {
+    /// Artifact endpoint base URL, API version included (an IP: pods have no DNS), e.g. http://10.96.0.10:8443/v1.
+    #[arg(long, value_name = "URL")]
+    pub endpoint: String,
+    /// The SkillJob's namespace (pods get no service-account mount to read it from).
+    #[arg(long, value_name = "NS")]
+    pub namespace: String,
+    /// The SkillJob's UID.
+    #[arg(long, value_name = "UID")]
+    pub job: String,
+    /// File holding the per-job token.
+    #[arg(long, value_name = "FILE", default_value = "/var/run/skill-operator/token")]
+    pub token_file: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct FetchArgs {
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// Where the package is unpacked (empty).
+    #[arg(long, value_name = "DIR")]
+    pub package: PathBuf,
+    /// Where input files go.
+    #[arg(long, value_name = "DIR")]
+    pub work: PathBuf,
+    /// Where this binary is copied as skill-operator (for the launcher).
+    #[arg(long, value_name = "DIR")]
+    pub tools: PathBuf,
+    /// Refuse a package whose sha256 differs (sha256:<hex>).
+    #[arg(long, value_name = "DIGEST")]
+    pub package_digest: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct UploadArgs {
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// The work directory whose regular files are uploaded.
+    #[arg(long, value_name = "DIR")]
+    pub work: PathBuf,
+    /// The launcher's result.json (stdout and stderr are next to it).
+    #[arg(long, value_name = "FILE")]
+    pub result: PathBuf,
+    /// Where the digest line goes.
+    #[arg(long, value_name = "FILE", default_value = "/dev/termination-log")]
+    pub termination_log: PathBuf,
+}
+
+/// `skill-operator fetch`.
+pub async fn fetch_command(a: FetchArgs) -> Result<(), ClientError> {
+    crate::oci::install_crypto_provider();
+    let endpoint = Endpoint::with_token_file(a.job.endpoint, a.job.namespace, a.job.job, &a.job.token_file)?;
+    let opts = FetchOptions {
+        endpoint,
+        package_dir: a.package,
+        work_dir: a.work,
+        tools_dir: Some(a.tools),
+        expect_package_digest: a.package_digest,
+        limits: ArtifactLimits::DEFAULT,
+    };
+    let r = fetch(&opts).await?;
+    eprintln!("fetched package {} ({} files) and {} inputs", r.package_digest, r.package_files, r.inputs.len());
+    Ok(())
+}
+
+/// `skill-operator upload` (the native sidecar): upload once the result is
+/// there (or at shutdown), then stay up until shutdown.
+pub async fn upload_command(a: UploadArgs, shutdown: crate::shutdown::Shutdown) -> Result<(), ClientError> {
+    crate::oci::install_crypto_provider();
+    let endpoint = Endpoint::with_token_file(a.job.endpoint, a.job.namespace, a.job.job, &a.job.token_file)?;
+    let mut opts = UploadOptions::new(endpoint, a.work, a.result);
+    opts.termination_log = Some(a.termination_log);
+    let r = run_upload_sidecar(&opts, &shutdown).await?;
+    eprintln!("uploaded: {}", r.termination_message);
+    Ok(())
+}

@@ -1,0 +1,147 @@
+//! `skill-operator upload`: the run's result, streams and work files out of the pod.
+
+use super::super::{termination_error, termination_message, ArtifactLimits, OutputManifest, TAR_CONTENT_TYPE};
+use crate::shutdown::Shutdown;
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
+use std::io::{self};
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+use super::*;
+
+// -- upload -------------------------------------------------------------------
+
+/// What `upload` does (the `skill-operator upload` flags).
+#[derive(Debug, Clone)]
+pub struct UploadOptions {
+    pub endpoint: Endpoint,
+    pub work_dir: PathBuf,
+    /// The launcher's `result.json`; `stdout` and `stderr` are its siblings.
+    pub result_file: PathBuf,
+    /// Where the digest line goes (`/dev/termination-log`); `None` to skip.
+    pub termination_log: Option<PathBuf>,
+    pub limits: ArtifactLimits,
+    /// How often to look for the result file.
+    pub poll_interval: Duration,
+    /// Upload attempts (transient failures only), backing off from 500 ms.
+    pub attempts: u32,
+}
+
+impl UploadOptions {
+    pub fn new(endpoint: Endpoint, work_dir: PathBuf, result_file: PathBuf) -> Self {
+        UploadOptions {
+            endpoint,
+            work_dir,
+            result_file,
+            termination_log: Some(PathBuf::from("/dev/termination-log")),
+            limits: ArtifactLimits::DEFAULT,
+            poll_interval: Duration::from_millis(250),
+            attempts: 5,
+        }
+    }
+}
+
+/// What `upload` sent.
+#[derive(Debug, Clone)]
+pub struct UploadReport {
+    pub manifest: OutputManifest,
+    /// sha256 of the `manifest.json` bytes sent (and stored).
+    pub manifest_digest: String,
+    /// The OCI manifest digest of the stored outputs set.
+    pub set_digest: String,
+    /// The line written to the termination log.
+    pub termination_message: String,
+}
+
+/// The sidecar: [`upload`], then stay up until stopped (a native sidecar
+/// that exits is restarted while `run` runs). Exit 0 on `Ok`.
+pub async fn run_upload_sidecar(opts: &UploadOptions, stop: &Shutdown) -> Result<UploadReport, ClientError> {
+    let report = upload(opts, stop).await?;
+    stop.wait().await;
+    Ok(report)
+}
+
+/// Waits for the result file or the stop signal, uploads (retrying
+/// transient failures), and writes the termination log either way.
+pub async fn upload(opts: &UploadOptions, stop: &Shutdown) -> Result<UploadReport, ClientError> {
+    while std::fs::symlink_metadata(&opts.result_file).is_err() && !stop.is_triggered() {
+        tokio::select! {
+            _ = tokio::time::sleep(opts.poll_interval) => {}
+            _ = stop.wait() => {}
+        }
+    }
+    let http = http_client();
+    let mut delay = Duration::from_millis(500);
+    let mut attempt = 1;
+    let result = loop {
+        match upload_once(&http, opts).await {
+            Ok(r) => break Ok(r),
+            Err(e) if e.is_transient() && attempt < opts.attempts.max(1) => {
+                tracing::warn!(error = %e, attempt, "upload failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(8));
+                attempt += 1;
+            }
+            Err(e) => break Err(e),
+        }
+    };
+    let line = match &result {
+        Ok(r) => r.termination_message.clone(),
+        Err(e) => termination_error(&e.to_string()),
+    };
+    if let Some(path) = &opts.termination_log {
+        if let Err(e) = std::fs::write(path, line.as_bytes()) {
+            tracing::warn!(error = %e, path = %path.display(), "cannot write the termination log");
+        }
+    }
+    result
+}
+
+pub(super) async fn upload_once(http: &reqwest::Client, opts: &UploadOptions) -> Result<UploadReport, ClientError> {
+    let ep = &opts.endpoint;
+    let (work, result_file, limits) = (opts.work_dir.clone(), opts.result_file.clone(), opts.limits);
+    let plan = tokio::task::spawn_blocking(move || plan_upload(&work, &result_file, &limits))
+        .await
+        .map_err(|e| ClientError::Protocol(format!("walk task: {e}")))??;
+
+    let (tx, rx) = mpsc::channel::<io::Result<Vec<u8>>>(8);
+    let (ns, uid) = (ep.namespace.clone(), ep.uid.clone());
+    let writer = tokio::task::spawn_blocking(move || write_tar(plan, &ns, &uid, tx));
+    let url = ep.url("outputs");
+    let sent = http
+        .put(&url)
+        .header(AUTHORIZATION, ep.bearer())
+        .header(CONTENT_TYPE, TAR_CONTENT_TYPE)
+        .body(reqwest::Body::wrap_stream(RxStream(rx)))
+        .send()
+        .await;
+    let written = writer.await.map_err(|e| ClientError::Protocol(format!("tar task: {e}")))?;
+    let resp = match sent {
+        Ok(r) if !r.status().is_success() => return Err(endpoint_error(&url, r).await),
+        Ok(r) => r,
+        // The writer's own failure (a file that shrank...) aborts the body
+        // and is the better report; a broken pipe is only the consequence.
+        Err(e) => match written {
+            Err(w) if !is_broken_pipe(&w) => return Err(w),
+            _ => return Err(ClientError::Unreachable { url, detail: error_chain(&e) }),
+        },
+    };
+    let (manifest, manifest_bytes) = written?;
+    let manifest_digest = super::super::sha256_digest(&manifest_bytes);
+    let body = read_capped(resp, 64 * 1024).await?;
+    let answer: serde_json::Value = serde_json::from_slice(&body).map_err(|e| ClientError::Protocol(format!("outputs answer: {e}")))?;
+    if answer.get("manifestDigest").and_then(|v| v.as_str()) != Some(manifest_digest.as_str()) {
+        return Err(ClientError::Protocol(format!(
+            "the endpoint stored manifest {:?}, this upload sent {manifest_digest}",
+            answer.get("manifestDigest")
+        )));
+    }
+    let set_digest = answer.get("setDigest").and_then(|v| v.as_str()).unwrap_or_default().to_string();
+    let termination_message = termination_message(&manifest_digest, &manifest);
+    Ok(UploadReport { manifest, manifest_digest, set_digest, termination_message })
+}
+
+pub(super) fn is_broken_pipe(e: &ClientError) -> bool {
+    matches!(e, ClientError::Io { source, .. } if source.kind() == io::ErrorKind::BrokenPipe)
+}

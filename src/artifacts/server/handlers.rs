@@ -1,0 +1,366 @@
+//! The routes' handlers.
+
+use super::super::{
+    ArtifactKind, ArtifactLimits, InputsManifest, OutputManifest, SetFile, ANNOTATION_JOB, ANNOTATION_KIND, MANIFEST_PATH, RESULT_PREFIX,
+    WORK_PREFIX,
+};
+use crate::core::package::{self};
+use crate::core::paths::RelPath;
+use crate::oci::{OciError, SkillConfig};
+use axum::extract::{FromRequestParts, Path, Query, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::json;
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::FileExt;
+
+use super::*;
+
+// -- handlers -----------------------------------------------------------------
+
+pub(super) async fn readyz(State(state): State<AppState>) -> Response {
+    let probe = format!("{}:readyz-probe", state.0.repo);
+    match state.0.sets.blob_set(&probe).await {
+        Ok(_) | Err(OciError::NotFound { .. }) => "ok".into_response(),
+        Err(e) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "registry_unavailable", e.to_string()).into_response(),
+    }
+}
+
+pub(super) async fn get_package(
+    State(state): State<AppState>,
+    JobPath((ns, uid)): JobPath<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    admit(&state, &headers, &ns, &uid, Access::ReadStaged)?;
+    let _held = state.hold(state.0.limits.max_package_bytes).await;
+    let reference = state.reference(&ns, &uid, ArtifactKind::Package);
+    let pulled = state.0.packages.pull(&reference).await.map_err(oci_error)?;
+    if pulled.annotations.get(ANNOTATION_JOB) != Some(&format!("{ns}/{uid}")) {
+        return Err(ApiError::new(StatusCode::BAD_GATEWAY, "wrong_artifact", format!("{reference} is not this job's package")));
+    }
+    let digest = package::digest(&pulled.package);
+    Ok(bytes_response(pulled.package, "application/gzip", &digest, Some(&pulled.digest)))
+}
+
+pub(super) async fn put_package(
+    State(state): State<AppState>,
+    JobPath((ns, uid)): JobPath<(String, String)>,
+    req: Request,
+) -> Result<Response, ApiError> {
+    admit(&state, req.headers(), &ns, &uid, Access::Stage)?;
+    let limit = state.0.limits.max_package_bytes;
+    let sp = spool(&state, req, limit, "package").await?;
+    let _held = state.hold(sp.len).await;
+    let _lock = state.lock(&ns, &uid).lock().await;
+    let file = sp.file.clone();
+    let len = sp.len;
+    let known = state.0.validated.lock().expect("lock poisoned").get(&sp.digest).cloned();
+    let checked = known.is_some();
+    let (bytes, config) = blocking(move || {
+        let mut bytes = vec![0u8; len as usize];
+        file.read_exact_at(&mut bytes, 0).map_err(internal)?;
+        let config = match known {
+            Some(config) => config,
+            None => SkillConfig::for_package(&bytes, STAGED_PACKAGE_NAME.to_string(), "", None)
+                .map_err(|e| ApiError::bad("bad_package", format!("not a valid package: {e}")))?,
+        };
+        Ok((bytes, config))
+    })
+    .await?;
+    {
+        let mut memo = state.0.validated.lock().expect("lock poisoned");
+        if memo.len() >= VALIDATED_ENTRIES {
+            memo.clear();
+        }
+        memo.insert(sp.digest.clone(), config.clone());
+    }
+    let reference = state.reference(&ns, &uid, ArtifactKind::Package);
+    let job = BTreeMap::from([(ANNOTATION_JOB.to_string(), format!("{ns}/{uid}"))]);
+    let pushed = if checked {
+        state.0.packages.push_checked(&reference, &bytes, &config, job).await
+    } else {
+        state.0.packages.push_annotated(&reference, &bytes, &config, job).await
+    };
+    let digest = pushed.map_err(oci_error)?;
+    Ok(Json(json!({
+        "digest": digest,
+        "packageDigest": sp.digest,
+        "files": config.file_count,
+        "totalBytes": config.total_bytes,
+    }))
+    .into_response())
+}
+
+pub(super) async fn get_inputs(
+    State(state): State<AppState>,
+    JobPath((ns, uid)): JobPath<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Json<InputsManifest>, ApiError> {
+    admit(&state, &headers, &ns, &uid, Access::ReadStaged)?;
+    match state.read_set(&ns, &uid, ArtifactKind::Inputs).await {
+        Ok(set) => Ok(Json(InputsManifest { digest: Some(set.digest.clone()), files: set.files.clone() })),
+        Err(e) if e.status == StatusCode::NOT_FOUND => Ok(Json(InputsManifest { digest: None, files: Vec::new() })),
+        Err(e) => Err(e),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct SetQuery {
+    pub(super) set: Option<String>,
+}
+
+/// `Path` with the JSON error shape (a path that does not decode is 400 `bad_path`).
+pub(super) struct JobPath<T>(T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> FromRequestParts<S> for JobPath<T> {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(v)) => Ok(JobPath(v)),
+            Err(e) => Err(ApiError::bad("bad_path", e.body_text())),
+        }
+    }
+}
+
+/// `?set=<digest>` with the JSON error shape.
+pub(super) struct SetPin(pub(super) SetQuery);
+
+impl<S: Send + Sync> FromRequestParts<S> for SetPin {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match Query::<SetQuery>::from_request_parts(parts, state).await {
+            Ok(Query(q)) => Ok(SetPin(q)),
+            Err(e) => Err(ApiError::bad("bad_query", e.body_text())),
+        }
+    }
+}
+
+pub(super) async fn get_file(
+    state: &AppState,
+    ns: &str,
+    uid: &str,
+    kind: ArtifactKind,
+    rel: &RelPath,
+    pin: Option<&str>,
+) -> Result<Response, ApiError> {
+    let set = state.set_for(ns, uid, kind, pin).await?;
+    let file = set
+        .files
+        .iter()
+        .find(|f| f.path == rel.as_str())
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no {} file {rel}", kind.as_str())))?
+        .clone();
+    let _held = state.hold(file.size).await;
+    let reference = state.reference(ns, uid, kind);
+    let data = state.0.sets.pull_set_file(&reference, &file).await.map_err(oci_error)?;
+    let ct = if rel.as_str() == MANIFEST_PATH { "application/json" } else { "application/octet-stream" };
+    Ok(bytes_response(data, ct, &file.digest, Some(&set.digest)))
+}
+
+pub(super) async fn get_input_file(
+    State(state): State<AppState>,
+    JobPath((ns, uid, path)): JobPath<(String, String, String)>,
+    SetPin(q): SetPin,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    admit(&state, &headers, &ns, &uid, Access::ReadStaged)?;
+    let rel = rel_path(&path)?;
+    get_file(&state, &ns, &uid, ArtifactKind::Inputs, &rel, q.set.as_deref()).await
+}
+
+pub(super) async fn put_input_file(
+    State(state): State<AppState>,
+    JobPath((ns, uid, path)): JobPath<(String, String, String)>,
+    req: Request,
+) -> Result<Response, ApiError> {
+    admit(&state, req.headers(), &ns, &uid, Access::Stage)?;
+    let rel = rel_path(&path)?;
+    let l = state.0.limits;
+    let sp = spool(&state, req, l.max_file_bytes, "input file").await?;
+    let _lock = state.lock(&ns, &uid).lock().await;
+    let mut files: Vec<SetFile> = match state.read_set(&ns, &uid, ArtifactKind::Inputs).await {
+        Ok(set) => set.files.iter().filter(|f| f.path != rel.as_str()).cloned().collect(),
+        Err(e) if e.status == StatusCode::NOT_FOUND => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    let new = SetFile { path: rel.as_str().into(), size: sp.len, digest: sp.digest.clone() };
+    files.push(new.clone());
+    check_work_set(files.iter().map(|f| (f.path.as_str(), f.size)), &l)?;
+    let reference = state.reference(&ns, &uid, ArtifactKind::Inputs);
+    {
+        let _held = state.hold(sp.len).await;
+        let file = sp.file.clone();
+        let entry = SpoolEntry { path: new.path.clone(), offset: 0, size: sp.len, digest: sp.digest.clone() };
+        let data = blocking(move || read_entry(&file, &entry)).await?;
+        state.0.sets.push_set_blob(&reference, &data).await.map_err(oci_error)?;
+    }
+    let total: u64 = files.iter().map(|f| f.size).sum();
+    let count = files.len();
+    let annotations = BTreeMap::from([
+        (ANNOTATION_JOB.to_string(), format!("{ns}/{uid}")),
+        (ANNOTATION_KIND.to_string(), ArtifactKind::Inputs.as_str().to_string()),
+    ]);
+    let set_digest = state.0.sets.push_set_manifest(&reference, files, annotations).await.map_err(oci_error)?;
+    state.forget(&reference);
+    Ok(Json(json!({ "file": new, "setDigest": set_digest, "setFiles": count, "setBytes": total })).into_response())
+}
+
+pub(super) async fn put_inputs(
+    State(state): State<AppState>,
+    JobPath((ns, uid)): JobPath<(String, String)>,
+    req: Request,
+) -> Result<Json<InputsManifest>, ApiError> {
+    admit(&state, req.headers(), &ns, &uid, Access::Stage)?;
+    let l = state.0.limits;
+    let sp = spool(&state, req, l.max_batch_body_bytes(), "inputs batch").await?;
+    let file = sp.file.clone();
+    let entries = blocking(move || {
+        let entries = scan_tar(&file, l.max_files)?;
+        check_work_set(entries.iter().map(|e| (e.path.as_str(), e.size)), &l)?;
+        Ok(entries)
+    })
+    .await?;
+    let _lock = state.lock(&ns, &uid).lock().await;
+    let mut files: Vec<SetFile> =
+        entries.iter().map(|e| SetFile { path: e.path.clone(), size: e.size, digest: e.digest.clone() }).collect();
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    let digest = state.push_set(&ns, &uid, ArtifactKind::Inputs, sp.file, entries).await?;
+    Ok(Json(InputsManifest { digest: Some(digest), files }))
+}
+
+pub(super) async fn put_outputs(
+    State(state): State<AppState>,
+    JobPath((ns, uid)): JobPath<(String, String)>,
+    req: Request,
+) -> Result<Response, ApiError> {
+    admit(&state, req.headers(), &ns, &uid, Access::WriteOutputs)?;
+    let l = state.0.limits;
+    let sp = spool(&state, req, l.max_batch_body_bytes(), "outputs batch").await?;
+    let file = sp.file.clone();
+    let (job_ns, job_uid) = (ns.clone(), uid.clone());
+    let (entries, manifest, manifest_digest) = blocking(move || check_outputs(&file, &l, &job_ns, &job_uid)).await?;
+    let _lock = state.lock(&ns, &uid).lock().await;
+    let count = manifest.files.len();
+    let bytes: u64 = manifest.files.iter().map(|f| f.size).sum();
+    let set_digest = state.push_set(&ns, &uid, ArtifactKind::Outputs, sp.file, entries).await?;
+    Ok(Json(json!({
+        "manifestDigest": manifest_digest,
+        "setDigest": set_digest,
+        "files": count,
+        "bytes": bytes,
+        "skipped": manifest.skipped_total(),
+        "complete": manifest.complete,
+    }))
+    .into_response())
+}
+
+/// The outputs batch rules: `manifest.json` present and about this job,
+/// entries and manifest agreeing exactly, only `result/{result.json,
+/// stdout,stderr}` and `work/...`, caps per category.
+pub(super) fn check_outputs(
+    file: &std::fs::File,
+    l: &ArtifactLimits,
+    ns: &str,
+    uid: &str,
+) -> Result<(Vec<SpoolEntry>, OutputManifest, String), ApiError> {
+    let entries = scan_tar(file, l.max_files + 4)?;
+    let m_entry = entries
+        .iter()
+        .find(|e| e.path == MANIFEST_PATH)
+        .ok_or_else(|| ApiError::bad("bad_manifest", format!("the batch has no {MANIFEST_PATH}")))?;
+    if m_entry.size > l.max_manifest_bytes {
+        return Err(ApiError::too_large("manifest_too_large", format!("{MANIFEST_PATH} is over {} bytes", l.max_manifest_bytes)));
+    }
+    let manifest_bytes = read_entry(file, m_entry)?;
+    let manifest: OutputManifest =
+        serde_json::from_slice(&manifest_bytes).map_err(|e| ApiError::bad("bad_manifest", format!("{MANIFEST_PATH}: {e}")))?;
+    if manifest.schema_version != 1 {
+        return Err(ApiError::bad("bad_manifest", format!("schemaVersion {} (this endpoint reads 1)", manifest.schema_version)));
+    }
+    if manifest.namespace != ns || manifest.uid != uid {
+        return Err(ApiError::bad("bad_manifest", "the manifest names another job"));
+    }
+    if manifest.skipped.len() > l.max_skipped_listed {
+        return Err(ApiError::bad("bad_manifest", format!("more than {} skipped files listed", l.max_skipped_listed)));
+    }
+    let listed: HashMap<&str, &SetFile> = manifest.files.iter().map(|f| (f.path.as_str(), f)).collect();
+    if listed.len() != manifest.files.len() || listed.contains_key(MANIFEST_PATH) {
+        return Err(ApiError::bad("bad_manifest", "the manifest lists a path twice"));
+    }
+    if entries.len() != manifest.files.len() + 1 {
+        return Err(ApiError::bad(
+            "manifest_mismatch",
+            format!("the batch has {} files, the manifest lists {}", entries.len() - 1, manifest.files.len()),
+        ));
+    }
+    let mut work = Vec::new();
+    for e in entries.iter().filter(|e| e.path != MANIFEST_PATH) {
+        let f =
+            listed.get(e.path.as_str()).ok_or_else(|| ApiError::bad("manifest_mismatch", format!("{} is not in the manifest", e.path)))?;
+        if f.size != e.size || f.digest != e.digest {
+            return Err(ApiError::bad(
+                "manifest_mismatch",
+                format!("{}: manifest says {} bytes {}, the batch has {} bytes {}", e.path, f.size, f.digest, e.size, e.digest),
+            ));
+        }
+        if let Some(name) = e.path.strip_prefix(RESULT_PREFIX) {
+            let cap = match name {
+                "result.json" => l.max_result_bytes,
+                "stdout" | "stderr" => l.max_stream_bytes,
+                _ => return Err(ApiError::bad("bad_path", format!("{}: result/ holds result.json, stdout and stderr only", e.path))),
+            };
+            if e.size > cap {
+                return Err(ApiError::too_large("file_too_large", format!("{} is over {cap} bytes", e.path)));
+            }
+        } else if let Some(rel) = e.path.strip_prefix(WORK_PREFIX) {
+            work.push((rel, e.size));
+        } else {
+            return Err(ApiError::bad("bad_path", format!("{}: entries are result/..., work/... and {MANIFEST_PATH}", e.path)));
+        }
+    }
+    check_work_set(work.iter().copied(), l)?;
+    let digest = super::super::sha256_digest(&manifest_bytes);
+    Ok((entries, manifest, digest))
+}
+
+pub(super) async fn get_outputs(
+    State(state): State<AppState>,
+    JobPath((ns, uid)): JobPath<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    admit(&state, &headers, &ns, &uid, Access::ReadOutputs)?;
+    let rel = RelPath::parse(MANIFEST_PATH).expect("static path");
+    get_file(&state, &ns, &uid, ArtifactKind::Outputs, &rel, None).await
+}
+
+pub(super) async fn get_output_file(
+    State(state): State<AppState>,
+    JobPath((ns, uid, path)): JobPath<(String, String, String)>,
+    SetPin(q): SetPin,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    admit(&state, &headers, &ns, &uid, Access::ReadOutputs)?;
+    let rel = rel_path(&path)?;
+    get_file(&state, &ns, &uid, ArtifactKind::Outputs, &rel, q.set.as_deref()).await
+}
+
+pub(super) async fn delete_job(
+    State(state): State<AppState>,
+    JobPath((ns, uid)): JobPath<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    admit(&state, &headers, &ns, &uid, Access::Delete)?;
+    let _lock = state.lock(&ns, &uid).lock().await;
+    let mut deleted = Vec::new();
+    for kind in ArtifactKind::ALL {
+        let reference = state.reference(&ns, &uid, kind);
+        state.forget(&reference);
+        if state.0.sets.delete(&reference).await.map_err(oci_error)? {
+            deleted.push(kind.as_str());
+        }
+    }
+    Ok(Json(json!({ "deleted": deleted })).into_response())
+}

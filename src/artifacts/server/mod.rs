@@ -1,0 +1,449 @@
+//! `skill-operator artifacts`: the artifact endpoint (axum) and its storage
+//! in an OCI registry. See the parent module for the credential scheme, the
+//! tags and the transfer format.
+//!
+//! Routes (all JSON errors are `{"error":{"code","message"}}`):
+//!
+//! ```text
+//! GET    /healthz                                  200 "ok"
+//! GET    /readyz                                   200 when the registry answers
+//! GET    /v1/jobs/{ns}/{uid}/package               job|operator  package bytes (.tar.gz)
+//! PUT    /v1/jobs/{ns}/{uid}/package               operator      body: package bytes
+//! GET    /v1/jobs/{ns}/{uid}/inputs                job|operator  InputsManifest JSON
+//! PUT    /v1/jobs/{ns}/{uid}/inputs                operator      body: tar of input files (replaces the set)
+//! GET    /v1/jobs/{ns}/{uid}/inputs/{*path}        job|operator  file bytes  [?set=<set digest>]
+//! PUT    /v1/jobs/{ns}/{uid}/inputs/{*path}        operator      body: file bytes (adds or replaces one)
+//! PUT    /v1/jobs/{ns}/{uid}/outputs               job           body: outputs tar (manifest.json last)
+//! GET    /v1/jobs/{ns}/{uid}/outputs               operator      the stored manifest.json bytes
+//! GET    /v1/jobs/{ns}/{uid}/outputs/{*path}       operator      file bytes (result/..., work/..., manifest.json)
+//! DELETE /v1/jobs/{ns}/{uid}                       operator      removes the three tags
+//! ```
+//!
+//! Order of checks on every job route: namespace and UID as names (400
+//! `bad_job`), then the credential (401 `unauthorized`, 403 `forbidden`),
+//! then `{*path}` with `RelPath::parse` (400 `bad_path`); the registry is
+//! touched only after all three.
+//!
+//! Bodies: every PUT streams its body into an unnamed temporary file (the
+//! spool directory) while counting and hashing, under an explicit limit:
+//! 32 MiB for one input file, the package cap for a package, and
+//! [`ArtifactLimits::max_batch_body_bytes`] (128 MiB plus overhead) for the
+//! two tar routes, whose axum `DefaultBodyLimit` is raised for them alone.
+//! A body over its limit is read on (and discarded) for up to
+//! [`DRAIN_SLACK`] more bytes so the client sees the 413 rather than a reset
+//! connection. Files are then pushed one at a time, so memory per request is
+//! one file (one package for the package routes); a weighted semaphore
+//! (`memory_budget_mib`) bounds what concurrent requests hold together.
+//!
+//! Single-writer assumption: writes to one job are serialised by a striped
+//! in-process lock (an input PUT is read-modify-write of the set). Run one
+//! replica, or route a job's writes to one replica. Reads are safe anywhere:
+//! a set is cached only under the digest read from the registry, and a
+//! `?set=` pin is honoured only when it equals the digest this replica read.
+
+mod auth;
+mod handlers;
+mod spool;
+
+use auth::*;
+use handlers::*;
+use spool::*;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::Future;
+use std::hash::{Hash, Hasher};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, put};
+use axum::{Json, Router};
+use tokio::sync::Semaphore;
+
+use super::{tag, ArtifactKind, ArtifactLimits, ErrorBody, ErrorDetail, SetFile, ANNOTATION_JOB, ANNOTATION_KIND, WORK_PREFIX};
+use crate::core::package::{self, PackageError};
+use crate::oci::{self, BlobSet, OciError, OciLimits, Registry, RegistryOptions, SkillConfig};
+
+/// Bytes read past a body's limit before answering 413 (see module docs).
+pub const DRAIN_SLACK: u64 = 64 * 1024 * 1024;
+/// Striped per-job write locks.
+pub(super) const LOCK_STRIPES: usize = 64;
+/// Cached set manifests before the cache is cleared.
+pub(super) const CACHE_ENTRIES: usize = 1024;
+pub(super) const MIB: u64 = 1024 * 1024;
+
+/// How the endpoint is set up (the lead's CLI maps flags onto this).
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// `HOST[:PORT]/REPO`: every job artifact is a tag in this repository.
+    pub registry: String,
+    /// Talk plain HTTP to the registry host.
+    pub plain_http: bool,
+    pub registry_auth: oci::Auth,
+    /// The key job tokens derive from (the controller's `--token-key-file`).
+    pub token_key: Vec<u8>,
+    pub limits: ArtifactLimits,
+    /// Where request bodies are spooled; `None` for the system temp dir.
+    pub spool_dir: Option<PathBuf>,
+    /// MiB of file data all requests may hold in memory together.
+    pub memory_budget_mib: u32,
+}
+
+impl ServerConfig {
+    pub fn new(registry: impl Into<String>, token_key: Vec<u8>) -> Self {
+        ServerConfig {
+            registry: registry.into(),
+            plain_http: false,
+            registry_auth: oci::Auth::Anonymous,
+            token_key,
+            limits: ArtifactLimits::DEFAULT,
+            spool_dir: None,
+            memory_budget_mib: 1024,
+        }
+    }
+}
+
+/// Shared state of the router.
+#[derive(Clone)]
+pub struct AppState(Arc<Inner>);
+
+/// Why the endpoint's configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("--registry {value:?}: {why}")]
+    Registry { value: String, why: &'static str },
+    #[error("the token key is {len} bytes; it must be at least 32 (the Helm chart generates one)")]
+    ShortKey { len: usize },
+}
+
+pub(super) struct Inner {
+    /// `HOST[:PORT]/REPO`.
+    repo: String,
+    key: Vec<u8>,
+    limits: ArtifactLimits,
+    spool_dir: PathBuf,
+    packages: Registry,
+    sets: Registry,
+    memory: Semaphore,
+    memory_permits: u32,
+    locks: Vec<tokio::sync::Mutex<()>>,
+    cache: Mutex<HashMap<String, Arc<BlobSet>>>,
+    /// Packages already checked, by sha256: a burst of jobs of one package
+    /// unpacks it once. Cleared when it reaches [`VALIDATED_ENTRIES`].
+    validated: Mutex<HashMap<String, SkillConfig>>,
+}
+
+/// Validated package configs kept before the memo is cleared.
+pub(super) const VALIDATED_ENTRIES: usize = 256;
+/// The config name of every staged package: the job is named in a manifest
+/// annotation instead, so the blobs of one package are shared by all its jobs.
+pub(super) const STAGED_PACKAGE_NAME: &str = "staged-package";
+
+impl AppState {
+    pub fn new(cfg: ServerConfig) -> Result<AppState, ConfigError> {
+        let (host, repo) = cfg
+            .registry
+            .split_once('/')
+            .filter(|(h, r)| !h.is_empty() && !r.is_empty())
+            .ok_or_else(|| ConfigError::Registry { value: cfg.registry.clone(), why: "expected HOST[:PORT]/REPOSITORY" })?;
+        if repo.contains(':') || repo.contains('@') {
+            return Err(ConfigError::Registry { value: cfg.registry.clone(), why: "give a repository without tag or digest" });
+        }
+        if cfg.token_key.len() < 32 {
+            return Err(ConfigError::ShortKey { len: cfg.token_key.len() });
+        }
+        let base = RegistryOptions {
+            auth: cfg.registry_auth.clone(),
+            plain_http: if cfg.plain_http { vec![host.to_string()] } else { Vec::new() },
+            ..Default::default()
+        };
+        let packages = Registry::new(RegistryOptions {
+            limits: OciLimits { max_package_bytes: cfg.limits.max_package_bytes, ..OciLimits::DEFAULT },
+            ..base.clone()
+        });
+        let sets = Registry::new(RegistryOptions { limits: OciLimits { files: set_limits(&cfg.limits), ..OciLimits::DEFAULT }, ..base });
+        let permits = cfg.memory_budget_mib.max(1);
+        Ok(AppState(Arc::new(Inner {
+            repo: format!("{host}/{repo}"),
+            key: cfg.token_key,
+            limits: cfg.limits,
+            spool_dir: cfg.spool_dir.unwrap_or_else(std::env::temp_dir),
+            packages,
+            sets,
+            memory: Semaphore::new(permits as usize),
+            memory_permits: permits,
+            locks: (0..LOCK_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
+            cache: Mutex::new(HashMap::new()),
+            validated: Mutex::new(HashMap::new()),
+        })))
+    }
+
+    fn reference(&self, ns: &str, uid: &str, kind: ArtifactKind) -> String {
+        format!("{}:{}", self.0.repo, tag(ns, uid, kind))
+    }
+
+    async fn hold(&self, bytes: u64) -> tokio::sync::SemaphorePermit<'_> {
+        let n = (bytes.div_ceil(MIB) as u32).clamp(1, self.0.memory_permits);
+        self.0.memory.acquire_many(n).await.expect("the semaphore is never closed")
+    }
+
+    fn lock(&self, ns: &str, uid: &str) -> &tokio::sync::Mutex<()> {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (ns, uid).hash(&mut h);
+        &self.0.locks[(h.finish() as usize) % LOCK_STRIPES]
+    }
+
+    fn forget(&self, reference: &str) {
+        self.0.cache.lock().unwrap().remove(reference);
+    }
+
+    /// Reads a job's set from the registry (checked to be that job's), and
+    /// caches it under the reference.
+    async fn read_set(&self, ns: &str, uid: &str, kind: ArtifactKind) -> Result<Arc<BlobSet>, ApiError> {
+        let reference = self.reference(ns, uid, kind);
+        let set = self.0.sets.blob_set(&reference).await.map_err(oci_error)?;
+        let job = format!("{ns}/{uid}");
+        if set.annotations.get(ANNOTATION_JOB) != Some(&job)
+            || set.annotations.get(ANNOTATION_KIND).map(String::as_str) != Some(kind.as_str())
+        {
+            return Err(ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "wrong_artifact",
+                format!("{reference} is not the {} of job {job}", kind.as_str()),
+            ));
+        }
+        let set = Arc::new(set);
+        let mut cache = self.0.cache.lock().unwrap();
+        if cache.len() >= CACHE_ENTRIES {
+            cache.clear();
+        }
+        cache.insert(reference, set.clone());
+        Ok(set)
+    }
+
+    /// The set a file read refers to: with a pin, the cached set when its
+    /// digest matches, else a fresh read that must match (409 otherwise).
+    async fn set_for(&self, ns: &str, uid: &str, kind: ArtifactKind, pin: Option<&str>) -> Result<Arc<BlobSet>, ApiError> {
+        if let Some(pin) = pin {
+            let reference = self.reference(ns, uid, kind);
+            if let Some(s) = self.0.cache.lock().unwrap().get(&reference).filter(|s| s.digest == pin) {
+                return Ok(s.clone());
+            }
+        }
+        let set = self.read_set(ns, uid, kind).await?;
+        if let Some(pin) = pin {
+            if set.digest != pin {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "set_changed",
+                    format!("the job's {} changed (now {}, asked for {pin}); read the manifest again", kind.as_str(), set.digest),
+                ));
+            }
+        }
+        Ok(set)
+    }
+
+    /// Pushes spooled entries one at a time, then the set manifest.
+    async fn push_set(
+        &self,
+        ns: &str,
+        uid: &str,
+        kind: ArtifactKind,
+        spool: Arc<std::fs::File>,
+        entries: Vec<SpoolEntry>,
+    ) -> Result<String, ApiError> {
+        let reference = self.reference(ns, uid, kind);
+        let mut pushed = HashSet::new();
+        let mut files = Vec::with_capacity(entries.len());
+        for e in entries {
+            if pushed.insert(e.digest.clone()) {
+                let _held = self.hold(e.size).await;
+                let f = spool.clone();
+                let (offset, size) = (e.offset, e.size);
+                let data = blocking(move || {
+                    let mut buf = vec![0u8; size as usize];
+                    f.read_exact_at(&mut buf, offset).map_err(internal)?;
+                    Ok(buf)
+                })
+                .await?;
+                let digest = self.0.sets.push_set_blob(&reference, &data).await.map_err(oci_error)?;
+                if digest != e.digest {
+                    return Err(internal(format!("spooled {} changed: {digest} != {}", e.path, e.digest)));
+                }
+            }
+            files.push(SetFile { path: e.path, size: e.size, digest: e.digest });
+        }
+        let annotations =
+            BTreeMap::from([(ANNOTATION_JOB.to_string(), format!("{ns}/{uid}")), (ANNOTATION_KIND.to_string(), kind.as_str().to_string())]);
+        let digest = self.0.sets.push_set_manifest(&reference, files, annotations).await.map_err(oci_error)?;
+        self.forget(&reference);
+        Ok(digest)
+    }
+}
+
+/// Registry-side caps of a job file set: the work caps plus room for the
+/// outputs' `result/` files and `manifest.json` (the endpoint checks the
+/// real caps per category before pushing).
+pub(super) fn set_limits(l: &ArtifactLimits) -> package::Limits {
+    let d = package::Limits::DEFAULT;
+    package::Limits {
+        max_file_bytes: l.max_file_bytes.max(l.max_manifest_bytes).max(l.max_stream_bytes).max(l.max_result_bytes),
+        max_total_bytes: l.max_total_bytes + l.max_result_bytes + 2 * l.max_stream_bytes + l.max_manifest_bytes,
+        max_files: l.max_files + 4,
+        max_dirs: l.max_dirs + 2,
+        max_path_bytes: d.max_path_bytes + WORK_PREFIX.len(),
+        max_depth: d.max_depth + 1,
+        ..d
+    }
+}
+
+/// The axum app.
+pub fn router(state: AppState) -> Router {
+    let l = state.0.limits;
+    let batch = DefaultBodyLimit::max((l.max_batch_body_bytes() + DRAIN_SLACK) as usize);
+    let file = DefaultBodyLimit::max((l.max_file_bytes + DRAIN_SLACK) as usize);
+    let pkg = DefaultBodyLimit::max((l.max_package_bytes + DRAIN_SLACK) as usize);
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/v1/jobs/{ns}/{uid}", delete(delete_job))
+        .route("/v1/jobs/{ns}/{uid}/package", get(get_package))
+        .route("/v1/jobs/{ns}/{uid}/package", put(put_package).layer(pkg))
+        .route("/v1/jobs/{ns}/{uid}/inputs", get(get_inputs))
+        .route("/v1/jobs/{ns}/{uid}/inputs", put(put_inputs).layer(batch))
+        .route("/v1/jobs/{ns}/{uid}/inputs/{*path}", get(get_input_file))
+        .route("/v1/jobs/{ns}/{uid}/inputs/{*path}", put(put_input_file).layer(file))
+        .route("/v1/jobs/{ns}/{uid}/outputs", get(get_outputs))
+        .route("/v1/jobs/{ns}/{uid}/outputs", put(put_outputs).layer(batch))
+        .route("/v1/jobs/{ns}/{uid}/outputs/{*path}", get(get_output_file))
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route".into()) })
+        .layer(DefaultBodyLimit::max(64 * 1024))
+        .with_state(state)
+}
+
+/// Serves `router` until `shutdown` completes (then drains in-flight requests).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
+}
+
+// -- errors -------------------------------------------------------------------
+
+/// A JSON error answer.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: String) -> Self {
+        ApiError { status, code, message }
+    }
+    fn bad(code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, code, message.into())
+    }
+    fn too_large(code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, code, message.into())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if self.status.is_server_error() {
+            tracing::warn!(code = self.code, message = %self.message, "artifact request failed");
+        }
+        let body = ErrorBody { error: ErrorDetail { code: self.code.into(), message: self.message } };
+        let mut resp = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        resp
+    }
+}
+
+pub(super) fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+}
+
+pub(super) fn oci_error(e: OciError) -> ApiError {
+    let msg = e.to_string();
+    match e {
+        OciError::NotFound { .. } => ApiError::new(StatusCode::NOT_FOUND, "not_found", msg),
+        OciError::DigestMismatch { .. } | OciError::SizeMismatch { .. } => ApiError::new(StatusCode::BAD_GATEWAY, "digest_mismatch", msg),
+        OciError::Unreachable { .. } => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "registry_unavailable", msg),
+        OciError::Auth { .. } => ApiError::new(StatusCode::BAD_GATEWAY, "registry_auth", msg),
+        _ => ApiError::new(StatusCode::BAD_GATEWAY, "registry_error", msg),
+    }
+}
+
+/// Cap errors from the package path rules are 413, the rest 400.
+pub(super) fn file_set_error(e: PackageError) -> ApiError {
+    match e {
+        PackageError::FileTooLarge { .. } => ApiError::too_large("file_too_large", e.to_string()),
+        PackageError::TotalTooLarge { .. } => ApiError::too_large("total_too_large", e.to_string()),
+        PackageError::TooManyFiles { .. } => ApiError::too_large("too_many_files", e.to_string()),
+        PackageError::TooManyDirs { .. } => ApiError::too_large("too_many_dirs", e.to_string()),
+        other => ApiError::bad("bad_path", other.to_string()),
+    }
+}
+
+pub(super) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => Err(internal(e)),
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ArtifactsArgs {
+    #[arg(long, default_value = "0.0.0.0:8443")]
+    pub listen: std::net::SocketAddr,
+    /// Registry and repository for job artifacts, e.g. registry.example:5000/skill-operator/jobs.
+    #[arg(long, value_name = "HOST/REPO")]
+    pub registry: String,
+    /// Talk plain HTTP to the registry (test registries only).
+    #[arg(long, alias = "insecure-registry")]
+    pub plain_http: bool,
+    /// Registry credentials: a docker config JSON (a kubernetes.io/dockerconfigjson Secret's key).
+    #[arg(long, value_name = "FILE")]
+    pub registry_config: Option<PathBuf>,
+    /// File holding the key job tokens derive from (the controller's).
+    #[arg(long, value_name = "FILE")]
+    pub token_key_file: PathBuf,
+    /// Where request bodies are spooled (default: the system temp dir).
+    #[arg(long, value_name = "DIR")]
+    pub spool_dir: Option<PathBuf>,
+    /// MiB of file data all requests may hold in memory together.
+    #[arg(long, default_value_t = 1024)]
+    pub memory_budget_mib: u32,
+}
+
+/// `skill-operator artifacts`: serve the artifact endpoint until shutdown.
+pub async fn command(a: ArtifactsArgs, shutdown: crate::shutdown::Shutdown) -> anyhow::Result<()> {
+    use anyhow::Context;
+    oci::install_crypto_provider();
+    let key = std::fs::read(&a.token_key_file).with_context(|| format!("cannot read the token key {}", a.token_key_file.display()))?;
+    let mut cfg = ServerConfig::new(a.registry, key);
+    cfg.plain_http = a.plain_http;
+    if let Some(path) = &a.registry_config {
+        let json = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let host = cfg.registry.split('/').next().unwrap_or_default().to_string();
+        cfg.registry_auth = oci::Auth::from_docker_config(&json, &host)?;
+    }
+    cfg.spool_dir = a.spool_dir;
+    cfg.memory_budget_mib = a.memory_budget_mib;
+    let state = AppState::new(cfg)?;
+    let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("cannot listen on {}", a.listen))?;
+    eprintln!("skill-operator: artifact endpoint on {}", listener.local_addr()?);
+    serve(listener, state, shutdown.wait_owned()).await?;
+    Ok(())
+}

@@ -1,0 +1,157 @@
+//! The seam between the MCP tools and whatever carries runs out: an
+//! [`Executor`]. The standalone server's is a local job store plus a
+//! sandboxed process runner (`runner::local`); the gateway's writes
+//! SkillJobs and reads their results back (`gateway`). The tools do the
+//! parts that must not differ between the two (the fence, the confirmation
+//! gate, argument and input checks, result shapes) and call the executor for
+//! the rest. Tests use a fake one to prove the tools without processes.
+
+use std::sync::Arc;
+
+use schemars::JsonSchema;
+use serde::Serialize;
+
+use crate::core::confirm::ConfirmMode;
+use crate::core::fence::RunPlan;
+use crate::jobs::{Chunk, FileInfo, JobLimits, JobRecord, OutputListing, ReadTarget};
+
+use super::error::ToolError;
+
+/// Who is calling: jobs belong to the principal that created them, and no
+/// other principal can list, read, run or delete them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct Caller {
+    /// A stable id of the authenticated principal (`local` over stdio).
+    pub principal: String,
+}
+
+impl Caller {
+    /// The only caller of a stdio server: the process that started it.
+    pub fn local() -> Caller {
+        Caller { principal: "local".into() }
+    }
+}
+
+/// The exact command a run would execute, as the preview shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunCommand {
+    /// Where it runs: `local` or `kubernetes`.
+    pub backend: String,
+    pub program: String,
+    pub argv: Vec<String>,
+    pub cwd: String,
+    pub timeout_secs: u64,
+    /// Variable names handed over (never values).
+    pub env: Vec<String>,
+    /// Granted variables the backend cannot supply: not handed over.
+    pub env_missing: Vec<String>,
+    /// How the run is isolated (`bubblewrap`, `off`, `pod`).
+    pub sandbox: String,
+    /// What the run can reach on the network, in words.
+    pub network: String,
+    /// The uid the script runs as.
+    pub run_as: Option<u32>,
+    /// Run-wide limits (memory, processes, disk), in words.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<String>,
+}
+
+/// Isolation settings shown by `skill_list`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct SandboxSummary {
+    /// `required`, `auto`, `off` or `pod`.
+    pub mode: String,
+    /// Whether runs are isolated.
+    pub active: bool,
+    /// Why it is (not) active.
+    pub detail: String,
+}
+
+/// Execution settings shown by `skill_list`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionSummary {
+    /// `local` or `kubernetes`.
+    pub backend: String,
+    pub sandbox: SandboxSummary,
+    /// `ask`, `auto` or `refuse`.
+    pub confirm: ConfirmMode,
+    /// Where jobs are kept (local backend).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<String>,
+}
+
+/// What a finished run returns (besides the stdout and stderr text).
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    pub record: JobRecord,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub outputs: OutputListing,
+    pub command: RunCommand,
+    pub note: Option<String>,
+}
+
+/// A job's state, inputs, run result and outputs.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobStatus {
+    #[serde(flatten)]
+    pub record: JobRecord,
+    /// Files in the work directory after the run (absent before it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outputs: Option<OutputListing>,
+}
+
+/// Progress of a long run, for clients that asked for it.
+pub type ProgressSink = Arc<dyn Fn(ProgressUpdate) + Send + Sync>;
+
+/// One progress report: the run is in `phase`, `elapsed_secs` since it was accepted.
+#[derive(Debug, Clone)]
+pub struct ProgressUpdate {
+    pub phase: String,
+    pub elapsed_secs: u64,
+    pub message: String,
+}
+
+/// What carries runs out. Every method is bound to the caller: a job of
+/// another principal is reported missing, never shown.
+#[async_trait::async_trait]
+pub trait Executor: Send + Sync {
+    /// How runs are carried out here, for `skill_list`.
+    fn summary(&self, mode: ConfirmMode) -> ExecutionSummary;
+    /// The job bounds the tools quote and check.
+    fn limits(&self) -> JobLimits;
+    /// The command a plan would run (for `job`, or for a job not yet created).
+    async fn describe(&self, plan: &RunPlan, job: Option<&str>) -> Result<RunCommand, ToolError>;
+    async fn create(&self, caller: &Caller, skill: &str) -> Result<JobRecord, ToolError>;
+    async fn upload(&self, caller: &Caller, job: &str, path: &str, offset: u64, bytes: Vec<u8>) -> Result<FileInfo, ToolError>;
+    async fn get(&self, caller: &Caller, job: &str) -> Result<JobRecord, ToolError>;
+    /// `skill_run`: a new job holding exactly `inputs` (path, bytes), then
+    /// the run. Takes the run slot before anything is created: a busy
+    /// backend says so and leaves no job behind.
+    async fn run_new(
+        &self,
+        caller: &Caller,
+        plan: RunPlan,
+        inputs: Vec<(String, Vec<u8>)>,
+        progress: Option<ProgressSink>,
+    ) -> Result<RunReport, ToolError>;
+    /// `skill_job_run`: run the plan in an existing job, whose inputs must be
+    /// exactly `inputs` (path, digest) at the moment it starts (what runs is
+    /// what was confirmed; uploads close at that moment). Takes the run slot
+    /// and holds it until the run is settled.
+    async fn run(
+        &self,
+        caller: &Caller,
+        job: &str,
+        plan: RunPlan,
+        inputs: Vec<(String, String)>,
+        progress: Option<ProgressSink>,
+    ) -> Result<RunReport, ToolError>;
+    async fn status(&self, caller: &Caller, job: &str) -> Result<JobStatus, ToolError>;
+    async fn read(&self, caller: &Caller, job: &str, target: ReadTarget, offset: u64, limit: u64) -> Result<Chunk, ToolError>;
+    async fn delete(&self, caller: &Caller, job: &str) -> Result<(), ToolError>;
+    /// The caller's jobs, newest first.
+    async fn list(&self, caller: &Caller) -> Result<Vec<JobRecord>, ToolError>;
+}

@@ -1,0 +1,74 @@
+//! `skill-operator package push`: build a deterministic package from a skill
+//! directory or a ZIP, push it, and print the digest and a SkillPackage
+//! pinned to it. Nothing from the package runs: it is read as files only.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use crate::core::package;
+
+#[derive(Debug, clap::Args)]
+pub struct PushArgs {
+    /// A skill directory (SKILL.md at its root) or a .zip file.
+    #[arg(value_name = "DIR|ZIP")]
+    pub source: PathBuf,
+    /// Inside a ZIP: the folder holding SKILL.md (default: the ZIP's root).
+    #[arg(long, value_name = "PATH")]
+    pub path: Option<String>,
+    /// Registry and repository, e.g. registry.example:5000/skills.
+    #[arg(long, value_name = "HOST/REPO")]
+    pub registry: String,
+    /// Artifact name (default: the skill's name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Tag (default: the skill's metadata.version, else `latest`).
+    #[arg(long)]
+    pub tag: Option<String>,
+    /// Talk plain HTTP to the registry (loopback or in-cluster test registries).
+    #[arg(long)]
+    pub plain_http: bool,
+}
+
+/// Build, push, print the digest and a SkillPackage to apply.
+pub async fn push(args: PushArgs) -> anyhow::Result<()> {
+    let archive = if args.source.is_dir() {
+        package::build_from_dir(&args.source)?
+    } else {
+        let bytes = std::fs::read(&args.source).with_context(|| format!("cannot read {}", args.source.display()))?;
+        package::build_from_zip(&bytes, args.path.as_deref())?
+    };
+    let dir = tempfile::tempdir()?;
+    package::unpack(&archive, &dir.path().join("pkg"))?;
+    let text = std::fs::read_to_string(dir.path().join("pkg/SKILL.md"))?;
+    let md = crate::core::frontmatter::parse(crate::core::frontmatter::decode(text.as_bytes(), false)?)?;
+    let skill =
+        md.frontmatter.get("name").and_then(|v| v.as_str()).context("SKILL.md has no `name`: a package is named by it")?.to_string();
+    crate::core::spec::servable_name(&skill).map_err(|why| anyhow::anyhow!("SKILL.md `name` {skill:?} cannot be served: it {why}"))?;
+    let description = md.frontmatter.get("description").and_then(|v| v.as_str()).unwrap_or_default().to_string();
+    let version = md.frontmatter.get("metadata").and_then(|m| m.get("version")).and_then(|v| v.as_str()).map(String::from);
+    let name = args.name.unwrap_or_else(|| skill.clone());
+    let tag = args.tag.or(version.clone()).unwrap_or_else(|| "latest".into());
+    let reference = format!("{}/{name}:{tag}", args.registry.trim_end_matches('/'));
+    let config = super::SkillConfig::for_package(&archive, &skill, &description, version)?;
+    let mut options = super::RegistryOptions::default();
+    if args.plain_http {
+        options.plain_http.push(super::registry_of(&reference)?);
+    }
+    let digest = super::Registry::new(options).push(&reference, &archive, &config).await?;
+    let pinned = format!("{}/{name}@{digest}", args.registry.trim_end_matches('/'));
+    eprintln!("pushed {reference} ({} files, {} bytes)", config.file_count, config.total_bytes);
+    println!("# digest: {digest}");
+    let short = digest.trim_start_matches("sha256:").get(..12).unwrap_or_default();
+    let package = crate::api::SkillPackage::new(
+        &format!("{skill}-{short}"),
+        crate::api::SkillPackageSpec {
+            source: crate::api::package::PackageSource {
+                oci: crate::api::package::OciSource { reference: pinned, pull_secret: None, insecure: args.plain_http },
+            },
+            runtime: None,
+        },
+    );
+    print!("{}", serde_norway::to_string(&package)?);
+    Ok(())
+}

@@ -1,0 +1,191 @@
+//! `skill-operator serve`: the standalone server. One process serving the
+//! skills under some directories over stdio or streamable HTTP, running
+//! their declared scripts locally (sandboxed with bubblewrap when it works
+//! here) unless `--read-only`.
+//!
+//! - [`ServeArgs`]: the flags; [`run`]: set up and serve until the client
+//!   goes (stdio) or shutdown (HTTP).
+//! - [`http`]: the HTTP router (`/mcp`, `/healthz`) and its guards.
+
+pub mod http;
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use rmcp::ServiceExt;
+
+use crate::core::confirm::ConfirmMode;
+use crate::core::declaration::Interpreter;
+use crate::core::grants::{is_set, Grants};
+use crate::jobs::JobLimits;
+use crate::mcp::snapshot::Snapshot;
+use crate::mcp::state::{Execution, ServerState};
+use crate::mcp::SkillServer;
+use crate::runner::executor::{default_data_dir, LocalExecutor, LocalOptions};
+use crate::runner::local::{find_interpreters, run_as_for, SandboxMode};
+use crate::shutdown::Shutdown;
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// A skills root (repeatable). Without one: MCP_SKILLS_PATH, then SKILLS_DIR
+    /// (colon-separated), then the bundled sample skills.
+    #[arg(long = "skills", value_name = "DIR")]
+    pub skills: Vec<PathBuf>,
+    /// Serve streamable HTTP on this address (path /mcp) instead of stdio, e.g. 127.0.0.1:8080.
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<SocketAddr>,
+    /// Extra Host header values the HTTP endpoint accepts (loopback names always are).
+    #[arg(long = "allowed-host", value_name = "HOST")]
+    pub allowed_hosts: Vec<String>,
+    /// Extra Origin values the HTTP endpoint accepts (loopback origins always are).
+    #[arg(long = "allowed-origin", value_name = "ORIGIN")]
+    pub allowed_origins: Vec<String>,
+    /// A JSON grants file: [{"skill", "script", "env"?, "egress"?}] rows (instead of MCP_SKILL_RUN).
+    #[arg(long, value_name = "FILE")]
+    pub grants: Option<PathBuf>,
+    /// Where jobs (inputs, outputs, streams) are kept across restarts.
+    /// Default: $MCP_DATA_DIR/skill-operator when a host set MCP_DATA_DIR,
+    /// else /var/lib/skill-operator as root, else $XDG_STATE_HOME (or ~/.local/state)/skill-operator.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Sandbox runs with bubblewrap: `required` refuses to run without it.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub sandbox: SandboxMode,
+    /// Confirmation before a run: ask (preview + token, or the client asks its user), auto, refuse.
+    /// Any other value means refuse.
+    #[arg(long, env = "SKILL_OPERATOR_CONFIRM", default_value = "ask", value_name = "MODE")]
+    pub confirm: String,
+    /// Runs at the same time; a busy server says so instead of queueing.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub max_concurrent_runs: usize,
+    /// A dedicated uid for scripts when the server runs as root (default 65534).
+    /// With one run at a time, leftovers under that uid are killed after each unsandboxed run.
+    #[arg(long, value_name = "UID")]
+    pub run_as_uid: Option<u32>,
+    /// fsync job records on every state change (survives power loss; about 4 ms per run).
+    /// Without it a record is still replaced atomically, so a restart never sees a torn one.
+    #[arg(long)]
+    pub durable_jobs: bool,
+    /// Serve the skills but never run anything (no job store, no run tools).
+    #[arg(long)]
+    pub read_only: bool,
+}
+
+/// Where the roots come from: flags, then `MCP_SKILLS_PATH`, then
+/// `SKILLS_DIR`; a blank value or a literal `${...}` counts as unset.
+pub fn roots_from(flags: &[PathBuf], lookup: &dyn Fn(&str) -> Option<String>) -> Option<Vec<PathBuf>> {
+    if !flags.is_empty() {
+        return Some(flags.to_vec());
+    }
+    for var in ["MCP_SKILLS_PATH", "SKILLS_DIR"] {
+        if let Some(value) = lookup(var).filter(|v| is_set(v)) {
+            let roots: Vec<PathBuf> = value.split(':').filter(|p| is_set(p)).map(PathBuf::from).collect();
+            if !roots.is_empty() {
+                return Some(roots);
+            }
+        }
+    }
+    None
+}
+
+/// Roots are compared with resolved paths from here on (every read checks
+/// that its real path stays inside the skill), so they are resolved once,
+/// now: `--skills ./skills` must mean the same directory as its real path.
+/// A root that does not resolve is kept as given; discovery reports it.
+pub fn resolve_roots(roots: Vec<PathBuf>) -> Vec<PathBuf> {
+    roots.into_iter().map(|root| std::fs::canonicalize(&root).unwrap_or(root)).collect()
+}
+
+/// Build the server state for `args` (scan, grants, execution backend).
+pub async fn state(args: &ServeArgs) -> anyhow::Result<ServerState> {
+    let lookup = |k: &str| std::env::var(k).ok();
+    let roots = match roots_from(&args.skills, &lookup) {
+        Some(roots) => roots,
+        None => {
+            let samples = crate::samples::materialize()?;
+            tracing::info!(path = %samples.display(), "no skills root given: serving the bundled samples");
+            vec![samples]
+        }
+    };
+    let roots = resolve_roots(roots);
+    let grants = Grants::resolve(&lookup, args.grants.as_deref());
+    let run_as = run_as_for(args.run_as_uid);
+    let interpreters: BTreeSet<Interpreter> =
+        if args.read_only { BTreeSet::new() } else { find_interpreters(run_as).keys().copied().collect() };
+    let execution = if args.read_only {
+        None
+    } else {
+        let mode = ConfirmMode::parse(&args.confirm);
+        if mode == ConfirmMode::Refuse && args.confirm.trim() != "refuse" {
+            tracing::warn!(value = %args.confirm, "unknown --confirm value: nothing will run (refuse)");
+        }
+        // SAFETY: trivial getter.
+        let is_root = unsafe { libc::geteuid() } == 0;
+        let data_dir = args.data_dir.clone().unwrap_or_else(|| default_data_dir(&lookup, is_root));
+        crate::runner::executor::prepare(&data_dir)?;
+        let executor = LocalExecutor::start(LocalOptions {
+            sandbox: args.sandbox,
+            max_concurrent_runs: args.max_concurrent_runs,
+            run_as_uid: args.run_as_uid,
+            data_dir,
+            limits: JobLimits { durable: args.durable_jobs, ..JobLimits::default() },
+        });
+        Some(Execution::new(executor, mode))
+    };
+    let snapshot = tokio::task::spawn_blocking(move || Snapshot::scan(&roots, grants, interpreters)).await?;
+    tracing::info!(skills = snapshot.catalog.skills.len(), problems = snapshot.problems.len(), "catalog ready");
+    let mut state = ServerState::new(snapshot);
+    if let Some(execution) = execution {
+        state = state.with_execution(execution);
+    }
+    Ok(state)
+}
+
+/// `serve`: until the client closes stdio, or until shutdown over HTTP.
+pub async fn run(args: ServeArgs, shutdown: Shutdown) -> anyhow::Result<()> {
+    let state = Arc::new(state(&args).await?);
+    match args.http {
+        None => stdio(state, shutdown).await,
+        Some(addr) => {
+            let options =
+                http::HttpOptions { addr, allowed_hosts: args.allowed_hosts.clone(), allowed_origins: args.allowed_origins.clone() };
+            http::serve(state, options, shutdown).await
+        }
+    }
+}
+
+/// Serve over stdin/stdout until the client closes the stream (or shutdown).
+pub async fn stdio(state: Arc<ServerState>, shutdown: Shutdown) -> anyhow::Result<()> {
+    let service = SkillServer::new(state).serve(rmcp::transport::stdio()).await.context("MCP handshake over stdio failed")?;
+    let token = service.cancellation_token();
+    tokio::select! {
+        done = service.waiting() => { done.context("stdio session ended with an error")?; }
+        _ = shutdown.wait() => token.cancel(),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn root_precedence() {
+        let e = env(&[("MCP_SKILLS_PATH", "/a:/b"), ("SKILLS_DIR", "/c")]);
+        assert_eq!(roots_from(&[PathBuf::from("/flag")], &e), Some(vec![PathBuf::from("/flag")]));
+        assert_eq!(roots_from(&[], &e), Some(vec![PathBuf::from("/a"), PathBuf::from("/b")]));
+        assert_eq!(roots_from(&[], &env(&[("SKILLS_DIR", "/c")])), Some(vec![PathBuf::from("/c")]));
+        assert_eq!(roots_from(&[], &env(&[("MCP_SKILLS_PATH", "${SKILLS}"), ("SKILLS_DIR", "/c")])), Some(vec![PathBuf::from("/c")]));
+        assert_eq!(roots_from(&[], &env(&[("MCP_SKILLS_PATH", "  "), ("SKILLS_DIR", "")])), None);
+        assert_eq!(roots_from(&[], &env(&[("SKILLS_DIR", "/x::/y")])), Some(vec![PathBuf::from("/x"), PathBuf::from("/y")]));
+    }
+}
