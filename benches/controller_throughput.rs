@@ -19,6 +19,8 @@
 //! Knobs: `SKILLJOBS` (default 1000), `CONCURRENCY` (default 16 creates in
 //! flight).
 
+// Shared with tests/envtest.rs, which uses the parts this bench does not.
+#[allow(dead_code)]
 #[path = "../tests/envtest/harness.rs"]
 mod harness;
 #[path = "../tests/oci/common.rs"]
@@ -151,7 +153,7 @@ fn latencies(created: &HashMap<String, Instant>, seen: &HashMap<String, Instant>
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let Some(assets) = harness::assets() else {
-        println!("SKIPPED: KUBEBUILDER_ASSETS is not set to a folder with etcd and kube-apiserver; the controller benchmark did not run");
+        skill_operator::gated::skip("the controller benchmark", "KUBEBUILDER_ASSETS is not set to a folder with etcd and kube-apiserver");
         return;
     };
     let count: usize = std::env::var("SKILLJOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);

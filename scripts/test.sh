@@ -7,6 +7,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/install-test-deps.sh
+# Habits the tree keeps: formatted, and clippy-clean with warnings as errors.
+cargo fmt --check
+cargo clippy --locked --all-targets -- -D warnings
 cargo build --release --locked
 cargo test --locked --all-targets
 # Gated suites again with their output shown, so a skip is visible in the log.

@@ -61,6 +61,12 @@ pub fn tools_reference() -> String {
     out
 }
 
+/// `skill-operator docs`: the generated blocks, ready to paste into the README.
+pub fn print() {
+    println!("<!-- BEGIN tools (generated: skill-operator docs) -->\n{}<!-- END tools -->\n", tools_reference());
+    println!("<!-- BEGIN reasons (generated: skill-operator docs) -->\n{}<!-- END reasons -->", reasons_table());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,10 +92,4 @@ mod tests {
             assert!(!line.ends_with("|  |"), "undocumented reason: {line}");
         }
     }
-}
-
-/// `skill-operator docs`: the generated blocks, ready to paste into the README.
-pub fn print() {
-    println!("<!-- BEGIN tools (generated: skill-operator docs) -->\n{}<!-- END tools -->\n", tools_reference());
-    println!("<!-- BEGIN reasons (generated: skill-operator docs) -->\n{}<!-- END reasons -->", reasons_table());
 }

@@ -27,7 +27,7 @@ pub fn golden_manifests() -> Vec<(&'static str, serde_json::Value)> {
 }
 
 mod erased {
-    pub trait Ser {
+    pub(crate) trait Ser {
         fn value(&self) -> serde_json::Value;
     }
     impl<T: serde::Serialize> Ser for T {

@@ -24,7 +24,7 @@ use skill_operator::controller::builders::pod_security::{hardening_violations, r
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controller_against_a_real_api_server() {
     let Some(assets) = harness::assets() else {
-        println!("SKIPPED: KUBEBUILDER_ASSETS is not set to a folder with etcd and kube-apiserver; the real API server suite did not run");
+        skill_operator::gated::skip("the real API server suite", "KUBEBUILDER_ASSETS is not set to a folder with etcd and kube-apiserver");
         return;
     };
     let env = harness::Envtest::start(&assets).await;

@@ -152,7 +152,7 @@ fn env_is_exactly_the_given_one() {
 #[test]
 fn parent_env_never_reaches_the_child_and_environ_is_unreadable_as_root() {
     if !is_root() {
-        eprintln!("SKIP: needs root");
+        skill_operator::gated::skip(module_path!(), "needs root");
         return;
     }
     let out = run_helper("root", None);
@@ -167,7 +167,7 @@ fn parent_env_never_reaches_the_child_and_environ_is_unreadable_as_root() {
 #[test]
 fn non_root_server_is_protected_by_pr_set_dumpable() {
     if !is_root() {
-        eprintln!("SKIP: needs root to start the helper as another uid");
+        skill_operator::gated::skip(module_path!(), "needs root to start the helper as another uid");
         return;
     }
     // The helper *is* the server, running as an unprivileged uid; its children share it.
@@ -259,7 +259,7 @@ async fn timeout_with_detached_grandchild_returns_within_hard_deadline() {
 #[tokio::test]
 async fn sweep_uid_kills_detached_survivors() {
     if !is_root() {
-        eprintln!("SKIP: needs root");
+        skill_operator::gated::skip(module_path!(), "needs root");
         return;
     }
     let uid = fresh_uid();
@@ -420,7 +420,7 @@ async fn spawn_errors_are_specific() {
 #[tokio::test]
 async fn interpreter_not_accessible_to_run_as_uid_is_named() {
     if !is_root() {
-        eprintln!("SKIP: needs root");
+        skill_operator::gated::skip(module_path!(), "needs root");
         return;
     }
     // Like a pyenv python under /root: fine for root, unusable for uid 65534.

@@ -84,7 +84,7 @@ async fn nofile_limit_applies() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fork_bomb_is_capped_and_fully_killed() {
     if !is_root() {
-        eprintln!("SKIP: needs root (RLIMIT_NPROC needs a dedicated uid)");
+        skill_operator::gated::skip(module_path!(), "needs root (RLIMIT_NPROC needs a dedicated uid)");
         return;
     }
     let uid = fresh_uid();
@@ -112,7 +112,7 @@ async fn fork_bomb_is_capped_and_fully_killed() {
 async fn nproc_is_not_enforced_for_root_children() {
     // Documents why RunAs::Auto drops root: with RunAs::Inherit a root child ignores NPROC.
     if !is_root() {
-        eprintln!("SKIP: needs root");
+        skill_operator::gated::skip(module_path!(), "needs root");
         return;
     }
     let script = "for i in 1 2 3 4 5 6 7 8; do sleep 0.2 & done; wait; echo done";

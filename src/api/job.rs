@@ -1,4 +1,6 @@
 //! `SkillJob`: one run of one declared script of a bound skill.
+// kube's derives generate a `pub` validation helper that is not reachable from the crate root.
+#![allow(unreachable_pub)]
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};

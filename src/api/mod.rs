@@ -84,6 +84,25 @@ mod tests {
         }
     }
 
+    /// The CRD schemas' bounds are the project's limits (schemars attributes
+    /// need literals, so this test is what ties them to the constants).
+    #[test]
+    fn schema_bounds_are_the_limits() {
+        use crate::core::limits::{MAX_ARGS, MAX_FILES, MAX_TIMEOUT_SECS, PATH_MAX_BYTES};
+        let schema = |crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition| {
+            serde_json::to_value(&crd.spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema).unwrap()
+        };
+        let job = schema(SkillJob::crd());
+        let spec = &job["properties"]["spec"]["properties"];
+        assert_eq!(spec["args"]["maxItems"], MAX_ARGS);
+        assert_eq!(spec["inputs"]["maxItems"], MAX_FILES);
+        assert_eq!(spec["timeoutSeconds"]["maximum"].as_f64(), Some(MAX_TIMEOUT_SECS as f64));
+        assert_eq!(spec["script"]["maxLength"], PATH_MAX_BYTES);
+        let pkg = schema(SkillPackage::crd());
+        let runtime = &pkg["properties"]["spec"]["properties"]["runtime"]["properties"];
+        assert_eq!(runtime["timeoutSeconds"]["maximum"].as_f64(), Some(MAX_TIMEOUT_SECS as f64));
+    }
+
     /// `kubectl explain` is only useful when every field says what it is.
     #[test]
     fn every_field_has_a_description() {

@@ -1,5 +1,7 @@
 //! `SkillPackage`: one skill at one immutable version, and the admin's
 //! runtime profile for it.
+// kube's derives generate a `pub` validation helper that is not reachable from the crate root.
+#![allow(unreachable_pub)]
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};

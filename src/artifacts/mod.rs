@@ -357,6 +357,129 @@ pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
+/// Every error code the artifact endpoint answers with, and its HTTP status.
+/// The server sends `as_str()`; clients parse it back, so both ends name the
+/// same variant (a client deciding whether to retry matches on it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    BadBody,
+    BadJob,
+    BadManifest,
+    BadPackage,
+    BadPath,
+    BadQuery,
+    BadTar,
+    BodyTooLarge,
+    DigestMismatch,
+    FileTooLarge,
+    Forbidden,
+    Internal,
+    ManifestMismatch,
+    ManifestTooLarge,
+    NotFound,
+    RegistryAuth,
+    RegistryError,
+    RegistryUnavailable,
+    SetChanged,
+    TooManyDirs,
+    TooManyFiles,
+    TotalTooLarge,
+    Unauthorized,
+    WrongArtifact,
+}
+
+impl ErrorCode {
+    pub const ALL: &'static [ErrorCode] = &[
+        ErrorCode::BadBody,
+        ErrorCode::BadJob,
+        ErrorCode::BadManifest,
+        ErrorCode::BadPackage,
+        ErrorCode::BadPath,
+        ErrorCode::BadQuery,
+        ErrorCode::BadTar,
+        ErrorCode::BodyTooLarge,
+        ErrorCode::DigestMismatch,
+        ErrorCode::FileTooLarge,
+        ErrorCode::Forbidden,
+        ErrorCode::Internal,
+        ErrorCode::ManifestMismatch,
+        ErrorCode::ManifestTooLarge,
+        ErrorCode::NotFound,
+        ErrorCode::RegistryAuth,
+        ErrorCode::RegistryError,
+        ErrorCode::RegistryUnavailable,
+        ErrorCode::SetChanged,
+        ErrorCode::TooManyDirs,
+        ErrorCode::TooManyFiles,
+        ErrorCode::TotalTooLarge,
+        ErrorCode::Unauthorized,
+        ErrorCode::WrongArtifact,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::BadBody => "bad_body",
+            ErrorCode::BadJob => "bad_job",
+            ErrorCode::BadManifest => "bad_manifest",
+            ErrorCode::BadPackage => "bad_package",
+            ErrorCode::BadPath => "bad_path",
+            ErrorCode::BadQuery => "bad_query",
+            ErrorCode::BadTar => "bad_tar",
+            ErrorCode::BodyTooLarge => "body_too_large",
+            ErrorCode::DigestMismatch => "digest_mismatch",
+            ErrorCode::FileTooLarge => "file_too_large",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::Internal => "internal",
+            ErrorCode::ManifestMismatch => "manifest_mismatch",
+            ErrorCode::ManifestTooLarge => "manifest_too_large",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::RegistryAuth => "registry_auth",
+            ErrorCode::RegistryError => "registry_error",
+            ErrorCode::RegistryUnavailable => "registry_unavailable",
+            ErrorCode::SetChanged => "set_changed",
+            ErrorCode::TooManyDirs => "too_many_dirs",
+            ErrorCode::TooManyFiles => "too_many_files",
+            ErrorCode::TotalTooLarge => "total_too_large",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::WrongArtifact => "wrong_artifact",
+        }
+    }
+
+    /// The HTTP status this code is sent with.
+    pub fn status(self) -> u16 {
+        match self {
+            ErrorCode::BadBody => 400,
+            ErrorCode::BadJob => 400,
+            ErrorCode::BadManifest => 400,
+            ErrorCode::BadPackage => 400,
+            ErrorCode::BadPath => 400,
+            ErrorCode::BadQuery => 400,
+            ErrorCode::BadTar => 400,
+            ErrorCode::BodyTooLarge => 413,
+            ErrorCode::DigestMismatch => 502,
+            ErrorCode::FileTooLarge => 413,
+            ErrorCode::Forbidden => 403,
+            ErrorCode::Internal => 500,
+            ErrorCode::ManifestMismatch => 400,
+            ErrorCode::ManifestTooLarge => 413,
+            ErrorCode::NotFound => 404,
+            ErrorCode::RegistryAuth => 502,
+            ErrorCode::RegistryError => 502,
+            ErrorCode::RegistryUnavailable => 503,
+            ErrorCode::SetChanged => 409,
+            ErrorCode::TooManyDirs => 413,
+            ErrorCode::TooManyFiles => 413,
+            ErrorCode::TotalTooLarge => 413,
+            ErrorCode::Unauthorized => 401,
+            ErrorCode::WrongArtifact => 502,
+        }
+    }
+
+    pub fn parse(code: &str) -> Option<ErrorCode> {
+        ErrorCode::ALL.iter().copied().find(|c| c.as_str() == code)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorDetail {
     pub code: String,

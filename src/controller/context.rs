@@ -21,7 +21,67 @@ pub struct FetchedPackage {
 /// Where packages come from. The OCI implementation pulls from a registry;
 /// tests substitute a fixed answer.
 pub trait PackageResolver: Send + Sync {
-    fn fetch<'a>(&'a self, source: &'a OciSource) -> BoxFuture<'a, Result<FetchedPackage, String>>;
+    fn fetch<'a>(&'a self, source: &'a OciSource) -> BoxFuture<'a, Result<FetchedPackage, ResolveError>>;
+}
+
+/// Why a package could not be resolved into something the controller serves.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error("pulling {reference}: {source}")]
+    Pull {
+        reference: String,
+        #[source]
+        source: crate::oci::OciError,
+    },
+    #[error("the registry returned {got} for a reference pinned to {pinned}")]
+    PinMismatch { pinned: String, got: String },
+    #[error("the source now resolves to {got}, not the pinned {previous}; a new version is a new SkillPackage")]
+    Moved { previous: String, got: String },
+    #[error("the package cannot be unpacked: {0}")]
+    Unpack(#[from] crate::core::package::PackageError),
+    #[error("{0}")]
+    NotServable(String),
+    #[error("a temporary directory for the package: {0}")]
+    TempDir(#[from] std::io::Error),
+    #[error("the unpack task failed: {0}")]
+    Task(String),
+}
+
+impl ResolveError {
+    /// Whether trying again later may succeed (an unreachable or failing
+    /// registry), as opposed to a package that is wrong as it is.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            ResolveError::Pull { source: crate::oci::OciError::Unreachable { .. } | crate::oci::OciError::Registry { .. }, .. }
+                | ResolveError::TempDir(_)
+                | ResolveError::Task(_)
+        )
+    }
+}
+
+/// Why a call to the artifact endpoint failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ArtifactError {
+    #[error("{what}: the artifact endpoint is unreachable: {detail}")]
+    Unreachable { what: String, detail: String },
+    #[error("{what}: the artifact endpoint answered {status}: {body}")]
+    Refused { what: String, status: u16, code: Option<crate::artifacts::ErrorCode>, body: String },
+    #[error("{what}: {detail}")]
+    Invalid { what: String, detail: String },
+    #[error("{0}: no artifact store is configured")]
+    Unsupported(String),
+}
+
+impl ArtifactError {
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            ArtifactError::Unreachable { .. } => "artifacts-unreachable",
+            ArtifactError::Refused { .. } => "artifacts-refused",
+            ArtifactError::Invalid { .. } => "artifacts-invalid",
+            ArtifactError::Unsupported(_) => "artifacts-unsupported",
+        }
+    }
 }
 
 /// The operator's settings (from flags; the Helm chart sets them).
@@ -82,12 +142,12 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("finalizer handling failed: {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
-    #[error("could not unpack the package: {0}")]
-    Unpack(String),
+    #[error("{0}")]
+    Resolve(#[from] ResolveError),
     #[error("{0}")]
     InUse(String),
     #[error("artifact endpoint: {0}")]
-    Artifacts(String),
+    Artifacts(#[from] ArtifactError),
     #[error("object has no {0}")]
     Missing(&'static str),
     #[error("could not encode: {0}")]
@@ -99,10 +159,10 @@ impl Error {
         match self {
             Error::Kube(_) => "kube",
             Error::Finalizer(_) => "finalizer",
-            Error::Unpack(_) => "unpack",
+            Error::Resolve(_) => "resolve",
             Error::Missing(_) => "missing",
             Error::InUse(_) => "in-use",
-            Error::Artifacts(_) => "artifacts",
+            Error::Artifacts(e) => e.metric_label(),
             Error::Encode(_) => "encode",
         }
     }
@@ -126,15 +186,23 @@ where
 /// Where a run's files live: the controller stages a job's package before
 /// the Job starts and removes the job's artifacts when the SkillJob goes.
 pub trait ArtifactStore: Send + Sync {
-    fn stage_package<'a>(&'a self, namespace: &'a str, uid: &'a str, archive: Vec<u8>) -> BoxFuture<'a, Result<(), String>>;
-    fn delete<'a>(&'a self, namespace: &'a str, uid: &'a str) -> BoxFuture<'a, Result<(), String>>;
+    fn stage_package<'a>(&'a self, namespace: &'a str, uid: &'a str, archive: Vec<u8>) -> BoxFuture<'a, Result<(), ArtifactError>>;
+    fn delete<'a>(&'a self, namespace: &'a str, uid: &'a str) -> BoxFuture<'a, Result<(), ArtifactError>>;
     /// The outputs manifest the upload sidecar stored (`None`: nothing stored).
-    fn outputs<'a>(&'a self, namespace: &'a str, uid: &'a str) -> BoxFuture<'a, Result<Option<crate::artifacts::OutputManifest>, String>>;
+    fn outputs<'a>(
+        &'a self,
+        namespace: &'a str,
+        uid: &'a str,
+    ) -> BoxFuture<'a, Result<Option<crate::artifacts::OutputManifest>, ArtifactError>>;
     /// One stored output file (`result/result.json`, `work/<path>`).
-    fn output_file<'a>(&'a self, namespace: &'a str, uid: &'a str, path: &'a str) -> BoxFuture<'a, Result<Vec<u8>, String>>;
+    fn output_file<'a>(&'a self, namespace: &'a str, uid: &'a str, path: &'a str) -> BoxFuture<'a, Result<Vec<u8>, ArtifactError>>;
     /// The input files staged for the job (empty when none were). A store
     /// that cannot hold inputs has none.
-    fn staged_inputs<'a>(&'a self, _namespace: &'a str, _uid: &'a str) -> BoxFuture<'a, Result<Vec<crate::artifacts::SetFile>, String>> {
+    fn staged_inputs<'a>(
+        &'a self,
+        _namespace: &'a str,
+        _uid: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<crate::artifacts::SetFile>, ArtifactError>> {
         Box::pin(async { Ok(Vec::new()) })
     }
 }
@@ -156,64 +224,90 @@ impl HttpArtifacts {
     }
 
     /// GET a JSON document under the API base; `None` on 404.
-    async fn get_json<T: serde::de::DeserializeOwned>(&self, path: &str, what: &str) -> Result<Option<T>, String> {
+    async fn get_json<T: serde::de::DeserializeOwned>(&self, path: &str, what: &str) -> Result<Option<T>, ArtifactError> {
         let url = format!("{}/{path}", self.base);
-        let response = self.http.get(url).header("Authorization", &self.bearer).send().await.map_err(|e| format!("read {what}: {e}"))?;
-        if response.status() == reqwest::StatusCode::NOT_FOUND {
-            return Ok(None);
-        }
-        if !response.status().is_success() {
-            return Err(format!("read {what}: the artifact endpoint answered {}", response.status()));
-        }
-        let bytes = response.bytes().await.map_err(|e| format!("read {what}: {e}"))?;
-        serde_json::from_slice(&bytes).map(Some).map_err(|e| format!("the manifest of {what} is not valid: {e}"))
+        let response = self.http.get(url).header("Authorization", &self.bearer).send().await;
+        let response = match Self::answer(response, &format!("read {what}")).await {
+            Ok(r) => r,
+            Err(ArtifactError::Refused { status: 404, .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let bytes = response.bytes().await.map_err(|e| unreachable(&format!("read {what}"), &e))?;
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| ArtifactError::Invalid { what: format!("read {what}"), detail: format!("the manifest is not valid: {e}") })
     }
 
-    async fn check(response: Result<reqwest::Response, reqwest::Error>, what: &str) -> Result<(), String> {
-        let response = response.map_err(|e| format!("{what}: the artifact endpoint is unreachable: {e}"))?;
-        if response.status().is_success() || response.status() == reqwest::StatusCode::NOT_FOUND && what.starts_with("delete") {
-            return Ok(());
+    /// A success, or the endpoint's refusal with its code and the first bytes of its answer.
+    async fn answer(response: Result<reqwest::Response, reqwest::Error>, what: &str) -> Result<reqwest::Response, ArtifactError> {
+        let response = response.map_err(|e| unreachable(what, &e))?;
+        if response.status().is_success() {
+            return Ok(response);
         }
-        let status = response.status();
+        let status = response.status().as_u16();
         let body = response.text().await.unwrap_or_default();
-        Err(format!("{what}: the artifact endpoint answered {status}: {}", body.chars().take(300).collect::<String>()))
+        let code =
+            serde_json::from_str::<crate::artifacts::ErrorBody>(&body).ok().and_then(|b| crate::artifacts::ErrorCode::parse(&b.error.code));
+        Err(ArtifactError::Refused { what: what.to_string(), status, code, body: body.chars().take(300).collect() })
+    }
+
+    async fn check(response: Result<reqwest::Response, reqwest::Error>, what: &str) -> Result<(), ArtifactError> {
+        match Self::answer(response, what).await {
+            Ok(_) => Ok(()),
+            Err(ArtifactError::Refused { status: 404, .. }) if what.starts_with("delete") => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 }
 
+fn unreachable(what: &str, e: &reqwest::Error) -> ArtifactError {
+    ArtifactError::Unreachable { what: what.to_string(), detail: crate::oci::error_chain(e) }
+}
+
 impl ArtifactStore for HttpArtifacts {
-    fn output_file<'a>(&'a self, namespace: &'a str, uid: &'a str, path: &'a str) -> BoxFuture<'a, Result<Vec<u8>, String>> {
+    fn output_file<'a>(&'a self, namespace: &'a str, uid: &'a str, path: &'a str) -> BoxFuture<'a, Result<Vec<u8>, ArtifactError>> {
         Box::pin(async move {
             let url = format!("{}/jobs/{namespace}/{uid}/outputs/{path}", self.base);
-            let response =
-                self.http.get(url).header("Authorization", &self.bearer).send().await.map_err(|e| format!("read {path}: {e}"))?;
-            if !response.status().is_success() {
-                return Err(format!("read {path}: the artifact endpoint answered {}", response.status()));
-            }
-            Ok(response.bytes().await.map_err(|e| format!("read {path}: {e}"))?.to_vec())
+            let what = format!("read {path}");
+            let response = Self::answer(self.http.get(url).header("Authorization", &self.bearer).send().await, &what).await?;
+            Ok(response.bytes().await.map_err(|e| unreachable(&what, &e))?.to_vec())
         })
     }
 
-    fn outputs<'a>(&'a self, namespace: &'a str, uid: &'a str) -> BoxFuture<'a, Result<Option<crate::artifacts::OutputManifest>, String>> {
+    fn outputs<'a>(
+        &'a self,
+        namespace: &'a str,
+        uid: &'a str,
+    ) -> BoxFuture<'a, Result<Option<crate::artifacts::OutputManifest>, ArtifactError>> {
         Box::pin(async move { self.get_json(&format!("jobs/{namespace}/{uid}/outputs"), "the outputs").await })
     }
 
-    fn staged_inputs<'a>(&'a self, namespace: &'a str, uid: &'a str) -> BoxFuture<'a, Result<Vec<crate::artifacts::SetFile>, String>> {
+    fn staged_inputs<'a>(
+        &'a self,
+        namespace: &'a str,
+        uid: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<crate::artifacts::SetFile>, ArtifactError>> {
         Box::pin(async move {
             // The endpoint answers an empty manifest when nothing is staged; 404 is a wrong route.
             let manifest: Option<crate::artifacts::InputsManifest> =
                 self.get_json(&format!("jobs/{namespace}/{uid}/inputs"), "the staged inputs").await?;
-            manifest.map(|m| m.files).ok_or_else(|| "read the staged inputs: the artifact endpoint answered 404 Not Found".to_string())
+            manifest.map(|m| m.files).ok_or_else(|| ArtifactError::Refused {
+                what: "read the staged inputs".into(),
+                status: 404,
+                code: None,
+                body: "the inputs route is missing: is the endpoint this version's?".into(),
+            })
         })
     }
 
-    fn stage_package<'a>(&'a self, namespace: &'a str, uid: &'a str, archive: Vec<u8>) -> BoxFuture<'a, Result<(), String>> {
+    fn stage_package<'a>(&'a self, namespace: &'a str, uid: &'a str, archive: Vec<u8>) -> BoxFuture<'a, Result<(), ArtifactError>> {
         Box::pin(async move {
             let url = format!("{}/jobs/{namespace}/{uid}/package", self.base);
             Self::check(self.http.put(url).header("Authorization", &self.bearer).body(archive).send().await, "stage the package").await
         })
     }
 
-    fn delete<'a>(&'a self, namespace: &'a str, uid: &'a str) -> BoxFuture<'a, Result<(), String>> {
+    fn delete<'a>(&'a self, namespace: &'a str, uid: &'a str) -> BoxFuture<'a, Result<(), ArtifactError>> {
         Box::pin(async move {
             let url = format!("{}/jobs/{namespace}/{uid}", self.base);
             Self::check(self.http.delete(url).header("Authorization", &self.bearer).send().await, "delete the job's artifacts").await
@@ -225,16 +319,16 @@ impl ArtifactStore for HttpArtifacts {
 pub struct NoArtifacts;
 
 impl ArtifactStore for NoArtifacts {
-    fn output_file<'a>(&'a self, _: &'a str, _: &'a str, path: &'a str) -> BoxFuture<'a, Result<Vec<u8>, String>> {
-        Box::pin(async move { Err(format!("no artifact store: {path}")) })
+    fn output_file<'a>(&'a self, _: &'a str, _: &'a str, path: &'a str) -> BoxFuture<'a, Result<Vec<u8>, ArtifactError>> {
+        Box::pin(async move { Err(ArtifactError::Unsupported(format!("read {path}"))) })
     }
-    fn outputs<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<Option<crate::artifacts::OutputManifest>, String>> {
+    fn outputs<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<Option<crate::artifacts::OutputManifest>, ArtifactError>> {
         Box::pin(async { Ok(None) })
     }
-    fn stage_package<'a>(&'a self, _: &'a str, _: &'a str, _: Vec<u8>) -> BoxFuture<'a, Result<(), String>> {
+    fn stage_package<'a>(&'a self, _: &'a str, _: &'a str, _: Vec<u8>) -> BoxFuture<'a, Result<(), ArtifactError>> {
         Box::pin(async { Ok(()) })
     }
-    fn delete<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<(), String>> {
+    fn delete<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<(), ArtifactError>> {
         Box::pin(async { Ok(()) })
     }
 }

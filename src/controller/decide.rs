@@ -42,7 +42,7 @@ pub fn default_interpreter_path(interpreter: Interpreter) -> &'static str {
 }
 
 /// Status of a package from what resolving it found (`Err`: why it could not be resolved).
-pub fn package_status(pkg: &SkillPackage, facts: Result<&PackageFacts, String>) -> SkillPackageStatus {
+pub fn package_status(pkg: &SkillPackage, facts: Result<&PackageFacts, &super::context::ResolveError>) -> SkillPackageStatus {
     let generation = pkg.metadata.generation;
     let mut status = pkg.status.clone().unwrap_or_default();
     status.observed_generation = generation;
@@ -50,7 +50,7 @@ pub fn package_status(pkg: &SkillPackage, facts: Result<&PackageFacts, String>) 
     let facts = match facts {
         Ok(facts) => facts,
         Err(why) => {
-            set_condition(&mut status.conditions, "Resolved", false, "ResolveFailed", why, generation);
+            set_condition(&mut status.conditions, "Resolved", false, "ResolveFailed", why.to_string(), generation);
             set_condition(&mut status.conditions, "Validated", false, "NotResolved", "the package could not be resolved", generation);
             set_condition(&mut status.conditions, "Ready", false, "NotResolved", "the package could not be resolved", generation);
             return status;

@@ -76,7 +76,11 @@ fn resolved_package_reports_what_it_holds() {
 
 #[test]
 fn unresolvable_package_is_not_ready() {
-    let s = package_status(&package(None), Err("registry said 404".into()));
+    let err = crate::controller::context::ResolveError::Pull {
+        reference: "r/weather:1".into(),
+        source: crate::oci::OciError::NotFound { reference: "r/weather:1".into() },
+    };
+    let s = package_status(&package(None), Err(&err));
     assert_eq!(condition(&s, "Resolved"), ("False", "ResolveFailed"));
     assert_eq!(condition(&s, "Ready").0, "False");
 }

@@ -23,7 +23,10 @@ type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
 /// Answers every fetch with a fixed archive (the registry is not the subject here).
 struct NoPackages;
 impl PackageResolver for NoPackages {
-    fn fetch<'a>(&'a self, _: &'a crate::api::package::OciSource) -> futures::future::BoxFuture<'a, Result<FetchedPackage, String>> {
+    fn fetch<'a>(
+        &'a self,
+        _: &'a crate::api::package::OciSource,
+    ) -> futures::future::BoxFuture<'a, Result<FetchedPackage, super::context::ResolveError>> {
         Box::pin(async { Ok(FetchedPackage { digest: "sha256:abc".into(), archive: vec![1, 2, 3] }) })
     }
 }
@@ -166,14 +169,14 @@ async fn first_reconcile_admits_and_creates_children_then_the_job() {
             ok(json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "team", "labels": { "pod-security.kubernetes.io/enforce": "restricted" } } }))
         })
         .await;
-        let sa = expect(&mut handle, "PATCH", "/api/v1/namespaces/team/serviceaccounts/skill-operator-run", |b| ok(b)).await;
+        let sa = expect(&mut handle, "PATCH", "/api/v1/namespaces/team/serviceaccounts/skill-operator-run", ok).await;
         assert_eq!(sa["automountServiceAccountToken"], false);
-        let secret = expect(&mut handle, "POST", "/api/v1/namespaces/team/secrets", |b| ok(b)).await;
+        let secret = expect(&mut handle, "POST", "/api/v1/namespaces/team/secrets", ok).await;
         assert_eq!(secret["stringData"]["token"], crate::core::token::job_token(b"test-key", "team", UID));
-        let policy = expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", |b| ok(b)).await;
+        let policy = expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
         assert_eq!(policy["metadata"]["name"], json!(name));
         assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
-        let created = expect(&mut handle, "POST", "/apis/batch/v1/namespaces/team/jobs", |b| ok(b)).await;
+        let created = expect(&mut handle, "POST", "/apis/batch/v1/namespaces/team/jobs", ok).await;
         let job: Job = serde_json::from_value(created).unwrap();
         assert_eq!(job.metadata.name.as_deref(), Some(name.as_str()));
         let pod = job.spec.unwrap().template.spec.unwrap();
@@ -181,7 +184,7 @@ async fn first_reconcile_admits_and_creates_children_then_the_job() {
         let run = pod.containers.iter().find(|c| c.name == "run").unwrap();
         assert!(run.command.iter().chain(run.args.iter()).flatten().any(|a| a == "; rm -rf /"), "args travel as one argv entry");
         // Event, then the status.
-        expect(&mut handle, "POST", "/apis/events.k8s.io/v1/namespaces/team/events", |b| ok(b)).await;
+        expect(&mut handle, "POST", "/apis/events.k8s.io/v1/namespaces/team/events", ok).await;
         let status =
             expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         assert_eq!(status["status"]["phase"], "Pending");
@@ -204,7 +207,7 @@ async fn a_restarted_controller_finds_its_job_and_creates_none() {
         })
         .await;
         // Without a cache the NetworkPolicy is re-created (409 when it exists).
-        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", |b| ok(b)).await;
+        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
         // A running Job has no exit to read: no pod LIST.
         let status =
             expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
@@ -227,7 +230,7 @@ async fn a_deleted_job_fails_the_skilljob_visibly_and_is_not_rerun() {
             expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         assert_eq!(status["status"]["phase"], "Failed");
         assert!(status["status"]["message"].as_str().unwrap().contains("not re-run"));
-        expect(&mut handle, "POST", "/apis/events.k8s.io/v1/namespaces/team/events", |b| ok(b)).await;
+        expect(&mut handle, "POST", "/apis/events.k8s.io/v1/namespaces/team/events", ok).await;
     });
     skilljob::reconcile(Arc::new(sj), ctx).await.expect("reconcile");
     tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
@@ -244,7 +247,7 @@ async fn a_job_refused_by_the_fence_fails_without_creating_anything() {
             expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         assert_eq!(status["status"]["phase"], "Failed");
         assert!(status["status"]["message"].as_str().unwrap().contains("must be declared"));
-        expect(&mut handle, "POST", "/apis/events.k8s.io/v1/namespaces/team/events", |b| ok(b)).await;
+        expect(&mut handle, "POST", "/apis/events.k8s.io/v1/namespaces/team/events", ok).await;
         no_more_calls(&mut handle).await;
     });
     skilljob::reconcile(Arc::new(sj), ctx).await.expect("reconcile");
@@ -254,17 +257,22 @@ async fn a_job_refused_by_the_fence_fails_without_creating_anything() {
 /// Answers outputs with what an upload sidecar would have stored.
 struct StoredOutputs;
 impl super::context::ArtifactStore for StoredOutputs {
-    fn stage_package<'a>(&'a self, _: &'a str, _: &'a str, _: Vec<u8>) -> futures::future::BoxFuture<'a, Result<(), String>> {
+    fn stage_package<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        _: Vec<u8>,
+    ) -> futures::future::BoxFuture<'a, Result<(), super::context::ArtifactError>> {
         Box::pin(async { Ok(()) })
     }
-    fn delete<'a>(&'a self, _: &'a str, _: &'a str) -> futures::future::BoxFuture<'a, Result<(), String>> {
+    fn delete<'a>(&'a self, _: &'a str, _: &'a str) -> futures::future::BoxFuture<'a, Result<(), super::context::ArtifactError>> {
         Box::pin(async { Ok(()) })
     }
     fn outputs<'a>(
         &'a self,
         ns: &'a str,
         uid: &'a str,
-    ) -> futures::future::BoxFuture<'a, Result<Option<crate::artifacts::OutputManifest>, String>> {
+    ) -> futures::future::BoxFuture<'a, Result<Option<crate::artifacts::OutputManifest>, super::context::ArtifactError>> {
         Box::pin(async move {
             let file = |path: &str, size: u64| json!({ "path": path, "size": size, "digest": format!("sha256:{}", "a".repeat(64)) });
             Ok(Some(serde_json::from_value(json!({
@@ -274,7 +282,12 @@ impl super::context::ArtifactStore for StoredOutputs {
             })).unwrap()))
         })
     }
-    fn output_file<'a>(&'a self, _: &'a str, _: &'a str, _: &'a str) -> futures::future::BoxFuture<'a, Result<Vec<u8>, String>> {
+    fn output_file<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        _: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Vec<u8>, super::context::ArtifactError>> {
         Box::pin(async {
             Ok(serde_json::to_vec(&json!({ "exitCode": 0, "signal": null, "timedOut": false, "durationMs": 10, "stdoutBytes": 2621440,
                                            "stderrBytes": 0, "stdoutTruncated": true, "stderrTruncated": false }))
@@ -296,7 +309,7 @@ async fn a_finished_run_reports_streams_and_outputs_from_the_artifact_endpoint()
                        "status": { "conditions": [{ "type": "Complete", "status": "True" }], "completionTime": "2026-01-01T00:00:10Z" } }))
         })
         .await;
-        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", |b| ok(b)).await;
+        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
         expect(&mut handle, "GET", "/api/v1/namespaces/team/pods", |_| {
             ok(json!({ "apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [] }))
         })
@@ -358,7 +371,7 @@ async fn an_old_unrecorded_job_gets_its_status_rebuilt() {
             ok(json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "team", "labels": { "pod-security.kubernetes.io/enforce": "restricted" } } }))
         })
         .await;
-        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", |b| ok(b)).await;
+        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
         let status =
             expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         assert_eq!(status["status"]["jobName"], json!(super::builders::job::job_name(UID)));
@@ -412,7 +425,7 @@ async fn a_skilljob_whose_inputs_never_come_fails_after_the_wait() {
             expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         assert_eq!(status["status"]["phase"], "Failed");
         assert!(status["status"]["message"].as_str().unwrap().contains("were not staged within 600 s"));
-        expect(&mut handle, "POST", "/apis/events.k8s.io/v1/namespaces/team/events", |b| ok(b)).await;
+        expect(&mut handle, "POST", "/apis/events.k8s.io/v1/namespaces/team/events", ok).await;
         no_more_calls(&mut handle).await;
     });
     skilljob::reconcile(Arc::new(sj), ctx).await.expect("reconcile");

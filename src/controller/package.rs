@@ -10,7 +10,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::ResourceExt;
 
-use super::context::{apply_status, Context, Error, Result};
+use super::context::{apply_status, Context, Error, ResolveError, Result};
 use super::decide::{package_status, PackageFacts, REQUIREMENT_FILES};
 use crate::api::binding::SkillBinding;
 use crate::api::package::SkillPackage;
@@ -41,51 +41,51 @@ async fn apply(pkg: &SkillPackage, ctx: &Context) -> Result<Action> {
         return Ok(Action::requeue(Duration::from_secs(600)));
     }
     let facts = resolve(pkg, ctx).await;
-    let status = package_status(pkg, facts.as_ref().map_err(|e| e.clone()));
+    let status = package_status(pkg, facts.as_ref());
     let api: Api<SkillPackage> = Api::all(ctx.client.clone());
     apply_status(&api, &pkg.name_any(), &status).await?;
     Ok(match facts {
         Ok(_) => Action::requeue(Duration::from_secs(600)),
-        Err(_) => Action::requeue(Duration::from_secs(30)),
+        // A registry that is down may come back; a package that is wrong as
+        // it is will not change until someone edits it (which wakes us).
+        Err(e) if e.is_transient() => Action::requeue(Duration::from_secs(30)),
+        Err(_) => Action::requeue(Duration::from_secs(600)),
     })
 }
 
 /// Fetch (pinning a tag to its digest; a digest in the reference must match),
 /// unpack into a private temp dir and run discovery on it.
-async fn resolve(pkg: &SkillPackage, ctx: &Context) -> Result<PackageFacts, String> {
+async fn resolve(pkg: &SkillPackage, ctx: &Context) -> Result<PackageFacts, ResolveError> {
     let source = &pkg.spec.source.oci;
     let fetched = ctx.resolver.fetch(source).await?;
     if let Some((_, pinned)) = source.reference.split_once('@') {
         if pinned != fetched.digest {
-            return Err(format!("the registry returned {} for a reference pinned to {pinned}", fetched.digest));
+            return Err(ResolveError::PinMismatch { pinned: pinned.to_string(), got: fetched.digest });
         }
     }
     let expected = pkg.status.as_ref().and_then(|s| s.digest.clone());
     if let Some(previous) = expected {
         if previous != fetched.digest && pkg.status.as_ref().and_then(|s| s.observed_generation) == pkg.metadata.generation {
-            return Err(format!(
-                "the source now resolves to {}, not the pinned {previous}; a new version is a new SkillPackage",
-                fetched.digest
-            ));
+            return Err(ResolveError::Moved { previous, got: fetched.digest });
         }
     }
     let digest = fetched.digest.clone();
     tokio::task::spawn_blocking(move || {
-        let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+        let dir = tempfile::tempdir()?;
         let unpacked = dir.path().join("unpacked");
-        crate::core::package::unpack(&fetched.archive, &unpacked).map_err(|e| format!("the package cannot be unpacked: {e}"))?;
+        crate::core::package::unpack(&fetched.archive, &unpacked)?;
         // A package has no directory of its own: its SKILL.md names it. The
         // name must be one the server can serve (the same rule as a directory
         // name), and discovery then runs on a directory of that name.
-        let name = skill_name(&unpacked)?;
+        let name = skill_name(&unpacked).map_err(ResolveError::NotServable)?;
         let root = dir.path().join(&name);
-        std::fs::rename(&unpacked, &root).map_err(|e| format!("temp dir: {e}"))?;
+        std::fs::rename(&unpacked, &root)?;
         let requirement_files = REQUIREMENT_FILES.iter().filter(|f| root.join(f).is_file()).map(|f| f.to_string()).collect();
         let catalog = discover(&[root], Limits::default());
         Ok(PackageFacts { digest, catalog, requirement_files })
     })
     .await
-    .map_err(|e| format!("unpack task failed: {e}"))?
+    .map_err(|e| ResolveError::Task(e.to_string()))?
 }
 
 /// The skill name a package's SKILL.md gives, checked as a servable name.

@@ -4,7 +4,7 @@
 
 use futures::future::BoxFuture;
 
-use super::context::{FetchedPackage, PackageResolver};
+use super::context::{FetchedPackage, PackageResolver, ResolveError};
 use crate::api::package::OciSource;
 use crate::oci::{registry_of, Registry, RegistryOptions};
 
@@ -15,14 +15,19 @@ pub struct OciResolver {
 }
 
 impl PackageResolver for OciResolver {
-    fn fetch<'a>(&'a self, source: &'a OciSource) -> BoxFuture<'a, Result<FetchedPackage, String>> {
+    fn fetch<'a>(&'a self, source: &'a OciSource) -> BoxFuture<'a, Result<FetchedPackage, ResolveError>> {
         Box::pin(async move {
             let mut options = RegistryOptions { plain_http: self.plain_http.clone(), ..Default::default() };
             if source.insecure {
-                options.plain_http.push(registry_of(&source.reference).map_err(|e| e.to_string())?);
+                options.plain_http.push(
+                    registry_of(&source.reference).map_err(|e| ResolveError::Pull { reference: source.reference.clone(), source: e })?,
+                );
             }
             let registry = Registry::new(options);
-            let pulled = registry.pull(&source.reference).await.map_err(|e| format!("pulling {}: {e}", source.reference))?;
+            let pulled = registry
+                .pull(&source.reference)
+                .await
+                .map_err(|e| ResolveError::Pull { reference: source.reference.clone(), source: e })?;
             Ok(FetchedPackage { digest: pulled.digest, archive: pulled.package })
         })
     }
@@ -84,7 +89,7 @@ impl PinnedCache {
 }
 
 impl PackageResolver for PinnedCache {
-    fn fetch<'a>(&'a self, source: &'a OciSource) -> BoxFuture<'a, Result<FetchedPackage, String>> {
+    fn fetch<'a>(&'a self, source: &'a OciSource) -> BoxFuture<'a, Result<FetchedPackage, ResolveError>> {
         Box::pin(async move {
             let Some((_, pinned)) = source.reference.rsplit_once('@') else {
                 return self.inner.fetch(source).await;
@@ -125,7 +130,7 @@ mod tests {
     }
 
     impl PackageResolver for Counting {
-        fn fetch<'a>(&'a self, source: &'a OciSource) -> BoxFuture<'a, Result<FetchedPackage, String>> {
+        fn fetch<'a>(&'a self, source: &'a OciSource) -> BoxFuture<'a, Result<FetchedPackage, ResolveError>> {
             Box::pin(async move {
                 self.pulls.fetch_add(1, Ordering::SeqCst);
                 tokio::task::yield_now().await;

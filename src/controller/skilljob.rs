@@ -152,7 +152,7 @@ async fn apply(sj: &SkillJob, ctx: &Context) -> Result<Action> {
             if let Some(package) = &package {
                 let mut source = package.spec.source.oci.clone();
                 source.reference = super::decide::pinned_reference(&source.reference, &admission.digest);
-                let fetched = ctx.resolver.fetch(&source).await.map_err(Error::Artifacts)?;
+                let fetched = ctx.resolver.fetch(&source).await?;
                 ctx.artifacts.stage_package(&ns, &uid, fetched.archive).await.map_err(Error::Artifacts)?;
             }
             Ok::<(), Error>(())

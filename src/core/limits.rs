@@ -114,11 +114,19 @@ pub const JOB_RECORD_CAP: u64 = 8 * MIB;
 /// budget are listed with their size and without a digest.
 pub const OUTPUT_HASH_BUDGET: u64 = MAX_TOTAL_BYTES;
 
+// The caps that must agree, checked when the crate compiles: a job's
+// outputs fit what a package may ship, inline inputs are one upload call,
+// the default timeout is under the ceiling.
+const _: () = assert!(MAX_FILE_BYTES <= MAX_TOTAL_BYTES);
+const _: () = assert!(JOB_UPLOAD_CHUNK <= MAX_FILE_BYTES);
+const _: () = assert!(DEFAULT_TIMEOUT_SECS <= MAX_TIMEOUT_SECS);
+const _: () = assert!(OUTPUT_HASH_BUDGET >= MAX_TOTAL_BYTES);
+
 /// Renders a byte count the way the docs write it: `1 MiB`, `256 KiB`, `8192 bytes`.
 pub fn bytes_text(n: u64) -> String {
-    if n >= MIB && n % MIB == 0 {
+    if n >= MIB && n.is_multiple_of(MIB) {
         format!("{} MiB", n / MIB)
-    } else if n >= KIB && n % KIB == 0 {
+    } else if n >= KIB && n.is_multiple_of(KIB) {
         format!("{} KiB", n / KIB)
     } else {
         format!("{n} bytes")
@@ -130,7 +138,7 @@ pub fn count_text(n: usize) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -184,15 +192,5 @@ mod tests {
         assert_eq!(count_text(2_000), "2,000");
         assert_eq!(count_text(100), "100");
         assert_eq!(count_text(1_234_567), "1,234,567");
-    }
-
-    #[test]
-    fn shared_caps_agree() {
-        // A job's outputs must fit what a package may ship, and inline
-        // inputs are one upload call.
-        assert!(MAX_FILE_BYTES <= MAX_TOTAL_BYTES);
-        assert!(JOB_UPLOAD_CHUNK <= MAX_FILE_BYTES);
-        assert!(DEFAULT_TIMEOUT_SECS <= MAX_TIMEOUT_SECS);
-        assert!(OUTPUT_HASH_BUDGET >= MAX_TOTAL_BYTES);
     }
 }

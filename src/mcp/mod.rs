@@ -12,6 +12,9 @@ pub mod state;
 pub mod tools;
 pub mod uri;
 
+#[cfg(test)]
+mod seam_tests;
+
 use std::sync::{Arc, OnceLock};
 
 use rmcp::model::{
@@ -380,6 +383,61 @@ fn read_skill_resource(state: &Snapshot, uri_text: &str) -> Result<ResourceConte
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every figure a person reads in a tool description or an argument's
+    /// description is one of the limits constants, rendered as the docs
+    /// write it: a number typed by hand fails here.
+    #[test]
+    fn descriptions_name_only_the_limits() {
+        let known = crate::core::limits::figures();
+        let figure = |text: &str| -> Vec<String> {
+            let mut out = Vec::new();
+            let words: Vec<&str> = text.split(|c: char| c.is_whitespace() || "();:".contains(c)).filter(|w| !w.is_empty()).collect();
+            for (i, w) in words.iter().enumerate() {
+                let w = w.trim_end_matches(['.', ',']);
+                if !w.chars().next().is_some_and(|c| c.is_ascii_digit()) || !w.chars().all(|c| c.is_ascii_digit() || c == ',') {
+                    continue;
+                }
+                let unit = words.get(i + 1).map(|u| u.trim_end_matches(['.', ','])).filter(|u| ["KiB", "MiB", "bytes"].contains(u));
+                out.push(match unit {
+                    Some(u) => format!("{w} {u}"),
+                    None => w.to_string(),
+                });
+            }
+            out
+        };
+        let mut texts: Vec<String> = Vec::new();
+        for tool in tool_definitions() {
+            texts.push(tool.description.clone().unwrap_or_default().to_string());
+            let schema = serde_json::to_value(tool.input_schema.as_ref()).unwrap();
+            fn collect(v: &Value, out: &mut Vec<String>) {
+                match v {
+                    Value::Object(m) => {
+                        if let Some(Value::String(d)) = m.get("description") {
+                            out.push(d.clone());
+                        }
+                        m.values().for_each(|x| collect(x, out));
+                    }
+                    Value::Array(a) => a.iter().for_each(|x| collect(x, out)),
+                    _ => {}
+                }
+            }
+            collect(&schema, &mut texts);
+        }
+        let mut typed = Vec::new();
+        for text in &texts {
+            for f in figure(text) {
+                // 0 and 1 are not limits ("offset 0 replaces", "1 to N").
+                if f != "0" && f != "1" && !known.contains(&f) {
+                    typed.push(format!("{f:?} in {text:?}"));
+                }
+            }
+        }
+        assert!(typed.is_empty(), "figures not taken from core::limits: {typed:#?}");
+        // And the test itself finds figures (a broken extractor would pass anything).
+        assert!(texts.iter().any(|t| figure(t).contains(&"1 MiB".to_string())));
+        assert_eq!(figure("at most 64, 8 KiB in total; 2,000 files"), vec!["64", "8 KiB", "2,000"]);
+    }
     use crate::core::discovery::{discover, Limits};
     use crate::core::grants::Grants;
 

@@ -37,6 +37,7 @@ fn execution(state: &ServerState) -> Result<&Execution, ToolError> {
 
 /// What a gated run tool answers: JSON (a preview or a result), or a question
 /// the client must answer before the call can go on.
+#[derive(Debug)]
 pub enum RunReply {
     Json(Value),
     InputRequired(rmcp::model::InputRequiredResult),

@@ -70,6 +70,8 @@ impl RunPolicy for StandalonePolicy {
     }
 }
 
+type DigestCache = HashMap<(String, String), (u64, SystemTime, String)>;
+
 /// The skills served at one moment, and what may run.
 pub struct Snapshot {
     pub catalog: Catalog,
@@ -81,7 +83,7 @@ pub struct Snapshot {
     /// Who may cache `skills/list` answers.
     pub cache_scope: CacheScope,
     /// Digest cache: (skill, path) -> (size, mtime, digest).
-    digests: Mutex<HashMap<(String, String), (u64, SystemTime, String)>>,
+    digests: Mutex<DigestCache>,
 }
 
 impl Snapshot {

@@ -9,16 +9,18 @@ use k8s_openapi::api::core::v1::{Container, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use skill_operator::controller::builders::{EnvGrant, JobParams, NetPolParams, Peer, RunResources};
 
-pub const UID: &str = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
-pub const NAME: &str = "report-7";
-pub const NS: &str = "team-a";
-pub const RUN_IMAGE: &str = "registry.example.com/skills/pdf@sha256:4f53cda18c2baa0c0354bb5f9a3ecbe5ed12ab4d8e11ba873c2f11161202b945";
-pub const OPERATOR_IMAGE: &str = "ghcr.io/example/skill-operator@sha256:9b2a6f0e1c7d4b3a2f1e0d9c8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a";
-pub const ARTIFACT: &str = "http://10.96.12.34:8081";
-pub const PROXY: &str = "http://10.96.40.2:3128";
+pub(crate) const UID: &str = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
+pub(crate) const NAME: &str = "report-7";
+pub(crate) const NS: &str = "team-a";
+pub(crate) const RUN_IMAGE: &str =
+    "registry.example.com/skills/pdf@sha256:4f53cda18c2baa0c0354bb5f9a3ecbe5ed12ab4d8e11ba873c2f11161202b945";
+pub(crate) const OPERATOR_IMAGE: &str =
+    "ghcr.io/example/skill-operator@sha256:9b2a6f0e1c7d4b3a2f1e0d9c8b7a6f5e4d3c2b1a0f9e8d7c6b5a4f3e2d1c0b9a";
+pub(crate) const ARTIFACT: &str = "http://10.96.12.34:8081";
+pub(crate) const PROXY: &str = "http://10.96.40.2:3128";
 
 /// Arguments full of shell metacharacters; each must stay one argv entry.
-pub fn nasty_args() -> Vec<String> {
+pub(crate) fn nasty_args() -> Vec<String> {
     [
         "; rm -rf / #",
         "$(id)",
@@ -40,7 +42,7 @@ pub fn nasty_args() -> Vec<String> {
     .collect()
 }
 
-pub fn owner(name: &str, uid: &str) -> OwnerReference {
+pub(crate) fn owner(name: &str, uid: &str) -> OwnerReference {
     OwnerReference {
         api_version: "skill-operator.dev/v1alpha1".into(),
         kind: "SkillJob".into(),
@@ -52,7 +54,7 @@ pub fn owner(name: &str, uid: &str) -> OwnerReference {
 }
 
 /// The plainest valid job: no grants, no egress, default resources.
-pub fn params() -> JobParams {
+pub(crate) fn params() -> JobParams {
     JobParams {
         skilljob_name: NAME.into(),
         namespace: NS.into(),
@@ -75,7 +77,7 @@ pub fn params() -> JobParams {
 
 /// Everything switched on: env grants, egress proxy via host alias, custom
 /// resources and ids, extra labels, nasty args, pull secret.
-pub fn params_full() -> JobParams {
+pub(crate) fn params_full() -> JobParams {
     JobParams {
         args: nasty_args(),
         env: vec![EnvGrant::from(("GITHUB_TOKEN", "gh-credentials", "token")), EnvGrant::from(("API_BASE", "api-config", "base.url"))],
@@ -93,13 +95,13 @@ pub fn params_full() -> JobParams {
 }
 
 /// A 253-character DNS subdomain (the longest SkillJob name there is).
-pub fn longest_name() -> String {
+pub(crate) fn longest_name() -> String {
     format!("{}.{}.{}.{}", "a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(61))
 }
 
 /// The variation grid: env grants × egress × timeouts × args × names (and
 /// DNS/tag images folded in), 96 parameter sets, all valid.
-pub fn grid() -> Vec<JobParams> {
+pub(crate) fn grid() -> Vec<JobParams> {
     let envs: Vec<Vec<EnvGrant>> =
         vec![vec![], vec![EnvGrant::from(("OPENAI_API_KEY", "llm", "key")), EnvGrant::from(("DB_URL", "db", "url"))]];
     let timeouts = [1u32, 60, 300, 86_400];
@@ -135,37 +137,37 @@ pub fn grid() -> Vec<JobParams> {
     out
 }
 
-pub fn pod(job: &Job) -> &PodSpec {
+pub(crate) fn pod(job: &Job) -> &PodSpec {
     job.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
 }
 
 /// Every container of a pod: init containers first, then regular ones.
-pub fn all_containers(spec: &PodSpec) -> Vec<&Container> {
+pub(crate) fn all_containers(spec: &PodSpec) -> Vec<&Container> {
     spec.init_containers.iter().flatten().chain(spec.containers.iter()).collect()
 }
 
-pub fn container<'a>(spec: &'a PodSpec, name: &str) -> &'a Container {
+pub(crate) fn container<'a>(spec: &'a PodSpec, name: &str) -> &'a Container {
     all_containers(spec).into_iter().find(|c| c.name == name).unwrap_or_else(|| panic!("no container {name}"))
 }
 
-pub fn command(c: &Container) -> Vec<&str> {
+pub(crate) fn command(c: &Container) -> Vec<&str> {
     c.command.iter().flatten().map(String::as_str).collect()
 }
 
 /// The check ids (text before the first ':') of a list of violations.
-pub fn ids(violations: &[String]) -> Vec<&str> {
+pub(crate) fn ids(violations: &[String]) -> Vec<&str> {
     violations.iter().map(|v| v.split(':').next().unwrap()).collect()
 }
 
-pub fn artifact_peer() -> Peer {
+pub(crate) fn artifact_peer() -> Peer {
     Peer::in_namespace("skill-system", BTreeMap::from([("app.kubernetes.io/name".into(), "skill-operator".into())]), 8081)
 }
 
-pub fn proxy_peer() -> Peer {
+pub(crate) fn proxy_peer() -> Peer {
     Peer::in_namespace("skill-system", BTreeMap::from([("app.kubernetes.io/name".into(), "egress-proxy".into())]), 3128)
 }
 
-pub fn netpol_params() -> NetPolParams {
+pub(crate) fn netpol_params() -> NetPolParams {
     NetPolParams {
         skilljob_name: NAME.into(),
         namespace: NS.into(),
@@ -179,6 +181,6 @@ pub fn netpol_params() -> NetPolParams {
     }
 }
 
-pub fn netpol_params_egress() -> NetPolParams {
+pub(crate) fn netpol_params_egress() -> NetPolParams {
     NetPolParams { egress_hosts: vec!["api.github.com".into(), "*.pypi.org".into()], egress_proxy: Some(proxy_peer()), ..netpol_params() }
 }

@@ -273,3 +273,14 @@ async def all_prompts(client: Client) -> list[Any]:
         if not cursor:
             return out
     raise AssertionError("prompts/list pagination did not end after 100 pages")
+
+
+
+def pytest_configure(config):
+    """With SKILL_OPERATOR_REQUIRE_GATED=1 a missing machine prerequisite of
+    a gated test (root, for the dedicated run-as uid tests) fails the run
+    instead of skipping them: a machine that has it must prove it ran them."""
+    import os
+
+    if os.environ.get("SKILL_OPERATOR_REQUIRE_GATED") == "1" and os.geteuid() != 0:
+        raise pytest.UsageError("SKILL_OPERATOR_REQUIRE_GATED=1 but not root: the run-as uid tests would be skipped")

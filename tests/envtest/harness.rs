@@ -16,7 +16,7 @@ use kube::Client;
 use skill_operator::controller::context::{Context, FetchedPackage, OperatorConfig, PackageResolver};
 use skill_operator::controller::metrics::Metrics;
 
-pub fn assets() -> Option<PathBuf> {
+pub(crate) fn assets() -> Option<PathBuf> {
     let dir = PathBuf::from(std::env::var_os("KUBEBUILDER_ASSETS")?);
     (dir.join("etcd").is_file() && dir.join("kube-apiserver").is_file()).then_some(dir)
 }
@@ -25,12 +25,13 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-pub struct Envtest {
+pub(crate) struct Envtest {
     etcd: Child,
     apiserver: Child,
     _dir: tempfile::TempDir,
     pub client: Client,
     /// Admin kubeconfig, for processes started beside the test (a controller binary).
+    #[allow(dead_code)]
     pub kubeconfig: PathBuf,
 }
 
@@ -44,7 +45,10 @@ impl Drop for Envtest {
 }
 
 impl Envtest {
-    pub async fn start(assets: &Path) -> Envtest {
+    // The children are killed and reaped by `Drop` once stored; a panic in
+    // between (a failed openssl step) leaves them to the test process's end.
+    #[allow(clippy::zombie_processes)]
+    pub(crate) async fn start(assets: &Path) -> Envtest {
         let dir = tempfile::tempdir().unwrap();
         let (client_port, peer_port, api_port) = (free_port(), free_port(), free_port());
         let etcd = Command::new(assets.join("etcd"))
@@ -105,7 +109,7 @@ impl Envtest {
 }
 
 /// Create the committed CRDs and wait until they are served.
-pub async fn install_crds(client: &Client) {
+pub(crate) async fn install_crds(client: &Client) {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -139,16 +143,19 @@ pub async fn install_crds(client: &Client) {
 struct SamplePackage;
 
 impl PackageResolver for SamplePackage {
-    fn fetch<'a>(&'a self, _: &'a skill_operator::api::package::OciSource) -> BoxFuture<'a, Result<FetchedPackage, String>> {
+    fn fetch<'a>(
+        &'a self,
+        _: &'a skill_operator::api::package::OciSource,
+    ) -> BoxFuture<'a, Result<FetchedPackage, skill_operator::controller::context::ResolveError>> {
         Box::pin(async {
             let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/samples/skills/csv-stats");
-            let archive = skill_operator::core::package::build_from_dir(&dir).map_err(|e| e.to_string())?;
+            let archive = skill_operator::core::package::build_from_dir(&dir)?;
             Ok(FetchedPackage { digest: skill_operator::core::package::digest(&archive), archive })
         })
     }
 }
 
-pub fn spawn_controller(client: Client) -> tokio::task::JoinHandle<()> {
+pub(crate) fn spawn_controller(client: Client) -> tokio::task::JoinHandle<()> {
     let config = OperatorConfig {
         operator_image: "registry.local/skill-operator@sha256:0000000000000000000000000000000000000000000000000000000000000000".into(),
         artifact_endpoint: "http://10.0.0.10:8443".into(),
@@ -176,7 +183,7 @@ pub fn spawn_controller(client: Client) -> tokio::task::JoinHandle<()> {
 }
 
 /// Create namespace `name`, enforcing Pod Security `restricted` when asked.
-pub async fn create_namespace(client: &Client, name: &str, restricted: bool) {
+pub(crate) async fn create_namespace(client: &Client, name: &str, restricted: bool) {
     let labels = if restricted { serde_json::json!({ "pod-security.kubernetes.io/enforce": "restricted" }) } else { serde_json::json!({}) };
     let ns: k8s_openapi::api::core::v1::Namespace = serde_json::from_value(
         serde_json::json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": name, "labels": labels } }),
@@ -185,11 +192,11 @@ pub async fn create_namespace(client: &Client, name: &str, restricted: bool) {
     Api::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
 }
 
-pub fn ready(conditions: &[Condition]) -> Option<()> {
+pub(crate) fn ready(conditions: &[Condition]) -> Option<()> {
     conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True").then_some(())
 }
 
-pub async fn wait_for<T, F, Fut>(mut probe: F, what: &str) -> T
+pub(crate) async fn wait_for<T, F, Fut>(mut probe: F, what: &str) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,

@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub const REGISTRY_BIN: &str = "/usr/bin/docker-registry";
+pub(crate) const REGISTRY_BIN: &str = "/usr/bin/docker-registry";
 
-pub struct TestRegistry {
+pub(crate) struct TestRegistry {
     /// `127.0.0.1:<port>`, as written in references.
     pub addr: String,
     pub dir: tempfile::TempDir,
@@ -17,12 +17,12 @@ pub struct TestRegistry {
 }
 
 impl TestRegistry {
-    pub async fn start() -> TestRegistry {
+    pub(crate) async fn start() -> TestRegistry {
         Self::start_with(None).await
     }
 
     /// With htpasswd (Basic) auth: `htpasswd` is one `user:bcrypt` line.
-    pub async fn start_with_htpasswd(htpasswd: &str) -> TestRegistry {
+    pub(crate) async fn start_with_htpasswd(htpasswd: &str) -> TestRegistry {
         Self::start_with(Some(htpasswd)).await
     }
 
@@ -85,20 +85,20 @@ impl TestRegistry {
     }
 
     /// Where the filesystem driver keeps a blob's bytes.
-    pub fn blob_path(&self, digest: &str) -> PathBuf {
+    pub(crate) fn blob_path(&self, digest: &str) -> PathBuf {
         let hex = digest.strip_prefix("sha256:").unwrap();
         self.dir.path().join("data/docker/registry/v2/blobs/sha256").join(&hex[..2]).join(hex).join("data")
     }
 
-    pub fn reference(&self, repo_and_tag: &str) -> String {
+    pub(crate) fn reference(&self, repo_and_tag: &str) -> String {
         format!("{}/{repo_and_tag}", self.addr)
     }
 
-    pub fn registry(&self) -> skill_operator::oci::Registry {
+    pub(crate) fn registry(&self) -> skill_operator::oci::Registry {
         skill_operator::oci::Registry::new(skill_operator::oci::RegistryOptions::plain_http(self.addr.clone()))
     }
 
-    pub fn registry_with(&self, limits: skill_operator::oci::OciLimits) -> skill_operator::oci::Registry {
+    pub(crate) fn registry_with(&self, limits: skill_operator::oci::OciLimits) -> skill_operator::oci::Registry {
         let mut o = skill_operator::oci::RegistryOptions::plain_http(self.addr.clone());
         o.limits = limits;
         skill_operator::oci::Registry::new(o)
@@ -113,7 +113,7 @@ impl Drop for TestRegistry {
 }
 
 /// A small skill tree on disk.
-pub fn skill_dir(name: &str) -> tempfile::TempDir {
+pub(crate) fn skill_dir(name: &str) -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
     std::fs::write(d.path().join("SKILL.md"), format!("---\nname: {name}\ndescription: test skill\n---\n# {name}\n")).unwrap();
     std::fs::create_dir_all(d.path().join("scripts")).unwrap();
@@ -123,7 +123,7 @@ pub fn skill_dir(name: &str) -> tempfile::TempDir {
     d
 }
 
-pub fn set_mode(p: &std::path::Path, mode: u32) {
+pub(crate) fn set_mode(p: &std::path::Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
 }

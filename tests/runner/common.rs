@@ -10,27 +10,27 @@ use std::time::{Duration, Instant};
 use skill_operator::runner::process::{ExecSpec, RunAs};
 use skill_operator::runner::sandbox::{bwrap_self_test, detect_bwrap, SandboxSpec};
 
-pub const PY: &str = "/usr/bin/python3";
-pub const NODE: &str = "/usr/bin/node";
-pub const BASH: &str = "/usr/bin/bash";
+pub(crate) const PY: &str = "/usr/bin/python3";
+pub(crate) const NODE: &str = "/usr/bin/node";
+pub(crate) const BASH: &str = "/usr/bin/bash";
 
-pub fn init_tracing() {
+pub(crate) fn init_tracing() {
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
         let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_test_writer().try_init();
     });
 }
 
-pub fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-pub fn base_env() -> Vec<(OsString, OsString)> {
+pub(crate) fn base_env() -> Vec<(OsString, OsString)> {
     vec![("PATH".into(), "/usr/bin:/bin".into()), ("HOME".into(), "/tmp".into()), ("LANG".into(), "C.UTF-8".into())]
 }
 
 /// A spec with a minimal env, cwd /tmp, short defaults for tests.
-pub fn spec(program: &str, args: &[&str]) -> ExecSpec {
+pub(crate) fn spec(program: &str, args: &[&str]) -> ExecSpec {
     init_tracing();
     let mut s = ExecSpec::new(program, "/tmp");
     s.args = args.iter().map(OsString::from).collect();
@@ -41,29 +41,29 @@ pub fn spec(program: &str, args: &[&str]) -> ExecSpec {
 
 /// A uid no other test (and, we assume, nothing else on the machine) uses, so
 /// RLIMIT_NPROC accounting and "no process of this uid is left" checks are isolated.
-pub fn fresh_uid() -> u32 {
+pub(crate) fn fresh_uid() -> u32 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     61000 + (std::process::id() % 200) * 20 + NEXT.fetch_add(1, Ordering::SeqCst)
 }
 
-pub fn as_user(s: &mut ExecSpec, uid: u32) {
+pub(crate) fn as_user(s: &mut ExecSpec, uid: u32) {
     s.run_as = RunAs::User { uid, gid: uid };
 }
 
 /// A temp dir owned by `uid` (0700), for use as cwd / writable work dir.
-pub fn workdir_for(uid: u32) -> tempfile::TempDir {
+pub(crate) fn workdir_for(uid: u32) -> tempfile::TempDir {
     let d = tempfile::tempdir().expect("tempdir");
     chown(d.path(), uid);
     std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod");
     d
 }
 
-pub fn chown(p: &Path, uid: u32) {
+pub(crate) fn chown(p: &Path, uid: u32) {
     std::os::unix::fs::chown(p, Some(uid), Some(uid)).expect("chown");
 }
 
 /// A world-readable temp dir (0755) holding `files` (0644), like an installed skill package.
-pub fn package(files: &[(&str, &str)]) -> tempfile::TempDir {
+pub(crate) fn package(files: &[(&str, &str)]) -> tempfile::TempDir {
     let d = tempfile::tempdir().expect("tempdir");
     std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     for (name, body) in files {
@@ -75,7 +75,7 @@ pub fn package(files: &[(&str, &str)]) -> tempfile::TempDir {
 }
 
 /// Live (non-zombie) processes whose real uid is `uid`.
-pub fn procs_of_uid(uid: u32) -> Vec<i32> {
+pub(crate) fn procs_of_uid(uid: u32) -> Vec<i32> {
     let mut out = Vec::new();
     let Ok(rd) = std::fs::read_dir("/proc") else { return out };
     for e in rd.flatten() {
@@ -99,7 +99,7 @@ pub fn procs_of_uid(uid: u32) -> Vec<i32> {
 }
 
 /// Wait up to `within` for every process of `uid` to be gone; returns the leftovers.
-pub fn wait_uid_gone(uid: u32, within: Duration) -> Vec<i32> {
+pub(crate) fn wait_uid_gone(uid: u32, within: Duration) -> Vec<i32> {
     let end = Instant::now() + within;
     loop {
         let left = procs_of_uid(uid);
@@ -110,13 +110,13 @@ pub fn wait_uid_gone(uid: u32, within: Duration) -> Vec<i32> {
     }
 }
 
-pub fn kill_uid(uid: u32) {
+pub(crate) fn kill_uid(uid: u32) {
     for pid in procs_of_uid(uid) {
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
 }
 
-pub fn pid_alive(pid: i32) -> bool {
+pub(crate) fn pid_alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(s) => {
             // state is the field after the ")" that closes comm
@@ -129,24 +129,24 @@ pub fn pid_alive(pid: i32) -> bool {
 
 /// The sandbox base, or None (test skipped) when bwrap is not installed. When bwrap is
 /// installed the self-test must pass: a broken sandbox is a failure, not a skip.
-pub async fn sandbox() -> Option<SandboxSpec> {
+pub(crate) async fn sandbox() -> Option<SandboxSpec> {
     init_tracing();
     let Some(bwrap) = detect_bwrap() else {
-        eprintln!("SKIP: bwrap not installed (apt-get install bubblewrap)");
+        skill_operator::gated::skip("sandbox test", "bwrap not installed (apt-get install bubblewrap)");
         return None;
     };
     bwrap_self_test(&bwrap, RunAs::Auto).await.expect("bwrap self-test");
     Some(SandboxSpec::new(bwrap))
 }
 
-pub fn split_nul(b: &[u8]) -> Vec<String> {
+pub(crate) fn split_nul(b: &[u8]) -> Vec<String> {
     b.split(|c| *c == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect()
 }
 
-pub fn text(b: &[u8]) -> String {
+pub(crate) fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-pub fn path(s: &Path) -> PathBuf {
+pub(crate) fn path(s: &Path) -> PathBuf {
     s.to_path_buf()
 }

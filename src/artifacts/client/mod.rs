@@ -54,7 +54,7 @@ use std::time::Duration;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use reqwest::header::AUTHORIZATION;
 
-use super::{check_namespace, check_uid, job_bearer, ArtifactLimits, ErrorBody, HEADER_CONTENT_DIGEST};
+use super::{check_namespace, check_uid, job_bearer, ArtifactLimits, ErrorBody, ErrorCode, HEADER_CONTENT_DIGEST};
 use crate::core::package::PackageError;
 
 /// Where the endpoint is and who this pod is.
@@ -155,7 +155,7 @@ impl ClientError {
     fn is_transient(&self) -> bool {
         match self {
             ClientError::Unreachable { .. } | ClientError::Io { .. } => true,
-            ClientError::Endpoint { status, code, .. } => *status >= 500 && code != "digest_mismatch",
+            ClientError::Endpoint { status, code, .. } => *status >= 500 && ErrorCode::parse(code) != Some(ErrorCode::DigestMismatch),
             _ => false,
         }
     }

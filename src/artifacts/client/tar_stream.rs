@@ -353,14 +353,14 @@ pub(super) fn file_header(size: u64) -> tar::Header {
 pub(super) mod fsx {
     use super::*;
 
-    pub enum Kind {
+    pub(super) enum Kind {
         File,
         Dir,
         Symlink,
         Other,
     }
 
-    pub fn kind(st: &libc::stat) -> Kind {
+    pub(super) fn kind(st: &libc::stat) -> Kind {
         match st.st_mode & libc::S_IFMT {
             libc::S_IFREG => Kind::File,
             libc::S_IFDIR => Kind::Dir,
@@ -378,13 +378,13 @@ pub(super) mod fsx {
     }
 
     /// The configured root itself (a mount point; following it is fine).
-    pub fn open_dir(path: &Path) -> io::Result<OwnedFd> {
+    pub(super) fn open_dir(path: &Path) -> io::Result<OwnedFd> {
         let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         let fd = cvt(unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) })?;
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }
 
-    pub fn open_dir_at(dir: &OwnedFd, name: &CStr) -> io::Result<OwnedFd> {
+    pub(super) fn open_dir_at(dir: &OwnedFd, name: &CStr) -> io::Result<OwnedFd> {
         let fd = cvt(unsafe {
             libc::openat(dir.as_raw_fd(), name.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
         })?;
@@ -392,7 +392,7 @@ pub(super) mod fsx {
     }
 
     /// A regular file only: O_NONBLOCK so a FIFO swapped in cannot hang us.
-    pub fn open_file_at(dir: &OwnedFd, name: &CStr) -> io::Result<std::fs::File> {
+    pub(super) fn open_file_at(dir: &OwnedFd, name: &CStr) -> io::Result<std::fs::File> {
         let fd = cvt(unsafe {
             libc::openat(dir.as_raw_fd(), name.as_ptr(), libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         })?;
@@ -404,7 +404,7 @@ pub(super) mod fsx {
         Ok(file)
     }
 
-    pub fn open_beneath(root: &Path, comps: &[CString]) -> io::Result<std::fs::File> {
+    pub(super) fn open_beneath(root: &Path, comps: &[CString]) -> io::Result<std::fs::File> {
         let (last, dirs) = comps.split_last().ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
         let mut dir = open_dir(root)?;
         for c in dirs {
@@ -413,14 +413,14 @@ pub(super) mod fsx {
         open_file_at(&dir, last)
     }
 
-    pub fn stat_at(dir: &OwnedFd, name: &CStr) -> io::Result<libc::stat> {
+    pub(super) fn stat_at(dir: &OwnedFd, name: &CStr) -> io::Result<libc::stat> {
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         cvt(unsafe { libc::fstatat(dir.as_raw_fd(), name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) })?;
         Ok(st)
     }
 
     /// Entry names, sorted, without `.` and `..`.
-    pub fn list(dir: &OwnedFd) -> io::Result<Vec<CString>> {
+    pub(super) fn list(dir: &OwnedFd) -> io::Result<Vec<CString>> {
         let dup = cvt(unsafe { libc::fcntl(dir.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) })?;
         let dirp = unsafe { libc::fdopendir(dup) };
         if dirp.is_null() {

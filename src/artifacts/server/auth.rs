@@ -3,8 +3,9 @@
 use super::super::{check_namespace, check_uid, OPERATOR_SUBJECT};
 use crate::core::paths::RelPath;
 use crate::core::token::verify_job_token;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap};
 
+use super::super::ErrorCode;
 use super::*;
 
 // -- authentication -----------------------------------------------------------
@@ -29,8 +30,8 @@ pub(super) enum Access {
 
 /// Route names, then credential, then role.
 pub(super) fn admit(state: &AppState, headers: &HeaderMap, ns: &str, uid: &str, access: Access) -> Result<(), ApiError> {
-    check_namespace(ns).map_err(|m| ApiError::bad("bad_job", m))?;
-    check_uid(uid).map_err(|m| ApiError::bad("bad_job", m))?;
+    check_namespace(ns).map_err(|m| ApiError::bad(ErrorCode::BadJob, m))?;
+    check_uid(uid).map_err(|m| ApiError::bad(ErrorCode::BadJob, m))?;
     let caller = authenticate(&state.0.key, headers, ns, uid)?;
     let ok = match (caller, access) {
         (Caller::Job, Access::ReadStaged | Access::WriteOutputs) => true,
@@ -41,18 +42,14 @@ pub(super) fn admit(state: &AppState, headers: &HeaderMap, ns: &str, uid: &str, 
     if ok {
         Ok(())
     } else if caller == Caller::Job {
-        Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            "a job token may read its package and inputs and write its outputs, nothing else".into(),
-        ))
+        Err(ApiError::new(ErrorCode::Forbidden, "a job token may read its package and inputs and write its outputs, nothing else"))
     } else {
-        Err(ApiError::new(StatusCode::FORBIDDEN, "forbidden", "only the job itself writes its outputs".into()))
+        Err(ApiError::new(ErrorCode::Forbidden, "only the job itself writes its outputs"))
     }
 }
 
 pub(super) fn authenticate(key: &[u8], headers: &HeaderMap, ns: &str, uid: &str) -> Result<Caller, ApiError> {
-    let unauthorized = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", m.into());
+    let unauthorized = |m: &str| ApiError::new(ErrorCode::Unauthorized, m.to_string());
     let value = headers
         .get(header::AUTHORIZATION)
         .ok_or_else(|| unauthorized("missing Authorization: Bearer credential"))?
@@ -72,7 +69,7 @@ pub(super) fn authenticate(key: &[u8], headers: &HeaderMap, ns: &str, uid: &str)
             return Err(unauthorized("invalid job token"));
         }
         if tns != ns || tuid != uid {
-            return Err(ApiError::new(StatusCode::FORBIDDEN, "forbidden", "this token belongs to another job".into()));
+            return Err(ApiError::new(ErrorCode::Forbidden, "this token belongs to another job"));
         }
         Ok(Caller::Job)
     } else if let Some(token) = cred.strip_prefix("operator:") {
@@ -91,5 +88,5 @@ pub(super) fn authenticate(key: &[u8], headers: &HeaderMap, ns: &str, uid: &str)
 }
 
 pub(super) fn rel_path(raw: &str) -> Result<RelPath, ApiError> {
-    RelPath::parse(raw).map_err(|e| ApiError::bad("bad_path", format!("path {raw:?}: {e}")))
+    RelPath::parse(raw).map_err(|e| ApiError::bad(ErrorCode::BadPath, format!("path {raw:?}: {e}")))
 }

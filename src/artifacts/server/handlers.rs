@@ -17,6 +17,7 @@ use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::FileExt;
 
+use super::super::ErrorCode;
 use super::*;
 
 // -- handlers -----------------------------------------------------------------
@@ -25,7 +26,7 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
     let probe = format!("{}:readyz-probe", state.0.repo);
     match state.0.sets.blob_set(&probe).await {
         Ok(_) | Err(OciError::NotFound { .. }) => "ok".into_response(),
-        Err(e) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "registry_unavailable", e.to_string()).into_response(),
+        Err(e) => ApiError::new(ErrorCode::RegistryUnavailable, e.to_string()).into_response(),
     }
 }
 
@@ -39,7 +40,7 @@ pub(super) async fn get_package(
     let reference = state.reference(&ns, &uid, ArtifactKind::Package);
     let pulled = state.0.packages.pull(&reference).await.map_err(oci_error)?;
     if pulled.annotations.get(ANNOTATION_JOB) != Some(&format!("{ns}/{uid}")) {
-        return Err(ApiError::new(StatusCode::BAD_GATEWAY, "wrong_artifact", format!("{reference} is not this job's package")));
+        return Err(ApiError::new(ErrorCode::WrongArtifact, format!("{reference} is not this job's package")));
     }
     let digest = package::digest(&pulled.package);
     Ok(bytes_response(pulled.package, "application/gzip", &digest, Some(&pulled.digest)))
@@ -65,7 +66,7 @@ pub(super) async fn put_package(
         let config = match known {
             Some(config) => config,
             None => SkillConfig::for_package(&bytes, STAGED_PACKAGE_NAME.to_string(), "", None)
-                .map_err(|e| ApiError::bad("bad_package", format!("not a valid package: {e}")))?,
+                .map_err(|e| ApiError::bad(ErrorCode::BadPackage, format!("not a valid package: {e}")))?,
         };
         Ok((bytes, config))
     })
@@ -120,7 +121,7 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> FromRequestParts<S> 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         match Path::<T>::from_request_parts(parts, state).await {
             Ok(Path(v)) => Ok(JobPath(v)),
-            Err(e) => Err(ApiError::bad("bad_path", e.body_text())),
+            Err(e) => Err(ApiError::bad(ErrorCode::BadPath, e.body_text())),
         }
     }
 }
@@ -133,7 +134,7 @@ impl<S: Send + Sync> FromRequestParts<S> for SetPin {
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         match Query::<SetQuery>::from_request_parts(parts, state).await {
             Ok(Query(q)) => Ok(SetPin(q)),
-            Err(e) => Err(ApiError::bad("bad_query", e.body_text())),
+            Err(e) => Err(ApiError::bad(ErrorCode::BadQuery, e.body_text())),
         }
     }
 }
@@ -151,7 +152,7 @@ pub(super) async fn get_file(
         .files
         .iter()
         .find(|f| f.path == rel.as_str())
-        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no {} file {rel}", kind.as_str())))?
+        .ok_or_else(|| ApiError::new(ErrorCode::NotFound, format!("no {} file {rel}", kind.as_str())))?
         .clone();
     let _held = state.hold(file.size).await;
     let reference = state.reference(ns, uid, kind);
@@ -270,39 +271,40 @@ pub(super) fn check_outputs(
     let m_entry = entries
         .iter()
         .find(|e| e.path == MANIFEST_PATH)
-        .ok_or_else(|| ApiError::bad("bad_manifest", format!("the batch has no {MANIFEST_PATH}")))?;
+        .ok_or_else(|| ApiError::bad(ErrorCode::BadManifest, format!("the batch has no {MANIFEST_PATH}")))?;
     if m_entry.size > l.max_manifest_bytes {
-        return Err(ApiError::too_large("manifest_too_large", format!("{MANIFEST_PATH} is over {} bytes", l.max_manifest_bytes)));
+        return Err(ApiError::too_large(ErrorCode::ManifestTooLarge, format!("{MANIFEST_PATH} is over {} bytes", l.max_manifest_bytes)));
     }
     let manifest_bytes = read_entry(file, m_entry)?;
     let manifest: OutputManifest =
-        serde_json::from_slice(&manifest_bytes).map_err(|e| ApiError::bad("bad_manifest", format!("{MANIFEST_PATH}: {e}")))?;
+        serde_json::from_slice(&manifest_bytes).map_err(|e| ApiError::bad(ErrorCode::BadManifest, format!("{MANIFEST_PATH}: {e}")))?;
     if manifest.schema_version != 1 {
-        return Err(ApiError::bad("bad_manifest", format!("schemaVersion {} (this endpoint reads 1)", manifest.schema_version)));
+        return Err(ApiError::bad(ErrorCode::BadManifest, format!("schemaVersion {} (this endpoint reads 1)", manifest.schema_version)));
     }
     if manifest.namespace != ns || manifest.uid != uid {
-        return Err(ApiError::bad("bad_manifest", "the manifest names another job"));
+        return Err(ApiError::bad(ErrorCode::BadManifest, "the manifest names another job"));
     }
     if manifest.skipped.len() > l.max_skipped_listed {
-        return Err(ApiError::bad("bad_manifest", format!("more than {} skipped files listed", l.max_skipped_listed)));
+        return Err(ApiError::bad(ErrorCode::BadManifest, format!("more than {} skipped files listed", l.max_skipped_listed)));
     }
     let listed: HashMap<&str, &SetFile> = manifest.files.iter().map(|f| (f.path.as_str(), f)).collect();
     if listed.len() != manifest.files.len() || listed.contains_key(MANIFEST_PATH) {
-        return Err(ApiError::bad("bad_manifest", "the manifest lists a path twice"));
+        return Err(ApiError::bad(ErrorCode::BadManifest, "the manifest lists a path twice"));
     }
     if entries.len() != manifest.files.len() + 1 {
         return Err(ApiError::bad(
-            "manifest_mismatch",
+            ErrorCode::ManifestMismatch,
             format!("the batch has {} files, the manifest lists {}", entries.len() - 1, manifest.files.len()),
         ));
     }
     let mut work = Vec::new();
     for e in entries.iter().filter(|e| e.path != MANIFEST_PATH) {
-        let f =
-            listed.get(e.path.as_str()).ok_or_else(|| ApiError::bad("manifest_mismatch", format!("{} is not in the manifest", e.path)))?;
+        let f = listed
+            .get(e.path.as_str())
+            .ok_or_else(|| ApiError::bad(ErrorCode::ManifestMismatch, format!("{} is not in the manifest", e.path)))?;
         if f.size != e.size || f.digest != e.digest {
             return Err(ApiError::bad(
-                "manifest_mismatch",
+                ErrorCode::ManifestMismatch,
                 format!("{}: manifest says {} bytes {}, the batch has {} bytes {}", e.path, f.size, f.digest, e.size, e.digest),
             ));
         }
@@ -310,15 +312,17 @@ pub(super) fn check_outputs(
             let cap = match name {
                 "result.json" => l.max_result_bytes,
                 "stdout" | "stderr" => l.max_stream_bytes,
-                _ => return Err(ApiError::bad("bad_path", format!("{}: result/ holds result.json, stdout and stderr only", e.path))),
+                _ => {
+                    return Err(ApiError::bad(ErrorCode::BadPath, format!("{}: result/ holds result.json, stdout and stderr only", e.path)))
+                }
             };
             if e.size > cap {
-                return Err(ApiError::too_large("file_too_large", format!("{} is over {cap} bytes", e.path)));
+                return Err(ApiError::too_large(ErrorCode::FileTooLarge, format!("{} is over {cap} bytes", e.path)));
             }
         } else if let Some(rel) = e.path.strip_prefix(WORK_PREFIX) {
             work.push((rel, e.size));
         } else {
-            return Err(ApiError::bad("bad_path", format!("{}: entries are result/..., work/... and {MANIFEST_PATH}", e.path)));
+            return Err(ApiError::bad(ErrorCode::BadPath, format!("{}: entries are result/..., work/... and {MANIFEST_PATH}", e.path)));
         }
     }
     check_work_set(work.iter().copied(), l)?;

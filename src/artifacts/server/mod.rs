@@ -63,7 +63,7 @@ use axum::routing::{delete, get, put};
 use axum::{Json, Router};
 use tokio::sync::Semaphore;
 
-use super::{tag, ArtifactKind, ArtifactLimits, ErrorBody, ErrorDetail, SetFile, ANNOTATION_JOB, ANNOTATION_KIND, WORK_PREFIX};
+use super::{tag, ArtifactKind, ArtifactLimits, ErrorBody, ErrorCode, ErrorDetail, SetFile, ANNOTATION_JOB, ANNOTATION_KIND, WORK_PREFIX};
 use crate::core::package::{self, PackageError};
 use crate::oci::{self, BlobSet, OciError, OciLimits, Registry, RegistryOptions, SkillConfig};
 
@@ -209,11 +209,7 @@ impl AppState {
         if set.annotations.get(ANNOTATION_JOB) != Some(&job)
             || set.annotations.get(ANNOTATION_KIND).map(String::as_str) != Some(kind.as_str())
         {
-            return Err(ApiError::new(
-                StatusCode::BAD_GATEWAY,
-                "wrong_artifact",
-                format!("{reference} is not the {} of job {job}", kind.as_str()),
-            ));
+            return Err(ApiError::new(ErrorCode::WrongArtifact, format!("{reference} is not the {} of job {job}", kind.as_str())));
         }
         let set = Arc::new(set);
         let mut cache = self.0.cache.lock().unwrap();
@@ -237,8 +233,7 @@ impl AppState {
         if let Some(pin) = pin {
             if set.digest != pin {
                 return Err(ApiError::new(
-                    StatusCode::CONFLICT,
-                    "set_changed",
+                    ErrorCode::SetChanged,
                     format!("the job's {} changed (now {}, asked for {pin}); read the manifest again", kind.as_str(), set.digest),
                 ));
             }
@@ -319,7 +314,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/jobs/{ns}/{uid}/outputs", get(get_outputs))
         .route("/v1/jobs/{ns}/{uid}/outputs", put(put_outputs).layer(batch))
         .route("/v1/jobs/{ns}/{uid}/outputs/{*path}", get(get_output_file))
-        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route".into()) })
+        .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
         .layer(DefaultBodyLimit::max(64 * 1024))
         .with_state(state)
 }
@@ -339,28 +334,28 @@ pub async fn serve(
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub message: String,
 }
 
 impl ApiError {
-    fn new(status: StatusCode, code: &'static str, message: String) -> Self {
-        ApiError { status, code, message }
+    fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ApiError { status: StatusCode::from_u16(code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), code, message: message.into() }
     }
-    fn bad(code: &'static str, message: impl Into<String>) -> Self {
-        ApiError::new(StatusCode::BAD_REQUEST, code, message.into())
+    fn bad(code: ErrorCode, message: impl Into<String>) -> Self {
+        ApiError::new(code, message)
     }
-    fn too_large(code: &'static str, message: impl Into<String>) -> Self {
-        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, code, message.into())
+    fn too_large(code: ErrorCode, message: impl Into<String>) -> Self {
+        ApiError::new(code, message)
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if self.status.is_server_error() {
-            tracing::warn!(code = self.code, message = %self.message, "artifact request failed");
+            tracing::warn!(code = self.code.as_str(), message = %self.message, "artifact request failed");
         }
-        let body = ErrorBody { error: ErrorDetail { code: self.code.into(), message: self.message } };
+        let body = ErrorBody { error: ErrorDetail { code: self.code.as_str().into(), message: self.message } };
         let mut resp = (self.status, Json(body)).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
             resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -370,28 +365,28 @@ impl IntoResponse for ApiError {
 }
 
 pub(super) fn internal(e: impl std::fmt::Display) -> ApiError {
-    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+    ApiError::new(ErrorCode::Internal, e.to_string())
 }
 
 pub(super) fn oci_error(e: OciError) -> ApiError {
     let msg = e.to_string();
     match e {
-        OciError::NotFound { .. } => ApiError::new(StatusCode::NOT_FOUND, "not_found", msg),
-        OciError::DigestMismatch { .. } | OciError::SizeMismatch { .. } => ApiError::new(StatusCode::BAD_GATEWAY, "digest_mismatch", msg),
-        OciError::Unreachable { .. } => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "registry_unavailable", msg),
-        OciError::Auth { .. } => ApiError::new(StatusCode::BAD_GATEWAY, "registry_auth", msg),
-        _ => ApiError::new(StatusCode::BAD_GATEWAY, "registry_error", msg),
+        OciError::NotFound { .. } => ApiError::new(ErrorCode::NotFound, msg),
+        OciError::DigestMismatch { .. } | OciError::SizeMismatch { .. } => ApiError::new(ErrorCode::DigestMismatch, msg),
+        OciError::Unreachable { .. } => ApiError::new(ErrorCode::RegistryUnavailable, msg),
+        OciError::Auth { .. } => ApiError::new(ErrorCode::RegistryAuth, msg),
+        _ => ApiError::new(ErrorCode::RegistryError, msg),
     }
 }
 
 /// Cap errors from the package path rules are 413, the rest 400.
 pub(super) fn file_set_error(e: PackageError) -> ApiError {
     match e {
-        PackageError::FileTooLarge { .. } => ApiError::too_large("file_too_large", e.to_string()),
-        PackageError::TotalTooLarge { .. } => ApiError::too_large("total_too_large", e.to_string()),
-        PackageError::TooManyFiles { .. } => ApiError::too_large("too_many_files", e.to_string()),
-        PackageError::TooManyDirs { .. } => ApiError::too_large("too_many_dirs", e.to_string()),
-        other => ApiError::bad("bad_path", other.to_string()),
+        PackageError::FileTooLarge { .. } => ApiError::too_large(ErrorCode::FileTooLarge, e.to_string()),
+        PackageError::TotalTooLarge { .. } => ApiError::too_large(ErrorCode::TotalTooLarge, e.to_string()),
+        PackageError::TooManyFiles { .. } => ApiError::too_large(ErrorCode::TooManyFiles, e.to_string()),
+        PackageError::TooManyDirs { .. } => ApiError::too_large(ErrorCode::TooManyDirs, e.to_string()),
+        other => ApiError::bad(ErrorCode::BadPath, other.to_string()),
     }
 }
 

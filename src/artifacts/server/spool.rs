@@ -15,6 +15,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 
+use super::super::ErrorCode;
 use super::*;
 
 // -- bodies -------------------------------------------------------------------
@@ -36,7 +37,7 @@ pub(super) struct SpoolEntry {
 
 /// Streams a request body into an unnamed temp file (see module docs).
 pub(super) async fn spool(state: &AppState, req: Request, limit: u64, what: &str) -> Result<Spooled, ApiError> {
-    let over = || ApiError::too_large("body_too_large", format!("{what} is larger than {limit} bytes"));
+    let over = || ApiError::too_large(ErrorCode::BodyTooLarge, format!("{what} is larger than {limit} bytes"));
     let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit + DRAIN_SLACK) {
         return Err(over());
@@ -51,7 +52,7 @@ pub(super) async fn spool(state: &AppState, req: Request, limit: u64, what: &str
         let chunk = match chunk {
             Ok(c) => c,
             Err(e) if overflow || is_length_limit(&e) => return Err(over()),
-            Err(_) => return Err(ApiError::bad("bad_body", format!("reading the {what} failed"))),
+            Err(_) => return Err(ApiError::bad(ErrorCode::BadBody, format!("reading the {what} failed"))),
         };
         n += chunk.len() as u64;
         if n > limit {
@@ -96,7 +97,7 @@ pub(super) fn scan_tar(file: &std::fs::File, max_entries: usize) -> Result<Vec<S
             Ok(())
         }
     }
-    let not_tar = |e: std::io::Error| ApiError::bad("bad_tar", format!("the body is not a readable tar: {e}"));
+    let not_tar = |e: std::io::Error| ApiError::bad(ErrorCode::BadTar, format!("the body is not a readable tar: {e}"));
     let mut f = file.try_clone().map_err(internal)?;
     f.rewind().map_err(internal)?;
     let mut archive = tar::Archive::new(std::io::BufReader::with_capacity(256 * 1024, f));
@@ -109,25 +110,25 @@ pub(super) fn scan_tar(file: &std::fs::File, max_entries: usize) -> Result<Vec<S
             tar::EntryType::Directory => continue,
             other => {
                 return Err(ApiError::bad(
-                    "bad_tar",
+                    ErrorCode::BadTar,
                     format!("tar entry {} is a {other:?}; only regular files are accepted", String::from_utf8_lossy(&entry.path_bytes())),
                 ))
             }
         }
         if out.len() >= max_entries {
-            return Err(ApiError::too_large("too_many_files", format!("more than {max_entries} entries")));
+            return Err(ApiError::too_large(ErrorCode::TooManyFiles, format!("more than {max_entries} entries")));
         }
-        let path =
-            String::from_utf8(entry.path_bytes().into_owned()).map_err(|_| ApiError::bad("bad_path", "a tar entry name is not UTF-8"))?;
+        let path = String::from_utf8(entry.path_bytes().into_owned())
+            .map_err(|_| ApiError::bad(ErrorCode::BadPath, "a tar entry name is not UTF-8"))?;
         if !seen.insert(path.clone()) {
-            return Err(ApiError::bad("bad_tar", format!("tar entry {path} appears twice")));
+            return Err(ApiError::bad(ErrorCode::BadTar, format!("tar entry {path} appears twice")));
         }
         let offset = entry.raw_file_position();
         let size = entry.size();
         let mut h = HashWriter(Sha256::new());
         let copied = std::io::copy(&mut entry, &mut h).map_err(not_tar)?;
         if copied != size {
-            return Err(ApiError::bad("bad_tar", format!("tar entry {path} is cut short")));
+            return Err(ApiError::bad(ErrorCode::BadTar, format!("tar entry {path} is cut short")));
         }
         out.push(SpoolEntry { path, offset, size, digest: format!("sha256:{}", hex::encode(h.0.finalize())) });
     }
@@ -148,14 +149,17 @@ pub(super) fn check_work_set<'a>(files: impl Iterator<Item = (&'a str, u64)> + C
         rel_path(path)?;
         count += 1;
         if count > l.max_files {
-            return Err(ApiError::too_large("too_many_files", format!("more than {} files", l.max_files)));
+            return Err(ApiError::too_large(ErrorCode::TooManyFiles, format!("more than {} files", l.max_files)));
         }
         if size > l.max_file_bytes {
-            return Err(ApiError::too_large("file_too_large", format!("{path} is {size} bytes, over the {}-byte cap", l.max_file_bytes)));
+            return Err(ApiError::too_large(
+                ErrorCode::FileTooLarge,
+                format!("{path} is {size} bytes, over the {}-byte cap", l.max_file_bytes),
+            ));
         }
         total += size;
         if total > l.max_total_bytes {
-            return Err(ApiError::too_large("total_too_large", format!("files add up to more than {} bytes", l.max_total_bytes)));
+            return Err(ApiError::too_large(ErrorCode::TotalTooLarge, format!("files add up to more than {} bytes", l.max_total_bytes)));
         }
     }
     package::check_file_set(files, &l.file_set()).map_err(file_set_error)

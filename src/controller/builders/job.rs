@@ -77,9 +77,8 @@ use super::{
     LABEL_MANAGED_BY, LABEL_SKILLJOB, LABEL_SKILLJOB_UID, MANAGED_BY,
 };
 
-/// Upper bound for a SkillJob timeout. The skill policy's own ceiling (300 s
-/// in skill-mcp) is the caller's business; this only keeps the deadline sane.
-pub const MAX_TIMEOUT_SECS: u32 = 86_400;
+/// Upper bound for a SkillJob timeout: the project's one hard ceiling.
+pub const MAX_TIMEOUT_SECS: u32 = crate::core::limits::MAX_TIMEOUT_SECS as u32;
 /// Added to the timeout for activeDeadlineSeconds (scheduling, image pulls,
 /// fetch, launcher kill/drain, upload).
 pub const DEADLINE_SLACK_SECS: i64 = 180;
@@ -90,10 +89,7 @@ pub const TTL_AFTER_FINISHED_SECS: i32 = 3600;
 pub const TERMINATION_GRACE_SECS: i64 = 30;
 /// Default run-as uid and gid (distroless "nonroot").
 pub const DEFAULT_RUN_AS: i64 = 65532;
-/// Most arguments a script may get (skill-mcp's limit).
-pub const MAX_ARGS: usize = 64;
-/// Most argument bytes in total (skill-mcp's limit).
-pub const MAX_ARG_BYTES: usize = 8192;
+pub use crate::core::limits::{MAX_ARGS, MAX_ARG_BYTES};
 
 /// Container names. `run` is also named by the podFailurePolicy.
 pub const CONTAINER_FETCH: &str = "fetch";
@@ -138,28 +134,9 @@ pub const HELPER_EPHEMERAL: &str = "512Mi";
 /// The run container's fixed PATH.
 pub const RUN_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// Env names the builder sets itself or that change how programs load code;
-/// a grant may not use them. Names starting with `SKILL_OPERATOR_` or
-/// `KUBERNETES_` are reserved as well.
-pub const RESERVED_ENV: [&str; 16] = [
-    "HOME",
-    "TMPDIR",
-    "PATH",
-    "LD_PRELOAD",
-    "LD_LIBRARY_PATH",
-    "LD_AUDIT",
-    "NODE_OPTIONS",
-    "NODE_REPL_EXTERNAL_MODULE",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "NO_PROXY",
-    "no_proxy",
-    "ALL_PROXY",
-    "all_proxy",
-];
-const RESERVED_ENV_PREFIXES: [&str; 2] = ["SKILL_OPERATOR_", "KUBERNETES_"];
+/// Env names a grant may not use: the project's one list ([`crate::core::env`]),
+/// which covers what this builder sets itself and every loader injector.
+pub use crate::core::env::is_reserved as is_reserved_env;
 
 /// One granted environment variable, delivered only through `secretKeyRef`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -336,7 +313,7 @@ impl JobParams {
             if !is_env_name(&grant.name) {
                 return bad("must match [A-Za-z_][A-Za-z0-9_]*");
             }
-            if RESERVED_ENV.contains(&grant.name.as_str()) || RESERVED_ENV_PREFIXES.iter().any(|p| grant.name.starts_with(p)) {
+            if is_reserved_env(&grant.name) {
                 return bad("is reserved");
             }
             if !seen.insert(grant.name.as_str()) {
