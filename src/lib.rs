@@ -17,6 +17,7 @@ pub mod mcp;
 pub mod samples;
 pub mod serve;
 pub mod shutdown;
+pub mod tls;
 
 pub mod runner;
 

@@ -269,9 +269,28 @@ fn spawn_upload(env: &Env, ns: &str, uid: &str, d: &PodDirs) -> tokio::process::
         .arg(&d.token)
         .arg("--termination-log")
         .arg(&d.termination_log)
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap()
+}
+
+/// Wait until the sidecar says it is waiting for the result (its signal
+/// handlers are installed by then), keeping its stderr drained.
+async fn wait_until_waiting(child: &mut tokio::process::Child) {
+    use tokio::io::AsyncBufReadExt;
+    let stderr = child.stderr.take().expect("piped stderr");
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    let ready = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains("waiting for") {
+                return;
+            }
+        }
+        panic!("the sidecar exited before it said it was waiting");
+    };
+    tokio::time::timeout(Duration::from_secs(20), ready).await.expect("the sidecar did not start");
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
 }
 
 fn sigterm(child: &tokio::process::Child) {
@@ -326,18 +345,18 @@ async fn round_trip_stage_fetch_run_upload_read_back() {
     assert_eq!(std::fs::metadata(&tool).unwrap().permissions().mode() & 0o777, 0o755);
     assert_eq!(std::fs::read(&tool).unwrap(), std::fs::read(BIN).unwrap());
 
-    // upload starts before the run (native sidecar) and waits for result.json.
+    // upload starts before the run (native sidecar) and waits for result.json
+    // (had it uploaded before, the result read back below would be missing).
     let mut upload = spawn_upload(&env, NS, UID, &d);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(upload.try_wait().unwrap().is_none(), "upload must wait for result.json");
+    wait_until_waiting(&mut upload).await;
     let run = simulate_launch(&d, "data/input.csv").await;
     assert!(run.status.success(), "stats.py: {}", String::from_utf8_lossy(&run.stderr));
     let stats: Value = serde_json::from_slice(&run.stdout).unwrap();
     assert_eq!(stats["rows"], 6);
 
-    // After uploading it stays up until the kubelet's SIGTERM.
+    // After uploading it stays up until the kubelet's SIGTERM: the only way
+    // out of its wait is the signal, so it is still running once the log is written.
     wait_for_file(&d.termination_log, Duration::from_secs(20)).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(upload.try_wait().unwrap().is_none(), "the sidecar must linger until SIGTERM");
     sigterm(&upload);
     let status = tokio::time::timeout(Duration::from_secs(10), upload.wait()).await.unwrap().unwrap();
@@ -456,7 +475,7 @@ async fn upload_file_cap_at_the_real_32_mib_edge() {
     std::fs::File::create(d.work.join("exact.bin")).unwrap().set_len(32 * MIB).unwrap();
     std::fs::File::create(d.work.join("over.bin")).unwrap().set_len(32 * MIB + 1).unwrap();
     std::fs::write(d.result.join("result.json"), b"{}").unwrap();
-    let r = client::upload(&upload_opts(&env, NS, UID, &d), &no_stop()).await.unwrap();
+    let r = client::upload(&upload_opts(&env, NS, UID, &d), &no_stop()).await.unwrap().expect("uploaded");
     let paths: Vec<&str> = r.manifest.files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(paths, ["result/result.json", "work/exact.bin"]);
     assert_eq!(r.manifest.files[1].size, 32 * MIB);
@@ -498,7 +517,7 @@ async fn upload_file_count_cap_at_the_real_2000_edge() {
         std::fs::write(dir.join(format!("f{i:04}.txt")), b"y").unwrap();
     }
     std::fs::write(d.result.join("result.json"), b"{}").unwrap();
-    let r = client::upload(&upload_opts(&env, NS, UID, &d), &no_stop()).await.unwrap();
+    let r = client::upload(&upload_opts(&env, NS, UID, &d), &no_stop()).await.unwrap().expect("uploaded");
     let work = r.manifest.files.iter().filter(|f| f.path.starts_with("work/")).count();
     assert_eq!(work, 2000, "2,000 files are accepted by the endpoint");
     assert_eq!(r.manifest.skipped.len(), 1);
@@ -557,7 +576,7 @@ async fn upload_reports_total_and_count_caps_at_small_configured_edges() {
     std::fs::write(d.work.join("e"), vec![5u8; 0]).unwrap(); // fourth file
     std::fs::write(d.work.join("f"), vec![5u8; 601]).unwrap(); // over per-file
     std::fs::write(d.result.join("result.json"), b"{}").unwrap();
-    let r = client::upload(&upload_opts(&env, NS, UID, &d), &no_stop()).await.unwrap();
+    let r = client::upload(&upload_opts(&env, NS, UID, &d), &no_stop()).await.unwrap().expect("uploaded");
     let taken: Vec<&str> = r.manifest.files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(taken, ["result/result.json", "work/a", "work/c", "work/d"]);
     let skipped: Vec<(&str, SkipReason)> = r.manifest.skipped.iter().map(|s| (s.path.as_str(), s.reason)).collect();
@@ -739,7 +758,7 @@ async fn upload_skips_symlinks_and_special_files_and_reports_them() {
     std::os::unix::fs::symlink(&d.token, d.result.join("stdout")).unwrap();
     std::fs::write(d.result.join("result.json"), b"{}").unwrap();
 
-    let r = client::upload(&upload_opts(&env, NS, UID, &d), &no_stop()).await.unwrap();
+    let r = client::upload(&upload_opts(&env, NS, UID, &d), &no_stop()).await.unwrap().expect("uploaded");
     let taken: Vec<&str> = r.manifest.files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(taken, ["result/result.json", "work/real/kept.txt"]);
     let mut skipped: Vec<(&str, SkipReason)> = r.manifest.skipped.iter().map(|s| (s.path.as_str(), s.reason)).collect();
@@ -774,7 +793,7 @@ async fn upload_skips_names_it_could_not_serve_back_and_case_collisions() {
     std::fs::create_dir(d.work.join("dir")).unwrap();
     std::fs::write(d.work.join("dir/y"), b"y").unwrap();
     std::fs::write(d.result.join("result.json"), b"{}").unwrap();
-    let r = client::upload(&upload_opts(&env, NS, UID, &d), &no_stop()).await.unwrap();
+    let r = client::upload(&upload_opts(&env, NS, UID, &d), &no_stop()).await.unwrap().expect("uploaded");
     let taken: Vec<&str> = r.manifest.files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(taken, ["result/result.json", "work/A.txt", "work/Dir/x", "work/ok.txt"]);
     let mut skipped: Vec<(String, SkipReason)> = r.manifest.skipped.iter().map(|s| (s.path.clone(), s.reason)).collect();
@@ -798,23 +817,39 @@ async fn upload_skips_names_it_could_not_serve_back_and_case_collisions() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn upload_on_sigterm_before_the_result_uploads_what_exists_and_exits_0() {
+async fn upload_on_sigterm_of_a_cancelled_run_uploads_nothing_and_exits_0() {
+    // Issue 8: a cancelled run's outputs were still uploaded as a result.
     let env = start().await;
     let d = pod_dirs(NS, UID);
     std::fs::write(d.work.join("partial.txt"), b"half done").unwrap();
     std::fs::write(d.result.join("stderr"), b"killed?").unwrap();
     let mut upload = spawn_upload(&env, NS, UID, &d);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(upload.try_wait().unwrap().is_none(), "waits for result.json");
+    wait_until_waiting(&mut upload).await;
     sigterm(&upload);
+    // The launcher, stopped at the same moment, writes its cancelled result a little later.
+    let cancelled = LaunchResult { outcome: RunOutcome { cancelled: true, ..RunOutcome::default() }, error: None };
+    std::fs::write(d.result.join("result.json"), serde_json::to_vec(&cancelled).unwrap()).unwrap();
     let status = tokio::time::timeout(Duration::from_secs(15), upload.wait()).await.expect("exits after SIGTERM").unwrap();
     assert_eq!(status.code(), Some(0), "{status:?}");
-    let (m, bytes) = outputs_manifest(&env, NS, UID).await;
-    assert!(!m.complete);
-    let taken: Vec<&str> = m.files.iter().map(|f| f.path.as_str()).collect();
-    assert_eq!(taken, ["result/stderr", "work/partial.txt"]);
+    let (s, _) = env.get(&format!("{NS}/{UID}/outputs"), &op()).await;
+    assert_eq!(s, 404, "nothing was stored for a cancelled run");
     let line = std::fs::read_to_string(&d.termination_log).unwrap();
-    assert_eq!(line, format!("{} files=2 bytes=16 skipped=0 complete=false", sha256_digest(&bytes)));
+    assert!(line.starts_with("cancelled:"), "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upload_stopped_with_no_result_at_all_uploads_nothing() {
+    let env = start().await;
+    let d = pod_dirs(NS, UID);
+    std::fs::write(d.work.join("partial.txt"), b"half done").unwrap();
+    let stop = skill_operator::shutdown::Shutdown::new();
+    stop.trigger();
+    let mut o = upload_opts(&env, NS, UID, &d);
+    o.poll_interval = Duration::from_millis(10);
+    assert!(client::upload(&o, &stop).await.unwrap().is_none());
+    let (s, _) = env.get(&format!("{NS}/{UID}/outputs"), &op()).await;
+    assert_eq!(s, 404);
+    assert!(std::fs::read_to_string(&d.termination_log).unwrap().starts_with("no result:"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -827,7 +862,7 @@ async fn termination_message_stays_under_4_kib() {
         std::os::unix::fs::symlink("/etc/passwd", d.work.join(name)).unwrap();
     }
     std::fs::write(d.result.join("result.json"), b"{}").unwrap();
-    let r = client::upload(&upload_opts(&env, NS, UID, &d), &no_stop()).await.unwrap();
+    let r = client::upload(&upload_opts(&env, NS, UID, &d), &no_stop()).await.unwrap().expect("uploaded");
     assert_eq!(r.manifest.skipped.len(), ArtifactLimits::DEFAULT.max_skipped_listed);
     assert_eq!(r.manifest.skipped_omitted, 200);
     let line = std::fs::read_to_string(&d.termination_log).unwrap();
@@ -918,4 +953,63 @@ async fn the_controller_reads_staged_inputs_and_matches_them_against_the_spec() 
     assert_eq!(inputs_mismatch(std::slice::from_ref(&named), &staged), None);
     let other = skill_operator::api::job::InputFile { digest: package::digest(b"other"), ..named };
     assert!(inputs_mismatch(&[other], &staged).unwrap().contains("data.csv differs"));
+}
+
+/// `fetch` with `argv` inside a bubblewrap view of this machine that has no
+/// CA bundle anywhere rustls or OpenSSL would look for one.
+fn fetch_without_ca_bundle(args: &[String]) -> Option<std::process::Output> {
+    let Some(bwrap) = skill_operator::runner::sandbox::detect_bwrap() else {
+        skill_operator::gated::skip("fetch without a CA bundle", "bwrap not installed (apt-get install bubblewrap)");
+        return None;
+    };
+    let mut cmd = std::process::Command::new(bwrap);
+    cmd.args(["--dev-bind", "/", "/"]);
+    for dir in ["/etc/ssl", "/usr/lib/ssl", "/usr/share/ca-certificates", "/etc/pki", "/usr/local/share/ca-certificates"] {
+        if Path::new(dir).exists() {
+            cmd.args(["--tmpfs", dir]);
+        }
+    }
+    cmd.env_remove("SSL_CERT_FILE").env_remove("SSL_CERT_DIR");
+    cmd.args(["--", BIN, "fetch"]).args(args);
+    Some(cmd.output().unwrap())
+}
+
+/// Issue 8: the fetch container panicked (exit 101, "No CA certificates were
+/// loaded from the system") even over plain HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_without_a_ca_bundle_works_over_plain_http_and_fails_cleanly_over_https() {
+    let env = start().await;
+    env.stage_package(NS, UID).await;
+    let d = pod_dirs(NS, UID);
+    let args = |endpoint: &str| -> Vec<String> {
+        let path = |p: &Path| p.display().to_string();
+        vec![
+            "--endpoint".into(),
+            endpoint.into(),
+            "--namespace".into(),
+            NS.into(),
+            "--job".into(),
+            UID.into(),
+            "--package".into(),
+            path(&d.package),
+            "--work".into(),
+            path(&d.work),
+            "--tools".into(),
+            path(&d.tools),
+            "--token-file".into(),
+            path(&d.token),
+            "--termination-log".into(),
+            path(&d.termination_log),
+        ]
+    };
+    let Some(out) = fetch_without_ca_bundle(&args(&env.base)) else { return };
+    // (The binary before the fix panicked in exactly this view.)
+    assert!(out.status.success(), "fetch over plain HTTP failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(d.package.join("SKILL.md").exists());
+    // Over TLS it fails with an error and a termination message, never a panic.
+    let tls = fetch_without_ca_bundle(&args("https://127.0.0.1:9/v1")).unwrap();
+    assert_eq!(tls.status.code(), Some(2), "stderr: {}", String::from_utf8_lossy(&tls.stderr));
+    assert!(!String::from_utf8_lossy(&tls.stderr).contains("panicked"));
+    let line = std::fs::read_to_string(&d.termination_log).unwrap();
+    assert!(line.starts_with("error: "), "{line}");
 }

@@ -323,7 +323,10 @@ fn upload_reports_through_a_termination_message_file() {
     let job = build_job(&params());
     let upload = container(pod(&job), CONTAINER_UPLOAD);
     assert_eq!(upload.termination_message_path.as_deref(), Some("/dev/termination-log"));
-    assert_eq!(upload.termination_message_policy.as_deref(), Some("File"));
+    // Its error line is in the file; a crash before it writes one leaves the log's tail.
+    assert_eq!(upload.termination_message_policy.as_deref(), Some("FallbackToLogsOnError"));
+    let fetch = container(pod(&job), "fetch");
+    assert_eq!(fetch.termination_message_policy.as_deref(), Some("FallbackToLogsOnError"));
 }
 
 // ------------------------------------------------------------------ run

@@ -75,3 +75,48 @@ fn a_missing_interpreter_is_reported_not_hidden() {
     assert_eq!(code, 127);
     assert!(result["error"].as_str().unwrap().contains("could not be started"));
 }
+
+/// Issue 8: the launcher was PID 1 with no SIGTERM handler, so a deleted
+/// SkillJob's script ran until its own timeout or the 30 s grace SIGKILL.
+#[test]
+fn sigterm_kills_the_scripts_whole_group_at_once_and_the_result_says_cancelled() {
+    let t = setup();
+    let started = t.path().join("started");
+    // A background grandchild too: the whole group must go, not just the leader.
+    let script = format!("sleep 300 & echo $! > {}.pid; touch {}; wait", started.display(), started.display());
+    let mut child = Command::new(BIN)
+        .current_dir(t.path())
+        .arg("launch")
+        .arg("--result")
+        .arg(t.path().join("result/result.json"))
+        .args(["--timeout", "120", "--", "/bin/bash", "-c", &script])
+        .spawn()
+        .unwrap();
+    // Wait for the script's own sign of life (not a fixed sleep).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !started.exists() {
+        assert!(std::time::Instant::now() < deadline, "the script never started");
+        std::thread::yield_now();
+    }
+    let grandchild: i32 = std::fs::read_to_string(format!("{}.pid", started.display())).unwrap().trim().parse().unwrap();
+    let sent = std::time::Instant::now();
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let status = child.wait().unwrap();
+    let took = sent.elapsed();
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status:?}");
+    // Well inside the kubelet's 30 s grace and the issue's 5 s: the script was killed, not waited for.
+    assert!(took < std::time::Duration::from_secs(5), "the launcher took {took:?} to stop");
+    let result: serde_json::Value = serde_json::from_slice(&std::fs::read(t.path().join("result/result.json")).unwrap()).unwrap();
+    assert_eq!(result["cancelled"], true, "{result}");
+    assert_eq!(result["timedOut"], false);
+    // The background sleep is gone too (kill(pid, 0) fails with ESRCH once it is reaped by init).
+    let gone = (0..200).any(|_| {
+        let alive = unsafe { libc::kill(grandchild, 0) } == 0
+            && std::fs::read_to_string(format!("/proc/{grandchild}/stat")).is_ok_and(|s| !s.contains(") Z "));
+        if alive {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        !alive
+    });
+    assert!(gone, "the script's background child survived the cancel");
+}

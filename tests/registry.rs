@@ -481,7 +481,7 @@ async fn job_file_set_caps_at_their_edges() {
 async fn registry_down_is_a_clear_error() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let addr = format!("127.0.0.1:{port}");
-    let client = Registry::new(RegistryOptions::plain_http(addr.clone()));
+    let client = Registry::new(RegistryOptions::plain_http(addr.clone())).unwrap();
     let (pkg, cfg) = build("down");
     let reference = format!("{addr}/skills/down:v1");
     for err in [
@@ -524,7 +524,7 @@ async fn basic_auth_registry() {
     use skill_operator::oci::Auth;
     // user "tester", password "s3cret" (bcrypt cost 4).
     let reg = TestRegistry::start_with_htpasswd("tester:$2b$04$Z.ZW/OHOlXPvxw5oVvfPkOGTR58bjAaX.qrTERRFtIMz6BCjjEDQy").await;
-    let with = |auth: Auth| Registry::new(RegistryOptions { auth, ..RegistryOptions::plain_http(reg.addr.clone()) });
+    let with = |auth: Auth| Registry::new(RegistryOptions { auth, ..RegistryOptions::plain_http(reg.addr.clone()) }).unwrap();
     let good = with(Auth::Basic { username: "tester".into(), password: "s3cret".into() });
     let (pkg, cfg) = build("private");
     let reference = reg.reference("skills/private:v1");

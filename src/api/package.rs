@@ -47,7 +47,7 @@ pub struct PackageSource {
 }
 
 /// An OCI artifact reference.
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OciSource {
     /// `registry/repository:tag` or `registry/repository@sha256:…`. A tag is

@@ -91,6 +91,9 @@ pub struct OperatorConfig {
     pub operator_image: String,
     /// The artifact endpoint URL pods use for inputs and outputs.
     pub artifact_endpoint: String,
+    /// The port the artifact endpoint's pods listen on (the NetworkPolicy's
+    /// peer port, which is the pods', not the Service's).
+    pub artifact_port: u16,
     /// The operator's namespace (for NetworkPolicy peers).
     pub operator_namespace: String,
     /// Labels selecting the operator's pods (NetworkPolicy peer).
@@ -219,7 +222,8 @@ impl HttpArtifacts {
         HttpArtifacts {
             base: base.trim_end_matches('/').to_string(),
             bearer: crate::artifacts::operator_bearer(key),
-            http: reqwest::Client::new(),
+            // With no proxy from the environment and no CA bundle, building cannot fail.
+            http: crate::tls::reqwest_builder().no_proxy().build().unwrap_or_default(),
         }
     }
 

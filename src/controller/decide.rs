@@ -212,6 +212,8 @@ pub fn binding_decision(binding: &SkillBinding, package: Option<&SkillPackage>, 
 pub struct Admission {
     pub skill: String,
     pub digest: String,
+    /// The package's source, pinned to [`Self::digest`]: what is staged for the pod.
+    pub source: crate::api::package::OciSource,
     pub image: String,
     pub interpreter_path: String,
     pub script: String,
@@ -312,9 +314,13 @@ pub fn admit(spec: &SkillJobSpec, binding: Option<&SkillBinding>, package: Optio
         .filter_map(|name| binding.spec.env.iter().find(|g| &g.name == name))
         .map(|g| (g.name.clone(), g.secret_key_ref.name.clone(), g.secret_key_ref.key.clone()))
         .collect();
+    let digest = pstatus.digest.clone().unwrap_or_default();
+    let mut source = package.spec.source.oci.clone();
+    source.reference = pinned_reference(&source.reference, &digest);
     Ok(Admission {
         skill: decision.skill.clone(),
-        digest: pstatus.digest.clone().unwrap_or_default(),
+        source,
+        digest,
         image: profile.image.clone(),
         interpreter_path: profile.interpreter_path.clone().unwrap_or_else(|| default_interpreter_path(profile.interpreter).to_string()),
         script: decision.script.to_string(),
@@ -398,4 +404,99 @@ pub fn inputs_mismatch(wanted: &[crate::api::job::InputFile], staged: &[crate::a
         problems.push(format!("{} is staged but not named in spec.inputs", s.path));
     }
     (!problems.is_empty()).then(|| problems.join("; "))
+}
+
+/// How a container of the run's pod ended, as its status says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerEnd {
+    pub exit_code: i32,
+    pub signal: Option<i32>,
+    /// The kubelet's reason (`OOMKilled`, `Error`, `Completed`, ...).
+    pub reason: Option<String>,
+    /// The container's termination message (its last error line).
+    pub message: Option<String>,
+}
+
+/// What the controller knows about a finished run.
+#[derive(Debug, Clone, Default)]
+pub struct RunFacts {
+    /// The Job's Failed condition reason, when it failed (`DeadlineExceeded`, `PodFailurePolicy`, ...).
+    pub job_failed: Option<String>,
+    /// The launcher's `result.json`, when it was uploaded.
+    pub launch: Option<crate::api::outcome::LaunchResult>,
+    /// Whether the outputs manifest was stored.
+    pub outputs_stored: bool,
+    pub fetch: Option<ContainerEnd>,
+    pub run: Option<ContainerEnd>,
+    pub upload: Option<ContainerEnd>,
+}
+
+/// The SkillJob's final phase, with a condition reason and a sentence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub phase: SkillJobPhase,
+    pub reason: &'static str,
+    pub message: String,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+/// The last non-empty line of a termination message (helpers write their
+/// error there; kubelet keeps at most 4 KiB).
+fn last_line(message: &Option<String>) -> Option<String> {
+    message.as_deref().and_then(|m| m.lines().rev().find(|l| !l.trim().is_empty())).map(|l| l.trim().chars().take(500).collect())
+}
+
+/// Decide how a finished run ended. The launcher's result is the truth
+/// about the script ([`crate::api::outcome::RunOutcome::end`]); the Job's
+/// deadline and the helper containers explain runs the result cannot.
+pub fn run_verdict(f: &RunFacts) -> Verdict {
+    use crate::api::outcome::RunEnd;
+    let (exit_code, signal) = match (&f.launch, &f.run) {
+        (Some(l), _) if l.error.is_none() => (l.outcome.exit_code, l.outcome.signal),
+        (_, Some(r)) => (Some(r.exit_code), r.signal),
+        _ => (None, None),
+    };
+    let v = |phase, reason, message: String| Verdict { phase, reason, message, exit_code, signal };
+    // Time is time, whoever stopped the run for it.
+    if f.job_failed.as_deref() == Some("DeadlineExceeded") {
+        return v(SkillJobPhase::TimedOut, "DeadlineExceeded", "the Job's deadline passed and its pod was stopped".into());
+    }
+    if let Some(fetch) = f.fetch.as_ref().filter(|c| c.exit_code != 0) {
+        let why = last_line(&fetch.message).unwrap_or_else(|| format!("exit {}", fetch.exit_code));
+        return v(SkillJobPhase::Failed, "FetchFailed", format!("the run's files could not be fetched into the pod: {why}"));
+    }
+    if let Some(launch) = &f.launch {
+        if let Some(error) = &launch.error {
+            return v(SkillJobPhase::Failed, "StartFailed", error.clone());
+        }
+        let stored = |v: Verdict| {
+            if f.outputs_stored {
+                return v;
+            }
+            let why = f.upload.as_ref().and_then(|u| last_line(&u.message)).unwrap_or_else(|| "no outputs manifest was stored".into());
+            Verdict {
+                phase: SkillJobPhase::Failed,
+                reason: "OutputsNotStored",
+                message: format!("{}, but its outputs were not stored: {why}", v.message),
+                ..v
+            }
+        };
+        return match launch.outcome.end() {
+            RunEnd::Succeeded => stored(v(SkillJobPhase::Succeeded, "Succeeded", launch.outcome.describe())),
+            RunEnd::Failed => stored(v(SkillJobPhase::Failed, "Failed", launch.outcome.describe())),
+            RunEnd::TimedOut => stored(v(SkillJobPhase::TimedOut, "TimedOut", launch.outcome.describe())),
+            RunEnd::LimitExceeded(_) => stored(v(SkillJobPhase::Failed, "LimitExceeded", launch.outcome.describe())),
+            RunEnd::Cancelled => v(SkillJobPhase::Cancelled, "Cancelled", launch.outcome.describe()),
+        };
+    }
+    // No result: the pod says what it can.
+    if let Some(run) = &f.run {
+        if run.reason.as_deref() == Some("OOMKilled") {
+            return v(SkillJobPhase::Failed, "LimitExceeded", "the run passed its memory limit and was killed (OOMKilled)".into());
+        }
+        let why = f.upload.as_ref().and_then(|u| last_line(&u.message)).unwrap_or_else(|| "no result was stored".into());
+        return v(SkillJobPhase::Failed, "OutputsNotStored", format!("the run container exited {}, but {why}", run.exit_code));
+    }
+    v(SkillJobPhase::Failed, "NotStarted", "the run ended before its script started (see the pod's events)".into())
 }

@@ -328,3 +328,76 @@ mod inputs {
         assert!(why.contains("extra.sh is staged but not named"), "{why}");
     }
 }
+
+mod verdicts {
+    use super::super::{run_verdict, ContainerEnd, RunFacts};
+    use crate::api::job::SkillJobPhase;
+    use crate::api::outcome::{LaunchResult, LimitHit, RunOutcome};
+
+    fn launched(f: impl FnOnce(&mut RunOutcome)) -> RunFacts {
+        let mut outcome = RunOutcome::default();
+        f(&mut outcome);
+        RunFacts { launch: Some(LaunchResult { outcome, error: None }), outputs_stored: true, ..Default::default() }
+    }
+
+    #[test]
+    fn a_launcher_timeout_is_timed_out_not_a_failure_with_124() {
+        // Issue 8: result.json said timedOut, the SkillJob said Failed, exit 124.
+        let mut facts = launched(|o| {
+            o.exit_code = Some(124);
+            o.timed_out = true
+        });
+        facts.run = Some(ContainerEnd { exit_code: 124, ..Default::default() });
+        facts.job_failed = Some("PodFailurePolicy".into());
+        let v = run_verdict(&facts);
+        assert_eq!((v.phase, v.reason), (SkillJobPhase::TimedOut, "TimedOut"));
+        assert!(v.message.contains("timeout"), "{}", v.message);
+    }
+
+    #[test]
+    fn the_job_deadline_is_timed_out_too() {
+        let facts = RunFacts { job_failed: Some("DeadlineExceeded".into()), ..Default::default() };
+        assert_eq!(run_verdict(&facts).phase, SkillJobPhase::TimedOut);
+        let mut cancelled = launched(|o| o.cancelled = true);
+        cancelled.job_failed = Some("DeadlineExceeded".into());
+        assert_eq!(run_verdict(&cancelled).phase, SkillJobPhase::TimedOut, "the deadline's SIGTERM looks like a cancel to the launcher");
+    }
+
+    #[test]
+    fn outcomes_map_once() {
+        assert_eq!(run_verdict(&launched(|o| o.exit_code = Some(0))).phase, SkillJobPhase::Succeeded);
+        let failed = run_verdict(&launched(|o| o.exit_code = Some(3)));
+        assert_eq!((failed.phase, failed.exit_code, failed.message.as_str()), (SkillJobPhase::Failed, Some(3), "the script exited 3"));
+        assert_eq!(run_verdict(&launched(|o| o.cancelled = true)).phase, SkillJobPhase::Cancelled);
+        let over = run_verdict(&launched(|o| o.limit_exceeded = Some(LimitHit::Memory)));
+        assert_eq!((over.phase, over.reason), (SkillJobPhase::Failed, "LimitExceeded"));
+    }
+
+    #[test]
+    fn a_failed_helper_names_its_own_error() {
+        // Issue 8: the fetch container panicked and the SkillJob said only "see the Job's events".
+        let facts = RunFacts {
+            fetch: Some(ContainerEnd {
+                exit_code: 2,
+                message: Some("\nerror: cannot reach http://10.0.0.9:8443: connection refused\n".into()),
+                ..Default::default()
+            }),
+            job_failed: Some("BackoffLimitExceeded".into()),
+            ..Default::default()
+        };
+        let v = run_verdict(&facts);
+        assert_eq!((v.phase, v.reason), (SkillJobPhase::Failed, "FetchFailed"));
+        assert!(v.message.ends_with("error: cannot reach http://10.0.0.9:8443: connection refused"), "{}", v.message);
+        let mut exited = launched(|o| o.exit_code = Some(0));
+        exited.outputs_stored = false;
+        exited.upload = Some(ContainerEnd { exit_code: 1, message: Some("error: the endpoint answered 413".into()), ..Default::default() });
+        let v = run_verdict(&exited);
+        assert_eq!((v.phase, v.reason), (SkillJobPhase::Failed, "OutputsNotStored"));
+        assert!(v.message.contains("413"), "{}", v.message);
+        let oom = RunFacts {
+            run: Some(ContainerEnd { exit_code: 137, reason: Some("OOMKilled".into()), ..Default::default() }),
+            ..Default::default()
+        };
+        assert_eq!(run_verdict(&oom).reason, "LimitExceeded");
+    }
+}

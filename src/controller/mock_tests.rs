@@ -37,6 +37,7 @@ fn context() -> (Arc<Context>, Handle) {
     let config = OperatorConfig {
         operator_image: "registry.example/skill-operator@sha256:0000000000000000000000000000000000000000000000000000000000000000".into(),
         artifact_endpoint: "http://10.96.0.10:8443".into(),
+        artifact_port: 8443,
         operator_namespace: "skill-system".into(),
         operator_pod_labels: BTreeMap::from([("app.kubernetes.io/name".to_string(), "skill-operator".to_string())]),
         label_namespaces: false,
@@ -150,11 +151,32 @@ async fn expect_admission_reads(handle: &mut Handle) {
     expect(handle, "GET", "/apis/skill-operator.dev/v1alpha1/skillpackages/weather-1", |_| ok(package())).await;
 }
 
-/// The reconciler makes no further call (the mock closes when the client is dropped).
+/// The reconciler makes no further call: the next thing the mock sees is
+/// the client going away (the reconcile returned and dropped its context),
+/// not a request. No fixed wait: the deadline only bounds a hang.
 async fn no_more_calls(handle: &mut Handle) {
-    if let Ok(Some((request, _))) = tokio::time::timeout(Duration::from_millis(300), handle.next_request()).await {
-        panic!("unexpected extra call {} {}", request.method(), request.uri());
+    match tokio::time::timeout(Duration::from_secs(10), handle.next_request()).await {
+        Ok(None) => {}
+        Ok(Some((request, _))) => panic!("unexpected extra call {} {}", request.method(), request.uri()),
+        Err(_) => panic!("the client was not dropped within 10 s: the reconcile is stuck"),
     }
+}
+
+/// Expect `n` requests in any order (the reconciler sends them together);
+/// answer each and return (method, path) of all.
+async fn expect_unordered(handle: &mut Handle, n: usize, answer: impl Fn(&str, &str) -> Response<Body>) -> Vec<(String, String)> {
+    let mut seen = Vec::new();
+    for _ in 0..n {
+        let (request, send) = tokio::time::timeout(Duration::from_secs(2), handle.next_request())
+            .await
+            .expect("the reconciler stopped calling the API")
+            .expect("service closed");
+        let (method, path) = (request.method().to_string(), request.uri().path().to_string());
+        send.send_response(answer(&method, &path));
+        seen.push((method, path));
+    }
+    seen.sort();
+    seen
 }
 
 #[tokio::test]
@@ -277,7 +299,8 @@ impl super::context::ArtifactStore for StoredOutputs {
             let file = |path: &str, size: u64| json!({ "path": path, "size": size, "digest": format!("sha256:{}", "a".repeat(64)) });
             Ok(Some(serde_json::from_value(json!({
                 "schemaVersion": 1, "namespace": ns, "uid": uid, "complete": true,
-                "files": [file("result/result.json", 200), file("result/stderr", 0), file("result/stdout", 1048576), file("work/report.txt", 42)],
+                "files": [file("result/result.json", 200), file("result/stderr", 0), file("result/stdout", 1048576), file("work/report.txt", 42),
+                          { "path": "work/data.csv", "size": 7, "digest": format!("sha256:{}", "b".repeat(64)) }],
                 "skipped": []
             })).unwrap()))
         })
@@ -298,9 +321,11 @@ impl super::context::ArtifactStore for StoredOutputs {
 
 #[tokio::test]
 async fn a_finished_run_reports_streams_and_outputs_from_the_artifact_endpoint() {
-    let (ctx, mut handle) = context();
-    let ctx = Arc::new(Context { artifacts: Arc::new(StoredOutputs), ..(*ctx).clone() });
-    let sj = started_skilljob();
+    let (plain, mut handle) = context();
+    let ctx = Arc::new(Context { artifacts: Arc::new(StoredOutputs), ..(*plain).clone() });
+    drop(plain);
+    let mut sj = started_skilljob();
+    sj.spec.inputs = vec![crate::api::job::InputFile { path: "data.csv".into(), digest: format!("sha256:{}", "b".repeat(64)), size: 7 }];
     let name = super::builders::job::job_name(UID);
     let owner = sj.controller_owner_ref(&()).unwrap();
     let server = tokio::spawn(async move {
@@ -321,7 +346,21 @@ async fn a_finished_run_reports_streams_and_outputs_from_the_artifact_endpoint()
         assert_eq!(s["exitCode"], 0);
         assert_eq!(s["stdout"]["size"], 2621440, "the bytes the script wrote, from result.json");
         assert_eq!(s["stdout"]["truncated"], true);
+        // data.csv is an input the script left as it was: not an output.
         assert_eq!(s["outputs"], json!([{ "path": "report.txt", "size": 42, "digest": format!("sha256:{}", "a".repeat(64)) }]));
+        // The result is recorded: the Job (its pod with it), the token Secret
+        // and the NetworkPolicy go; the SkillJob keeps the result.
+        let deleted =
+            expect_unordered(&mut handle, 3, |_, _| ok(json!({ "kind": "Status", "apiVersion": "v1", "status": "Success" }))).await;
+        assert_eq!(
+            deleted,
+            vec![
+                ("DELETE".to_string(), format!("/api/v1/namespaces/team/secrets/{name}-token")),
+                ("DELETE".to_string(), format!("/apis/batch/v1/namespaces/team/jobs/{name}")),
+                ("DELETE".to_string(), format!("/apis/networking.k8s.io/v1/namespaces/team/networkpolicies/{name}")),
+            ]
+        );
+        no_more_calls(&mut handle).await;
     });
     skilljob::reconcile(Arc::new(sj), ctx).await.expect("reconcile");
     tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
@@ -411,7 +450,8 @@ async fn a_skilljob_whose_inputs_are_not_staged_waits_and_creates_nothing() {
         no_more_calls(&mut handle).await;
     });
     let action = skilljob::reconcile(Arc::new(sj), ctx).await.expect("reconcile");
-    assert_eq!(action, kube::runtime::controller::Action::requeue(Duration::from_secs(5)));
+    // Staging annotates the SkillJob, which wakes it; this is only the fallback poll.
+    assert_eq!(action, kube::runtime::controller::Action::requeue(Duration::from_secs(30)));
     tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
 }
 
@@ -430,4 +470,112 @@ async fn a_skilljob_whose_inputs_never_come_fails_after_the_wait() {
     });
     skilljob::reconcile(Arc::new(sj), ctx).await.expect("reconcile");
     tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
+}
+
+fn ago(secs: i64) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::from_second(k8s_openapi::jiff::Timestamp::now().as_second() - secs).unwrap(),
+    )
+}
+
+fn pods(phase: &str) -> Response<Body> {
+    ok(json!({ "apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [
+        { "apiVersion": "v1", "kind": "Pod", "metadata": { "name": "p", "namespace": "team" }, "status": { "phase": phase } }
+    ] }))
+}
+
+fn no_pods() -> Response<Body> {
+    ok(json!({ "apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [] }))
+}
+
+fn deleted() -> Response<Body> {
+    ok(json!({ "kind": "Status", "apiVersion": "v1", "status": "Success" }))
+}
+
+#[tokio::test]
+async fn a_pod_alive_long_after_the_deadline_locks_the_run() {
+    let (ctx, mut handle) = context();
+    let sj = started_skilljob();
+    let name = super::builders::job::job_name(UID);
+    let failed_at = ago(130);
+    let server = tokio::spawn(async move {
+        expect(&mut handle, "GET", &format!("/apis/batch/v1/namespaces/team/jobs/{name}"), |_| {
+            ok(json!({ "apiVersion": "batch/v1", "kind": "Job", "metadata": { "name": name, "namespace": "team" },
+                       "status": { "conditions": [{ "type": "Failed", "status": "True", "reason": "DeadlineExceeded", "lastTransitionTime": failed_at }] } }))
+        })
+        .await;
+        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
+        expect(&mut handle, "GET", "/api/v1/namespaces/team/pods", |_| pods("Running")).await;
+        let status =
+            expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        assert_eq!(status["status"]["phase"], "Locked");
+        assert!(status["status"]["message"].as_str().unwrap().contains("withheld"));
+        expect(&mut handle, "POST", "/apis/events.k8s.io/v1/namespaces/team/events", ok).await;
+        no_more_calls(&mut handle).await;
+    });
+    skilljob::reconcile(Arc::new(sj), ctx).await.expect("reconcile");
+    tokio::time::timeout(Duration::from_secs(15), server).await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_pod_just_past_the_deadline_is_waited_for_not_locked() {
+    let (ctx, mut handle) = context();
+    let sj = started_skilljob();
+    let name = super::builders::job::job_name(UID);
+    let failed_at = ago(20);
+    let server = tokio::spawn(async move {
+        expect(&mut handle, "GET", &format!("/apis/batch/v1/namespaces/team/jobs/{name}"), |_| {
+            ok(json!({ "apiVersion": "batch/v1", "kind": "Job", "metadata": { "name": name, "namespace": "team" },
+                       "status": { "conditions": [{ "type": "Failed", "status": "True", "reason": "DeadlineExceeded", "lastTransitionTime": failed_at }] } }))
+        })
+        .await;
+        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
+        expect(&mut handle, "GET", "/api/v1/namespaces/team/pods", |_| pods("Running")).await;
+        no_more_calls(&mut handle).await;
+    });
+    let action = skilljob::reconcile(Arc::new(sj), ctx).await.expect("reconcile");
+    assert_eq!(action, kube::runtime::controller::Action::requeue(Duration::from_secs(2)));
+    tokio::time::timeout(Duration::from_secs(15), server).await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn deleting_a_running_skilljob_waits_for_its_pod_without_failing() {
+    // Issue 8: waiting for a stopping pod was logged as WARN and counted as a failed reconcile.
+    let (ctx, mut handle) = context();
+    let mut sj = started_skilljob();
+    sj.metadata.deletion_timestamp = Some(ago(1));
+    let name = super::builders::job::job_name(UID);
+    let server = tokio::spawn(async move {
+        expect(&mut handle, "DELETE", &format!("/apis/batch/v1/namespaces/team/jobs/{name}"), |_| deleted()).await;
+        expect(&mut handle, "GET", "/api/v1/namespaces/team/pods", |_| pods("Running")).await;
+        let status =
+            expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        assert_eq!(status["status"]["phase"], "Cancelled");
+        no_more_calls(&mut handle).await;
+    });
+    // Ok, not Err: error_policy (the WARN log and the failure counter) never sees it.
+    let action = skilljob::reconcile(Arc::new(sj), ctx).await.expect("a wait is not an error");
+    assert_eq!(action, kube::runtime::controller::Action::requeue(Duration::from_secs(2)));
+    tokio::time::timeout(Duration::from_secs(15), server).await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn the_cancel_annotation_stops_the_run_and_records_cancelled() {
+    let (ctx, mut handle) = context();
+    let mut sj = started_skilljob();
+    sj.metadata.annotations = Some(BTreeMap::from([(skilljob::CANCEL_ANNOTATION.to_string(), "caller".to_string())]));
+    let name = super::builders::job::job_name(UID);
+    let server = tokio::spawn(async move {
+        expect(&mut handle, "DELETE", &format!("/apis/batch/v1/namespaces/team/jobs/{name}"), |_| deleted()).await;
+        expect(&mut handle, "GET", "/api/v1/namespaces/team/pods", |_| no_pods()).await;
+        let status =
+            expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        assert_eq!(status["status"]["phase"], "Cancelled");
+        let complete = status["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Complete").cloned().unwrap();
+        assert_eq!(complete["status"], "True");
+        expect_unordered(&mut handle, 3, |_, _| not_found()).await;
+        no_more_calls(&mut handle).await;
+    });
+    skilljob::reconcile(Arc::new(sj), ctx).await.expect("reconcile");
+    tokio::time::timeout(Duration::from_secs(15), server).await.unwrap().unwrap();
 }

@@ -23,7 +23,7 @@ impl PackageResolver for OciResolver {
                     registry_of(&source.reference).map_err(|e| ResolveError::Pull { reference: source.reference.clone(), source: e })?,
                 );
             }
-            let registry = Registry::new(options);
+            let registry = Registry::new(options).map_err(|e| ResolveError::Pull { reference: source.reference.clone(), source: e })?;
             let pulled = registry
                 .pull(&source.reference)
                 .await

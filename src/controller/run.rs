@@ -61,6 +61,9 @@ pub struct ControllerArgs {
     /// The artifact endpoint runs reach (pods have no DNS: an IP, or a name resolved here at start-up).
     #[arg(long, value_name = "URL")]
     pub artifact_endpoint: String,
+    /// The port the artifact endpoint's pods listen on, when it is not the URL's (a Service mapping another port).
+    #[arg(long, value_name = "PORT")]
+    pub artifact_pod_port: Option<u16>,
     /// The operator's namespace (NetworkPolicy peer of every run).
     #[arg(long, value_name = "NS")]
     pub operator_namespace: String,
@@ -99,6 +102,17 @@ async fn endpoint_aliases(endpoint: &str) -> anyhow::Result<std::collections::BT
     Ok([(host, ip.to_string())].into())
 }
 
+/// The port a URL names, or its scheme's.
+fn endpoint_port(endpoint: &str) -> anyhow::Result<u16> {
+    let uri: http::Uri = endpoint.parse().with_context(|| format!("--artifact-endpoint {endpoint:?} is not a URL"))?;
+    match (uri.port_u16(), uri.scheme_str()) {
+        (Some(port), _) => Ok(port),
+        (None, Some("https")) => Ok(443),
+        (None, Some("http")) => Ok(80),
+        _ => anyhow::bail!("--artifact-endpoint {endpoint:?} names no port and no http(s) scheme"),
+    }
+}
+
 /// `skill-operator controller`: reconcile until shutdown.
 pub async fn command(args: ControllerArgs, shutdown: crate::shutdown::Shutdown) -> anyhow::Result<()> {
     use super::context::{HttpArtifacts, OperatorConfig};
@@ -120,9 +134,14 @@ pub async fn command(args: ControllerArgs, shutdown: crate::shutdown::Shutdown) 
         e if e.ends_with("/v1") => e.to_string(),
         e => format!("{e}/v1"),
     };
+    let artifact_port = match args.artifact_pod_port {
+        Some(port) => port,
+        None => endpoint_port(&artifact_endpoint)?,
+    };
     let config = OperatorConfig {
         operator_image: args.operator_image,
         artifact_endpoint,
+        artifact_port,
         operator_namespace: args.operator_namespace,
         operator_pod_labels: labels,
         label_namespaces: args.label_namespaces,

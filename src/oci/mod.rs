@@ -157,6 +157,8 @@ pub enum OciError {
     ConfigMismatch { detail: String },
     #[error(transparent)]
     Package(#[from] PackageError),
+    #[error("cannot make an HTTP client: {detail} (check HTTP_PROXY/HTTPS_PROXY in the environment)")]
+    Client { detail: String },
 }
 
 type Result<T, E = OciError> = std::result::Result<T, E>;
@@ -181,7 +183,10 @@ pub struct Registry {
 const UPLOAD_STRIPES: usize = 64;
 
 impl Registry {
-    pub fn new(opts: RegistryOptions) -> Self {
+    /// A client for `opts`. Fails only when the environment makes an HTTP
+    /// client impossible (an unparsable proxy variable, say); a machine
+    /// without a CA bundle gets a client that fails at its first TLS call.
+    pub fn new(opts: RegistryOptions) -> Result<Self> {
         install_crypto_provider();
         let connect = opts.connect_timeout.unwrap_or(Duration::from_secs(10));
         let config = ClientConfig {
@@ -192,19 +197,20 @@ impl Registry {
             max_concurrent_download: CONCURRENCY,
             ..Default::default()
         };
-        let http = reqwest::Client::builder()
+        let http = crate::tls::reqwest_builder()
             .connect_timeout(connect)
             .read_timeout(Duration::from_secs(120))
             .redirect(reqwest::redirect::Policy::limited(5))
             .build()
-            .expect("reqwest client with static settings");
-        Registry {
-            client: Client::new(config),
+            .map_err(|e| OciError::Client { detail: error_chain(&e) })?;
+        let client = Client::try_from(crate::tls::oci_client_config(config)).map_err(|e| OciError::Client { detail: error_chain(&e) })?;
+        Ok(Registry {
+            client,
             http,
             opts,
             logins: Default::default(),
             uploads: (0..UPLOAD_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
-        }
+        })
     }
 
     pub fn limits(&self) -> &OciLimits {

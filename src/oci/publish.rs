@@ -55,7 +55,7 @@ pub async fn push(args: PushArgs) -> anyhow::Result<()> {
     if args.plain_http {
         options.plain_http.push(super::registry_of(&reference)?);
     }
-    let digest = super::Registry::new(options).push(&reference, &archive, &config).await?;
+    let digest = super::Registry::new(options)?.push(&reference, &archive, &config).await?;
     let pinned = format!("{}/{name}@{digest}", args.registry.trim_end_matches('/'));
     eprintln!("pushed {reference} ({} files, {} bytes)", config.file_count, config.total_bytes);
     println!("# digest: {digest}");

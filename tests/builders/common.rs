@@ -104,7 +104,7 @@ pub(crate) fn longest_name() -> String {
 pub(crate) fn grid() -> Vec<JobParams> {
     let envs: Vec<Vec<EnvGrant>> =
         vec![vec![], vec![EnvGrant::from(("OPENAI_API_KEY", "llm", "key")), EnvGrant::from(("DB_URL", "db", "url"))]];
-    let timeouts = [1u32, 60, 300, 86_400];
+    let timeouts = [1u32, 60, 299, skill_operator::controller::builders::job::MAX_TIMEOUT_SECS];
     let argss: Vec<Vec<String>> = vec![vec![], nasty_args(), (0..64).map(|i| format!("arg{i}")).collect()];
     let names = [NAME.to_string(), longest_name()];
     let mut out = Vec::new();

@@ -159,6 +159,7 @@ pub(crate) fn spawn_controller(client: Client) -> tokio::task::JoinHandle<()> {
     let config = OperatorConfig {
         operator_image: "registry.local/skill-operator@sha256:0000000000000000000000000000000000000000000000000000000000000000".into(),
         artifact_endpoint: "http://10.0.0.10:8443".into(),
+        artifact_port: 8443,
         operator_namespace: "skill-system".into(),
         operator_pod_labels: [("app.kubernetes.io/name".to_string(), "skill-operator".to_string())].into(),
         label_namespaces: false,

@@ -95,13 +95,13 @@ impl TestRegistry {
     }
 
     pub(crate) fn registry(&self) -> skill_operator::oci::Registry {
-        skill_operator::oci::Registry::new(skill_operator::oci::RegistryOptions::plain_http(self.addr.clone()))
+        skill_operator::oci::Registry::new(skill_operator::oci::RegistryOptions::plain_http(self.addr.clone())).unwrap()
     }
 
     pub(crate) fn registry_with(&self, limits: skill_operator::oci::OciLimits) -> skill_operator::oci::Registry {
         let mut o = skill_operator::oci::RegistryOptions::plain_http(self.addr.clone());
         o.limits = limits;
-        skill_operator::oci::Registry::new(o)
+        skill_operator::oci::Registry::new(o).unwrap()
     }
 }
 

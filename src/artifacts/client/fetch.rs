@@ -44,7 +44,7 @@ pub struct FetchReport {
 
 /// The init container's work; see the module docs.
 pub async fn fetch(opts: &FetchOptions) -> Result<FetchReport, ClientError> {
-    let http = http_client();
+    let http = http_client()?;
     let ep = &opts.endpoint;
     let l = opts.limits;
 

@@ -54,7 +54,7 @@ use std::time::Duration;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use reqwest::header::AUTHORIZATION;
 
-use super::{check_namespace, check_uid, job_bearer, ArtifactLimits, ErrorBody, ErrorCode, HEADER_CONTENT_DIGEST};
+use super::{check_namespace, check_uid, job_bearer, termination_error, ArtifactLimits, ErrorBody, ErrorCode, HEADER_CONTENT_DIGEST};
 use crate::core::package::PackageError;
 
 /// Where the endpoint is and who this pod is.
@@ -166,15 +166,14 @@ pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> Clien
     move |source| ClientError::Io { what, source }
 }
 
-pub(crate) fn http_client() -> reqwest::Client {
-    crate::oci::install_crypto_provider();
-    reqwest::Client::builder()
+pub(crate) fn http_client() -> Result<reqwest::Client, ClientError> {
+    crate::tls::reqwest_builder()
         .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(Duration::from_secs(10))
         .read_timeout(Duration::from_secs(120))
         .build()
-        .expect("reqwest client with static settings")
+        .map_err(|e| ClientError::Protocol(format!("cannot make an HTTP client: {}", crate::oci::error_chain(&e))))
 }
 
 /// Path segments and query values as the URL carries them.
@@ -278,6 +277,9 @@ pub struct FetchArgs {
     /// Refuse a package whose sha256 differs (sha256:<hex>).
     #[arg(long, value_name = "DIGEST")]
     pub package_digest: Option<String>,
+    /// Where a failure's one-line reason goes (the controller puts it in the SkillJob's message).
+    #[arg(long, value_name = "FILE", default_value = "/dev/termination-log")]
+    pub termination_log: PathBuf,
 }
 
 #[derive(Debug, clap::Args)]
@@ -307,9 +309,18 @@ pub async fn fetch_command(a: FetchArgs) -> Result<(), ClientError> {
         expect_package_digest: a.package_digest,
         limits: ArtifactLimits::DEFAULT,
     };
-    let r = fetch(&opts).await?;
-    eprintln!("fetched package {} ({} files) and {} inputs", r.package_digest, r.package_files, r.inputs.len());
-    Ok(())
+    match fetch(&opts).await {
+        Ok(r) => {
+            eprintln!("fetched package {} ({} files) and {} inputs", r.package_digest, r.package_files, r.inputs.len());
+            Ok(())
+        }
+        Err(e) => {
+            if let Err(write) = std::fs::write(&a.termination_log, termination_error(&e.to_string())) {
+                tracing::warn!(error = %write, path = %a.termination_log.display(), "cannot write the termination log");
+            }
+            Err(e)
+        }
+    }
 }
 
 /// `skill-operator upload` (the native sidecar): upload once the result is
@@ -319,7 +330,12 @@ pub async fn upload_command(a: UploadArgs, shutdown: crate::shutdown::Shutdown) 
     let endpoint = Endpoint::with_token_file(a.job.endpoint, a.job.namespace, a.job.job, &a.job.token_file)?;
     let mut opts = UploadOptions::new(endpoint, a.work, a.result);
     opts.termination_log = Some(a.termination_log);
-    let r = run_upload_sidecar(&opts, &shutdown).await?;
-    eprintln!("uploaded: {}", r.termination_message);
+    // The signal handlers are in place (main installs them first): from here
+    // a SIGTERM is an orderly stop, which is what this line tells a watcher.
+    eprintln!("skill-operator upload: waiting for {}", opts.result_file.display());
+    match run_upload_sidecar(&opts, &shutdown).await? {
+        Some(r) => eprintln!("uploaded: {}", r.termination_message),
+        None => eprintln!("nothing uploaded: the run was cancelled or stopped before it finished"),
+    }
     Ok(())
 }

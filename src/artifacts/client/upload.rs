@@ -54,24 +54,59 @@ pub struct UploadReport {
     pub termination_message: String,
 }
 
+/// How long, once stopped before the result exists, the sidecar waits for
+/// the launcher to write it (the kubelet stops both at once; the launcher
+/// kills its script and writes a `cancelled` result within a moment).
+pub const RESULT_AFTER_STOP: Duration = Duration::from_secs(5);
+
 /// The sidecar: [`upload`], then stay up until stopped (a native sidecar
 /// that exits is restarted while `run` runs). Exit 0 on `Ok`.
-pub async fn run_upload_sidecar(opts: &UploadOptions, stop: &Shutdown) -> Result<UploadReport, ClientError> {
+pub async fn run_upload_sidecar(opts: &UploadOptions, stop: &Shutdown) -> Result<Option<UploadReport>, ClientError> {
     let report = upload(opts, stop).await?;
     stop.wait().await;
     Ok(report)
 }
 
+/// Why nothing was uploaded, when nothing was.
+fn withheld(opts: &UploadOptions) -> Option<&'static str> {
+    let Ok(bytes) = std::fs::read(&opts.result_file) else {
+        return Some("no result: the run was stopped before it finished; nothing uploaded");
+    };
+    match serde_json::from_slice::<crate::api::outcome::LaunchResult>(&bytes) {
+        Ok(result) if result.outcome.cancelled => Some("cancelled: the run was stopped; nothing uploaded"),
+        _ => None,
+    }
+}
+
 /// Waits for the result file or the stop signal, uploads (retrying
-/// transient failures), and writes the termination log either way.
-pub async fn upload(opts: &UploadOptions, stop: &Shutdown) -> Result<UploadReport, ClientError> {
-    while std::fs::symlink_metadata(&opts.result_file).is_err() && !stop.is_triggered() {
+/// transient failures), and writes the termination log either way. A run
+/// that was cancelled (its result says so, or it never wrote one) uploads
+/// nothing: its partial files are not a result. `Ok(None)` then.
+pub async fn upload(opts: &UploadOptions, stop: &Shutdown) -> Result<Option<UploadReport>, ClientError> {
+    let result_exists = || std::fs::symlink_metadata(&opts.result_file).is_ok();
+    while !result_exists() && !stop.is_triggered() {
         tokio::select! {
             _ = tokio::time::sleep(opts.poll_interval) => {}
             _ = stop.wait() => {}
         }
     }
-    let http = http_client();
+    if !result_exists() {
+        let give_up = tokio::time::Instant::now() + RESULT_AFTER_STOP;
+        while !result_exists() && tokio::time::Instant::now() < give_up {
+            tokio::time::sleep(opts.poll_interval).await;
+        }
+    }
+    if let Some(why) = withheld(opts) {
+        write_termination_log(opts, why);
+        return Ok(None);
+    }
+    let http = match http_client() {
+        Ok(http) => http,
+        Err(e) => {
+            write_termination_log(opts, &termination_error(&e.to_string()));
+            return Err(e);
+        }
+    };
     let mut delay = Duration::from_millis(500);
     let mut attempt = 1;
     let result = loop {
@@ -90,12 +125,16 @@ pub async fn upload(opts: &UploadOptions, stop: &Shutdown) -> Result<UploadRepor
         Ok(r) => r.termination_message.clone(),
         Err(e) => termination_error(&e.to_string()),
     };
+    write_termination_log(opts, &line);
+    result.map(Some)
+}
+
+fn write_termination_log(opts: &UploadOptions, line: &str) {
     if let Some(path) = &opts.termination_log {
         if let Err(e) = std::fs::write(path, line.as_bytes()) {
             tracing::warn!(error = %e, path = %path.display(), "cannot write the termination log");
         }
     }
-    result
 }
 
 pub(super) async fn upload_once(http: &reqwest::Client, opts: &UploadOptions) -> Result<UploadReport, ClientError> {

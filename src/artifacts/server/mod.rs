@@ -117,6 +117,8 @@ pub enum ConfigError {
     Registry { value: String, why: &'static str },
     #[error("the token key is {len} bytes; it must be at least 32 (the Helm chart generates one)")]
     ShortKey { len: usize },
+    #[error(transparent)]
+    Client(#[from] OciError),
 }
 
 pub(super) struct Inner {
@@ -163,8 +165,8 @@ impl AppState {
         let packages = Registry::new(RegistryOptions {
             limits: OciLimits { max_package_bytes: cfg.limits.max_package_bytes, ..OciLimits::DEFAULT },
             ..base.clone()
-        });
-        let sets = Registry::new(RegistryOptions { limits: OciLimits { files: set_limits(&cfg.limits), ..OciLimits::DEFAULT }, ..base });
+        })?;
+        let sets = Registry::new(RegistryOptions { limits: OciLimits { files: set_limits(&cfg.limits), ..OciLimits::DEFAULT }, ..base })?;
         let permits = cfg.memory_budget_mib.max(1);
         Ok(AppState(Arc::new(Inner {
             repo: format!("{host}/{repo}"),

@@ -564,7 +564,9 @@ fn helper_container(p: &JobParams, name: &str, command: Vec<String>, mounts: Vec
         security_context: Some(container_security(p)),
         resources: Some(guaranteed(HELPER_CPU, HELPER_MEMORY, HELPER_EPHEMERAL)),
         termination_message_path: Some(TERMINATION_MESSAGE_PATH.into()),
-        termination_message_policy: Some("File".into()),
+        // The helpers write their error line there; should one die before it
+        // can (a panic, a missing library), the kubelet takes its log's tail.
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
         ..Default::default()
     }
 }

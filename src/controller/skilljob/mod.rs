@@ -1,0 +1,189 @@
+//! SkillJob reconciler, in three steps a reader finds by name:
+//!
+//! - [`admit`]: the fence (the same [`crate::core::fence::decide`] a local
+//!   run goes through), the staged inputs and the namespace's Pod Security;
+//! - [`start`]: the package staged, the children made (ServiceAccount with
+//!   no RBAC, token Secret, NetworkPolicy) and exactly one Job created;
+//! - [`observe`]: the Job's progress reported, and once it has ended, the
+//!   result read back (the launcher's `result.json`, the pod's container
+//!   states), the verdict recorded ([`super::decide::run_verdict`]) and the
+//!   run's Job, pod, Secret and NetworkPolicy deleted: the SkillJob keeps the
+//!   result and the outputs.
+//!
+//! A Job is never updated in place and never created twice: its name
+//! derives from the SkillJob's UID, so a restarted controller finds the one
+//! it made. Deleting a SkillJob (or setting [`CANCEL_ANNOTATION`]) stops the
+//! run: the Job goes, the kubelet's SIGTERM makes the launcher kill the
+//! script's process group at once, and only once no pod is left are the
+//! job's artifacts deleted and the finalizer removed. Waiting for that is a
+//! requeue, not a failure.
+
+mod admit;
+mod children;
+mod observe;
+mod start;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::jiff::Timestamp;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::finalizer::{finalizer, Event as Finalizer};
+use kube::{Resource, ResourceExt};
+
+use super::builders::job::job_name;
+use super::context::{apply_status, Context, Error, Result};
+use super::decide::is_final;
+use crate::api::conditions::set_condition;
+use crate::api::job::{SkillJob, SkillJobPhase, SkillJobStatus};
+
+/// Stops the pod and cleans artifacts before a SkillJob goes.
+pub const FINALIZER: &str = "skill-operator.dev/skilljob-cleanup";
+/// The per-namespace ServiceAccount runs use (no RBAC bound to it).
+pub const RUN_SERVICE_ACCOUNT: &str = "skill-operator-run";
+/// Set (to any value) to cancel a run without deleting its SkillJob: its
+/// pod is stopped and the phase becomes Cancelled (MCP `tasks/cancel`).
+pub const CANCEL_ANNOTATION: &str = "skill-operator.dev/cancel";
+/// Set by whoever stages a SkillJob's inputs (the gateway), so the
+/// controller hears of it at once instead of at its next poll.
+pub const INPUTS_STAGED_ANNOTATION: &str = "skill-operator.dev/inputs-staged";
+/// Who asked for the run (the gateway records the caller's user name).
+pub const REQUESTED_BY_ANNOTATION: &str = "skill-operator.dev/requested-by";
+
+/// How often a Pending or Running SkillJob is looked at without an event.
+const POLL: Duration = Duration::from_secs(10);
+/// How long a SkillJob waits for its inputs between wake-ups (the
+/// [`INPUTS_STAGED_ANNOTATION`] wakes it earlier).
+const INPUTS_POLL: Duration = Duration::from_secs(30);
+/// How often a stopping pod is checked.
+const STOPPING_POLL: Duration = Duration::from_secs(2);
+
+pub async fn reconcile(job: Arc<SkillJob>, ctx: Arc<Context>) -> Result<Action> {
+    let started = Instant::now();
+    let ns = job.namespace().ok_or(Error::Missing("namespace"))?;
+    // Deletion waits for the pod to stop, as a requeue: only then does the
+    // finalizer's cleanup run (and its Ok removes the finalizer).
+    if job.meta().deletion_timestamp.is_some() && job.finalizers().iter().any(|f| f == FINALIZER) {
+        if let Some(action) = stop_run(&job, &ctx, "cancelled: the SkillJob was deleted").await? {
+            ctx.metrics.reconciled("SkillJob", started.elapsed());
+            return Ok(action);
+        }
+    }
+    let api: Api<SkillJob> = Api::namespaced(ctx.client.clone(), &ns);
+    let result = finalizer(&api, FINALIZER, job, |event| async {
+        match event {
+            Finalizer::Apply(j) => apply(&j, &ctx).await,
+            Finalizer::Cleanup(j) => cleanup(&j, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)));
+    ctx.metrics.reconciled("SkillJob", started.elapsed());
+    result
+}
+
+async fn apply(sj: &SkillJob, ctx: &Context) -> Result<Action> {
+    let ns = sj.namespace().ok_or(Error::Missing("namespace"))?;
+    let uid = sj.uid().ok_or(Error::Missing("uid"))?;
+    let mut status = sj.status.clone().unwrap_or_default();
+    status.observed_generation = sj.metadata.generation;
+    if status.phase.is_some_and(is_final) {
+        // The result is recorded; what is left of the run goes (again, if a
+        // delete after the recording failed or raced a watch event).
+        children::delete_leftovers(ctx, &ns, &uid).await?;
+        return Ok(Action::await_change());
+    }
+    if sj.annotations().contains_key(CANCEL_ANNOTATION) {
+        return match stop_run(sj, ctx, "cancelled on request").await? {
+            Some(action) => Ok(action),
+            None => observe::cancelled(sj, ctx, &ns, &uid, status).await,
+        };
+    }
+    let name = job_name(&uid);
+    // Before this controller recorded a Job, a cache miss is enough to try
+    // creating it (a Job that exists after all answers 409). After, only
+    // the API server may say it is gone.
+    let existing =
+        if status.job_name.is_none() { ctx.lookups.cached_job(&ns, &name) } else { ctx.lookups.job(&ctx.client, &ns, &name).await? };
+    match existing {
+        Some(job) => observe::observe(sj, ctx, &ns, &uid, job, status).await,
+        None if status.job_name.is_some() => observe::job_deleted(sj, ctx, status).await,
+        None => match admit::admit(sj, ctx, &ns, &uid, &mut status).await? {
+            admit::Admitted::Start(admission) => start::start(sj, ctx, &ns, &uid, &admission, status).await,
+            admit::Admitted::Wait(action) => Ok(action),
+        },
+    }
+}
+
+/// Stop the run's pod (delete its Job). `Some(action)` while a pod is still
+/// stopping (the status says Cancelled: "waiting for the pod to stop");
+/// `None` once nothing runs.
+async fn stop_run(sj: &SkillJob, ctx: &Context, why: &str) -> Result<Option<Action>> {
+    let ns = sj.namespace().ok_or(Error::Missing("namespace"))?;
+    let uid = sj.uid().ok_or(Error::Missing("uid"))?;
+    children::delete_job(ctx, &ns, &uid).await?;
+    if !children::pods_alive(ctx, &ns, &uid).await? {
+        return Ok(None);
+    }
+    let mut status = sj.status.clone().unwrap_or_default();
+    if status.phase.is_none_or(|p| !is_final(p)) {
+        set_phase(
+            &mut status,
+            SkillJobPhase::Cancelled,
+            "Cancelling",
+            format!("{why}; waiting for the pod to stop"),
+            sj.metadata.generation,
+        );
+        // Not final yet: the stop is being confirmed.
+        set_condition(&mut status.conditions, "Complete", false, "Cancelling", "waiting for the pod to stop", sj.metadata.generation);
+        patch_status(ctx, sj, &status).await?;
+    }
+    tracing::info!(namespace = %ns, skilljob = %sj.name_any(), "waiting for the run's pod to stop");
+    Ok(Some(Action::requeue(STOPPING_POLL)))
+}
+
+/// Deletion: once no pod runs, the job's inputs and outputs go with the SkillJob.
+async fn cleanup(sj: &SkillJob, ctx: &Context) -> Result<Action> {
+    let ns = sj.namespace().ok_or(Error::Missing("namespace"))?;
+    let uid = sj.uid().ok_or(Error::Missing("uid"))?;
+    if stop_run(sj, ctx, "cancelled: the SkillJob was deleted").await?.is_some() {
+        // A pod came back between the check and now: the finalizer must stay.
+        return Err(Error::InUse("the run's pod has not stopped yet".into()));
+    }
+    ctx.artifacts.delete(&ns, &uid).await?;
+    Ok(Action::await_change())
+}
+
+/// Writes the status unless it is what the object already says: most
+/// reconciles (a watch event, a periodic requeue) change nothing, and an
+/// unchanged apply still costs the API server a full server-side apply.
+async fn patch_status(ctx: &Context, job: &SkillJob, status: &SkillJobStatus) -> Result<()> {
+    if job.status.as_ref() == Some(status) {
+        return Ok(());
+    }
+    let ns = job.namespace().ok_or(Error::Missing("namespace"))?;
+    let api: Api<SkillJob> = Api::namespaced(ctx.client.clone(), &ns);
+    apply_status(&api, &job.name_any(), status).await
+}
+
+fn set_phase(status: &mut SkillJobStatus, phase: SkillJobPhase, reason: &str, message: impl Into<String>, generation: Option<i64>) {
+    let message = message.into();
+    status.phase = Some(phase);
+    status.message = Some(message.clone());
+    set_condition(&mut status.conditions, "Complete", is_final(phase), reason, message, generation);
+}
+
+/// Seconds since `created`, by this machine's clock.
+fn age_secs(created: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> Option<i64> {
+    created.map(|t| Timestamp::now().duration_since(t.0).as_secs())
+}
+
+async fn publish(ctx: &Context, sj: &SkillJob, type_: EventType, reason: &str, note: &str) {
+    let event =
+        Event { type_, reason: reason.into(), note: Some(note.chars().take(1000).collect()), action: "Reconcile".into(), secondary: None };
+    if let Err(err) = ctx.recorder.publish(&event, &sj.object_ref(&())).await {
+        tracing::debug!(%err, "could not publish an event");
+    }
+}

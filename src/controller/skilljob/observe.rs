@@ -1,0 +1,193 @@
+//! Step 3: report the Job's progress; once it has ended, read the result
+//! back, record the verdict and delete the run's children.
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+
+use super::{admit, age_secs, children, patch_status, publish, set_phase, POLL, STOPPING_POLL};
+use crate::api::job::{OutputFile, SkillJob, SkillJobPhase, SkillJobStatus, StreamRef};
+use crate::api::outcome::LaunchResult;
+use crate::controller::builders::job::{job_name, CONTAINER_FETCH, CONTAINER_RUN, CONTAINER_UPLOAD};
+use crate::controller::context::{Context, Result};
+use crate::controller::decide::{job_phase, run_verdict, ContainerEnd, RunFacts};
+
+/// How long a pod may outlive its Job's deadline before the run is Locked.
+const STOP_CONFIRM_SECS: i64 = 120;
+
+pub(super) async fn observe(sj: &SkillJob, ctx: &Context, ns: &str, uid: &str, job: Job, mut status: SkillJobStatus) -> Result<Action> {
+    let generation = sj.metadata.generation;
+    let name = job_name(uid);
+    if sj.status.as_ref().is_none_or(|s| s.job_name.is_none()) {
+        // The Job's watch event can overtake our own status write: this
+        // SkillJob copy predates it. Writing from it would erase what that
+        // write said, so wait for the copy to catch up, unless the Job is
+        // old enough that no write of ours is in flight (a controller that
+        // stopped between creating the Job and recording it).
+        let age = age_secs(job.metadata.creation_timestamp.as_ref()).unwrap_or(i64::MAX);
+        if age < 10 {
+            return Ok(Action::requeue(std::time::Duration::from_secs(2)));
+        }
+        if status.skill.is_none() {
+            status.skill = ctx.lookups.binding(&ctx.client, ns, &sj.spec.binding).await?.and_then(|b| b.status).and_then(|s| s.skill_name);
+        }
+        admit::check_namespace(ctx, ns, &mut status, generation).await?;
+    }
+    status.job_name = Some(name.clone());
+    if !ctx.lookups.has_network_policy(ns, &name) {
+        children::ensure_policy(ctx, sj, ns, uid).await?;
+    }
+    if status.started_at.is_none() {
+        status.started_at = job.status.as_ref().and_then(|s| s.start_time.clone());
+    }
+    let phase = job_phase(&job);
+    match phase {
+        // A Pending SkillJob whose Job exists keeps its message ("Job … created"):
+        // rewriting it to say the same thing in other words cost a status write per run.
+        SkillJobPhase::Pending
+            if status.phase == Some(SkillJobPhase::Pending) && sj.status.as_ref().is_some_and(|s| s.job_name.is_some()) =>
+        {
+            patch_status(ctx, sj, &status).await?;
+            Ok(Action::requeue(POLL))
+        }
+        SkillJobPhase::Pending | SkillJobPhase::Running => {
+            let running = phase == SkillJobPhase::Running;
+            let (reason, doing) = if running { ("Running", "running") } else { ("Pending", "starting") };
+            set_phase(&mut status, phase, reason, format!("Job {name} is {doing}"), generation);
+            patch_status(ctx, sj, &status).await?;
+            Ok(Action::requeue(POLL))
+        }
+        _ => finished(sj, ctx, ns, uid, &job, status).await,
+    }
+}
+
+/// The Job has ended: the verdict, once no pod runs any more.
+async fn finished(sj: &SkillJob, ctx: &Context, ns: &str, uid: &str, job: &Job, mut status: SkillJobStatus) -> Result<Action> {
+    let generation = sj.metadata.generation;
+    let pods = children::pods(ctx, ns, uid).await?;
+    if children::alive(&pods) {
+        // The Job failed (its deadline) while the pod still stops: the files
+        // are trusted only once it has stopped.
+        let since = job
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Failed"))
+            .and_then(|c| c.last_transition_time.as_ref());
+        if age_secs(since).is_some_and(|age| age > STOP_CONFIRM_SECS) {
+            set_phase(
+                &mut status,
+                SkillJobPhase::Locked,
+                "StopNotConfirmed",
+                format!(
+                    "the run ended but its pod did not stop within {STOP_CONFIRM_SECS} s; its files are withheld until an operator checks the node"
+                ),
+                generation,
+            );
+            patch_status(ctx, sj, &status).await?;
+            publish(ctx, sj, EventType::Warning, "StopNotConfirmed", "pod still alive 120 s after the Job ended").await;
+            return Ok(Action::requeue(std::time::Duration::from_secs(60)));
+        }
+        return Ok(Action::requeue(STOPPING_POLL));
+    }
+    let mut facts = pod_facts(pods.first());
+    facts.job_failed = job
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Failed" && c.status == "True"))
+        .map(|c| c.reason.clone().unwrap_or_default());
+    record_outputs(ctx, sj, ns, uid, &mut status, &mut facts).await;
+    let verdict = run_verdict(&facts);
+    status.exit_code = verdict.exit_code;
+    status.signal = verdict.signal;
+    status.finished_at = job.status.as_ref().and_then(|s| s.completion_time.clone()).or_else(|| Some(crate::api::conditions::now()));
+    set_phase(&mut status, verdict.phase, verdict.reason, verdict.message, generation);
+    patch_status(ctx, sj, &status).await?;
+    // The result is recorded: the Job, its pod, the token Secret and the
+    // NetworkPolicy have done their work (and count against quotas).
+    children::delete_all(ctx, ns, uid).await?;
+    Ok(Action::await_change())
+}
+
+/// A run stopped on request (the cancel annotation), its pod gone.
+pub(super) async fn cancelled(sj: &SkillJob, ctx: &Context, ns: &str, uid: &str, mut status: SkillJobStatus) -> Result<Action> {
+    status.finished_at = Some(crate::api::conditions::now());
+    set_phase(&mut status, SkillJobPhase::Cancelled, "Cancelled", "the run was cancelled and its pod stopped", sj.metadata.generation);
+    patch_status(ctx, sj, &status).await?;
+    children::delete_all(ctx, ns, uid).await?;
+    Ok(Action::await_change())
+}
+
+/// We created the Job and it is gone while the run was not finished.
+pub(super) async fn job_deleted(sj: &SkillJob, ctx: &Context, mut status: SkillJobStatus) -> Result<Action> {
+    set_phase(
+        &mut status,
+        SkillJobPhase::Failed,
+        "JobDeleted",
+        "the Job was deleted before the run finished; it was not re-run (create a new SkillJob)",
+        sj.metadata.generation,
+    );
+    patch_status(ctx, sj, &status).await?;
+    publish(ctx, sj, EventType::Warning, "JobDeleted", "the Job disappeared before the run finished").await;
+    Ok(Action::await_change())
+}
+
+/// How each container of the run's pod ended.
+fn pod_facts(pod: Option<&Pod>) -> RunFacts {
+    let Some(status) = pod.and_then(|p| p.status.as_ref()) else { return RunFacts::default() };
+    let end = |name: &str| {
+        status
+            .init_container_statuses
+            .iter()
+            .flatten()
+            .chain(status.container_statuses.iter().flatten())
+            .find(|c| c.name == name)
+            .and_then(|c| {
+                c.state.as_ref().and_then(|s| s.terminated.as_ref()).or(c.last_state.as_ref().and_then(|s| s.terminated.as_ref()))
+            })
+            .map(|t| ContainerEnd { exit_code: t.exit_code, signal: t.signal, reason: t.reason.clone(), message: t.message.clone() })
+    };
+    RunFacts { fetch: end(CONTAINER_FETCH), run: end(CONTAINER_RUN), upload: end(CONTAINER_UPLOAD), ..RunFacts::default() }
+}
+
+/// Fill stdout/stderr references and output files from what the upload
+/// sidecar stored, and the launcher's result into `facts`. A missing or
+/// unreadable manifest leaves them empty (the verdict says so), never
+/// fails the reconcile. An input the script left unchanged is not an output.
+async fn record_outputs(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, status: &mut SkillJobStatus, facts: &mut RunFacts) {
+    let manifest = match ctx.artifacts.outputs(ns, uid).await {
+        Ok(Some(manifest)) => manifest,
+        Ok(None) => return,
+        Err(err) => {
+            tracing::warn!(%err, ns, uid, "could not read the run's outputs");
+            return;
+        }
+    };
+    facts.outputs_stored = true;
+    let result = |name: &str| manifest.files.iter().find(|f| f.path == format!("result/{name}"));
+    // The launcher's result.json has what the script wrote (bytes, truncation, exit).
+    if result("result.json").is_some() {
+        match ctx.artifacts.output_file(ns, uid, "result/result.json").await {
+            Ok(bytes) => facts.launch = serde_json::from_slice::<LaunchResult>(&bytes).ok(),
+            Err(err) => tracing::warn!(%err, ns, uid, "could not read the run's result.json"),
+        }
+    }
+    let outcome = facts.launch.as_ref().map(|l| &l.outcome);
+    if let Some(f) = result("stdout") {
+        let (size, truncated) = outcome.map_or((f.size, false), |o| (o.stdout_bytes, o.stdout_truncated));
+        status.stdout = Some(StreamRef { digest: f.digest.clone(), size, truncated });
+    }
+    if let Some(f) = result("stderr") {
+        let (size, truncated) = outcome.map_or((f.size, false), |o| (o.stderr_bytes, o.stderr_truncated));
+        status.stderr = Some(StreamRef { digest: f.digest.clone(), size, truncated });
+    }
+    status.outputs = manifest
+        .files
+        .iter()
+        .filter_map(|f| f.path.strip_prefix("work/").map(|p| (p, f)))
+        .filter(|(p, f)| !sj.spec.inputs.iter().any(|i| i.path == *p && i.digest == f.digest && i.size == f.size))
+        .map(|(p, f)| OutputFile { path: p.to_string(), size: f.size, digest: f.digest.clone() })
+        .collect();
+}
