@@ -43,6 +43,9 @@ pub enum Command {
     Artifacts(ArtifactsArgs),
     /// In-pod launcher (the Job's main container): run one script under the fence and record the result.
     Launch(LaunchArgs),
+    /// OCI images composed with registry calls only: `image self` (this binary), `image compose` (run images).
+    #[command(subcommand)]
+    Image(crate::image::ImageCommand),
     /// Print the CustomResourceDefinitions (or write one file per CRD into --out).
     Crdgen {
         /// Write `<crd name>.yaml` files into this directory instead of printing.
@@ -348,6 +351,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Image(c) => crate::image::run(c).await,
         Command::Docs => {
             println!("<!-- BEGIN tools (generated: skill-operator docs) -->\n{}<!-- END tools -->\n", crate::docs::tools_reference());
             println!("<!-- BEGIN reasons (generated: skill-operator docs) -->\n{}<!-- END reasons -->", crate::docs::reasons_table());
