@@ -477,12 +477,19 @@ fn no_wheel_package(output: &str) -> Option<String> {
 }
 
 fn run_npm(opts: &DepsOptions, dir: &Path, scratch: &Path) -> Result<()> {
+    // Empty user and global npmrc (two files: npm refuses to load one file
+    // as both), so no config of the build image can turn scripts back on or
+    // point at another registry.
+    let (user_rc, global_rc) = (scratch.join("npmrc-user"), scratch.join("npmrc-global"));
+    for rc in [&user_rc, &global_rc] {
+        fs::write(rc, "").map_err(io(rc))?;
+    }
     let mut cmd = base_command(&opts.npm, scratch);
     cmd.current_dir(dir)
         .args(["ci", "--ignore-scripts", "--omit=dev", "--no-audit", "--no-fund", "--no-update-notifier", "--loglevel=warn"])
         .arg(format!("--cache={}", scratch.join("npm-cache").display()))
-        .arg("--userconfig=/dev/null")
-        .arg("--globalconfig=/dev/null");
+        .arg(format!("--userconfig={}", user_rc.display()))
+        .arg(format!("--globalconfig={}", global_rc.display()));
     if let Some(r) = &opts.npm_registry {
         cmd.arg(format!("--registry={r}"));
     }
