@@ -9,7 +9,9 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::*;
-use skill_operator::image::compose::{ANNOTATION_BASE_DIGEST, ANNOTATION_BASE_NAME, ANNOTATION_DEPS_LOCK_DIGEST, ANNOTATION_PACKAGE_DIGEST};
+use skill_operator::image::compose::{
+    ANNOTATION_BASE_DIGEST, ANNOTATION_BASE_NAME, ANNOTATION_DEPS_LOCK_DIGEST, ANNOTATION_PACKAGE_DIGEST,
+};
 use skill_operator::image::deps::{Dependency, Ecosystem};
 use skill_operator::image::layer::{self, Layer, LayerOptions};
 use skill_operator::image::{compose, BaseSpec, ComposeSpec, Composed, ConfigPatch, ImageError, SbomInput};
@@ -25,7 +27,12 @@ fn base_files() -> Vec<(&'static str, &'static [u8])> {
 /// A single-arch OCI base pushed as `repo:1` (extra: skopeo flags).
 async fn push_single_base(reg: &TestRegistry, repo: &str, extra: &[&str]) -> String {
     let work = tempfile::tempdir().unwrap();
-    let img = BaseImageSpec { os: "linux", arch: "amd64", layers: vec![base_files(), vec![("etc/second", b"layer two\n")]], annotations: BTreeMap::new() };
+    let img = BaseImageSpec {
+        os: "linux",
+        arch: "amd64",
+        layers: vec![base_files(), vec![("etc/second", b"layer two\n")]],
+        annotations: BTreeMap::new(),
+    };
     write_layout(work.path(), "1", &[img], false);
     skopeo_push(work.path(), "1", &reg.reference(&format!("{repo}:1")), extra);
     reg.reference(&format!("{repo}:1"))
@@ -35,8 +42,18 @@ async fn push_single_base(reg: &TestRegistry, repo: &str, extra: &[&str]) -> Str
 /// attestation-like `unknown/unknown` entry, pushed as `repo:multi`.
 async fn push_index_base(reg: &TestRegistry, repo: &str) -> String {
     let work = tempfile::tempdir().unwrap();
-    let amd = BaseImageSpec { os: "linux", arch: "amd64", layers: vec![vec![("etc/arch", b"amd64\n"), ("usr/bin/tool", b"amd\n")]], annotations: BTreeMap::new() };
-    let arm = BaseImageSpec { os: "linux", arch: "arm64", layers: vec![vec![("etc/arch", b"arm64\n"), ("usr/bin/tool", b"arm\n")]], annotations: BTreeMap::new() };
+    let amd = BaseImageSpec {
+        os: "linux",
+        arch: "amd64",
+        layers: vec![vec![("etc/arch", b"amd64\n"), ("usr/bin/tool", b"amd\n")]],
+        annotations: BTreeMap::new(),
+    };
+    let arm = BaseImageSpec {
+        os: "linux",
+        arch: "arm64",
+        layers: vec![vec![("etc/arch", b"arm64\n"), ("usr/bin/tool", b"arm\n")]],
+        annotations: BTreeMap::new(),
+    };
     let att = BaseImageSpec {
         os: "unknown",
         arch: "unknown",
@@ -68,7 +85,14 @@ fn spec<'a>(base: &str, repository: String, layers: Vec<&'a Layer>) -> ComposeSp
     };
     s.package_digest = Some(PACKAGE_DIGEST.into());
     s.deps_lock_digest = Some(LOCK_DIGEST.into());
-    s.sbom = Some(SbomInput { dependencies: vec![Dependency { ecosystem: Ecosystem::Pypi, name: "tinypkg".into(), version: "1.0".into(), purl: "pkg:pypi/tinypkg@1.0".into() }] });
+    s.sbom = Some(SbomInput {
+        dependencies: vec![Dependency {
+            ecosystem: Ecosystem::Pypi,
+            name: "tinypkg".into(),
+            version: "1.0".into(),
+            purl: "pkg:pypi/tinypkg@1.0".into(),
+        }],
+    });
     s
 }
 
@@ -116,7 +140,11 @@ async fn single_arch_compose_reads_back_with_skopeo_and_umoci() {
     assert_eq!(inner["User"], "65532:65532");
     assert_eq!(inner["WorkingDir"], "/skill");
     let env: Vec<&str> = inner["Env"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-    assert_eq!(env, vec!["PATH=/usr/bin:/bin", "PYTHONPATH=/deps/python", "NODE_PATH=/deps/node/node_modules"], "replaced in place, appended after");
+    assert_eq!(
+        env,
+        vec!["PATH=/usr/bin:/bin", "PYTHONPATH=/deps/python", "NODE_PATH=/deps/node/node_modules"],
+        "replaced in place, appended after"
+    );
     assert_eq!(inner["Cmd"][0], "/bin/sh", "base Cmd kept");
     assert_eq!(inner["Labels"]["base.label"], "kept");
     assert_eq!(inner["Labels"][ANNOTATION_PACKAGE_DIGEST], PACKAGE_DIGEST);
@@ -195,7 +223,8 @@ async fn base_layers_are_mounted_across_repositories_and_never_downloaded() {
     let reg = TestRegistry::start().await;
     let base = push_single_base(&reg, "library/base", &[]).await;
     let base_manifest = skopeo_raw(&base);
-    let base_layers: Vec<String> = base_manifest["layers"].as_array().unwrap().iter().map(|l| l["digest"].as_str().unwrap().to_string()).collect();
+    let base_layers: Vec<String> =
+        base_manifest["layers"].as_array().unwrap().iter().map(|l| l["digest"].as_str().unwrap().to_string()).collect();
     let mark = reg.requests().await.len();
 
     let (skill, deps) = (skill_dir("gamma"), deps_dir());
@@ -349,7 +378,11 @@ async fn a_tampered_layer_is_detected_on_verify_and_on_pull() {
         .output()
         .unwrap();
     assert!(!out.status.success(), "skopeo pulled a tampered image");
-    assert!(String::from_utf8_lossy(&out.stderr).to_lowercase().contains("digest did not match"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).to_lowercase().contains("digest did not match"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[tokio::test]

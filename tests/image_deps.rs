@@ -91,7 +91,10 @@ fn pypi_index(root: &Path, marker: &Path) {
     // An sdist whose setup.py would leave a marker if anything ran it.
     let d = root.join("simple/sdistonly");
     std::fs::create_dir_all(&d).unwrap();
-    let setup = format!("open({:?}, 'w').write('ran')\nfrom setuptools import setup\nsetup(name='sdistonly', version='1.0')\n", marker.display().to_string());
+    let setup = format!(
+        "open({:?}, 'w').write('ran')\nfrom setuptools import setup\nsetup(name='sdistonly', version='1.0')\n",
+        marker.display().to_string()
+    );
     let mut b = tar::Builder::new(Vec::new());
     let mut h = tar::Header::new_gnu();
     h.set_size(setup.len() as u64);
@@ -123,7 +126,8 @@ fn pip_installs_wheels_from_a_local_index_through_the_cli() {
         .arg(&out_dir)
         .args(["--index-url", &format!("{}/simple/", server.url)]));
     let report: deps::DepsReport = serde_json::from_str(&report_json).unwrap();
-    let names: Vec<(Ecosystem, &str, &str)> = report.dependencies.iter().map(|d| (d.ecosystem, d.name.as_str(), d.version.as_str())).collect();
+    let names: Vec<(Ecosystem, &str, &str)> =
+        report.dependencies.iter().map(|d| (d.ecosystem, d.name.as_str(), d.version.as_str())).collect();
     assert_eq!(names, vec![(Ecosystem::Pypi, "tinydep", "1.0"), (Ecosystem::Pypi, "tinypkg", "1.0")], "the requirement and its dependency");
     assert_eq!(report.lock_digest, deps::plan(pkg.path()).unwrap().lock_digest);
     assert!(report.lock_digest.is_some());
@@ -184,7 +188,10 @@ fn npm_registry(root: &Path, marker: &Path) -> (StaticServer, String) {
     std::fs::write(src.join("package.json"), serde_json::to_vec_pretty(&manifest).unwrap()).unwrap();
     std::fs::write(src.join("index.js"), "module.exports = 'tinylib';\n").unwrap();
     let cache = root.join("npm-cache");
-    let packed = run(Command::new("npm").current_dir(&src).args(["pack", "--silent", "--ignore-scripts"]).arg(format!("--cache={}", cache.display())));
+    let packed = run(Command::new("npm")
+        .current_dir(&src)
+        .args(["pack", "--silent", "--ignore-scripts"])
+        .arg(format!("--cache={}", cache.display())));
     let tgz_name = packed.trim().lines().last().unwrap().to_string();
     let tgz = std::fs::read(src.join(&tgz_name)).unwrap();
     let serve = root.join("serve");

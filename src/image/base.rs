@@ -61,7 +61,9 @@ impl Platform {
     pub fn parse(s: &str) -> Result<Platform> {
         let parts: Vec<&str> = s.split('/').collect();
         match parts.as_slice() {
-            [os, arch] if !os.is_empty() && !arch.is_empty() => Ok(Platform { os: (*os).into(), architecture: (*arch).into(), variant: None }),
+            [os, arch] if !os.is_empty() && !arch.is_empty() => {
+                Ok(Platform { os: (*os).into(), architecture: (*arch).into(), variant: None })
+            }
             [os, arch, v] if !os.is_empty() && !arch.is_empty() && !v.is_empty() => {
                 Ok(Platform { os: (*os).into(), architecture: (*arch).into(), variant: Some((*v).into()) })
             }
@@ -232,7 +234,13 @@ pub async fn resolve(remote: &Remote, spec: &BaseSpec, platforms: &[Platform]) -
         }
         OCI_MANIFEST | DOCKER_MANIFEST => {
             let image = image_from_manifest(remote, name, &r, &v, &media_type, top.digest.clone(), None).await?;
-            Ok(ResolvedBase { reference: Some(r), name: Some(name.clone()), digest: Some(top.digest), is_index: false, images: vec![image] })
+            Ok(ResolvedBase {
+                reference: Some(r),
+                name: Some(name.clone()),
+                digest: Some(top.digest),
+                is_index: false,
+                images: vec![image],
+            })
         }
         other => Err(bad(format!("unsupported manifest media type {other:?}"))),
     }
@@ -252,10 +260,14 @@ fn media_type_of(v: &Value, content_type: Option<&str>) -> String {
 
 async fn platform_image(remote: &Remote, name: &str, r: &Reference, platform: Option<Platform>) -> Result<BaseImage> {
     let fetched = remote.get_manifest(r).await?;
-    let v: Value = serde_json::from_slice(&fetched.body).map_err(|e| ImageError::Base { reference: name.into(), detail: format!("platform manifest is not JSON: {e}") })?;
+    let v: Value = serde_json::from_slice(&fetched.body)
+        .map_err(|e| ImageError::Base { reference: name.into(), detail: format!("platform manifest is not JSON: {e}") })?;
     let mt = media_type_of(&v, fetched.content_type.as_deref());
     if mt != OCI_MANIFEST && mt != DOCKER_MANIFEST {
-        return Err(ImageError::Base { reference: name.into(), detail: format!("index entry {} is a {mt}, not an image manifest", fetched.digest) });
+        return Err(ImageError::Base {
+            reference: name.into(),
+            detail: format!("index entry {} is a {mt}, not an image manifest", fetched.digest),
+        });
     }
     image_from_manifest(remote, name, r, &v, &mt, fetched.digest, platform).await
 }

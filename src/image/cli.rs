@@ -244,7 +244,12 @@ fn remote(args: &RegistryArgs, references: &[&str]) -> anyhow::Result<Remote> {
 }
 
 fn pairs(items: &[String], what: &str) -> anyhow::Result<Vec<(String, String)>> {
-    items.iter().map(|s| s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).with_context(|| format!("{what} {s:?}: expected KEY=VALUE"))).collect()
+    items
+        .iter()
+        .map(|s| {
+            s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).with_context(|| format!("{what} {s:?}: expected KEY=VALUE"))
+        })
+        .collect()
 }
 
 async fn compose_command(a: ComposeArgs) -> anyhow::Result<()> {
@@ -255,7 +260,11 @@ async fn compose_command(a: ComposeArgs) -> anyhow::Result<()> {
     }
     let remote = remote(&a.registry_args, &refs)?;
     parse_ref(&a.registry)?;
-    let platforms = if a.platforms.is_empty() { Platform::defaults() } else { a.platforms.iter().map(|p| Platform::parse(p)).collect::<Result<_, _>>()? };
+    let platforms = if a.platforms.is_empty() {
+        Platform::defaults()
+    } else {
+        a.platforms.iter().map(|p| Platform::parse(p)).collect::<Result<_, _>>()?
+    };
     let layer_opts = LayerOptions { spool_dir: a.spool_dir.clone(), ..Default::default() };
 
     // The skill layer, streamed from the directory or the archive.
@@ -283,7 +292,10 @@ async fn compose_command(a: ComposeArgs) -> anyhow::Result<()> {
 
     // The dependency layer and what it implies.
     let report: Option<DepsReport> = match &a.deps_report {
-        Some(p) => Some(serde_json::from_slice(&std::fs::read(p).with_context(|| format!("reading {}", p.display()))?).context("the --deps-report JSON")?),
+        Some(p) => Some(
+            serde_json::from_slice(&std::fs::read(p).with_context(|| format!("reading {}", p.display()))?)
+                .context("the --deps-report JSON")?,
+        ),
         None => None,
     };
     let deps_layer = match &a.deps {
@@ -317,7 +329,14 @@ async fn compose_command(a: ComposeArgs) -> anyhow::Result<()> {
     spec.platforms = platforms;
     spec.tag = a.tag.clone();
     spec.layers = layers;
-    spec.config = ConfigPatch { user: a.user.clone(), working_dir: Some(a.workdir.clone()), env, labels: pairs(&a.labels, "--label")?.into_iter().collect(), entrypoint: None, cmd: None };
+    spec.config = ConfigPatch {
+        user: a.user.clone(),
+        working_dir: Some(a.workdir.clone()),
+        env,
+        labels: pairs(&a.labels, "--label")?.into_iter().collect(),
+        entrypoint: None,
+        cmd: None,
+    };
     spec.package_digest = package_digest;
     spec.deps_lock_digest = report.as_ref().and_then(|r| r.lock_digest.clone());
     spec.annotations = pairs(&a.annotations, "--annotation")?.into_iter().collect::<BTreeMap<_, _>>();

@@ -287,7 +287,10 @@ fn check_spec(spec: &ComposeSpec<'_>) -> Result<()> {
         return Err(ImageError::invalid(format!("user {user:?}: give a numeric non-root uid[:gid], e.g. {DEFAULT_USER}")));
     }
     if spec.repository.contains('@') || spec.repository.rsplit('/').next().is_some_and(|last| last.contains(':')) {
-        return Err(ImageError::invalid(format!("repository {:?}: give host/repository without tag or digest (the tag goes in `tag`)", spec.repository)));
+        return Err(ImageError::invalid(format!(
+            "repository {:?}: give host/repository without tag or digest (the tag goes in `tag`)",
+            spec.repository
+        )));
     }
     for (k, _) in &spec.config.env {
         if k.is_empty() || k.contains('=') {
@@ -355,7 +358,11 @@ fn patch_config(image: &BaseImage, spec: &ComposeSpec<'_>, resolved: &ResolvedBa
         c.insert("WorkingDir".into(), w.clone().into());
     }
     if !p.env.is_empty() {
-        let mut env: Vec<String> = c.get("Env").and_then(Value::as_array).map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect()).unwrap_or_default();
+        let mut env: Vec<String> = c
+            .get("Env")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+            .unwrap_or_default();
         for (k, v) in &p.env {
             let entry = format!("{k}={v}");
             match env.iter_mut().find(|e| e.split_once('=').map_or(e.as_str(), |(n, _)| n) == k) {
@@ -395,7 +402,10 @@ fn oci_layer(desc: &Value, resolved: &ResolvedBase) -> Result<Value> {
         }
     };
     if desc.get("urls").is_some() {
-        return Err(ImageError::UnsupportedLayer { reference: resolved.name.clone().unwrap_or_default(), media_type: format!("{mt} with urls (non-distributable)") });
+        return Err(ImageError::UnsupportedLayer {
+            reference: resolved.name.clone().unwrap_or_default(),
+            media_type: format!("{mt} with urls (non-distributable)"),
+        });
     }
     let mut d = desc.clone();
     if let Some(o) = d.as_object_mut() {
@@ -404,7 +414,13 @@ fn oci_layer(desc: &Value, resolved: &ResolvedBase) -> Result<Value> {
     Ok(d)
 }
 
-fn manifest_json(image: &BaseImage, spec: &ComposeSpec<'_>, resolved: &ResolvedBase, config_digest: &str, config_size: u64) -> Result<Value> {
+fn manifest_json(
+    image: &BaseImage,
+    spec: &ComposeSpec<'_>,
+    resolved: &ResolvedBase,
+    config_digest: &str,
+    config_size: u64,
+) -> Result<Value> {
     let mut layers = Vec::with_capacity(image.layers.len() + spec.layers.len());
     for l in &image.layers {
         layers.push(oci_layer(l, resolved)?);

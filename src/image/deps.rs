@@ -50,7 +50,9 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::limits::{DEPS_TIMEOUT, MAX_DEPENDENCIES, MAX_LOCKFILE_BYTES, MAX_METADATA_BYTES, MAX_REQUIREMENTS_BYTES, TOOL_OUTPUT_TAIL_BYTES};
+use super::limits::{
+    DEPS_TIMEOUT, MAX_DEPENDENCIES, MAX_LOCKFILE_BYTES, MAX_METADATA_BYTES, MAX_REQUIREMENTS_BYTES, TOOL_OUTPUT_TAIL_BYTES,
+};
 
 pub const REQUIREMENTS: &str = "requirements.txt";
 pub const PACKAGE_JSON: &str = "package.json";
@@ -175,9 +177,12 @@ pub fn plan(package_dir: &Path) -> Result<DepsPlan> {
     let lock_canonical = match (has_pkg, lock) {
         (false, None) => None,
         (true, None) => return Err(DepsError::NoLockfile { detail: "package.json has no package-lock.json next to it".into() }),
-        (false, Some(_)) => return Err(DepsError::NoLockfile { detail: "package-lock.json without package.json: npm ci needs both".into() }),
+        (false, Some(_)) => {
+            return Err(DepsError::NoLockfile { detail: "package-lock.json without package.json: npm ci needs both".into() })
+        }
         (true, Some(bytes)) => {
-            let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| DepsError::Invalid { path: lock_path.clone(), detail: format!("not JSON: {e}") })?;
+            let v: serde_json::Value = serde_json::from_slice(&bytes)
+                .map_err(|e| DepsError::Invalid { path: lock_path.clone(), detail: format!("not JSON: {e}") })?;
             Some(super::json::canonical(&v))
         }
     };
@@ -218,7 +223,8 @@ pub fn normalise_requirements(text: &str) -> Result<Vec<String>> {
     for raw in text.lines() {
         // A comment starts at `#` at the line start or after whitespace.
         let mut line = raw;
-        if let Some(i) = raw.char_indices().find(|&(i, c)| c == '#' && (i == 0 || raw[..i].ends_with(char::is_whitespace))).map(|(i, _)| i) {
+        if let Some(i) = raw.char_indices().find(|&(i, c)| c == '#' && (i == 0 || raw[..i].ends_with(char::is_whitespace))).map(|(i, _)| i)
+        {
             line = &raw[..i];
         }
         if let Some(stripped) = line.trim_end().strip_suffix('\\') {
@@ -386,7 +392,11 @@ pub fn install(opts: &DepsOptions) -> Result<DepsReport> {
         return Err(DepsError::Invalid { path: opts.out.clone(), detail: format!("more than {MAX_DEPENDENCIES} installed packages") });
     }
     if !lifecycle_scripts.is_empty() {
-        let list = lifecycle_scripts.iter().map(|s| format!("{}@{} ({})", s.package, s.version, s.scripts.keys().cloned().collect::<Vec<_>>().join(", "))).collect::<Vec<_>>().join("; ");
+        let list = lifecycle_scripts
+            .iter()
+            .map(|s| format!("{}@{} ({})", s.package, s.version, s.scripts.keys().cloned().collect::<Vec<_>>().join(", ")))
+            .collect::<Vec<_>>()
+            .join("; ");
         tracing::warn!(%list, "dependencies declare install scripts; they were not run");
         if opts.refuse_lifecycle_scripts {
             return Err(DepsError::LifecycleScripts { list });
@@ -501,26 +511,29 @@ fn run_npm(opts: &DepsOptions, dir: &Path, scratch: &Path) -> Result<()> {
 fn run_tool(mut cmd: Command, tool: &str, timeout: Duration) -> Result<String> {
     tracing::info!(tool, "running");
     let mut child = cmd.spawn().map_err(|source| DepsError::ToolMissing { tool: tool.into(), source })?;
-    let readers: Vec<_> = [child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>), child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>)]
-        .into_iter()
-        .flatten()
-        .map(|mut r| {
-            std::thread::spawn(move || {
-                let mut tail: Vec<u8> = Vec::new();
-                let mut buf = [0u8; 8192];
-                while let Ok(n) = r.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    tail.extend_from_slice(&buf[..n]);
-                    if tail.len() > 2 * TOOL_OUTPUT_TAIL_BYTES {
-                        tail.drain(..tail.len() - TOOL_OUTPUT_TAIL_BYTES);
-                    }
+    let readers: Vec<_> = [
+        child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
+        child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|mut r| {
+        std::thread::spawn(move || {
+            let mut tail: Vec<u8> = Vec::new();
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = r.read(&mut buf) {
+                if n == 0 {
+                    break;
                 }
-                tail
-            })
+                tail.extend_from_slice(&buf[..n]);
+                if tail.len() > 2 * TOOL_OUTPUT_TAIL_BYTES {
+                    tail.drain(..tail.len() - TOOL_OUTPUT_TAIL_BYTES);
+                }
+            }
+            tail
         })
-        .collect();
+    })
+    .collect();
     let deadline = Instant::now() + timeout;
     let status = loop {
         match child.try_wait() {
@@ -553,7 +566,7 @@ fn python_dependencies(target: &Path) -> Result<Vec<Dependency>> {
     let mut names: Vec<PathBuf> = fs::read_dir(target).map_err(io(target))?.filter_map(|e| e.ok().map(|e| e.path())).collect();
     names.sort();
     for dir in names {
-        if !dir.extension().is_some_and(|e| e == "dist-info") {
+        if dir.extension().is_none_or(|e| e != "dist-info") {
             continue;
         }
         let meta = dir.join("METADATA");
@@ -618,7 +631,8 @@ fn walk_node_modules(dir: &Path, deps: &mut Vec<Dependency>, scripts: &mut Vec<L
         }
         let pj = p.join(PACKAGE_JSON);
         if let Some(bytes) = read_capped(&pj, MAX_METADATA_BYTES)? {
-            let parsed: PackageJson = serde_json::from_slice(&bytes).map_err(|e| DepsError::Invalid { path: pj.clone(), detail: format!("not a package.json: {e}") })?;
+            let parsed: PackageJson = serde_json::from_slice(&bytes)
+                .map_err(|e| DepsError::Invalid { path: pj.clone(), detail: format!("not a package.json: {e}") })?;
             let name = parsed.name.unwrap_or_else(|| name.to_string());
             let version = parsed.version.unwrap_or_default();
             let mut found = BTreeMap::new();
@@ -656,7 +670,15 @@ mod tests {
             normalise_requirements(text).unwrap(),
             vec!["Requests==2.31.0", "attrs>=23 ; python_version >= \"3.8\"", "idna==3.6 --hash=sha256:abc"]
         );
-        for bad in ["-r other.txt", "--index-url https://evil/", "-e .", "./local", "pkg @ https://x/pkg.tar.gz", "git+https://x/y", "pkg --no-binary=:all:"] {
+        for bad in [
+            "-r other.txt",
+            "--index-url https://evil/",
+            "-e .",
+            "./local",
+            "pkg @ https://x/pkg.tar.gz",
+            "git+https://x/y",
+            "pkg --no-binary=:all:",
+        ] {
             assert!(matches!(normalise_requirements(bad), Err(DepsError::BadRequirement { .. })), "{bad}");
         }
     }

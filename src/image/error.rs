@@ -22,7 +22,9 @@ pub enum ImageError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{path}: {kind} files cannot go into a layer; remove it (only regular files, directories and symlinks inside the tree are kept)")]
+    #[error(
+        "{path}: {kind} files cannot go into a layer; remove it (only regular files, directories and symlinks inside the tree are kept)"
+    )]
     SpecialFile { path: String, kind: &'static str },
     #[error("{path}: symlink to {target:?} points outside the tree; make it relative and inside the directory, or copy the file")]
     SymlinkEscape { path: String, target: String },

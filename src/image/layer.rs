@@ -109,11 +109,19 @@ impl Layer {
 pub enum Source {
     Dir,
     /// A file on disk, read when the layer is written.
-    File { path: PathBuf, executable: bool },
+    File {
+        path: PathBuf,
+        executable: bool,
+    },
     /// Content made in memory (`/etc/passwd`).
-    Bytes { data: Vec<u8>, executable: bool },
+    Bytes {
+        data: Vec<u8>,
+        executable: bool,
+    },
     /// Target already checked to stay inside the tree.
-    Symlink { target: String },
+    Symlink {
+        target: String,
+    },
 }
 
 /// Entries of a layer by path (relative, no leading `/`), sorted; parents
@@ -200,10 +208,10 @@ fn walk(root: &Path, dir: &Path, rel: &str, prefix: &str, skip: &[&str], tree: &
     let mut names = Vec::new();
     for entry in fs::read_dir(dir).map_err(|e| ImageError::read(dir, e))? {
         let entry = entry.map_err(|e| ImageError::read(dir, e))?;
-        let name = entry.file_name().into_string().map_err(|n| ImageError::BadPath {
-            path: format!("{}/{}", dir.display(), n.to_string_lossy()),
-            reason: "not UTF-8".into(),
-        })?;
+        let name = entry
+            .file_name()
+            .into_string()
+            .map_err(|n| ImageError::BadPath { path: format!("{}/{}", dir.display(), n.to_string_lossy()), reason: "not UTF-8".into() })?;
         if !skip.contains(&name.as_str()) {
             names.push(name);
         }
@@ -352,7 +360,10 @@ impl TarSink {
         let spool_err = |source| ImageError::Spool { dir: spool_dir.clone(), source };
         let file = tempfile::Builder::new().prefix("skill-operator-layer-").suffix(".tar.gz").tempfile_in(&spool_dir).map_err(spool_err)?;
         let (file, spool) = file.into_parts();
-        let chain = HashingWriter::new(GzipWriter::new(HashingWriter::new(BufWriter::with_capacity(IO_CHUNK_BYTES, file), u64::MAX)), opts.max_bytes);
+        let chain = HashingWriter::new(
+            GzipWriter::new(HashingWriter::new(BufWriter::with_capacity(IO_CHUNK_BYTES, file), u64::MAX)),
+            opts.max_bytes,
+        );
         let mut builder = tar::Builder::new(chain);
         // Never follow symlinks from the tar crate's side; we add links as
         // links ourselves.

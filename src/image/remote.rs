@@ -142,7 +142,14 @@ impl Remote {
             .redirect(reqwest::redirect::Policy::limited(5))
             .build()
             .map_err(|e| ImageError::invalid(format!("HTTP client: {e}")))?;
-        Ok(Remote { client: Client::new(config), http, opts, auths: BTreeMap::new(), logins: Default::default(), counters: Counters::default() })
+        Ok(Remote {
+            client: Client::new(config),
+            http,
+            opts,
+            auths: BTreeMap::new(),
+            logins: Default::default(),
+            counters: Counters::default(),
+        })
     }
 
     /// Uses `auth` for `registry` (`host[:port]`) instead of the default.
@@ -229,7 +236,12 @@ impl Remote {
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| map_reqwest(r, e))?;
             if body.len() as u64 + chunk.len() as u64 > MAX_MANIFEST_BYTES {
-                return Err(OciError::TooLarge { what: format!("manifest {target}"), size: MAX_MANIFEST_BYTES + 1, limit: MAX_MANIFEST_BYTES }.into());
+                return Err(OciError::TooLarge {
+                    what: format!("manifest {target}"),
+                    size: MAX_MANIFEST_BYTES + 1,
+                    limit: MAX_MANIFEST_BYTES,
+                }
+                .into());
             }
             body.extend_from_slice(&chunk);
         }
@@ -237,7 +249,12 @@ impl Remote {
         let expected = r.digest().map(str::to_string).or(header_digest.filter(|h| h.starts_with("sha256:")));
         if let Some(expected) = expected {
             if expected != digest {
-                return Err(OciError::DigestMismatch { what: format!("manifest {target} of {}", r.repository()), expected, actual: digest }.into());
+                return Err(OciError::DigestMismatch {
+                    what: format!("manifest {target} of {}", r.repository()),
+                    expected,
+                    actual: digest,
+                }
+                .into());
             }
         }
         Ok(Fetched { body, digest, content_type })
@@ -278,12 +295,20 @@ impl Remote {
                 Err(e) => return Err(OciError::Registry { reference: r.whole(), detail: format!("downloading {what}: {e}") }.into()),
             };
             if buf.len() as u64 + chunk.len() as u64 > size {
-                return Err(OciError::SizeMismatch { what: what.into(), digest: digest.into(), expected: size, actual: buf.len() as u64 + chunk.len() as u64 }.into());
+                return Err(OciError::SizeMismatch {
+                    what: what.into(),
+                    digest: digest.into(),
+                    expected: size,
+                    actual: buf.len() as u64 + chunk.len() as u64,
+                }
+                .into());
             }
             buf.extend_from_slice(&chunk);
         }
         if buf.len() as u64 != size {
-            return Err(OciError::SizeMismatch { what: what.into(), digest: digest.into(), expected: size, actual: buf.len() as u64 }.into());
+            return Err(
+                OciError::SizeMismatch { what: what.into(), digest: digest.into(), expected: size, actual: buf.len() as u64 }.into()
+            );
         }
         let actual = super::json::sha256_digest(&buf);
         if actual != digest {
@@ -294,7 +319,12 @@ impl Remote {
 
     /// A blob's bytes as a stream (for [`super::verify`]); the caller
     /// hashes and counts.
-    pub async fn blob_stream(&self, r: &Reference, digest: &str, size: u64) -> Result<futures::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>> {
+    pub async fn blob_stream(
+        &self,
+        r: &Reference,
+        digest: &str,
+        size: u64,
+    ) -> Result<futures::stream::BoxStream<'static, std::io::Result<bytes::Bytes>>> {
         check_digest(digest)?;
         self.login(r, RegistryOperation::Pull).await?;
         let desc = OciDescriptor { digest: digest.into(), size: size as i64, ..Default::default() };
@@ -388,7 +418,10 @@ impl Remote {
         let file = tokio::fs::File::open(path).await.map_err(|e| ImageError::read(path, e))?;
         let stream = futures::stream::try_unfold(file, |mut f| async move {
             let mut buf = bytes::BytesMut::with_capacity(IO_CHUNK_BYTES);
-            let n = f.read_buf(&mut buf).await.map_err(|e| OciDistributionError::GenericError(Some(format!("reading the layer spool: {e}"))))?;
+            let n = f
+                .read_buf(&mut buf)
+                .await
+                .map_err(|e| OciDistributionError::GenericError(Some(format!("reading the layer spool: {e}"))))?;
             Ok::<_, OciDistributionError>(if n == 0 { None } else { Some((buf.freeze(), f)) })
         });
         self.client.push_blob_stream(target, stream.into_stream(), digest, Some(size)).await.map_err(|e| map_oci(target, e))?;
@@ -450,7 +483,9 @@ fn check_status(r: &Reference, url: &str, resp: reqwest::Response) -> Result<req
     let registry = r.resolve_registry().to_string();
     Err(match status {
         reqwest::StatusCode::NOT_FOUND => OciError::NotFound { reference: r.whole() },
-        reqwest::StatusCode::UNAUTHORIZED | reqwest::StatusCode::FORBIDDEN => OciError::Auth { registry, detail: format!("HTTP {status} on {url}") },
+        reqwest::StatusCode::UNAUTHORIZED | reqwest::StatusCode::FORBIDDEN => {
+            OciError::Auth { registry, detail: format!("HTTP {status} on {url}") }
+        }
         _ => OciError::Registry { reference: r.whole(), detail: format!("HTTP {status} on {url}") },
     }
     .into())
@@ -490,7 +525,9 @@ fn map_oci(r: &Reference, e: OciDistributionError) -> OciError {
         OciDistributionError::AuthenticationFailure(detail) => OciError::Auth { registry, detail },
         OciDistributionError::UnauthorizedError { url } => OciError::Auth { registry, detail: format!("unauthorized: {url}") },
         OciDistributionError::ServerError { code: 404, .. } => OciError::NotFound { reference: r.whole() },
-        OciDistributionError::ServerError { code: 401 | 403, url, message } => OciError::Auth { registry, detail: format!("{url}: {message}") },
+        OciDistributionError::ServerError { code: 401 | 403, url, message } => {
+            OciError::Auth { registry, detail: format!("{url}: {message}") }
+        }
         OciDistributionError::RegistryError { envelope, url } => {
             use oci_client::errors::OciErrorCode as C;
             let codes: Vec<&C> = envelope.errors.iter().map(|e| &e.code).collect();

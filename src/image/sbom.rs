@@ -105,7 +105,14 @@ pub fn cyclonedx(repository: &str, digest: &str, layers: &[&Layer], deps: &[Depe
 
 /// Pushes `sbom` as a referrer of the image (`subject_*`) in `target`'s
 /// repository, plus the fallback tags; see the module docs.
-pub async fn attach(remote: &Remote, target: &Reference, subject_media_type: &str, subject_digest: &str, subject_size: u64, sbom: &[u8]) -> Result<SbomRef> {
+pub async fn attach(
+    remote: &Remote,
+    target: &Reference,
+    subject_media_type: &str,
+    subject_digest: &str,
+    subject_size: u64,
+    sbom: &[u8],
+) -> Result<SbomRef> {
     let blob_digest = remote.ensure_bytes_blob(target, sbom).await?;
     let empty_digest = remote.ensure_bytes_blob(target, b"{}").await?;
     let manifest = canonical(&json!({
@@ -124,12 +131,16 @@ pub async fn attach(remote: &Remote, target: &Reference, subject_media_type: &st
     let referrers_tag = format!("sha256-{hex}");
     let tag_ref = Reference::with_tag(target.registry().into(), target.repository().into(), referrers_tag.clone());
     let mut entries: Vec<Value> = match remote.get_manifest(&tag_ref).await {
-        Ok(f) => serde_json::from_slice::<Value>(&f.body).ok().and_then(|v| v.get("manifests").and_then(Value::as_array).cloned()).unwrap_or_default(),
+        Ok(f) => serde_json::from_slice::<Value>(&f.body)
+            .ok()
+            .and_then(|v| v.get("manifests").and_then(Value::as_array).cloned())
+            .unwrap_or_default(),
         Err(super::error::ImageError::Registry(crate::oci::OciError::NotFound { .. })) => Vec::new(),
         Err(e) => return Err(e),
     };
     if !entries.iter().any(|e| e.get("digest").and_then(Value::as_str) == Some(manifest_digest.as_str())) {
-        entries.push(json!({ "mediaType": OCI_MANIFEST, "digest": manifest_digest, "size": manifest.len(), "artifactType": SBOM_MEDIA_TYPE }));
+        entries
+            .push(json!({ "mediaType": OCI_MANIFEST, "digest": manifest_digest, "size": manifest.len(), "artifactType": SBOM_MEDIA_TYPE }));
     }
     entries.sort_by(|a, b| a.get("digest").and_then(Value::as_str).cmp(&b.get("digest").and_then(Value::as_str)));
     let index = canonical(&json!({ "schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries }));

@@ -179,22 +179,28 @@ pub fn resolve_libraries(binary: &Path, root: &Path) -> Result<BTreeMap<String, 
     if top.interpreter.is_none() && top.needed.is_empty() {
         return Ok(files); // static
     }
-    let (triplet, cache_flags) =
-        arch_of(top.machine, top.class64).ok_or_else(|| ImageError::Elf { path: binary.into(), detail: format!("unsupported machine {}", top.machine) })?;
+    let (triplet, cache_flags) = arch_of(top.machine, top.class64)
+        .ok_or_else(|| ImageError::Elf { path: binary.into(), detail: format!("unsupported machine {}", top.machine) })?;
     if let Some(interp) = &top.interpreter {
         files.insert(interp.clone(), host_path(root, interp));
     }
     let cache = read_ld_cache(root, cache_flags);
     let lib64 = if top.class64 { vec!["/lib64", "/usr/lib64"] } else { vec![] };
-    let defaults: Vec<String> =
-        [format!("/lib/{triplet}"), format!("/usr/lib/{triplet}")].into_iter().chain(lib64.into_iter().map(String::from)).chain(["/lib".into(), "/usr/lib".into()]).collect();
+    let defaults: Vec<String> = [format!("/lib/{triplet}"), format!("/usr/lib/{triplet}")]
+        .into_iter()
+        .chain(lib64.into_iter().map(String::from))
+        .chain(["/lib".into(), "/usr/lib".into()])
+        .collect();
 
+    let interp_name = top.interpreter.as_deref().and_then(|i| i.rsplit('/').next()).map(str::to_string);
     let mut seen: BTreeSet<String> = BTreeSet::new();
     let mut queue: VecDeque<(String, ElfInfo, String)> = VecDeque::new();
     queue.push_back((binary.display().to_string(), top.clone(), "/usr/local/bin".into()));
     while let Some((who, info, origin)) = queue.pop_front() {
         for name in &info.needed {
-            if !seen.insert(name.clone()) {
+            // libc names the loader (`ld-linux-x86-64.so.2`): the loader
+            // already in memory satisfies it by soname, as glibc does.
+            if interp_name.as_deref() == Some(name.as_str()) || !seen.insert(name.clone()) {
                 continue;
             }
             if seen.len() > MAX_SHARED_LIBS {

@@ -48,7 +48,10 @@ pub async fn verify(remote: &Remote, reference: &str) -> Result<VerifyReport> {
             let m = remote.get_manifest(&mr).await?;
             let expected = e.get("size").and_then(Value::as_u64);
             if expected != Some(m.body.len() as u64) {
-                return Err(ImageError::Verify { what: format!("manifest {}", m.digest), detail: format!("index says {expected:?} bytes, got {}", m.body.len()) });
+                return Err(ImageError::Verify {
+                    what: format!("manifest {}", m.digest),
+                    detail: format!("index says {expected:?} bytes, got {}", m.body.len()),
+                });
             }
             verify_manifest(remote, &mr, &json(&m.body, reference)?, &mut report).await?;
         }
@@ -70,8 +73,11 @@ async fn verify_manifest(remote: &Remote, r: &Reference, m: &Value, report: &mut
     let cd = cfg.get("digest").and_then(Value::as_str).ok_or_else(|| bad("config without digest".into()))?;
     let cs = cfg.get("size").and_then(Value::as_u64).ok_or_else(|| bad("config without size".into()))?;
     let config: Value = json(&remote.get_config(r, cd, cs).await?, &what)?;
-    let diff_ids: Vec<String> =
-        config.pointer("/rootfs/diff_ids").and_then(Value::as_array).map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect()).unwrap_or_default();
+    let diff_ids: Vec<String> = config
+        .pointer("/rootfs/diff_ids")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+        .unwrap_or_default();
     let layers = m.get("layers").and_then(Value::as_array).cloned().unwrap_or_default();
     if diff_ids.len() != layers.len() {
         return Err(bad(format!("{} layers but {} diff_ids", layers.len(), diff_ids.len())));
@@ -79,7 +85,10 @@ async fn verify_manifest(remote: &Remote, r: &Reference, m: &Value, report: &mut
     for (l, diff_id) in layers.iter().zip(diff_ids) {
         let digest = l.get("digest").and_then(Value::as_str).ok_or_else(|| bad("layer without digest".into()))?.to_string();
         let size = l.get("size").and_then(Value::as_u64).ok_or_else(|| bad("layer without size".into()))?;
-        let gzip = matches!(l.get("mediaType").and_then(Value::as_str), Some(LAYER_MEDIA_TYPE | "application/vnd.docker.image.rootfs.diff.tar.gzip"));
+        let gzip = matches!(
+            l.get("mediaType").and_then(Value::as_str),
+            Some(LAYER_MEDIA_TYPE | "application/vnd.docker.image.rootfs.diff.tar.gzip")
+        );
         verify_layer(remote, r, &digest, size, gzip.then_some(diff_id)).await?;
         report.layers += 1;
         report.bytes += size;
@@ -107,7 +116,9 @@ async fn verify_layer(remote: &Remote, r: &Reference, digest: &str, size: u64, d
         }
         let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
         if count != size {
-            return Err(crate::oci::OciError::SizeMismatch { what: "layer".into(), digest: want_digest, expected: size, actual: count }.into());
+            return Err(
+                crate::oci::OciError::SizeMismatch { what: "layer".into(), digest: want_digest, expected: size, actual: count }.into()
+            );
         }
         if actual != want_digest {
             return Err(crate::oci::OciError::DigestMismatch { what: "layer".into(), expected: want_digest, actual }.into());
@@ -116,10 +127,15 @@ async fn verify_layer(remote: &Remote, r: &Reference, digest: &str, size: u64, d
             if let Some(e) = inflate_error {
                 return Err(ImageError::Verify { what: format!("layer {want_digest}"), detail: format!("not valid gzip: {e}") });
             }
-            let inner = g.finish().map_err(|e| ImageError::Verify { what: format!("layer {want_digest}"), detail: format!("not valid gzip: {e}") })?;
+            let inner = g
+                .finish()
+                .map_err(|e| ImageError::Verify { what: format!("layer {want_digest}"), detail: format!("not valid gzip: {e}") })?;
             let (got, _, _) = inner.finish();
             if got != diff_id {
-                return Err(ImageError::Verify { what: format!("layer {want_digest}"), detail: format!("uncompressed content hashes to {got}, config diff_id says {diff_id}") });
+                return Err(ImageError::Verify {
+                    what: format!("layer {want_digest}"),
+                    detail: format!("uncompressed content hashes to {got}, config diff_id says {diff_id}"),
+                });
             }
         }
         Ok(())
