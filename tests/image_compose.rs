@@ -441,3 +441,52 @@ async fn root_or_named_users_are_refused_before_any_request() {
         assert!(matches!(err, ImageError::Invalid { .. }), "{user}: {err}");
     }
 }
+
+fn cli_compose(reg: &TestRegistry, base: &str, repo: &str, package: (&str, &std::path::Path), deps: &std::path::Path) -> serde_json::Value {
+    let out = run(std::process::Command::new(env!("CARGO_BIN_EXE_skill-operator"))
+        .args(["image", "compose", "--plain-http", "--json", "--base", base, "--registry", &reg.reference(repo), "--tag", "cli"])
+        .arg(package.0)
+        .arg(package.1)
+        .arg("--deps")
+        .arg(deps));
+    serde_json::from_str(&out).unwrap()
+}
+
+#[tokio::test]
+async fn the_cli_composes_from_a_directory_or_an_archive_and_verifies() {
+    if !have_tools("the_cli_composes_from_a_directory_or_an_archive_and_verifies", TOOLS) {
+        return;
+    }
+    let reg = TestRegistry::start().await;
+    let base = push_single_base(&reg, "base/python", &[]).await;
+    let (skill, deps) = (skill_dir("kappa"), deps_dir());
+    let from_dir = cli_compose(&reg, &base, "apps/kappa", ("--package", skill.path()), deps.path());
+    let again = cli_compose(&reg, &base, "apps/kappa", ("--package", skill.path()), deps.path());
+    assert_eq!(from_dir["reference"], again["reference"]);
+    let u = &again["uploads"];
+    assert_eq!(
+        u["blobsUploaded"].as_u64().unwrap() + u["blobsMounted"].as_u64().unwrap() + u["manifestsPushed"].as_u64().unwrap(),
+        0,
+        "{u}"
+    );
+
+    // The same skill as a package archive gives the same skill layer, and
+    // the archive's sha256 as the package digest.
+    let archive = skill_operator::core::package::build_from_dir(skill.path()).unwrap();
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), &archive).unwrap();
+    let from_archive = cli_compose(&reg, &base, "apps/kappa-archive", ("--package-archive", file.path()), deps.path());
+    assert_eq!(from_archive["layers"][0]["digest"], from_dir["layers"][0]["digest"]);
+    let m = skopeo_raw(from_archive["reference"].as_str().unwrap());
+    assert_eq!(m["annotations"][ANNOTATION_PACKAGE_DIGEST], sha256(&archive).as_str());
+    // The deps dir implies the environment.
+    let cfg = skopeo_config(from_dir["reference"].as_str().unwrap(), "amd64");
+    let env: Vec<&str> = cfg["config"]["Env"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(env.contains(&"PYTHONPATH=/deps/python") && env.contains(&"NODE_PATH=/deps/node/node_modules"), "{env:?}");
+
+    let verified = run(std::process::Command::new(env!("CARGO_BIN_EXE_skill-operator"))
+        .args(["image", "verify", "--plain-http"])
+        .arg(from_dir["reference"].as_str().unwrap()));
+    let v: serde_json::Value = serde_json::from_str(&verified).unwrap();
+    assert_eq!(v["layers"], 4);
+}

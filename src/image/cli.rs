@@ -340,6 +340,7 @@ async fn compose_command(a: ComposeArgs) -> anyhow::Result<()> {
     spec.package_digest = package_digest;
     spec.deps_lock_digest = report.as_ref().and_then(|r| r.lock_digest.clone());
     spec.annotations = pairs(&a.annotations, "--annotation")?.into_iter().collect::<BTreeMap<_, _>>();
+    spec.spool_dir = a.spool_dir.clone();
     spec.sbom = (!a.no_sbom).then(|| SbomInput { dependencies: report.as_ref().map(|r| r.dependencies.clone()).unwrap_or_default() });
     let composed = compose(&remote, &spec).await?;
     print(&composed, a.registry_args.json)

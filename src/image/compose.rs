@@ -114,6 +114,8 @@ pub struct ComposeSpec<'a> {
     pub sbom: Option<SbomInput>,
     /// `created` of the appended history entries ([`FIXED_CREATED`]).
     pub created: String,
+    /// Where the SBOM is spooled (`None`: the temp dir).
+    pub spool_dir: Option<std::path::PathBuf>,
 }
 
 impl<'a> ComposeSpec<'a> {
@@ -130,6 +132,7 @@ impl<'a> ComposeSpec<'a> {
             annotations: BTreeMap::new(),
             sbom: None,
             created: FIXED_CREATED.into(),
+            spool_dir: None,
         }
     }
 }
@@ -243,14 +246,17 @@ pub async fn compose(remote: &Remote, spec: &ComposeSpec<'_>) -> Result<Composed
         let digest = remote.ensure_manifest(&target, spec.tag.as_deref(), &index, OCI_INDEX).await?;
         (digest, OCI_INDEX, index.len() as u64)
     } else {
-        let (img, size) = &images[0];
+        let (img, size) = images.first().ok_or_else(|| ImageError::invalid("the base resolved to no image"))?;
         (img.manifest_digest.clone(), OCI_MANIFEST, *size)
     };
 
     let sbom = match &spec.sbom {
         None => None,
         Some(input) => {
-            let doc = sbom::cyclonedx(&spec.repository, &digest, &spec.layers, &input.dependencies);
+            // Written to a spool file (its size grows with the file count);
+            // a few MiB at most, so on this thread.
+            let dir = spec.spool_dir.clone().unwrap_or_else(std::env::temp_dir);
+            let doc = sbom::spool(&dir, &spec.repository, &digest, &spec.layers, &input.dependencies)?;
             Some(sbom::attach(remote, &target, media_type, &digest, size, &doc).await?)
         }
     };

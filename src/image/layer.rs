@@ -233,12 +233,7 @@ fn walk(root: &Path, dir: &Path, rel: &str, prefix: &str, skip: &[&str], tree: &
         } else if ft.is_file() {
             tree.insert(&path, Source::File { path: host, executable: is_executable(&meta) })?;
         } else if ft.is_symlink() {
-            let target = fs::read_link(&host).map_err(|e| ImageError::read(&host, e))?;
-            let target = target
-                .into_os_string()
-                .into_string()
-                .map_err(|_| ImageError::SymlinkEscape { path: child_rel.clone(), target: "<not UTF-8>".into() })?;
-            check_symlink(root, &child_rel, &target)?;
+            let target = symlink_target(root, &host, &child_rel)?;
             tree.insert(&path, Source::Symlink { target })?;
         } else {
             return Err(ImageError::SpecialFile { path: child_rel, kind: special_kind(&ft) });
@@ -513,11 +508,100 @@ impl LayerTree {
     }
 }
 
-/// A layer holding the tree at `dir` under `prefix` (blocking).
+/// A layer holding the tree at `dir` under `prefix` (blocking). The same
+/// bytes as [`LayerTree::add_dir`] then [`LayerTree::write`], but the walk
+/// streams entries into the tar as it goes, holding one directory's
+/// listing per level instead of every path of the tree.
 pub fn from_dir(dir: &Path, prefix: &str, skip: &[&str], created_by: impl Into<String>, opts: &LayerOptions) -> Result<Layer> {
-    let mut tree = LayerTree::new();
-    tree.add_dir(dir, prefix, skip, opts)?;
-    tree.write(created_by, opts)
+    let meta = fs::metadata(dir).map_err(|e| ImageError::read(dir, e))?;
+    if !meta.is_dir() {
+        return Err(ImageError::read(dir, io::Error::new(io::ErrorKind::NotADirectory, "not a directory")));
+    }
+    let prefix = prefix.trim_matches('/');
+    let mut sink = TarSink::new(opts)?;
+    let mut acc = String::new();
+    for part in prefix.split('/').filter(|p| !p.is_empty()) {
+        if !acc.is_empty() {
+            acc.push('/');
+        }
+        acc.push_str(part);
+        sink.dir(&acc)?;
+    }
+    stream_walk(&mut sink, dir, dir, "", prefix, skip)?;
+    sink.finish(created_by.into())
+}
+
+/// One step of [`stream_walk`]: an entry to write, or a directory's
+/// contents to visit.
+enum Step {
+    Entry(String, fs::Metadata),
+    Descend(String),
+}
+
+/// Writes `dir`'s entries in full-path order. Full-path order is not
+/// depth-first order (`a.txt` sorts between the directory `a` and its
+/// child `a/b`), so each child directory is two keys: `name` for its own
+/// entry and `name/` for its contents, and the siblings' keys are sorted
+/// together. A sibling name has no `/`, so it never falls inside the
+/// `name/…` range: merging keys per level gives the global order.
+fn stream_walk(sink: &mut TarSink, root: &Path, dir: &Path, rel: &str, prefix: &str, skip: &[&str]) -> Result<()> {
+    let mut steps: Vec<(String, Step)> = Vec::new();
+    for entry in fs::read_dir(dir).map_err(|e| ImageError::read(dir, e))? {
+        let entry = entry.map_err(|e| ImageError::read(dir, e))?;
+        let name = entry
+            .file_name()
+            .into_string()
+            .map_err(|n| ImageError::BadPath { path: format!("{}/{}", dir.display(), n.to_string_lossy()), reason: "not UTF-8".into() })?;
+        if skip.contains(&name.as_str()) {
+            continue;
+        }
+        let host = dir.join(&name);
+        let meta = fs::symlink_metadata(&host).map_err(|e| ImageError::read(&host, e))?;
+        if meta.is_dir() {
+            steps.push((format!("{name}/"), Step::Descend(name.clone())));
+        }
+        steps.push((name.clone(), Step::Entry(name, meta)));
+        if sink.entries + steps.len() > sink.max_entries {
+            return Err(ImageError::LayerTooLarge { what: "entries".into(), limit: sink.max_entries as u64 });
+        }
+    }
+    steps.sort_by(|a, b| a.0.cmp(&b.0));
+    for (_, step) in steps {
+        match step {
+            Step::Descend(name) => {
+                let child_rel = if rel.is_empty() { name.clone() } else { format!("{rel}/{name}") };
+                stream_walk(sink, root, &dir.join(&name), &child_rel, prefix, skip)?;
+            }
+            Step::Entry(name, meta) => {
+                let child_rel = if rel.is_empty() { name.clone() } else { format!("{rel}/{name}") };
+                let host = dir.join(&name);
+                let path = join(prefix, &child_rel);
+                let ft = meta.file_type();
+                if ft.is_dir() {
+                    sink.dir(&path)?;
+                } else if ft.is_file() {
+                    let mut f = fs::File::open(&host).map_err(|e| ImageError::read(&host, e))?;
+                    let len = f.metadata().map_err(|e| ImageError::read(&host, e))?.len();
+                    sink.file(&path, len, is_executable(&meta), &mut f, &host)?;
+                } else if ft.is_symlink() {
+                    let target = symlink_target(root, &host, &child_rel)?;
+                    sink.symlink(&path, &target)?;
+                } else {
+                    return Err(ImageError::SpecialFile { path: child_rel, kind: special_kind(&ft) });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A symlink's target, checked with [`check_symlink`].
+fn symlink_target(root: &Path, host: &Path, rel: &str) -> Result<String> {
+    let target = fs::read_link(host).map_err(|e| ImageError::read(host, e))?;
+    let target =
+        target.into_os_string().into_string().map_err(|_| ImageError::SymlinkEscape { path: rel.into(), target: "<not UTF-8>".into() })?;
+    check_symlink(root, rel, &target)?;
+    Ok(target)
 }
 
 /// A layer holding a skill package archive (`crate::core::package`'s
@@ -635,6 +719,24 @@ mod tests {
         flate2::read::GzDecoder::new(gz.as_slice()).read_to_end(&mut tar).unwrap();
         assert_eq!(crate::core::package::digest(&tar), l.diff_id);
         assert_eq!(tar.len() as u64, l.uncompressed_size);
+    }
+
+    #[test]
+    fn streamed_walk_gives_the_same_bytes_as_the_tree() {
+        // Names around `/` in byte order: `a-b` < `a.txt` < `a/` < `a0`.
+        let d = tree();
+        for name in ["a", "a.x", "a-b", "a0"] {
+            fs::create_dir_all(d.path().join(name).join("inner")).unwrap();
+            fs::write(d.path().join(name).join("inner/f"), name).unwrap();
+        }
+        std::os::unix::fs::symlink("a/inner/f", d.path().join("link")).unwrap();
+        let opts = LayerOptions::default();
+        let streamed = from_dir(d.path(), "deps/x", &[], "x", &opts).unwrap();
+        let mut t = LayerTree::new();
+        t.add_dir(d.path(), "deps/x", &[], &opts).unwrap();
+        let buffered = t.write("x", &opts).unwrap();
+        assert_eq!(streamed.digest, buffered.digest);
+        assert_eq!(fs::read(streamed.path()).unwrap(), fs::read(buffered.path()).unwrap());
     }
 
     #[test]

@@ -26,7 +26,10 @@ use oci_client::Reference;
 use serde_json::{json, Value};
 
 use super::deps::{Dependency, Ecosystem};
-use super::error::Result;
+use std::io::Write;
+
+use super::error::{ImageError, Result};
+use super::gzip::HashingWriter;
 use super::json::canonical;
 use super::layer::Layer;
 use super::remote::{Remote, OCI_INDEX, OCI_MANIFEST};
@@ -51,11 +54,35 @@ pub struct SbomRef {
 
 /// The CycloneDX document for an image `repository@digest` whose new
 /// layers are `layers`.
+///
+/// NB: written component by component rather than as one
+/// `serde_json::Value` tree: a tree costs ~5 KiB per file (a BTreeMap node
+/// per object), which for a dependency layer of thousands of files was
+/// most of the composer's peak memory. Each component is canonical on its
+/// own, and the outer keys are written in sorted order, so the result is
+/// the same canonical JSON as [`canonical`] of the whole.
 pub fn cyclonedx(repository: &str, digest: &str, layers: &[&Layer], deps: &[Dependency]) -> Vec<u8> {
-    let mut components = Vec::new();
+    let mut out = Vec::with_capacity(4096);
+    // Writing into a Vec cannot fail.
+    let _ = write_cyclonedx(&mut out, repository, digest, layers, deps);
+    out
+}
+
+/// [`cyclonedx`] into any writer (compose spools it to a file, so its
+/// memory does not grow with the number of files).
+pub fn write_cyclonedx(out: &mut dyn Write, repository: &str, digest: &str, layers: &[&Layer], deps: &[Dependency]) -> std::io::Result<()> {
+    out.write_all(br#"{"bomFormat":"CycloneDX","components":["#)?;
+    let mut first = true;
+    let mut push = |out: &mut dyn Write, v: Value| -> std::io::Result<()> {
+        if !first {
+            out.write_all(b",")?;
+        }
+        first = false;
+        out.write_all(&canonical(&v))
+    };
     for layer in layers {
         for f in &layer.files {
-            components.push(json!({
+            let component = json!({
                 "type": "file",
                 "bom-ref": format!("file:{}", f.path),
                 "name": f.path,
@@ -65,7 +92,8 @@ pub fn cyclonedx(repository: &str, digest: &str, layers: &[&Layer], deps: &[Depe
                     { "name": "dev.skill-operator:size", "value": f.size.to_string() },
                     { "name": "dev.skill-operator:executable", "value": f.executable.to_string() },
                 ],
-            }));
+            });
+            push(out, component)?;
         }
     }
     let mut deps: Vec<&Dependency> = deps.iter().collect();
@@ -76,31 +104,49 @@ pub fn cyclonedx(repository: &str, digest: &str, layers: &[&Layer], deps: &[Depe
             Ecosystem::Pypi => "pypi",
             Ecosystem::Npm => "npm",
         };
-        components.push(json!({
+        let component = json!({
             "type": "library",
             "bom-ref": d.purl,
             "name": d.name,
             "version": d.version,
             "purl": d.purl,
             "properties": [{ "name": "dev.skill-operator:ecosystem", "value": group }],
-        }));
+        });
+        push(out, component)?;
     }
-    let doc = json!({
-        "bomFormat": "CycloneDX",
-        "specVersion": "1.5",
-        "version": 1,
-        "metadata": {
-            "tools": { "components": [{ "type": "application", "name": "skill-operator", "version": env!("CARGO_PKG_VERSION") }] },
-            "component": {
-                "type": "container",
-                "bom-ref": format!("{repository}@{digest}"),
-                "name": repository,
-                "version": digest,
-            },
+    let metadata = json!({
+        "tools": { "components": [{ "type": "application", "name": "skill-operator", "version": env!("CARGO_PKG_VERSION") }] },
+        "component": {
+            "type": "container",
+            "bom-ref": format!("{repository}@{digest}"),
+            "name": repository,
+            "version": digest,
         },
-        "components": components,
     });
-    canonical(&doc)
+    out.write_all(br#"],"metadata":"#)?;
+    out.write_all(&canonical(&metadata))?;
+    out.write_all(br#","specVersion":"1.5","version":1}"#)
+}
+
+/// An SBOM written to a spool file: its digest and size (the file is
+/// deleted on drop).
+#[derive(Debug)]
+pub struct SpooledSbom {
+    pub digest: String,
+    pub size: u64,
+    file: tempfile::TempPath,
+}
+
+/// Writes the SBOM into a temporary file in `dir`.
+pub fn spool(dir: &std::path::Path, repository: &str, digest: &str, layers: &[&Layer], deps: &[Dependency]) -> Result<SpooledSbom> {
+    let err = |source| ImageError::Spool { dir: dir.to_path_buf(), source };
+    let (file, path) =
+        tempfile::Builder::new().prefix("skill-operator-sbom-").suffix(".cdx.json").tempfile_in(dir).map_err(err)?.into_parts();
+    let mut w = HashingWriter::new(std::io::BufWriter::new(file), u64::MAX);
+    write_cyclonedx(&mut w, repository, digest, layers, deps).map_err(err)?;
+    w.flush().map_err(err)?;
+    let (digest, size, _) = w.finish();
+    Ok(SpooledSbom { digest, size, file: path })
 }
 
 /// Pushes `sbom` as a referrer of the image (`subject_*`) in `target`'s
@@ -111,16 +157,17 @@ pub async fn attach(
     subject_media_type: &str,
     subject_digest: &str,
     subject_size: u64,
-    sbom: &[u8],
+    sbom: &SpooledSbom,
 ) -> Result<SbomRef> {
-    let blob_digest = remote.ensure_bytes_blob(target, sbom).await?;
+    remote.ensure_file_blob(target, &sbom.file, &sbom.digest, sbom.size).await?;
+    let blob_digest = sbom.digest.clone();
     let empty_digest = remote.ensure_bytes_blob(target, b"{}").await?;
     let manifest = canonical(&json!({
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,
         "artifactType": SBOM_MEDIA_TYPE,
         "config": { "mediaType": EMPTY_MEDIA_TYPE, "digest": empty_digest, "size": 2 },
-        "layers": [{ "mediaType": SBOM_MEDIA_TYPE, "digest": blob_digest, "size": sbom.len(), "annotations": { ANNOTATION_TITLE: "sbom.cdx.json" } }],
+        "layers": [{ "mediaType": SBOM_MEDIA_TYPE, "digest": blob_digest, "size": sbom.size, "annotations": { ANNOTATION_TITLE: "sbom.cdx.json" } }],
         "subject": { "mediaType": subject_media_type, "digest": subject_digest, "size": subject_size },
     }));
     let hex = subject_digest.trim_start_matches("sha256:");
@@ -147,4 +194,18 @@ pub async fn attach(
     remote.ensure_manifest(target, Some(&referrers_tag), &index, OCI_INDEX).await?;
     tracing::debug!(%manifest_digest, subject = subject_digest, "attached SBOM");
     Ok(SbomRef { manifest_digest, blob_digest, referrers_tag, sbom_tag })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streamed_document_is_canonical_json() {
+        let deps = vec![Dependency { ecosystem: Ecosystem::Npm, name: "a".into(), version: "1".into(), purl: "pkg:npm/a@1".into() }];
+        let doc = cyclonedx("r/x", "sha256:00", &[], &deps);
+        let v: Value = serde_json::from_slice(&doc).unwrap();
+        assert_eq!(canonical(&v), doc);
+        assert_eq!(v["components"][0]["purl"], "pkg:npm/a@1");
+    }
 }
