@@ -49,6 +49,8 @@ need_pkg() {
 }
 need_pkg bubblewrap
 need_pkg docker-registry
+need_pkg skopeo
+need_pkg umoci
 if ! command -v "$PYTHON" >/dev/null 2>&1 || ! python_can_venv "$PYTHON"; then
   need_pkg python3-venv
   PYTHON=/usr/bin/python3

@@ -35,6 +35,9 @@ pub enum Command {
     Artifacts(crate::artifacts::server::ArtifactsArgs),
     /// In-pod launcher (the Job's main container): run one script under the fence and record the result.
     Launch(crate::runner::launch::LaunchArgs),
+    /// OCI images composed with registry calls only: `image self` (this binary), `image compose` (run images).
+    #[command(subcommand)]
+    Image(crate::image::ImageCommand),
     /// Print the CustomResourceDefinitions (or write one file per CRD into --out).
     Crdgen {
         /// Write `<crd name>.yaml` files into this directory instead of printing.
@@ -59,6 +62,7 @@ pub async fn run(cli: Cli, shutdown: Shutdown) -> anyhow::Result<ExitCode> {
         Command::Upload(args) => crate::artifacts::client::upload_command(args, shutdown).await?,
         Command::Artifacts(args) => crate::artifacts::server::command(args, shutdown).await?,
         Command::Launch(args) => return Ok(crate::runner::launch::command(args, shutdown).await?),
+        Command::Image(command) => crate::image::run(command).await?,
         Command::Crdgen { out } => crate::api::crdgen(out.as_deref())?,
         Command::Docs => crate::docs::print(),
     }

@@ -6,6 +6,7 @@
 //! - [`mcp`]: the MCP surface (tools, prompts, resources, SEP-2640 skills).
 //! - [`serve`]: the standalone server's transports (stdio, streamable HTTP).
 //! - [`cli`]: the `skill-operator` command line.
+//! - [`image`]: OCI run images and the operator image, composed with registry calls only.
 
 pub mod api;
 pub mod cli;
@@ -24,4 +25,5 @@ pub mod runner;
 pub mod oci;
 
 pub mod artifacts;
+pub mod image;
 pub mod jobs;
