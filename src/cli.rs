@@ -43,6 +43,8 @@ pub enum Command {
     Artifacts(ArtifactsArgs),
     /// In-pod launcher (the Job's main container): run one script under the fence and record the result.
     Launch(LaunchArgs),
+    /// The host-allowlisting egress proxy jobs reach the internet through.
+    EgressProxy(crate::egress::ProxyArgs),
     /// Print the CustomResourceDefinitions (or write one file per CRD into --out).
     Crdgen {
         /// Write `<crd name>.yaml` files into this directory instead of printing.
@@ -314,6 +316,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Artifacts(a) => artifacts_command(a).await,
+        Command::EgressProxy(args) => Ok(crate::egress::run(args, crate::egress::shutdown_signal()).await?),
         Command::Launch(args) => {
             let mut command = args.command.into_iter();
             let program = PathBuf::from(command.next().unwrap_or_default());

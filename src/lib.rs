@@ -12,6 +12,7 @@ pub mod cli;
 pub mod controller;
 pub mod core;
 pub mod docs;
+pub mod egress;
 pub mod mcp;
 pub mod samples;
 pub mod serve;
