@@ -386,7 +386,10 @@ mod tests {
     fn overrides_and_extra_denials() {
         let net = |s: &str| s.parse::<IpNet>().unwrap();
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        let p = AddressPolicy::new(vec![net("8.8.8.0/24"), net("127.0.0.64/26"), net("10.96.0.0/12")], vec![net("127.0.0.0/8"), net("10.96.0.10/32")]);
+        let p = AddressPolicy::new(
+            vec![net("8.8.8.0/24"), net("127.0.0.64/26"), net("10.96.0.0/12")],
+            vec![net("127.0.0.0/8"), net("10.96.0.10/32")],
+        );
         assert_eq!(p.check(ip("127.0.0.1"), 80, false, &[]), Ok(()));
         // The longer deny wins over the shorter allow...
         assert!(matches!(p.check(ip("127.0.0.70"), 80, false, &[]).unwrap_err().why, DenyReason::DenyCidr(_)));

@@ -482,7 +482,10 @@ mod tests {
             assert!(Entry::parse(bad).is_err(), "{bad:?} was accepted");
         }
         let too_many: Vec<String> = (1..=65).map(|p| p.to_string()).collect();
-        assert_eq!(Entry::parse(&format!("x.test:{}", too_many.join(","))), Err(EntryError::TooManyPorts(format!("x.test:{}", too_many.join(",")))));
+        assert_eq!(
+            Entry::parse(&format!("x.test:{}", too_many.join(","))),
+            Err(EntryError::TooManyPorts(format!("x.test:{}", too_many.join(","))))
+        );
     }
 
     #[test]
@@ -518,10 +521,11 @@ mod tests {
         let allowed = list(&["*.example.com:443,8443", "api.other.test", "203.0.113.7:443"]);
         assert_eq!(effective(&allowed, None).allowlist, allowed);
 
-        let narrow: Vec<Entry> = ["a.example.com:8443,9000", "*.b.example.com", "*.other.test", "evil.test", "example.com", "203.0.113.7:80"]
-            .iter()
-            .map(|s| Entry::parse(s).unwrap())
-            .collect();
+        let narrow: Vec<Entry> =
+            ["a.example.com:8443,9000", "*.b.example.com", "*.other.test", "evil.test", "example.com", "203.0.113.7:80"]
+                .iter()
+                .map(|s| Entry::parse(s).unwrap())
+                .collect();
         let eff = effective(&allowed, Some(&narrow));
         assert_eq!(eff.allowlist.to_string(), "a.example.com:8443 *.b.example.com:443");
         let dropped: Vec<String> = eff.dropped.iter().map(|d| d.to_string()).collect();

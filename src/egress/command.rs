@@ -133,8 +133,8 @@ pub enum CommandError {
 /// Run the proxy until `shutdown`. Prints `skill-operator: egress proxy on
 /// <addr>` on stderr once listening (tests and the benchmark read it).
 pub async fn run(args: ProxyArgs, shutdown: impl Future<Output = ()>) -> Result<(), CommandError> {
-    let key =
-        std::fs::read(&args.token_key_file).map_err(|source| CommandError::Key { path: args.token_key_file.display().to_string(), source })?;
+    let key = std::fs::read(&args.token_key_file)
+        .map_err(|source| CommandError::Key { path: args.token_key_file.display().to_string(), source })?;
     let registry = MemoryRegistry::new();
     let mut watcher = None;
     if let Some(path) = &args.jobs {
@@ -142,8 +142,7 @@ pub async fn run(args: ProxyArgs, shutdown: impl Future<Output = ()>) -> Result<
         watcher = Some(tokio::spawn(watch_jobs(registry.clone(), path.clone())));
     }
     let proxy = Proxy::new(args.config(key), Arc::new(registry.clone()), Arc::new(SystemResolver))?;
-    let listener =
-        tokio::net::TcpListener::bind(args.listen).await.map_err(|source| CommandError::Listen { addr: args.listen, source })?;
+    let listener = tokio::net::TcpListener::bind(args.listen).await.map_err(|source| CommandError::Listen { addr: args.listen, source })?;
     let local = listener.local_addr().map_err(CommandError::Serve)?;
     let mut metrics_task = None;
     if let Some(addr) = args.metrics_listen {

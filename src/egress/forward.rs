@@ -54,7 +54,9 @@ pub async fn forward(listener: TcpListener, socket: PathBuf, shutdown: impl Futu
                 Ok(mut unix) => {
                     let _ = tokio::io::copy_bidirectional(&mut tcp, &mut unix).await;
                 }
-                Err(e) => tracing::warn!(target: "skill_operator::egress", socket = %socket.display(), error = %e, "cannot reach the egress proxy socket"),
+                Err(e) => {
+                    tracing::warn!(target: "skill_operator::egress", socket = %socket.display(), error = %e, "cannot reach the egress proxy socket")
+                }
             }
             drop(permit);
         });

@@ -155,6 +155,9 @@ fn verdict_of(reason: Reason) -> Verdict {
     }
 }
 
+/// How long a refused client's remaining bytes are drained.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// After a refusal: half-close, then read (and discard) what the client
 /// still sends for a moment, so the kernel does not answer its unread
 /// bytes with a reset that would destroy the refusal before it is read.
@@ -170,7 +173,7 @@ async fn linger_close<C: Socket>(client: &C) {
             }
         }
     };
-    let _ = tokio::time::timeout(std::time::Duration::from_millis(500), drain).await;
+    let _ = tokio::time::timeout(LINGER, drain).await;
 }
 
 async fn serve<C: Socket>(
@@ -218,11 +221,9 @@ async fn serve<C: Socket>(
     let _slot = entry.usage.try_open(budget.max_connections).ok_or_else(|| {
         Refusal::new(Reason::JobConnectionLimit, format!("the job already holds max_connections = {} tunnels", budget.max_connections))
     })?;
-    let _tunnel = shared
-        .tunnels
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| Refusal::new(Reason::ProxyBusy, format!("the proxy holds max_tunnels = {} tunnels; retry later", limits.max_tunnels)))?;
+    let _tunnel = shared.tunnels.clone().try_acquire_owned().map_err(|_| {
+        Refusal::new(Reason::ProxyBusy, format!("the proxy holds max_tunnels = {} tunnels; retry later", limits.max_tunnels))
+    })?;
 
     let addrs = resolve_checked(shared, &target).await?;
     let (upstream, addr) = dial(shared, &target, &addrs).await?;
@@ -260,7 +261,10 @@ fn split_absolute(target: &str) -> Result<(String, String), Refusal> {
     match scheme {
         Some(s) if s.eq_ignore_ascii_case("http") => {}
         Some(s) if s.eq_ignore_ascii_case("https") => {
-            return Err(Refusal::new(Reason::UseConnect, "https:// is proxied with CONNECT host:443 (set HTTPS_PROXY), never in absolute form"))
+            return Err(Refusal::new(
+                Reason::UseConnect,
+                "https:// is proxied with CONNECT host:443 (set HTTPS_PROXY), never in absolute form",
+            ))
         }
         _ => {
             return Err(Refusal::new(
@@ -302,17 +306,19 @@ fn identify(shared: &Shared, origin: &Origin, head: &RequestHead) -> Result<Arc<
             if !identity::verify(&shared.proxy_key, &job, &mac) {
                 return Err(Refusal::new(Reason::BadCredentials, "the token is not valid for the job it names"));
             }
-            let entry = shared
-                .registry
-                .job(&job)
-                .ok_or_else(|| Refusal::new(Reason::BadCredentials, format!("the job {job} is not (or no longer) registered with the proxy")))?;
+            let entry = shared.registry.job(&job).ok_or_else(|| {
+                Refusal::new(Reason::BadCredentials, format!("the job {job} is not (or no longer) registered with the proxy"))
+            })?;
             match entry.spec.source {
                 Some(source) if canonical(source) == canonical(peer.ip()) => Ok(entry),
                 Some(_) => Err(Refusal::new(
                     Reason::WrongSource,
                     format!("the credential of {job} is valid only from that job's pod, not from {}", peer.ip()),
                 )),
-                None => Err(Refusal::new(Reason::WrongSource, format!("the pod address of {job} is not registered yet; retry when the pod runs"))),
+                None => Err(Refusal::new(
+                    Reason::WrongSource,
+                    format!("the pod address of {job} is not registered yet; retry when the pod runs"),
+                )),
             }
         }
     }
@@ -329,7 +335,10 @@ fn host_refusal(e: HostError) -> Refusal {
 
 fn mismatch_refusal(m: Mismatch, target: &Target, allow: &Allowlist) -> Refusal {
     match m {
-        Mismatch::Empty => Refusal::new(Reason::NoEgress, "this job has no egress allowlist, so it may reach no host; an admin allows hosts on the SkillPackage runtime profile"),
+        Mismatch::Empty => Refusal::new(
+            Reason::NoEgress,
+            "this job has no egress allowlist, so it may reach no host; an admin allows hosts on the SkillPackage runtime profile",
+        ),
         Mismatch::Host => Refusal::new(Reason::HostNotAllowed, format!("{} is not on this job's allowlist ({allow})", target.host)),
         Mismatch::IpNotListed => Refusal::new(
             Reason::IpLiteral,
@@ -337,7 +346,10 @@ fn mismatch_refusal(m: Mismatch, target: &Target, allow: &Allowlist) -> Refusal 
         ),
         Mismatch::Port(ports) => {
             let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
-            Refusal::new(Reason::PortNotAllowed, format!("{}: port {} is not allowed (allowed: {})", target.host, target.port, ports.join(",")))
+            Refusal::new(
+                Reason::PortNotAllowed,
+                format!("{}: port {} is not allowed (allowed: {})", target.host, target.port, ports.join(",")),
+            )
         }
     }
 }

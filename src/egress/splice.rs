@@ -115,8 +115,7 @@ impl Ctx<'_> {
 
 /// Run the tunnel until both sides close, a bound fires, or `cancel`.
 pub async fn run<C: Socket>(client: &C, upstream: &TcpStream, tunnel: Tunnel<'_>, cancel: &CancellationToken) -> Outcome {
-    let counters =
-        Counters { started: Instant::now(), last_ms: AtomicU64::new(0), up: AtomicU64::new(0), down: AtomicU64::new(0) };
+    let counters = Counters { started: Instant::now(), last_ms: AtomicU64::new(0), up: AtomicU64::new(0), down: AtomicU64::new(0) };
     let limits = tunnel.limits;
     let ctx = Ctx { t: &tunnel, c: &counters };
     let pumps = async { tokio::try_join!(up(client, upstream, &ctx), down(client, upstream, &ctx)) };
@@ -182,7 +181,10 @@ async fn check_client_hello<C: Socket>(client: &C, pending: &mut Vec<u8>, check:
                 })
             }
             Err(e) => {
-                return Err(End::Refused { refusal: Refusal::new(Reason::BadClientHello, e.to_string()), alert: Some(ALERT_HANDSHAKE_FAILURE) })
+                return Err(End::Refused {
+                    refusal: Refusal::new(Reason::BadClientHello, e.to_string()),
+                    alert: Some(ALERT_HANDSHAKE_FAILURE),
+                })
             }
         }
         // The hello's clock starts at once on a TLS port, and at its first
@@ -228,8 +230,12 @@ fn judge(hello: &ClientHello, host: &Host) -> Result<(), End> {
         (Host::Name(name), Some(sni), true) => {
             refuse(Reason::EchOuterMismatch, format!("the ECH outer SNI {sni:?} is not the CONNECT host {name:?}"))
         }
-        (Host::Name(name), Some(sni), false) => refuse(Reason::SniMismatch, format!("the TLS SNI {sni:?} is not the CONNECT host {name:?}")),
-        (Host::Name(name), None, true) => refuse(Reason::EchOuterMismatch, format!("ECH without an outer SNI; the CONNECT host is {name:?}")),
+        (Host::Name(name), Some(sni), false) => {
+            refuse(Reason::SniMismatch, format!("the TLS SNI {sni:?} is not the CONNECT host {name:?}"))
+        }
+        (Host::Name(name), None, true) => {
+            refuse(Reason::EchOuterMismatch, format!("ECH without an outer SNI; the CONNECT host is {name:?}"))
+        }
         (Host::Name(name), None, false) => {
             refuse(Reason::SniMissing, format!("the ClientHello names no server (SNI); the CONNECT host is {name:?}"))
         }
@@ -253,10 +259,14 @@ async fn rewrite_response_heads<C: Socket>(client: &C, upstream: &TcpStream, ctx
     let fail = |why: String| End::Failed(Refusal::new(Reason::BadUpstreamResponse, why));
     let mut buf: Vec<u8> = Vec::new();
     loop {
-        let parsed = head::parse_response(&buf, limits.max_headers).map_err(|e| fail(format!("the upstream's response head is malformed ({e})")))?;
+        let parsed =
+            head::parse_response(&buf, limits.max_headers).map_err(|e| fail(format!("the upstream's response head is malformed ({e})")))?;
         let Some(resp) = parsed else {
             if buf.len() >= limits.max_response_head_bytes {
-                return Err(fail(format!("the upstream's response head exceeds max_response_head_bytes = {}", limits.max_response_head_bytes)));
+                return Err(fail(format!(
+                    "the upstream's response head exceeds max_response_head_bytes = {}",
+                    limits.max_response_head_bytes
+                )));
             }
             let want = (limits.max_response_head_bytes - buf.len()).min(8192);
             let n = read_buf(upstream, &mut buf, want).await.map_err(End::Io)?;
