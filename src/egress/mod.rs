@@ -50,7 +50,7 @@
 //! domain fronting by SNI and by ECH outer name; plain-HTTP `Host`
 //! fronting; a token used from another pod; the proxy dialing itself.
 //!
-//! Not closed here (see the report in the branch): DNS-over-HTTPS or any
+//! Not closed here: DNS-over-HTTPS or any
 //! tunnel *through* an allowed host (the allowed host decides what it
 //! relays); what an ECH inner name names behind an allowed provider.
 
