@@ -32,8 +32,9 @@ use super::splice::{self, End, TlsCheck, Tunnel};
 /// Who is asking.
 #[derive(Debug, Clone)]
 pub(crate) enum Origin {
-    /// A TCP client: identified by its credential, checked against its address.
-    Tcp(SocketAddr),
+    /// A TCP client: identified by its credential, checked against its
+    /// address (`local`: the proxy's end of the connection).
+    Tcp { peer: SocketAddr, local: SocketAddr },
     /// A unix-socket listener bound to one job: the socket is the identity.
     Unix(JobId),
 }
@@ -84,7 +85,7 @@ pub(crate) async fn handle<C: Socket>(
     cancel: CancellationToken,
 ) {
     let peer = match &origin {
-        Origin::Tcp(addr) => addr.to_string(),
+        Origin::Tcp { peer, .. } => peer.to_string(),
         Origin::Unix(job) => format!("unix:{job}"),
     };
     let mut access = Access { job: None, kind: None, target: None, addr: None, peer };
@@ -193,8 +194,8 @@ async fn serve<C: Socket>(
     };
     drop(pending);
 
-    if let Origin::Tcp(peer) = origin {
-        if shared.is_outbound(peer) {
+    if let Origin::Tcp { peer, local } = origin {
+        if shared.is_outbound(*peer, *local) {
             return Err(Refusal::new(Reason::ProxyLoop, "this request came from the proxy's own upstream connection").into());
         }
     }
@@ -290,7 +291,7 @@ fn identify(shared: &Shared, origin: &Origin, head: &RequestHead) -> Result<Arc<
             .registry
             .job(job)
             .ok_or_else(|| Refusal::new(Reason::JobGone, format!("the run {job} is no longer registered for egress"))),
-        Origin::Tcp(peer) => {
+        Origin::Tcp { peer, .. } => {
             let mut values = head.header("proxy-authorization");
             let Some(value) = values.next() else {
                 return Err(Refusal::new(

@@ -51,9 +51,12 @@ pub(crate) struct Shared {
     pending: Arc<Semaphore>,
     /// The TCP listen sockets (never dialed).
     own: RwLock<Vec<SocketAddr>>,
-    /// Local addresses of open upstream connections: a request arriving
-    /// from one of them went through the proxy twice.
-    outbound: Mutex<HashSet<SocketAddr>>,
+    /// Open upstream connections as (local, remote): a connection accepted
+    /// with peer = local and our address = remote is one of them come
+    /// back (a loop through some address that leads to the proxy). The
+    /// whole pair is the key: the kernel reuses a local port for
+    /// connections to different remotes.
+    outbound: Mutex<HashSet<(SocketAddr, SocketAddr)>>,
 }
 
 impl Shared {
@@ -61,28 +64,28 @@ impl Shared {
         self.own.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    pub fn is_outbound(&self, peer: &SocketAddr) -> bool {
-        self.outbound.lock().unwrap_or_else(|p| p.into_inner()).contains(peer)
+    pub fn is_outbound(&self, peer: SocketAddr, local: SocketAddr) -> bool {
+        self.outbound.lock().unwrap_or_else(|p| p.into_inner()).contains(&(peer, local))
     }
 
     pub fn track_outbound<'a>(&'a self, upstream: &TcpStream) -> OutboundGuard<'a> {
-        let local = upstream.local_addr().ok();
-        if let Some(local) = local {
-            self.outbound.lock().unwrap_or_else(|p| p.into_inner()).insert(local);
+        let pair = upstream.local_addr().ok().zip(upstream.peer_addr().ok());
+        if let Some(pair) = pair {
+            self.outbound.lock().unwrap_or_else(|p| p.into_inner()).insert(pair);
         }
-        OutboundGuard { shared: self, local }
+        OutboundGuard { shared: self, pair }
     }
 }
 
 pub(crate) struct OutboundGuard<'a> {
     shared: &'a Shared,
-    local: Option<SocketAddr>,
+    pair: Option<(SocketAddr, SocketAddr)>,
 }
 
 impl Drop for OutboundGuard<'_> {
     fn drop(&mut self) {
-        if let Some(local) = self.local {
-            self.shared.outbound.lock().unwrap_or_else(|p| p.into_inner()).remove(&local);
+        if let Some(pair) = self.pair {
+            self.shared.outbound.lock().unwrap_or_else(|p| p.into_inner()).remove(&pair);
         }
     }
 }
@@ -144,7 +147,8 @@ impl Proxy {
                     async move {
                         let (stream, peer) = listener.accept().await?;
                         let _ = stream.set_nodelay(true);
-                        Ok((stream, Origin::Tcp(peer)))
+                        let local = stream.local_addr()?;
+                        Ok((stream, Origin::Tcp { peer, local }))
                     }
                 },
                 shutdown,
