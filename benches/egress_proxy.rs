@@ -228,7 +228,8 @@ async fn transfer(path: Path, proxy: SocketAddr, source: SocketAddr, http: Socke
         Path::Http => {
             let mut s = TcpStream::connect(proxy).await.unwrap();
             s.write_all(
-                format!("GET http://localhost:{}/big/{bytes} HTTP/1.1\r\nHost: x\r\nProxy-Authorization: {auth}\r\n\r\n", http.port()).as_bytes(),
+                format!("GET http://localhost:{}/big/{bytes} HTTP/1.1\r\nHost: x\r\nProxy-Authorization: {auth}\r\n\r\n", http.port())
+                    .as_bytes(),
             )
             .await
             .unwrap();
@@ -259,9 +260,11 @@ async fn one_request(path: Path, proxy: SocketAddr, http: SocketAddr, auth: &str
         Path::Http => {
             let mut s = TcpStream::connect(proxy).await.unwrap();
             s.set_nodelay(true).unwrap();
-            s.write_all(format!("GET http://localhost:{}/small HTTP/1.1\r\nHost: x\r\nProxy-Authorization: {auth}\r\n\r\n", http.port()).as_bytes())
-                .await
-                .unwrap();
+            s.write_all(
+                format!("GET http://localhost:{}/small HTTP/1.1\r\nHost: x\r\nProxy-Authorization: {auth}\r\n\r\n", http.port()).as_bytes(),
+            )
+            .await
+            .unwrap();
             s
         }
     };
@@ -299,7 +302,10 @@ async fn bench() {
     let proxy = start_proxy(dir.path(), &[source.port(), http.port(), hold.port()]);
     let auth = authorization_value(&proxy_token(&[9u8; 32], &JobId::new("bench", "b1")));
     let p = proxy.addr;
-    println!("egress proxy benchmark: proxy pid {} on {p}; {rounds} rounds of {mib} MiB; {conns} connections; {idle} idle tunnels", proxy.child.id());
+    println!(
+        "egress proxy benchmark: proxy pid {} on {p}; {rounds} rounds of {mib} MiB; {conns} connections; {idle} idle tunnels",
+        proxy.child.id()
+    );
 
     // Throughput, interleaved so drift hits all paths alike.
     let (mut direct, mut connect, mut forward) = (Vec::new(), Vec::new(), Vec::new());
