@@ -164,6 +164,17 @@ fn start_proxy(dir: &std::path::Path, ports: &[u16]) -> ProxyProcess {
     ProxyProcess { child, addr }
 }
 
+/// CPU seconds (user + system) the process has used.
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the parenthesised command: state is field 3, utime 14, stime 15.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // SAFETY: sysconf has no preconditions.
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap()) / tick
+}
+
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok()).unwrap()
@@ -310,11 +321,16 @@ async fn bench() {
     // Throughput, interleaved so drift hits all paths alike.
     let (mut direct, mut connect, mut forward) = (Vec::new(), Vec::new(), Vec::new());
     transfer(Path::Connect, p, source, http, 16 << 20, &auth).await; // warm-up
+    let pid = proxy.child.id();
+    let mut proxy_cpu = 0.0;
     for _ in 0..rounds {
         direct.push(transfer(Path::Direct, p, source, http, bytes, &auth).await);
+        let cpu = cpu_secs(pid);
         connect.push(transfer(Path::Connect, p, source, http, bytes, &auth).await);
+        proxy_cpu += cpu_secs(pid) - cpu;
         forward.push(transfer(Path::Http, p, source, http, bytes, &auth).await);
     }
+    let cpu_per_gib = proxy_cpu / ((rounds * bytes) as f64 / (1u64 << 30) as f64);
     // Direct HTTP from the same server, for the plain-HTTP ratio.
     let mut direct_http = Vec::new();
     for _ in 0..rounds {
@@ -343,7 +359,6 @@ async fn bench() {
     let (ld99, lc99, lh99) = (p99(&mut ld), p99(&mut lc), p99(&mut lh));
 
     // Memory per idle tunnel.
-    let pid = proxy.child.id();
     let mut warm = Vec::new();
     for _ in 0..100 {
         let mut s = tunnel(p, hold.port(), &auth).await;
@@ -377,6 +392,7 @@ async fn bench() {
     println!("| new connection + tiny request, CONNECT, µs p99 | {ld99:.0} | {lc99:.0} | +{:.0} µs | |", lc99 - ld99);
     println!("| new connection + tiny request, plain HTTP, µs p50 | {ld50:.0} | {lh50:.0} | +{:.0} µs | ≤ +1000 µs |", lh50 - ld50);
     println!("| new connection + tiny request, plain HTTP, µs p99 | {ld99:.0} | {lh99:.0} | +{:.0} µs | |", lh99 - ld99);
+    println!("| proxy CPU per GiB through CONNECT, s (user + system) | | {cpu_per_gib:.2} | | |");
     println!("| proxy RSS for {idle} idle tunnels, KiB | | {before} → {after} | {per_tunnel:.1} KiB/tunnel | ≤ 20 KiB |");
     println!();
     let goals = [
