@@ -35,6 +35,8 @@ pub enum Command {
     Artifacts(crate::artifacts::server::ArtifactsArgs),
     /// In-pod launcher (the Job's main container): run one script under the fence and record the result.
     Launch(crate::runner::launch::LaunchArgs),
+    /// The host-allowlisting egress proxy (HTTP CONNECT and plain HTTP) runs reach the network through.
+    EgressProxy(crate::egress::ProxyArgs),
     /// OCI images composed with registry calls only: `image self` (this binary), `image compose` (run images).
     #[command(subcommand)]
     Image(crate::image::ImageCommand),
@@ -63,6 +65,7 @@ pub async fn run(cli: Cli, shutdown: Shutdown) -> anyhow::Result<ExitCode> {
         Command::Artifacts(args) => crate::artifacts::server::command(args, shutdown).await?,
         Command::Launch(args) => return Ok(crate::runner::launch::command(args, shutdown).await?),
         Command::Image(command) => crate::image::run(command).await?,
+        Command::EgressProxy(args) => crate::egress::run(args, shutdown.wait_owned()).await?,
         Command::Crdgen { out } => crate::api::crdgen(out.as_deref())?,
         Command::Docs => crate::docs::print(),
     }

@@ -13,6 +13,7 @@ pub mod cli;
 pub mod controller;
 pub mod core;
 pub mod docs;
+pub mod egress;
 pub mod gated;
 pub mod mcp;
 pub mod samples;

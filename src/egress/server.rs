@@ -1,0 +1,231 @@
+//! The proxy's listeners: TCP (jobs identified by credential and source
+//! address) and unix sockets (one per standalone run, the socket is the
+//! identity), their accept loops, the global caps and shutdown.
+//!
+//! Shutdown (mini-redis style): the accept loop stops, every connection
+//! task holds a clone of one `mpsc::Sender` and the loop waits until the
+//! last is dropped, for at most `shutdown_grace`; tunnels still open then
+//! are cut (`shutting_down`).
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream, UnixListener};
+use tokio::sync::{mpsc, Semaphore};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::addr::AddressPolicy;
+use super::config::{Limits, ProxyConfig, MIN_KEY_BYTES};
+use super::identity::{self, JobId};
+use super::io::Socket;
+use super::metrics::{ProxyMetrics, Verdict};
+use super::proxy::{self, Origin};
+use super::refusal::{Reason, Refusal};
+use super::registry::JobRegistry;
+use super::resolve::Resolver;
+
+/// Why the proxy could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("the operator key is {0} bytes; use at least {MIN_KEY_BYTES} random bytes (the controller's --token-key-file)")]
+    KeyTooShort(usize),
+    #[error("limits: {0} must be at least 1")]
+    ZeroLimit(&'static str),
+}
+
+/// State every connection task shares.
+pub(crate) struct Shared {
+    pub limits: Limits,
+    pub tls_ports: Vec<u16>,
+    pub proxy_key: Vec<u8>,
+    pub registry: Arc<dyn JobRegistry>,
+    pub resolver: Arc<dyn Resolver>,
+    pub policy: AddressPolicy,
+    pub metrics: ProxyMetrics,
+    pub tunnels: Arc<Semaphore>,
+    pending: Arc<Semaphore>,
+    /// The TCP listen sockets (never dialed).
+    own: RwLock<Vec<SocketAddr>>,
+    /// Open upstream connections as (local, remote): a connection accepted
+    /// with peer = local and our address = remote is one of them come
+    /// back (a loop through some address that leads to the proxy). The
+    /// whole pair is the key: the kernel reuses a local port for
+    /// connections to different remotes.
+    outbound: Mutex<HashSet<(SocketAddr, SocketAddr)>>,
+}
+
+impl Shared {
+    pub(super) fn own_addresses(&self) -> Vec<SocketAddr> {
+        self.own.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(super) fn is_outbound(&self, peer: SocketAddr, local: SocketAddr) -> bool {
+        self.outbound.lock().unwrap_or_else(|p| p.into_inner()).contains(&(peer, local))
+    }
+
+    pub(super) fn track_outbound<'a>(&'a self, upstream: &TcpStream) -> OutboundGuard<'a> {
+        let pair = upstream.local_addr().ok().zip(upstream.peer_addr().ok());
+        if let Some(pair) = pair {
+            self.outbound.lock().unwrap_or_else(|p| p.into_inner()).insert(pair);
+        }
+        OutboundGuard { shared: self, pair }
+    }
+}
+
+pub(crate) struct OutboundGuard<'a> {
+    shared: &'a Shared,
+    pair: Option<(SocketAddr, SocketAddr)>,
+}
+
+impl Drop for OutboundGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(pair) = self.pair {
+            self.shared.outbound.lock().unwrap_or_else(|p| p.into_inner()).remove(&pair);
+        }
+    }
+}
+
+/// The egress proxy. Cheap to clone; serve any number of listeners.
+#[derive(Clone)]
+pub struct Proxy {
+    shared: Arc<Shared>,
+}
+
+impl Proxy {
+    /// Build a proxy reading jobs from `registry` and names from `resolver`.
+    pub fn new(config: ProxyConfig, registry: Arc<dyn JobRegistry>, resolver: Arc<dyn Resolver>) -> Result<Proxy, ProxyError> {
+        if config.operator_key.len() < MIN_KEY_BYTES {
+            return Err(ProxyError::KeyTooShort(config.operator_key.len()));
+        }
+        let l = &config.limits;
+        for (name, value) in [
+            ("max_header_bytes", l.max_header_bytes),
+            ("max_headers", l.max_headers),
+            ("max_tunnels", l.max_tunnels),
+            ("max_pending", l.max_pending),
+            ("max_client_hello_bytes", l.max_client_hello_bytes),
+            ("max_response_head_bytes", l.max_response_head_bytes),
+        ] {
+            if value == 0 {
+                return Err(ProxyError::ZeroLimit(name));
+            }
+        }
+        let shared = Shared {
+            tunnels: Arc::new(Semaphore::new(l.max_tunnels)),
+            pending: Arc::new(Semaphore::new(l.max_pending)),
+            limits: config.limits.clone(),
+            tls_ports: config.tls_ports.clone(),
+            proxy_key: identity::proxy_key(&config.operator_key),
+            registry,
+            resolver,
+            policy: AddressPolicy::new(config.deny_cidrs.clone(), config.allow_cidrs.clone()),
+            metrics: ProxyMetrics::default(),
+            own: RwLock::new(Vec::new()),
+            outbound: Mutex::new(HashSet::new()),
+        };
+        Ok(Proxy { shared: Arc::new(shared) })
+    }
+
+    /// The proxy's counters (register them with [`ProxyMetrics::register`]).
+    pub fn metrics(&self) -> &ProxyMetrics {
+        &self.shared.metrics
+    }
+
+    /// Serve TCP clients until `shutdown` resolves (then drain, see the module docs).
+    pub async fn serve_tcp(&self, listener: TcpListener, shutdown: impl Future<Output = ()>) -> io::Result<()> {
+        let local = listener.local_addr()?;
+        self.shared.own.write().unwrap_or_else(|p| p.into_inner()).push(local);
+        let result = self
+            .accept_loop(
+                || {
+                    let listener = &listener;
+                    async move {
+                        let (stream, peer) = listener.accept().await?;
+                        let _ = stream.set_nodelay(true);
+                        let local = stream.local_addr()?;
+                        Ok((stream, Origin::Tcp { peer, local }))
+                    }
+                },
+                shutdown,
+            )
+            .await;
+        self.shared.own.write().unwrap_or_else(|p| p.into_inner()).retain(|a| *a != local);
+        result
+    }
+
+    /// Serve one job on a unix socket until `shutdown`: every connection
+    /// is `job`, no credential needed (the socket's file permissions and
+    /// where it is bound decide who can connect).
+    pub async fn serve_unix(&self, listener: UnixListener, job: JobId, shutdown: impl Future<Output = ()>) -> io::Result<()> {
+        self.accept_loop(
+            || {
+                let (listener, job) = (&listener, job.clone());
+                async move {
+                    let (stream, _) = listener.accept().await?;
+                    Ok((stream, Origin::Unix(job)))
+                }
+            },
+            shutdown,
+        )
+        .await
+    }
+
+    async fn accept_loop<S, F, Fut>(&self, mut accept: F, shutdown: impl Future<Output = ()>) -> io::Result<()>
+    where
+        S: Socket,
+        F: FnMut() -> Fut,
+        Fut: Future<Output = io::Result<(S, Origin)>>,
+    {
+        let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
+        let cancel = CancellationToken::new();
+        let mut backoff = Duration::from_millis(5);
+        tokio::pin!(shutdown);
+        loop {
+            let accepted = tokio::select! {
+                biased;
+                _ = &mut shutdown => break,
+                r = accept() => r,
+            };
+            let (stream, origin) = match accepted {
+                Ok(pair) => {
+                    backoff = Duration::from_millis(5);
+                    pair
+                }
+                Err(e) => {
+                    // EMFILE and friends: wait and retry rather than spin or die.
+                    tracing::warn!(target: "skill_operator::egress", error = %e, "accept failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    continue;
+                }
+            };
+            let Ok(pending) = self.shared.pending.clone().try_acquire_owned() else {
+                let refusal = Refusal::new(
+                    Reason::ProxyBusy,
+                    format!("max_pending = {} connections are sending their request head; retry later", self.shared.limits.max_pending),
+                );
+                let _ = stream.try_write(&refusal.response());
+                self.shared.metrics.count(Verdict::Refused, Reason::ProxyBusy.as_str());
+                continue;
+            };
+            let shared = self.shared.clone();
+            let done = done_tx.clone();
+            let cancel = cancel.clone();
+            tokio::spawn(async move {
+                proxy::handle(shared, stream, origin, Instant::now(), pending, cancel).await;
+                drop(done);
+            });
+        }
+        drop(done_tx);
+        if tokio::time::timeout(self.shared.limits.shutdown_grace, done_rx.recv()).await.is_err() {
+            cancel.cancel();
+            let _ = tokio::time::timeout(Duration::from_secs(5), done_rx.recv()).await;
+        }
+        Ok(())
+    }
+}
