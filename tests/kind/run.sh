@@ -262,4 +262,17 @@ check "finished runs leave no Job, pod, Secret or NetworkPolicy" no_leftovers
 kill "$WATCH_PID" 2>/dev/null
 WATCH_PID=""
 check "every run pod was admitted restricted and hardened" "$PY" "$ROOT/tests/kind/check_pods.py" "$WORK/pods.jsonl" 5
+echo "kind: delete to gone: $(cat "$WORK/timings" 2>/dev/null)"
+
+# The real-node latency benchmark (benches/cluster_runs.rs), when asked for.
+if [[ "${BENCH_RUNS:-0}" -gt 0 ]]; then
+  check "bind e2e-noop-py (python)" bind "$ROOT/tests/kind/skills/e2e-noop-py" python "$PYTHON" scripts/noop.py
+  check "bind e2e-noop-js (node)" bind "$ROOT/tests/kind/skills/e2e-noop-js" node "$NODE" scripts/noop.js
+  check "bind e2e-noop-sh (bash)" bind "$ROOT/tests/kind/skills/e2e-noop-sh" bash "$BASH_PATH" scripts/noop.sh
+  if BENCH_NS="$NS" BENCH_RUNS="$BENCH_RUNS" cargo bench --locked --manifest-path "$ROOT/Cargo.toml" --bench cluster_runs 2>"$WORK/bench.log"; then
+    ok "real-node latency benchmark ($BENCH_RUNS runs per interpreter)"
+  else
+    bad "real-node latency benchmark: $(tail -n 5 "$WORK/bench.log")"
+  fi
+fi
 finish
