@@ -6,6 +6,7 @@
 //! gate, argument and input checks, result shapes) and call the executor for
 //! the rest. Tests use a fake one to prove the tools without processes.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use schemars::JsonSchema;
@@ -21,14 +22,26 @@ use super::error::ToolError;
 /// other principal can list, read, run or delete them.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct Caller {
-    /// A stable id of the authenticated principal (`local` over stdio).
+    /// A stable id of the authenticated principal (`local` over stdio; the
+    /// user name a TokenReview returned in the gateway).
     pub principal: String,
+    /// The principal's UID, when the authenticator knows one.
+    pub uid: Option<String>,
+    /// The principal's groups (what a SubjectAccessReview is asked about).
+    pub groups: Vec<String>,
+    /// The authenticator's extra attributes, passed on to authorization.
+    pub extra: BTreeMap<String, Vec<String>>,
 }
 
 impl Caller {
     /// The only caller of a stdio server: the process that started it.
     pub fn local() -> Caller {
-        Caller { principal: "local".into() }
+        Caller::named("local")
+    }
+
+    /// A caller known by name only (a bearer token's label, a test).
+    pub fn named(principal: impl Into<String>) -> Caller {
+        Caller { principal: principal.into(), ..Caller::default() }
     }
 }
 

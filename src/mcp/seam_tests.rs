@@ -201,7 +201,7 @@ fn server(mode: ConfirmMode) -> (tempfile::TempDir, Arc<FakeExecutor>, ServerSta
 }
 
 fn cx(principal: &str) -> CallContext {
-    CallContext { caller: Caller { principal: principal.into() }, asker: Asker::default(), ..CallContext::default() }
+    CallContext { caller: Caller::named(principal), asker: Asker::default(), ..CallContext::default() }
 }
 
 fn json(reply: RunReply) -> Value {
