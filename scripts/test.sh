@@ -7,6 +7,8 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/install-test-deps.sh
+# A clean clone builds once: incremental caches only cost disk here.
+export CARGO_INCREMENTAL=0
 # Habits the tree keeps: formatted, and clippy-clean with warnings as errors.
 cargo fmt --check
 cargo clippy --locked --all-targets -- -D warnings

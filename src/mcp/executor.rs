@@ -127,6 +127,21 @@ pub struct ProgressUpdate {
     pub message: String,
 }
 
+/// What a run gets besides its plan: the confirmation's key, where to
+/// report progress, and the signal that the caller went away.
+#[derive(Clone, Default)]
+pub struct RunControl {
+    /// Unique to the confirmation that allowed the run ([`super::gate::Gate::Run`]).
+    /// A backend that can create a run at most once per key (the gateway
+    /// names the SkillJob after it) makes a retried call find the first run
+    /// instead of starting a second.
+    pub key: String,
+    pub progress: Option<ProgressSink>,
+    /// Cancelled when the caller is gone (a cancel notification, or its
+    /// request stream closed). What that means is the backend's policy.
+    pub cancel: tokio_util::sync::CancellationToken,
+}
+
 /// What carries runs out. Every method is bound to the caller: a job of
 /// another principal is reported missing, never shown.
 #[async_trait::async_trait]
@@ -148,7 +163,7 @@ pub trait Executor: Send + Sync {
         caller: &Caller,
         plan: RunPlan,
         inputs: Vec<(String, Vec<u8>)>,
-        progress: Option<ProgressSink>,
+        control: RunControl,
     ) -> Result<RunReport, ToolError>;
     /// `skill_job_run`: run the plan in an existing job, whose inputs must be
     /// exactly `inputs` (path, digest) at the moment it starts (what runs is
@@ -160,7 +175,7 @@ pub trait Executor: Send + Sync {
         job: &str,
         plan: RunPlan,
         inputs: Vec<(String, String)>,
-        progress: Option<ProgressSink>,
+        control: RunControl,
     ) -> Result<RunReport, ToolError>;
     async fn status(&self, caller: &Caller, job: &str) -> Result<JobStatus, ToolError>;
     async fn read(&self, caller: &Caller, job: &str, target: ReadTarget, offset: u64, limit: u64) -> Result<Chunk, ToolError>;

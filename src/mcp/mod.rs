@@ -150,6 +150,7 @@ impl SkillServer {
             retry: Retry { input_responses: request.input_responses.clone(), request_state: request.request_state.clone() },
             asker: Asker::from_context(context),
             progress: None,
+            cancel: context.ct.clone(),
         };
         let args = request.arguments;
         macro_rules! tool {

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::core::confirm::{ConfirmMode, Confirmations};
+use crate::core::confirm::{ConfirmMode, ConfirmStore, Confirmations};
 
 use super::error::ToolError;
 use super::executor::{Caller, Executor};
@@ -48,13 +48,24 @@ pub trait Authorize: Send + Sync {
 /// How runs happen: the backend, the confirmation tokens and the mode.
 pub struct Execution {
     pub executor: Arc<dyn Executor>,
-    pub confirmations: Confirmations,
+    pub confirmations: Arc<dyn ConfirmStore>,
     pub mode: ConfirmMode,
+    /// What a token is bound to besides the call and the caller: the
+    /// gateway's namespace (empty for the standalone server).
+    pub scope: String,
 }
 
 impl Execution {
+    /// Tokens kept in this process's memory.
     pub fn new(executor: Arc<dyn Executor>, mode: ConfirmMode) -> Self {
-        Execution { executor, confirmations: Confirmations::default(), mode }
+        Execution { executor, confirmations: Arc::new(Confirmations::default()), mode, scope: String::new() }
+    }
+
+    /// Tokens from `store`, bound to `scope`.
+    pub fn with_confirmations(mut self, store: Arc<dyn ConfirmStore>, scope: impl Into<String>) -> Self {
+        self.confirmations = store;
+        self.scope = scope.into();
+        self
     }
 }
 

@@ -21,7 +21,7 @@ use crate::core::fence::RunPlan;
 use crate::core::paths::resolve_inside;
 use crate::jobs::{Chunk, FileInfo, JobError, JobLimits, JobRecord, JobStore, ReadTarget};
 use crate::mcp::error::ToolError;
-use crate::mcp::executor::{Caller, ExecutionSummary, Executor, JobStatus, ProgressSink, RunCommand, RunReport, SandboxSummary};
+use crate::mcp::executor::{Caller, ExecutionSummary, Executor, JobStatus, RunCommand, RunControl, RunReport, SandboxSummary};
 
 use super::local::{LocalRunner, SandboxMode};
 
@@ -225,7 +225,7 @@ impl Executor for LocalExecutor {
         caller: &Caller,
         plan: RunPlan,
         inputs: Vec<(String, Vec<u8>)>,
-        _progress: Option<ProgressSink>,
+        _control: RunControl,
     ) -> Result<RunReport, ToolError> {
         let ready = self.ready().await?.clone();
         // Take the run slot before creating anything: a busy server leaves no job behind.
@@ -253,7 +253,7 @@ impl Executor for LocalExecutor {
         job: &str,
         plan: RunPlan,
         inputs: Vec<(String, String)>,
-        _progress: Option<ProgressSink>,
+        _control: RunControl,
     ) -> Result<RunReport, ToolError> {
         let (ready, record) = self.owned(caller, job).await?;
         let permit = ready.runner.try_acquire()?;
