@@ -16,7 +16,7 @@ use super::*;
 
 /// A temp file [`write_atomic`] left behind (`job.json.tmp-*`, `stdout.tmp-*`, `stderr.tmp-*`).
 pub(super) fn is_temp_name(name: &str) -> bool {
-    [RECORD, STDOUT, STDERR].iter().any(|base| name.strip_prefix(base).is_some_and(|rest| rest.starts_with(".tmp-")))
+    [RECORD, STDOUT, STDERR, OUTPUTS].iter().any(|base| name.strip_prefix(base).is_some_and(|rest| rest.starts_with(".tmp-")))
 }
 
 /// Exactly 32 lowercase hex characters, checked before any path is built.
