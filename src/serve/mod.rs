@@ -5,9 +5,11 @@
 //!
 //! - [`ServeArgs`]: the flags; [`run`]: set up and serve until the client
 //!   goes (stdio) or shutdown (HTTP).
-//! - [`http`]: the HTTP router (`/mcp`, `/healthz`) and its guards.
+//! - [`http`]: the HTTP router (`/mcp`, `/healthz`) and its guards (Host,
+//!   Origin, bearer token); [`sessions`]: the bounded session store.
 
 pub mod http;
+pub mod sessions;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -151,9 +153,7 @@ pub async fn state(args: &ServeArgs) -> anyhow::Result<ServerState> {
         if mode == ConfirmMode::Refuse && args.confirm.trim() != "refuse" {
             tracing::warn!(value = %args.confirm, "unknown --confirm value: nothing will run (refuse)");
         }
-        // SAFETY: trivial getter.
-        let is_root = unsafe { libc::geteuid() } == 0;
-        let data_dir = args.data_dir.clone().unwrap_or_else(|| default_data_dir(&lookup, is_root));
+        let data_dir = data_dir(args);
         crate::runner::executor::prepare(&data_dir)?;
         let mut options = LocalOptions::new(data_dir);
         options.sandbox = args.sandbox;
@@ -176,16 +176,54 @@ pub async fn state(args: &ServeArgs) -> anyhow::Result<ServerState> {
     Ok(state)
 }
 
+/// The data directory `args` name (or the default one).
+fn data_dir(args: &ServeArgs) -> PathBuf {
+    let lookup = |k: &str| std::env::var(k).ok();
+    // SAFETY: trivial getter.
+    let is_root = unsafe { libc::geteuid() } == 0;
+    args.data_dir.clone().unwrap_or_else(|| default_data_dir(&lookup, is_root))
+}
+
+/// Who may call the HTTP endpoint, from the flags; a generated token is
+/// written to the data directory and printed once.
+fn http_auth(args: &ServeArgs, addr: SocketAddr) -> anyhow::Result<http::Auth> {
+    if args.http_no_auth {
+        if args.http_token_file.is_some() {
+            anyhow::bail!("--http-no-auth and --http-token-file contradict each other: give one");
+        }
+        if !addr.ip().is_loopback() {
+            return Err(http::HttpSetupError::NoAuthOffLoopback(addr).into());
+        }
+        return Ok(http::Auth::None);
+    }
+    if let Some(path) = &args.http_token_file {
+        return Ok(http::Auth::Tokens(Arc::new(http::Tokens::load(path)?)));
+    }
+    let dir = data_dir(args);
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create the data directory {} for the HTTP token", dir.display()))?;
+    let path = dir.join("http-token");
+    let (token, tokens) = http::Tokens::generate(&path)?;
+    eprintln!("skill-operator: HTTP bearer token (also in {}, mode 0600): {token}", path.display());
+    Ok(http::Auth::Tokens(Arc::new(tokens)))
+}
+
 /// `serve`: until the client closes stdio, or until shutdown over HTTP.
 pub async fn run(args: ServeArgs, shutdown: Shutdown) -> anyhow::Result<()> {
+    // Refuse a bad HTTP set-up before the scan and the start-up probes.
+    let auth = args.http.map(|addr| http_auth(&args, addr)).transpose()?;
     let state = Arc::new(state(&args).await?);
-    match args.http {
-        None => stdio(state, shutdown).await,
-        Some(addr) => {
-            let options =
-                http::HttpOptions { addr, allowed_hosts: args.allowed_hosts.clone(), allowed_origins: args.allowed_origins.clone() };
+    match (args.http, auth) {
+        (Some(addr), Some(auth)) => {
+            let options = http::HttpOptions {
+                addr,
+                allowed_hosts: args.allowed_hosts.clone(),
+                allowed_origins: args.allowed_origins.clone(),
+                auth,
+                max_sessions: args.max_sessions,
+            };
             http::serve(state, options, shutdown).await
         }
+        _ => stdio(state, shutdown).await,
     }
 }
 
