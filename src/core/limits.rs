@@ -93,6 +93,10 @@ pub const RUN_MEMORY_BYTES: u64 = 512 * MIB;
 pub const RUN_CPUS: u64 = 1;
 /// Processes and threads of the whole run.
 pub const RUN_PIDS: u64 = 128;
+/// `RLIMIT_NPROC` of a run that has a cgroup: the cgroup counts the run
+/// itself ([`RUN_PIDS`]); this per-uid backstop stays out of its way, so a
+/// fork bomb meets the cgroup's limit (and is reported) first.
+pub const RUN_UID_PROCS: u64 = 2 * RUN_PIDS;
 /// Largest file a script may write (RLIMIT_FSIZE).
 pub const RUN_FILE_BYTES: u64 = 64 * MIB;
 /// Open files per process (RLIMIT_NOFILE).

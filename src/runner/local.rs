@@ -203,6 +203,8 @@ pub struct LocalRunner {
     limits: Limits,
     cgroup_mode: CgroupMode,
     egress: Result<LocalEgress, String>,
+    /// `--egress-allow-cidr`, for previews.
+    egress_allow: Vec<ipnet::IpNet>,
     /// This binary, open for `--ro-bind-fd` (O_PATH).
     self_exe: Result<Arc<OwnedFd>, String>,
     is_root: bool,
@@ -313,6 +315,7 @@ impl LocalRunner {
             limits,
             cgroup_mode: o.cgroup,
             egress,
+            egress_allow: o.egress.allow_cidrs.clone(),
             self_exe: open_self_exe(o.self_exe.as_deref()),
             is_root,
             permits: Arc::new(Semaphore::new(max_concurrent)),
@@ -365,8 +368,13 @@ impl LocalRunner {
                 if allow.is_empty() {
                     return (false, "none (own network namespace; no declared egress entry is a host the proxy can allow)".into());
                 }
+                let except = if self.egress_allow.is_empty() {
+                    String::new()
+                } else {
+                    format!(" except {} (--egress-allow-cidr)", self.egress_allow.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", "))
+                };
                 let mut text = format!(
-                    "only through the egress proxy, to {allow} (own network namespace: no route out, the server and host-local services unreachable; names resolving to loopback, private or link-local addresses refused)"
+                    "only through the egress proxy, to {allow} (own network namespace: no route out, the server and host-local services unreachable; names resolving to loopback, private or link-local addresses refused{except})"
                 );
                 if !dropped.is_empty() {
                     text.push_str(&format!("; not allowed, unreadable: {}", dropped.join(", ")));
@@ -546,6 +554,7 @@ impl LocalRunner {
         };
         if let Some(cg) = &cgroup {
             spec.cgroup_procs = cg.join_fds();
+            spec.limits.nproc = Some(crate::core::limits::RUN_UID_PROCS);
         }
 
         // 4. A root server's tmpfs for /tmp and /dev/shm (TMPDIR unsandboxed).
