@@ -3,6 +3,7 @@
 
 use crate::core::paths::RelPath;
 use sha2::{Digest, Sha256};
+use std::os::unix::fs::OpenOptionsExt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -237,7 +238,8 @@ pub(super) fn append(target: &Path, rel: &RelPath, offset: u64, bytes: &[u8], ca
 pub(super) fn write_atomic(dir: &Path, name: &str, bytes: &[u8], durable: bool) -> Result<()> {
     let tmp = dir.join(format!("{name}.tmp-{}", uuid::Uuid::new_v4().simple()));
     let written = (|| -> io::Result<()> {
-        let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        // 0600: a run's uid may pass through the job directory, never read its record or streams.
+        let mut file = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
         file.write_all(bytes)?;
         if durable {
             file.sync_all()?;
