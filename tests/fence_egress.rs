@@ -126,7 +126,9 @@ async fn granted_egress_reaches_the_allowed_host_and_nothing_else() {
     let plan = world.plan("net", "scripts/probe.py", &[&allowed.to_string(), &server.to_string(), &other.to_string()]);
     let preview = exec.describe(&plan, None).await.unwrap();
     assert!(preview.network.starts_with(&format!("only through the egress proxy, to allowed.test:{allowed}")), "{}", preview.network);
-    for name in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "NO_PROXY", "NODE_USE_ENV_PROXY", "PIP_PROXY", "npm_config_https_proxy"] {
+    for name in
+        ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "NO_PROXY", "NODE_USE_ENV_PROXY", "PIP_PROXY", "npm_config_https_proxy"]
+    {
         assert!(preview.env.iter().any(|n| n == name), "{name} handed over: {:?}", preview.env);
     }
     let report = run(&exec, plan, vec![]).await;
@@ -141,7 +143,11 @@ async fn granted_egress_reaches_the_allowed_host_and_nothing_else() {
     assert!(s("proxy_server_port").starts_with("HTTP 403") && s("proxy_server_port").contains("port"), "{}", s("proxy_server_port"));
     assert!(s("proxy_connect_server_port").starts_with("HTTP/1.1 403"), "{}", s("proxy_connect_server_port"));
     assert!(s("proxy_ip_literal").starts_with("HTTP 403"), "{}", s("proxy_ip_literal"));
-    assert!(s("proxy_other_name").starts_with("HTTP 403") && s("proxy_other_name").contains("host_not_allowed"), "{}", s("proxy_other_name"));
+    assert!(
+        s("proxy_other_name").starts_with("HTTP 403") && s("proxy_other_name").contains("host_not_allowed"),
+        "{}",
+        s("proxy_other_name")
+    );
     assert!(s("proxy_localhost").starts_with("HTTP 403"), "{}", s("proxy_localhost"));
     assert_eq!(*allowed_hits.lock().unwrap(), 1, "exactly the one allowed request reached the allowed host");
     assert_eq!(*server_hits.lock().unwrap(), 0, "nothing reached the server's port");

@@ -50,7 +50,8 @@ fn skills(world: &World) {
 }
 
 fn assert_all_denied(report: &skill_operator::mcp::executor::RunReport, when: &str) {
-    let got: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap_or_else(|e| panic!("{e}: {} {}", text(&report.stdout), text(&report.stderr)));
+    let got: serde_json::Value =
+        serde_json::from_slice(&report.stdout).unwrap_or_else(|e| panic!("{e}: {} {}", text(&report.stdout), text(&report.stderr)));
     println!("{when}: {got}");
     for (attack, result) in got.as_object().expect("object") {
         // jobs/ is 0711 and job directories 0711 while running, 0700 after;
@@ -125,7 +126,8 @@ async fn swapped_script_never_runs_outside(sandbox: SandboxMode, tries: usize) {
     let host = "  version: 1\n  run:\n    - script: scripts/run.py\n      interpreter: python\n      timeout: 30\n";
     let skill = world.skill("swap", host, &[("scripts/run.py", "print('inside')\n")]);
     let outside = world.path().join("outside.py");
-    std::fs::write(&outside, format!("open({:?}, 'a').write('ran\\n')\nprint('outside')\n", world.marks().join("outside-ran").display())).unwrap();
+    std::fs::write(&outside, format!("open({:?}, 'a').write('ran\\n')\nprint('outside')\n", world.marks().join("outside-ran").display()))
+        .unwrap();
     std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o644)).unwrap();
     let exec = world
         .executor(|o| {

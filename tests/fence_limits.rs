@@ -36,16 +36,32 @@ async fn world_with(attack_py: &str, attack_sh: &str) -> Option<(World, std::syn
 }
 
 /// The run is reported over `limit`, with a note naming it, and the next run works.
-async fn assert_stopped_for(world: &World, exec: &skill_operator::runner::executor::LocalExecutor, script: &str, limit: LimitHit, words: &str) {
+async fn assert_stopped_for(
+    world: &World,
+    exec: &skill_operator::runner::executor::LocalExecutor,
+    script: &str,
+    limit: LimitHit,
+    words: &str,
+) {
     let started = std::time::Instant::now();
     let report = run(exec, world.plan("hog", script, &[]), vec![]).await;
     let outcome = report.record.run.as_ref().expect("run").outcome.clone();
-    assert_eq!(report.record.state, JobState::LimitExceeded, "{script}: {outcome:?}\nstdout {}\nstderr {}", text(&report.stdout), text(&report.stderr));
+    assert_eq!(
+        report.record.state,
+        JobState::LimitExceeded,
+        "{script}: {outcome:?}\nstdout {}\nstderr {}",
+        text(&report.stdout),
+        text(&report.stderr)
+    );
     assert_eq!(outcome.limit_exceeded, Some(limit), "{outcome:?}");
     let note = report.note.clone().unwrap_or_default();
     eprintln!("{script}: {:?} in {:?}: {note}", outcome.limit_exceeded, started.elapsed());
     assert!(note.contains(words), "the note names the limit: {note}");
-    assert!(started.elapsed() < std::time::Duration::from_secs(30), "stopped when it passed the limit, not at its timeout: {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "stopped when it passed the limit, not at its timeout: {:?}",
+        started.elapsed()
+    );
     let ok = run(exec, world.plan("hog", "scripts/ok.py", &[]), vec![]).await;
     assert_eq!((ok.record.state, text(&ok.stdout)), (JobState::Succeeded, "ok\n".to_string()), "the server keeps serving");
 }
@@ -87,4 +103,35 @@ async fn work_filler_is_stopped_for_disk() {
     let filler = "import time\nfor i in range(256):\n    with open(f'/work/fill-{i}', 'wb') as f:\n        f.write(b'0' * (4 << 20))\nprint('wrote 1 GiB into /work')\n";
     let Some((world, exec)) = world_with(filler, "true").await else { return };
     assert_stopped_for(&world, &exec, "scripts/attack.py", LimitHit::Disk, "/work passed the job's disk limit").await;
+}
+
+/// Without a cgroup the fallback is visible: `skill_list` and every preview say limits are per process only.
+#[tokio::test]
+async fn without_cgroups_the_fallback_is_said() {
+    let world = World::new();
+    world.skill("hog", HOST, &[("scripts/attack.py", "pass"), ("scripts/attack.sh", "true"), ("scripts/ok.py", "print('ok')\n")]);
+    let exec = world
+        .executor(|o| {
+            o.cgroup = CgroupMode::Off;
+            if is_root() {
+                o.run_as_uids = Some("62860-62869".parse().unwrap());
+            }
+        })
+        .await;
+    let detail = exec.summary(skill_operator::core::confirm::ConfirmMode::Auto).sandbox.detail;
+    assert!(detail.contains("run limits: per process only (cgroups switched off (--cgroup off))"), "{detail}");
+    let preview = exec.describe(&world.plan("hog", "scripts/ok.py", &[]), None).await.unwrap();
+    assert!(preview.limits[0].starts_with("per process only, no cgroup"), "{:?}", preview.limits);
+    // --cgroup required without cgroups refuses, before anything starts.
+    let required = world
+        .executor(|o| {
+            o.cgroup = CgroupMode::Required;
+            o.cgroup_parent = Some(world.path().join("not-a-cgroup"));
+            if is_root() {
+                o.run_as_uids = Some("62870-62879".parse().unwrap());
+            }
+        })
+        .await;
+    let err = required.describe(&world.plan("hog", "scripts/ok.py", &[]), None).await.unwrap_err();
+    assert_eq!(err.code, "cgroup-required", "{}", err.message);
 }

@@ -17,7 +17,8 @@ use skill_operator::core::limits::{MIB, OUTPUT_HASH_BUDGET};
 use skill_operator::jobs::{InputMatch, JobState};
 use skill_operator::mcp::executor::{Caller, Executor};
 
-const SPARSE: &str = "for i in range(64):\n    with open(f'sparse-{i:02}', 'wb') as f:\n        f.truncate(64 << 20)\nprint('made 64 sparse files')\n";
+const SPARSE: &str =
+    "for i in range(64):\n    with open(f'sparse-{i:02}', 'wb') as f:\n        f.truncate(64 << 20)\nprint('made 64 sparse files')\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sparse_outputs_are_hashed_once_within_the_budget() {

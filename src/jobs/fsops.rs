@@ -3,9 +3,9 @@
 
 use crate::core::paths::RelPath;
 use sha2::{Digest, Sha256};
-use std::os::unix::fs::OpenOptionsExt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -24,8 +24,7 @@ impl JobStore {
             Ok(file) => {
                 let mut text = Vec::new();
                 file.take(crate::core::limits::JOB_RECORD_CAP + 1).read_to_end(&mut text).ctx(|| format!("read job {id}'s {OUTPUTS}"))?;
-                serde_json::from_slice(&text)
-                    .map_err(|err| JobError::Corrupt { id: id.to_string(), reason: format!("{OUTPUTS}: {err}") })
+                serde_json::from_slice(&text).map_err(|err| JobError::Corrupt { id: id.to_string(), reason: format!("{OUTPUTS}: {err}") })
             }
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
                 let listing = self.scan_outputs(id)?;
@@ -40,7 +39,8 @@ impl JobStore {
     pub fn save_outputs(&self, id: &str, listing: &OutputListing) -> Result<()> {
         check_id(id)?;
         let dir = self.job_dir_checked(id)?;
-        let json = serde_json::to_vec(listing).map_err(|err| JobError::Io { what: "encode the output listing".into(), source: err.into() })?;
+        let json =
+            serde_json::to_vec(listing).map_err(|err| JobError::Io { what: "encode the output listing".into(), source: err.into() })?;
         write_atomic(&dir, OUTPUTS, &json, self.limits.durable)
     }
 

@@ -205,11 +205,8 @@ fn parse_self_cgroup(text: &str) -> Vec<(String, Vec<String>, String)> {
 
 /// The directory of `path` (as `/proc/self/cgroup` names it) under `mount`.
 fn under_mount(mount: &CgroupMount, path: &str) -> Option<PathBuf> {
-    let rel = if mount.root == "/" {
-        path.trim_start_matches('/')
-    } else {
-        path.strip_prefix(mount.root.as_str())?.trim_start_matches('/')
-    };
+    let rel =
+        if mount.root == "/" { path.trim_start_matches('/') } else { path.strip_prefix(mount.root.as_str())?.trim_start_matches('/') };
     Some(if rel.is_empty() { mount.mount_point.clone() } else { mount.mount_point.join(rel) })
 }
 
@@ -232,8 +229,8 @@ impl Cgroups {
     /// Find and prepare the server's subtree. `parent` (cgroup v2 only)
     /// replaces the server's own cgroup as the place runs are made in.
     pub fn detect(parent: Option<&Path>, limits: RunLimits) -> Result<Cgroups, Unavailable> {
-        let mountinfo = read_small(Path::new("/proc/self/mountinfo"))
-            .map_err(|e| Unavailable(format!("cannot read /proc/self/mountinfo: {e}")))?;
+        let mountinfo =
+            read_small(Path::new("/proc/self/mountinfo")).map_err(|e| Unavailable(format!("cannot read /proc/self/mountinfo: {e}")))?;
         let own = read_small(Path::new("/proc/self/cgroup")).map_err(|e| Unavailable(format!("cannot read /proc/self/cgroup: {e}")))?;
         let mounts = parse_mountinfo(&mountinfo);
         let own = parse_self_cgroup(&own);

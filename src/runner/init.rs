@@ -73,10 +73,8 @@ async fn run(args: InitArgs) -> Result<u8, InitError> {
         program: OsString::new(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "no program given"),
     })?;
-    let mut child = tokio::process::Command::new(program)
-        .args(rest)
-        .spawn()
-        .map_err(|source| InitError::Spawn { program: program.clone(), source })?;
+    let mut child =
+        tokio::process::Command::new(program).args(rest).spawn().map_err(|source| InitError::Spawn { program: program.clone(), source })?;
     let status = loop {
         match child.wait().await {
             Ok(status) => break status,

@@ -228,7 +228,10 @@ fn open_self_exe(path: Option<&Path>) -> Result<Arc<OwnedFd>, String> {
             let exe = std::env::current_exe().map_err(|e| format!("cannot find the running executable: {e}"))?;
             let name = exe.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             if !name.starts_with("skill-operator") {
-                return Err(format!("the running executable {} is not skill-operator (give its path in the runner options)", exe.display()));
+                return Err(format!(
+                    "the running executable {} is not skill-operator (give its path in the runner options)",
+                    exe.display()
+                ));
             }
             exe
         }
@@ -337,7 +340,11 @@ impl LocalRunner {
             Limits::Cgroups(cg) => format!("run limits: {}", cg.describe()),
             Limits::PerProcess(why) => format!("run limits: per process only ({why})"),
         };
-        SandboxSummary { mode: self.mode.as_str().into(), active: self.bwrap.is_some(), detail: format!("{}; {limits}", self.sandbox_detail) }
+        SandboxSummary {
+            mode: self.mode.as_str().into(),
+            active: self.bwrap.is_some(),
+            detail: format!("{}; {limits}", self.sandbox_detail),
+        }
     }
 
     /// Take a run slot now, or say the server is busy.

@@ -52,17 +52,21 @@ pub fn open_beneath(dir: &Path, rel: &RelPath) -> Result<OwnedFd, ScriptError> {
     }
     // SAFETY: a fresh descriptor we own.
     let dirfd = unsafe { OwnedFd::from_raw_fd(dirfd) };
-    let path = CString::new(rel.as_str().as_bytes()).map_err(|_| ScriptError::Open {
-        script: rel.to_string(),
-        source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
-    })?;
+    let path = CString::new(rel.as_str().as_bytes())
+        .map_err(|_| ScriptError::Open { script: rel.to_string(), source: std::io::Error::from(std::io::ErrorKind::InvalidInput) })?;
     // SAFETY: open_how is plain data; zeroed is its documented initial state.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOCTTY) as u64;
     how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
     // SAFETY: openat2 reads `how` (of the size given) and the path; returns a new fd or -1.
     let fd = unsafe {
-        libc::syscall(libc::SYS_openat2, dirfd.as_raw_fd(), path.as_ptr(), &how as *const libc::open_how, std::mem::size_of::<libc::open_how>())
+        libc::syscall(
+            libc::SYS_openat2,
+            dirfd.as_raw_fd(),
+            path.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
     };
     if fd < 0 {
         let err = std::io::Error::last_os_error();

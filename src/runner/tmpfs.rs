@@ -33,15 +33,8 @@ impl RunTmpfs {
         let options = format!("size={RUN_TMP_BYTES},mode=0700,uid={uid},gid={gid}");
         let (src, target, fstype, data) = (CString::new("tmpfs")?, c(root)?, CString::new("tmpfs")?, CString::new(options)?);
         // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
-        let rc = unsafe {
-            libc::mount(
-                src.as_ptr(),
-                target.as_ptr(),
-                fstype.as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                data.as_ptr().cast(),
-            )
-        };
+        let rc =
+            unsafe { libc::mount(src.as_ptr(), target.as_ptr(), fstype.as_ptr(), libc::MS_NOSUID | libc::MS_NODEV, data.as_ptr().cast()) };
         if rc != 0 {
             return Err(std::io::Error::last_os_error());
         }

@@ -184,7 +184,10 @@ impl SessionManager for BoundedSessions {
         Ok(self.inner.accept_message(id, message).await?)
     }
 
-    async fn create_standalone_stream(&self, id: &SessionId) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+    async fn create_standalone_stream(
+        &self,
+        id: &SessionId,
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         let guard = self.open(id);
         let stream = self.inner.create_standalone_stream(id).await?;
         Ok(Tracked { inner: Box::pin(stream), _guard: guard })
