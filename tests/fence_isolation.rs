@@ -187,3 +187,35 @@ async fn a_swapped_script_never_runs_the_outside_file_sandboxed() {
     }
     swapped_script_never_runs_outside(SandboxMode::Auto, 40).await;
 }
+
+/// Unsandboxed, every interpreter of the closed set runs its script from
+/// the descriptor the runner opened (node told to keep that path).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_interpreter_runs_from_the_opened_descriptor() {
+    let world = World::new();
+    let host = "  version: 1\n  run:\n    - script: scripts/a.py\n      interpreter: python\n    - script: scripts/a.js\n      interpreter: node\n    - script: scripts/a.sh\n      interpreter: bash\n";
+    world.skill(
+        "three",
+        host,
+        &[
+            ("scripts/a.py", "import sys\nprint('python', sys.argv[0], sys.argv[1:])\n"),
+            ("scripts/a.js", "console.log('node', process.argv[1], process.argv.slice(2))\n"),
+            ("scripts/a.sh", "echo bash \"$0\" \"$@\"\n"),
+        ],
+    );
+    let exec = world
+        .executor(|o| {
+            o.sandbox = SandboxMode::Off;
+            if is_root() {
+                o.run_as_uids = Some("62880-62889".parse().unwrap());
+            }
+        })
+        .await;
+    for (script, name) in [("scripts/a.py", "python"), ("scripts/a.js", "node"), ("scripts/a.sh", "bash")] {
+        let report = run(&exec, world.plan("three", script, &["x y"]), vec![]).await;
+        let out = text(&report.stdout);
+        assert_eq!(report.record.state, JobState::Succeeded, "{name}: {}", text(&report.stderr));
+        assert!(out.starts_with(&format!("{name} /proc/self/fd/")), "{name} read its script through the descriptor: {out}");
+        assert!(out.contains("x y"), "{out}");
+    }
+}

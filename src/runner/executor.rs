@@ -186,6 +186,9 @@ impl LocalExecutor {
             Err(err) => return Err(self.failed_start(&ready, &job, err.into()).await),
         };
         let executed = done.exec;
+        // The uid it really ran as (a leased one differs from the preview's first uid of the range).
+        let mut command = command;
+        command.run_as = Some(executed.uid);
         let mut notes: Vec<String> = Vec::new();
         if let Some(limit) = done.limit_note {
             notes.push(limit);
