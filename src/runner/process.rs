@@ -82,11 +82,29 @@
 //! # Resource limits
 //!
 //! Applied in `pre_exec` (after fork, before exec; only async-signal-safe calls:
-//! `setrlimit`, `signal`, `prctl`, `close_range`). Memory is capped with
+//! `write`, `setgroups`/`setgid`/`setuid`, `setrlimit`, `signal`, `prctl`,
+//! `close_range`, `fcntl`), in this order: the child first writes itself into the
+//! run's cgroup ([`ExecSpec::cgroup_procs`], [`super::cgroup`]) while it still has
+//! the server's privileges, then drops to the run-as uid (done here rather than by
+//! `Command::uid`, which would drop before the cgroup could be joined), then sets the
+//! rlimits, so nothing of the run ever executes outside its cgroup. The rlimits are
+//! per process; the cgroup bounds the run as a whole. Memory is capped with
 //! `RLIMIT_DATA`, not `RLIMIT_AS`: V8 reserves several GiB of address space at start
 //! (node aborts with "Failed to reserve virtual memory for CodeRange" under a 512 MiB
-//! RLIMIT_AS), while RLIMIT_DATA counts only private writable memory actually mapped.
-//! Core dumps are always disabled (RLIMIT_CORE 0).
+//! RLIMIT_AS), while RLIMIT_DATA counts only private writable memory actually mapped
+//! (not shared memory: that is what the cgroup is for). Core dumps are always
+//! disabled (RLIMIT_CORE 0). A run's watcher ([`super::watch`]) can stop it for a
+//! limit through [`ExecSpec::stop`]: the group is killed and the outcome names it.
+//!
+//! # The sandbox's own failures
+//!
+//! With a sandbox, bubblewrap's `--json-status-fd` is a pipe only the server reads:
+//! bubblewrap writes `exit-code` there once the program it exec'd has exited, and
+//! never passes the descriptor on. A sandboxed run without that line, not stopped by
+//! us, is bubblewrap's own failure ([`ExecError::SandboxSetup`], its stderr as the
+//! message); anything else is the script's outcome with its streams, whatever the
+//! script printed (a script writing `bwrap: ...` to stderr and exiting 1 is a failed
+//! run, not a set-up error).
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
