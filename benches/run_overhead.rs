@@ -161,10 +161,8 @@ fn time_ms(runs: usize, mut f: impl FnMut()) -> f64 {
 
 /// bubblewrap starting `true` with the old or the new mount set.
 fn bwrap_true(new_mounts: bool) {
-    let mut args: Vec<String> = ["--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut args: Vec<String> =
+        ["--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"].iter().map(|s| s.to_string()).collect();
     for (target, link) in [("usr/lib", "/lib"), ("usr/lib64", "/lib64"), ("usr/bin", "/bin")] {
         args.extend(["--symlink".into(), target.into(), link.into()]);
     }

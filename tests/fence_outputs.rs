@@ -47,7 +47,10 @@ async fn sparse_outputs_are_hashed_once_within_the_budget() {
     assert_eq!(hashed.len() as u64, OUTPUT_HASH_BUDGET / (64 * MIB), "hashed up to the budget");
     assert!(listing.files.iter().filter(|f| f.sha256.is_empty()).all(|f| f.input == InputMatch::Unhashed && f.size == 64 * MIB));
 
-    // Status reads the stored listing: cheap, every time, and the same.
+    // Status reads the stored listing: cheap, every time, and the same,
+    // even when the files have changed since (nothing is hashed again).
+    let work = world.data().join("jobs").join(&report.record.id).join("work");
+    std::fs::write(work.join("sparse-00"), b"changed after the run").unwrap();
     for _ in 0..5 {
         let t = Instant::now();
         let status = exec.status(&Caller::local(), &report.record.id).await.unwrap();

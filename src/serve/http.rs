@@ -143,9 +143,13 @@ impl Tokens {
         Ok(Tokens { entries })
     }
 
-    /// Read a token file.
+    /// Read a token file (a warning when others may read it).
     pub fn load(path: &Path) -> Result<Tokens, HttpSetupError> {
+        use std::os::unix::fs::PermissionsExt;
         let text = std::fs::read_to_string(path).map_err(|source| HttpSetupError::ReadTokens { path: path.to_path_buf(), source })?;
+        if std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o077 != 0) {
+            tracing::warn!(path = %path.display(), "the token file is readable by others: chmod 600 it");
+        }
         Tokens::parse(&text, path)
     }
 
@@ -235,7 +239,15 @@ async fn authenticate(State(state): State<AuthState>, mut request: Request, next
 
 /// A refusal before rmcp sees the request: the session store is full.
 async fn sessions_guard(State(sessions): State<Arc<BoundedSessions>>, request: Request, next: Next) -> Response {
-    let opens_session = request.method() == axum::http::Method::POST && !request.headers().contains_key("mcp-session-id");
+    // Only a 2025-11-25 (or older) `initialize` opens a session: a POST
+    // without a session id and without a 2026-07-28 protocol header (that
+    // era is stateless and sends its version on every request).
+    let modern = request
+        .headers()
+        .get("mcp-protocol-version")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28.as_str());
+    let opens_session = request.method() == axum::http::Method::POST && !request.headers().contains_key("mcp-session-id") && !modern;
     if opens_session && sessions.is_full() {
         let body = serde_json::json!({
             "jsonrpc": "2.0",
