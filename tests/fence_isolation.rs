@@ -139,13 +139,19 @@ async fn swapped_script_never_runs_outside(sandbox: SandboxMode, tries: usize) {
     let (flag, dir) = (stop.clone(), skill.join("scripts"));
     let swapper = std::thread::spawn(move || {
         let mut swaps = 0u64;
+        // Attack pacing (not a wait for anything): each state holds for about
+        // a millisecond, so a check often passes and the open after it often
+        // meets the other state.
+        let hold = Duration::from_micros(800);
         while !flag.load(Ordering::Relaxed) {
             let _ = std::fs::remove_file(dir.join("link.tmp"));
             std::os::unix::fs::symlink(&outside, dir.join("link.tmp")).unwrap();
-            std::fs::rename(dir.join("link.tmp"), dir.join("run.py")).unwrap();
             std::fs::write(dir.join("file.tmp"), "print('inside')\n").unwrap();
             std::fs::set_permissions(dir.join("file.tmp"), std::fs::Permissions::from_mode(0o644)).unwrap();
+            std::fs::rename(dir.join("link.tmp"), dir.join("run.py")).unwrap();
+            std::thread::sleep(hold);
             std::fs::rename(dir.join("file.tmp"), dir.join("run.py")).unwrap();
+            std::thread::sleep(hold);
             swaps += 1;
         }
         swaps
