@@ -21,13 +21,11 @@ use kube::api::{Api, PostParams};
 use sha2::{Digest, Sha256};
 
 use super::cache::{Cache, Fetched, Source};
-use super::{permission, AuthConfig, AuthError, ANONYMOUS_GROUP, ANONYMOUS_USER, MAX_TOKEN_BYTES, REVIEW_TIMEOUT};
+use super::limits::{MAX_REASON_CHARS, MAX_TOKEN_BYTES, REVIEW_TIMEOUT};
+use super::{permission, AuthConfig, AuthError, ANONYMOUS_GROUP, ANONYMOUS_USER};
 use crate::mcp::error::ToolError;
 use crate::mcp::executor::Caller;
 use crate::mcp::state::{Action, Authorize};
-
-/// The longest API server error text passed on to a caller.
-const MAX_REASON_CHARS: usize = 512;
 
 /// Verifies tokens and authorizes actions against the API server. Cheap to
 /// clone: every clone shares the client and the caches.
@@ -64,7 +62,8 @@ struct Counters {
     access_hits: AtomicU64,
 }
 
-/// How often the API server was asked and how often the caches answered.
+/// How often the API server was asked (reviews sent; concurrent requests
+/// sharing one review count it once) and how often the caches answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct AuthStats {
     pub token_reviews: u64,
@@ -80,8 +79,8 @@ impl Authenticator {
     pub fn new(client: kube::Client, config: AuthConfig) -> Self {
         if config.allow_anonymous {
             tracing::warn!(
-                "anonymous mode: requests without a token are served as {ANONYMOUS_USER} and allowed everything \
-                 (every skill readable and runnable by anyone who reaches the gateway); for development clusters only"
+                "anonymous mode: requests without a token are served as {ANONYMOUS_USER} (group {ANONYMOUS_GROUP}); \
+                 whatever RBAC grants those names, anyone who reaches the gateway can do; for development clusters only"
             );
         }
         let max = config.max_entries;
@@ -105,8 +104,9 @@ impl Authenticator {
         };
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let (verdict, source) = self.inner.tokens.get_or_fetch(&key, || self.review_token(token)).await;
-        let counter = if source == Source::Cache { &self.inner.counters.token_hits } else { &self.inner.counters.token_reviews };
-        counter.fetch_add(1, Ordering::Relaxed);
+        if source == Source::Cache {
+            self.inner.counters.token_hits.fetch_add(1, Ordering::Relaxed);
+        }
         match &verdict {
             Ok(caller) => tracing::debug!(user = %caller.principal, cached = source == Source::Cache, "token verified"),
             Err(err) => tracing::debug!(cached = source == Source::Cache, error = %err, "token refused"),
@@ -114,16 +114,22 @@ impl Authenticator {
         verdict
     }
 
+    /// Whether `caller` may do `action` in `namespace` (the permission
+    /// [`permission`] names), by SubjectAccessReview.
+    pub async fn authorize_action(&self, caller: &Caller, namespace: &str, action: Action) -> Result<(), AuthError> {
+        let (verb, resource) = permission(action);
+        self.authorize(caller, namespace, verb, resource).await
+    }
+
     /// Whether `caller` may `verb` the `resource` (of the skill-operator.dev
-    /// group) in `namespace`, by SubjectAccessReview.
+    /// group) in `namespace`, by SubjectAccessReview. The anonymous caller
+    /// is asked about like any other.
     pub async fn authorize(&self, caller: &Caller, namespace: &str, verb: &str, resource: &str) -> Result<(), AuthError> {
-        if self.inner.config.allow_anonymous && *caller == anonymous() {
-            return Ok(());
-        }
         let key = DecisionKey { caller: caller.clone(), namespace: namespace.into(), verb: verb.into(), resource: resource.into() };
         let (decision, source) = self.inner.decisions.get_or_fetch(&key, || self.review_access(&key)).await;
-        let counter = if source == Source::Cache { &self.inner.counters.access_hits } else { &self.inner.counters.access_reviews };
-        counter.fetch_add(1, Ordering::Relaxed);
+        if source == Source::Cache {
+            self.inner.counters.access_hits.fetch_add(1, Ordering::Relaxed);
+        }
         tracing::debug!(user = %caller.principal, namespace, verb, resource, allowed = decision.is_ok(), cached = source == Source::Cache, "access decided");
         decision
     }
@@ -132,6 +138,12 @@ impl Authenticator {
     /// is the SubjectAccessReview [`permission`] names, in `namespace`.
     pub fn namespace_authorizer(&self, namespace: impl Into<String>) -> Arc<dyn Authorize> {
         Arc::new(NamespaceAuthorizer { authenticator: self.clone(), namespace: namespace.into() })
+    }
+
+    /// Requests waiting on the TokenReview in progress for `token`.
+    #[cfg(test)]
+    pub(super) fn token_waiters(&self, token: &str) -> usize {
+        self.inner.tokens.waiters(&Sha256::digest(token.as_bytes()).into())
     }
 
     pub fn stats(&self) -> AuthStats {
@@ -147,12 +159,10 @@ impl Authenticator {
     async fn review_token(&self, token: &str) -> Fetched<Result<Caller, AuthError>> {
         let config = &self.inner.config;
         let review = TokenReview {
-            spec: TokenReviewSpec {
-                token: Some(token.to_string()),
-                audiences: (!config.audiences.is_empty()).then(|| config.audiences.clone()),
-            },
+            spec: TokenReviewSpec { token: token.to_string(), audiences: (!config.audiences.is_empty()).then(|| config.audiences.clone()) },
             ..TokenReview::default()
         };
+        self.inner.counters.token_reviews.fetch_add(1, Ordering::Relaxed);
         let api: Api<TokenReview> = Api::all(self.inner.client.clone());
         match tokio::time::timeout(REVIEW_TIMEOUT, api.create(&PostParams::default(), &review)).await {
             Err(_) => unavailable(format!("a TokenReview took longer than {} s", REVIEW_TIMEOUT.as_secs())),
@@ -184,6 +194,7 @@ impl Authenticator {
             },
             ..SubjectAccessReview::default()
         };
+        self.inner.counters.access_reviews.fetch_add(1, Ordering::Relaxed);
         let api: Api<SubjectAccessReview> = Api::all(self.inner.client.clone());
         match tokio::time::timeout(REVIEW_TIMEOUT, api.create(&PostParams::default(), &review)).await {
             Err(_) => unavailable(format!("a SubjectAccessReview took longer than {} s", REVIEW_TIMEOUT.as_secs())),
@@ -195,12 +206,8 @@ impl Authenticator {
                 }
                 // An evaluation error (an authorizer that could not decide)
                 // is a denial too: it says why.
-                let reason = [status.reason, status.evaluation_error]
-                    .into_iter()
-                    .flatten()
-                    .filter(|s| !s.is_empty())
-                    .collect::<Vec<_>>()
-                    .join("; ");
+                let reason =
+                    [status.reason, status.evaluation_error].into_iter().flatten().filter(|s| !s.is_empty()).collect::<Vec<_>>().join("; ");
                 let denied = AuthError::Forbidden {
                     user: caller.principal.clone(),
                     verb: key.verb.clone(),
@@ -224,8 +231,7 @@ pub struct NamespaceAuthorizer {
 #[async_trait::async_trait]
 impl Authorize for NamespaceAuthorizer {
     async fn authorize(&self, caller: &Caller, action: Action) -> Result<(), ToolError> {
-        let (verb, resource) = permission(action);
-        self.authenticator.authorize(caller, &self.namespace, verb, resource).await.map_err(|err| {
+        self.authenticator.authorize_action(caller, &self.namespace, action).await.map_err(|err| {
             if let AuthError::Unavailable(detail) = &err {
                 tracing::warn!(user = %caller.principal, namespace = %self.namespace, %detail, "cannot authorize a tool call");
             }
@@ -241,7 +247,7 @@ impl From<AuthError> for ToolError {
 }
 
 /// The caller every tokenless request is in anonymous mode.
-fn anonymous() -> Caller {
+pub(crate) fn anonymous() -> Caller {
     Caller { groups: vec![ANONYMOUS_GROUP.to_string()], ..Caller::named(ANONYMOUS_USER) }
 }
 
@@ -252,10 +258,8 @@ fn bearer_token(header: Option<&HeaderValue>) -> Result<&str, AuthError> {
     if header.len() > MAX_TOKEN_BYTES + "Bearer ".len() {
         return Err(AuthError::MalformedHeader(format!("the header is {} bytes; a token may be at most {MAX_TOKEN_BYTES}", header.len())));
     }
-    let value = header
-        .to_str()
-        .map_err(|_| AuthError::MalformedHeader("the header holds bytes that are not printable ASCII".into()))?
-        .trim();
+    let value =
+        header.to_str().map_err(|_| AuthError::MalformedHeader("the header holds bytes that are not printable ASCII".into()))?.trim();
     let (scheme, token) = value.split_once(' ').unwrap_or((value, ""));
     if !scheme.eq_ignore_ascii_case("bearer") {
         // A client that forgot the scheme sends the bare token here: name
@@ -307,7 +311,12 @@ fn token_verdict(config: &AuthConfig, status: TokenReviewStatus, token: &str) ->
     let principal = user.username.filter(|u| !u.is_empty()).ok_or_else(|| {
         AuthError::InvalidToken("the API server accepted the token but named no user; use a ServiceAccount or user token".into())
     })?;
-    Ok(Caller { principal, uid: user.uid.filter(|u| !u.is_empty()), groups: user.groups.unwrap_or_default(), extra: user.extra.unwrap_or_default() })
+    Ok(Caller {
+        principal,
+        uid: user.uid.filter(|u| !u.is_empty()),
+        groups: user.groups.unwrap_or_default(),
+        extra: user.extra.unwrap_or_default(),
+    })
 }
 
 fn unavailable<V>(detail: String) -> Fetched<Result<V, AuthError>> {

@@ -113,6 +113,12 @@ impl<K: Eq + Hash + Clone, V: Clone> Cache<K, V> {
         (inner.entries.len(), inner.flights.len())
     }
 
+    /// Callers waiting on the fetch in progress for `key` (0: none).
+    #[cfg(test)]
+    pub(crate) fn waiters(&self, key: &K) -> usize {
+        self.lock().flights.get(key).map_or(0, |flight| Arc::strong_count(flight) - 1)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner<K, V>> {
         // A panic while holding the lock leaves the maps consistent (every
         // mutation is a single map call), so a poisoned lock is still usable.
@@ -137,8 +143,8 @@ impl<K: Eq + Hash + Clone, V: Clone> Drop for FlightGuard<'_, K, V> {
         let mut inner = self.cache.lock();
         // Two references: the map's and ours. More means another waiter
         // will take the fetch over; new waiters clone under this same lock.
-        let abandoned = inner.flights.get(self.key).is_some_and(|current| Arc::ptr_eq(current, &self.flight))
-            && Arc::strong_count(&self.flight) <= 2;
+        let abandoned =
+            inner.flights.get(self.key).is_some_and(|current| Arc::ptr_eq(current, &self.flight)) && Arc::strong_count(&self.flight) <= 2;
         if abandoned {
             inner.flights.remove(self.key);
         }

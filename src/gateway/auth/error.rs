@@ -21,7 +21,7 @@ use super::RETRY_AFTER_SECS;
 use crate::mcp::error::codes;
 
 /// The code of a 404 for a path that names no valid namespace.
-pub const NOT_FOUND: &str = "not-found";
+pub(super) const NOT_FOUND: &str = "not-found";
 
 /// Why a request was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -161,7 +161,9 @@ mod tests {
             reason: "no RBAC policy matched".into(),
         };
         let message = user.to_string();
-        assert!(message.starts_with("alice@example.com may not get skillbindings.skill-operator.dev in namespace a (no RBAC policy matched)."));
+        assert!(
+            message.starts_with("alice@example.com may not get skillbindings.skill-operator.dev in namespace a (no RBAC policy matched).")
+        );
         assert!(message.ends_with("--user=alice@example.com"), "{message}");
     }
 
@@ -175,6 +177,9 @@ mod tests {
 
     #[test]
     fn the_challenge_escapes_quotes() {
-        assert_eq!(challenge("http://h/x\"y", Some("invalid_token")), "Bearer resource_metadata=\"http://h/x\\\"y\", error=\"invalid_token\"");
+        assert_eq!(
+            challenge("http://h/x\"y", Some("invalid_token")),
+            "Bearer resource_metadata=\"http://h/x\\\"y\", error=\"invalid_token\""
+        );
     }
 }

@@ -7,12 +7,29 @@
 //!
 //! It fails closed: no token is 401, a refused token is 401, a denial is
 //! 403 naming the missing verb and resource, and an API server that cannot
-//! be asked is 503 (never a pass). The one exception is anonymous mode
-//! (`--allow-anonymous`, for development clusters only, logged as a warning).
+//! be asked is 503 (never a pass). The one relaxation is anonymous mode
+//! (`--allow-anonymous`, for development clusters only, logged as a
+//! warning): a request without a token is then served as `system:anonymous`
+//! in the group `system:unauthenticated`, which is still asked about by
+//! SubjectAccessReview, so it can do exactly what RBAC grants those names.
+//!
+//! # The entry gate
+//!
+//! Every request on a namespace's path (`/mcp/{namespace}`, and the file
+//! route `/files/{namespace}/…`) needs, besides a valid token, `get` on
+//! skillbindings in that namespace: the least any use of the namespace
+//! needs, since every tool works on a bound skill. A caller without it is
+//! answered 403 at the HTTP level, so `initialize` does not succeed for a
+//! caller who may do nothing there (and a session is never opened for
+//! them). The finer permissions (run, read, delete jobs) are checked per
+//! tool call by [`NamespaceAuthorizer`]; the entry check's answer is
+//! cached, so the second check of `get skillbindings` per `tools/list` is
+//! a cache hit.
 //!
 //! Layout:
 //! - this file: [`AuthConfig`] and its flags [`AuthArgs`], the permission
 //!   each [`Action`] needs ([`permission`]);
+//! - [`limits`]: every bound, defined once;
 //! - [`authenticator`]: [`Authenticator`] (TokenReview, SubjectAccessReview,
 //!   the [`Authorize`](crate::mcp::state::Authorize) seam per namespace);
 //! - [`error`]: [`AuthError`] and its HTTP answers (401/403/503);
@@ -23,6 +40,7 @@
 mod authenticator;
 mod cache;
 mod error;
+pub mod limits;
 mod routes;
 #[cfg(test)]
 mod tests;
@@ -31,9 +49,13 @@ use std::time::Duration;
 
 pub use authenticator::{AuthStats, Authenticator, NamespaceAuthorizer};
 pub use error::AuthError;
-pub use routes::{metadata_url, protected_resource_handler, protected_resource_metadata, require_caller, METADATA_PREFIX};
+
+pub use routes::{
+    metadata_routes, metadata_url, protected_resource_handler, protected_resource_metadata, require_caller, resource_url, METADATA_PREFIX,
+};
 
 use crate::mcp::state::Action;
+use limits::{MAX_CACHE_ENTRIES, MAX_CACHE_TTL_SECS, MAX_LIST_FLAGS};
 
 /// How long a verified token is trusted before it is reviewed again: also
 /// how long a revoked token keeps working here.
@@ -43,20 +65,8 @@ pub const DEFAULT_NEGATIVE_TTL: Duration = Duration::from_secs(5);
 /// How long an allowed SubjectAccessReview is reused: also how long a
 /// removed RoleBinding keeps working here.
 pub const DEFAULT_DECISION_TTL: Duration = Duration::from_secs(30);
-/// The longest any of the TTLs may be set to, so a revocation always takes
-/// effect within minutes.
-pub const MAX_CACHE_TTL_SECS: u64 = 600;
 /// Answers kept per cache (tokens, decisions); one more evicts the oldest.
 pub const DEFAULT_MAX_ENTRIES: usize = 10_000;
-/// The largest cache the flags accept.
-pub const MAX_CACHE_ENTRIES: usize = 1_000_000;
-/// The longest bearer token accepted, in bytes. Kubernetes tokens are JWTs
-/// of one to two KiB; OIDC tokens with many groups are larger, but nothing
-/// legitimate comes near this.
-pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
-/// How long one TokenReview or SubjectAccessReview may take before the
-/// request is answered 503.
-pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 /// The `Retry-After` a 503 names, in seconds.
 pub const RETRY_AFTER_SECS: u64 = 5;
 
@@ -99,8 +109,9 @@ pub struct AuthConfig {
     pub decision_ttl: Duration,
     /// Bound of each cache.
     pub max_entries: usize,
-    /// Serve requests without a token as `system:anonymous`, allowed
-    /// everything. Development clusters only.
+    /// Serve requests without a token as `system:anonymous` (group
+    /// `system:unauthenticated`), still authorized by SubjectAccessReview.
+    /// Development clusters only.
     pub allow_anonymous: bool,
     /// RFC 9728 `authorization_servers`: issuers a client can get a token
     /// from (e.g. the cluster's OIDC issuer).
@@ -125,17 +136,31 @@ impl Default for AuthConfig {
     }
 }
 
+/// A combination of flags that is refused as a whole (each flag's own
+/// shape is checked by clap when it is parsed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthConfigError {
+    #[error("{flag} is given {given} times; at most {MAX_LIST_FLAGS} are accepted")]
+    TooMany { flag: &'static str, given: usize },
+    #[error("--token-audience {0:?} is given twice; name each audience once")]
+    DuplicateAudience(String),
+}
+
 /// The gateway's authentication flags (flattened into its command).
 #[derive(Debug, Clone, clap::Args)]
 pub struct AuthArgs {
     /// An audience tokens must be meant for (repeatable; TokenReview spec.audiences).
     /// Without one, tokens for the API server's own audience are accepted.
-    #[arg(long = "token-audience", value_name = "AUDIENCE")]
+    #[arg(long = "token-audience", value_name = "AUDIENCE", value_parser = parse_audience)]
     pub token_audiences: Vec<String>,
-    /// Seconds a verified token is trusted before it is reviewed again (a revoked token works that long).
+    /// Seconds a verified token is trusted before it is reviewed again (a revoked token works that long; 0: review every request).
     #[arg(long = "auth-cache-ttl-secs", value_name = "SECS", default_value_t = DEFAULT_TOKEN_TTL.as_secs(),
           value_parser = clap::value_parser!(u64).range(0..=MAX_CACHE_TTL_SECS))]
     pub token_ttl_secs: u64,
+    /// Seconds a refused token or a denied action stays refused without asking again.
+    #[arg(long = "auth-negative-ttl-secs", value_name = "SECS", default_value_t = DEFAULT_NEGATIVE_TTL.as_secs(),
+          value_parser = clap::value_parser!(u64).range(0..=MAX_CACHE_TTL_SECS))]
+    pub negative_ttl_secs: u64,
     /// Seconds an allowed SubjectAccessReview is reused (a removed RoleBinding works that long).
     #[arg(long = "auth-decision-ttl-secs", value_name = "SECS", default_value_t = DEFAULT_DECISION_TTL.as_secs(),
           value_parser = clap::value_parser!(u64).range(0..=MAX_CACHE_TTL_SECS))]
@@ -144,8 +169,9 @@ pub struct AuthArgs {
     #[arg(long = "auth-cache-entries", value_name = "N", default_value_t = DEFAULT_MAX_ENTRIES,
           value_parser = parse_entries)]
     pub max_entries: usize,
-    /// Serve requests without a token as system:anonymous, allowed everything.
-    /// For development clusters only: anyone who reaches the gateway can run skills.
+    /// Serve requests without a token as system:anonymous (group system:unauthenticated),
+    /// still authorized by SubjectAccessReview: whatever RBAC grants those names, anyone
+    /// who reaches the gateway can do. For development clusters only.
     #[arg(long)]
     pub allow_anonymous: bool,
     /// An OAuth authorization server (issuer URL, https) clients get tokens from,
@@ -159,18 +185,39 @@ pub struct AuthArgs {
 }
 
 impl AuthArgs {
-    pub fn into_config(self) -> AuthConfig {
-        AuthConfig {
+    pub fn into_config(self) -> Result<AuthConfig, AuthConfigError> {
+        for (flag, given) in
+            [("--token-audience", self.token_audiences.len()), ("--authorization-server", self.authorization_servers.len())]
+        {
+            if given > MAX_LIST_FLAGS {
+                return Err(AuthConfigError::TooMany { flag, given });
+            }
+        }
+        for (i, audience) in self.token_audiences.iter().enumerate() {
+            if self.token_audiences[..i].contains(audience) {
+                return Err(AuthConfigError::DuplicateAudience(audience.clone()));
+            }
+        }
+        Ok(AuthConfig {
             audiences: self.token_audiences,
             token_ttl: Duration::from_secs(self.token_ttl_secs),
-            negative_ttl: DEFAULT_NEGATIVE_TTL,
+            negative_ttl: Duration::from_secs(self.negative_ttl_secs),
             decision_ttl: Duration::from_secs(self.decision_ttl_secs),
             max_entries: self.max_entries,
             allow_anonymous: self.allow_anonymous,
             authorization_servers: self.authorization_servers,
             public_base: self.public_url,
-        }
+        })
     }
+}
+
+/// An audience is an opaque string to the API server; refuse only what
+/// cannot be one (empty, spaces, control characters, absurd length).
+fn parse_audience(value: &str) -> Result<String, String> {
+    if value.is_empty() || value.len() > 253 || !value.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("an audience is 1 to 253 printable characters without spaces, e.g. skill-operator-gateway".into());
+    }
+    Ok(value.to_string())
 }
 
 fn parse_entries(value: &str) -> Result<usize, String> {
@@ -216,7 +263,8 @@ mod config_tests {
     }
 
     fn parse(args: &[&str]) -> Result<AuthConfig, clap::Error> {
-        Cli::try_parse_from(std::iter::once("gateway").chain(args.iter().copied())).map(|cli| cli.auth.into_config())
+        Cli::try_parse_from(std::iter::once("gateway").chain(args.iter().copied()))
+            .map(|cli| cli.auth.into_config().expect("a valid combination"))
     }
 
     #[test]
@@ -231,6 +279,7 @@ mod config_tests {
             "--token-audience",
             "other",
             "--auth-cache-ttl-secs=10",
+            "--auth-negative-ttl-secs=2",
             "--auth-decision-ttl-secs=3",
             "--auth-cache-entries=100",
             "--allow-anonymous",
@@ -243,7 +292,7 @@ mod config_tests {
             AuthConfig {
                 audiences: vec!["skills".into(), "other".into()],
                 token_ttl: Duration::from_secs(10),
-                negative_ttl: DEFAULT_NEGATIVE_TTL,
+                negative_ttl: Duration::from_secs(2),
                 decision_ttl: Duration::from_secs(3),
                 max_entries: 100,
                 allow_anonymous: true,
@@ -257,6 +306,9 @@ mod config_tests {
     fn out_of_range_and_malformed_flags_are_refused() {
         for bad in [
             &["--auth-cache-ttl-secs=601"][..],
+            &["--auth-negative-ttl-secs=601"],
+            &["--token-audience="],
+            &["--token-audience=a b"],
             &["--auth-decision-ttl-secs=-1"],
             &["--auth-cache-entries=0"],
             &["--auth-cache-entries=1000001"],
@@ -270,7 +322,30 @@ mod config_tests {
         ] {
             assert!(parse(bad).is_err(), "{bad:?} was accepted");
         }
+        // The edges themselves are accepted.
         assert_eq!(parse(&["--auth-cache-ttl-secs=600"]).unwrap().token_ttl, Duration::from_secs(MAX_CACHE_TTL_SECS));
+        assert_eq!(parse(&["--auth-cache-ttl-secs=0"]).unwrap().token_ttl, Duration::ZERO);
+        assert_eq!(parse(&["--auth-cache-entries=1"]).unwrap().max_entries, 1);
+        assert_eq!(parse(&["--auth-cache-entries=1000000"]).unwrap().max_entries, MAX_CACHE_ENTRIES);
+    }
+
+    #[test]
+    fn too_many_or_repeated_list_flags_are_refused_by_name() {
+        let args = |flag: &str, n: usize| -> Vec<String> { (0..n).map(|i| format!("{flag}=https://issuer{i}.example.com")).collect() };
+        let combine = |argv: Vec<String>| {
+            Cli::try_parse_from(std::iter::once("gateway".to_string()).chain(argv)).expect("each flag is well-formed").auth.into_config()
+        };
+        assert!(combine(args("--authorization-server", MAX_LIST_FLAGS)).is_ok());
+        assert_eq!(
+            combine(args("--authorization-server", MAX_LIST_FLAGS + 1)),
+            Err(AuthConfigError::TooMany { flag: "--authorization-server", given: MAX_LIST_FLAGS + 1 })
+        );
+        let audiences: Vec<String> = (0..=MAX_LIST_FLAGS).map(|i| format!("--token-audience=a{i}")).collect();
+        assert_eq!(combine(audiences.clone()), Err(AuthConfigError::TooMany { flag: "--token-audience", given: MAX_LIST_FLAGS + 1 }));
+        assert!(combine(audiences[..MAX_LIST_FLAGS].to_vec()).is_ok());
+        let twice = combine(vec!["--token-audience=x".into(), "--token-audience=x".into()]).unwrap_err();
+        assert_eq!(twice, AuthConfigError::DuplicateAudience("x".into()));
+        assert!(twice.to_string().contains("name each audience once"));
     }
 
     #[test]
