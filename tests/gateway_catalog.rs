@@ -7,6 +7,10 @@
 
 #[path = "oci/common.rs"]
 mod common;
+// Only the API server start-up is used here.
+#[allow(dead_code)]
+#[path = "envtest/harness.rs"]
+mod harness;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -551,4 +555,57 @@ async fn a_digest_other_than_sha256_hex_is_refused_before_any_request() {
         let err = cache(dir.path()).acquire(&source, bad).await.unwrap_err();
         assert!(matches!(&*err, CacheError::InvalidDigest { .. }), "{bad}: {err}");
     }
+}
+
+/// Gated: a real API server holds the docker-registry Secret; the cache reads it through `KubeSecrets`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pull_secrets_are_read_from_the_api_server() {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{Api, PostParams};
+    use skill_operator::gateway::catalog::{KubeSecrets, PullSecrets};
+    let Some(assets) = harness::assets() else {
+        skill_operator::gated::skip("pull secrets from a real API server", "KUBEBUILDER_ASSETS is not set to a folder with etcd and kube-apiserver");
+        return;
+    };
+    let env = harness::Envtest::start(&assets).await;
+    harness::create_namespace(&env.client, "gw-catalog-operator", false).await;
+    let reg = TestRegistry::start_with_htpasswd("tester:$2b$04$Z.ZW/OHOlXPvxw5oVvfPkOGTR58bjAaX.qrTERRFtIMz6BCjjEDQy").await;
+    let config = serde_json::json!({"auths": {reg.addr.clone(): {"username": "tester", "password": "s3cret"}}}).to_string();
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
+        "metadata": {"name": "registry-creds"},
+        "stringData": {".dockerconfigjson": config}
+    }))
+    .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "gw-catalog-operator");
+    secrets.create(&PostParams::default(), &secret).await.unwrap();
+    let opaque: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "opaque"}, "stringData": {"token": "x"}
+    }))
+    .unwrap();
+    secrets.create(&PostParams::default(), &opaque).await.unwrap();
+
+    let kube_secrets = KubeSecrets::new(env.client.clone(), "gw-catalog-operator");
+    assert_eq!(kube_secrets.docker_config("registry-creds").await.unwrap(), config.as_bytes());
+    let e = kube_secrets.docker_config("opaque").await.unwrap_err();
+    assert!(e.contains("no .dockerconfigjson") && e.contains("kubectl create secret docker-registry"), "{e}");
+    assert!(kube_secrets.docker_config("absent").await.unwrap_err().contains("gw-catalog-operator/absent"));
+
+    let a = alpha();
+    let pkg = skill_operator::core::package::build_from_dir(&a.path().join("alpha")).unwrap();
+    let cfg = SkillConfig::for_package(&pkg, "alpha", "d", None).unwrap();
+    let writer = skill_operator::oci::Registry::new(skill_operator::oci::RegistryOptions {
+        auth: skill_operator::oci::Auth::Basic { username: "tester".into(), password: "s3cret".into() },
+        ..skill_operator::oci::RegistryOptions::plain_http(reg.addr.clone())
+    })
+    .unwrap();
+    let digest = writer.push(&reg.reference("skills/alpha:1"), &pkg, &cfg).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cache = PackageCache::new(CacheOptions { secrets: Some(Arc::new(kube_secrets)), ..CacheOptions::new(dir.path()) }).unwrap();
+    let source = OciSource {
+        reference: format!("{}/skills/alpha:1", reg.addr),
+        pull_secret: Some("registry-creds".into()),
+        insecure: true,
+    };
+    assert_eq!(cache.acquire(&source, &digest).await.unwrap().name, "alpha");
 }
