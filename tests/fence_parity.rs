@@ -211,10 +211,11 @@ fn both_backends_reach_the_same_verdict() {
 
 /// The local verdict's policy as the standalone server's grant and profile, for status comparison.
 fn local_policy(c: &Case) -> (Grants, Profile) {
-    let rows: Vec<serde_json::Value> = ["scripts/ok.py", "scripts/long.py", "scripts/run.js", "scripts/x.rb", "scripts/missing.py", "scripts/inject.py"]
-        .iter()
-        .map(|s| serde_json::json!({"skill": "tool", "script": s, "env": c.granted_env, "egress": c.egress}))
-        .collect();
+    let rows: Vec<serde_json::Value> =
+        ["scripts/ok.py", "scripts/long.py", "scripts/run.js", "scripts/x.rb", "scripts/missing.py", "scripts/inject.py"]
+            .iter()
+            .map(|s| serde_json::json!({"skill": "tool", "script": s, "env": c.granted_env, "egress": c.egress}))
+            .collect();
     let text = serde_json::to_string(&rows).unwrap();
     let grants = Grants::resolve(&move |k| (k == "MCP_SKILL_RUN").then(|| text.clone()), None);
     let profile = Profile {

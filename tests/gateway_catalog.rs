@@ -77,9 +77,7 @@ fn package(name: &str, host: &str, pushed: &Pushed, root: &Path, skill: &str, ru
     let mut p = SkillPackage::new(
         name,
         SkillPackageSpec {
-            source: PackageSource {
-                oci: OciSource { reference: format!("{host}/{}:1", pushed.repo), pull_secret: None, insecure: true },
-            },
+            source: PackageSource { oci: OciSource { reference: format!("{host}/{}:1", pushed.repo), pull_secret: None, insecure: true } },
             runtime,
         },
     );
@@ -170,7 +168,8 @@ async fn three_bindings_over_two_packages_serve_what_serve_serves() {
     let snap = NamespaceCatalog::build("team-a", &bindings, &pkgs, &cache).await;
 
     // What serve builds from the same two directories.
-    let served = Snapshot::scan(&[a.path().to_path_buf(), b.path().to_path_buf()], Grants::resolve(&|_| None, None), Interpreter::ALL.into());
+    let served =
+        Snapshot::scan(&[a.path().to_path_buf(), b.path().to_path_buf()], Grants::resolve(&|_| None, None), Interpreter::ALL.into());
     assert_eq!(snap.catalog.names(), vec!["alpha", "beta"]);
     for name in ["alpha", "beta"] {
         assert_eq!(view(&snap, name), view(&served, name), "`{name}` differs between the gateway and serve");
@@ -295,8 +294,13 @@ async fn a_package_whose_skill_md_is_bad_reports_serves_problems() {
     st.skill_name = Some("gamma".into());
     let pkgs = packages(vec![p, package("beta-1", &reg.addr, &pb, b.path(), "beta", None)]);
     let dir = tempfile::tempdir().unwrap();
-    let snap = NamespaceCatalog::build("ns", &[binding("g", "gamma-1", &[], false), binding("b", "beta-1", &[], false)], &pkgs, &cache(dir.path()))
-        .await;
+    let snap = NamespaceCatalog::build(
+        "ns",
+        &[binding("g", "gamma-1", &[], false), binding("b", "beta-1", &[], false)],
+        &pkgs,
+        &cache(dir.path()),
+    )
+    .await;
     assert_eq!(snap.catalog.names(), vec!["beta"]);
     let served = Snapshot::scan(&[bad.path().to_path_buf()], Grants::resolve(&|_| None, None), Interpreter::ALL.into());
     let gw_root = dir.path().join(pg.digest.strip_prefix("sha256:").unwrap()).join("gamma");
@@ -314,11 +318,12 @@ async fn two_packages(reg: &TestRegistry) -> (Vec<(OciSource, String, u64)>, tem
     let mut out = Vec::new();
     for (root, name) in [(&a, "alpha"), (&b, "beta")] {
         let p = push(reg, root.path(), name).await;
-        let bytes = skill_operator::core::package::manifest(&skill_operator::core::package::build_from_dir(&root.path().join(name)).unwrap())
-            .unwrap()
-            .iter()
-            .map(|f| f.size)
-            .sum();
+        let bytes =
+            skill_operator::core::package::manifest(&skill_operator::core::package::build_from_dir(&root.path().join(name)).unwrap())
+                .unwrap()
+                .iter()
+                .map(|f| f.size)
+                .sum();
         let source = OciSource { reference: format!("{}/{}:1", reg.addr, p.repo), pull_secret: None, insecure: true };
         out.push((source, p.digest, bytes));
     }
@@ -361,10 +366,7 @@ async fn a_leased_digest_is_not_evicted() {
     let cap = pkgs[0].2 + pkgs[1].2 - 1;
     let cache = PackageCache::new(CacheOptions { cap_bytes: cap, ..CacheOptions::new(dir.path()) }).unwrap();
     // A live snapshot serving alpha holds its lease.
-    let mut p = SkillPackage::new(
-        "alpha-1",
-        SkillPackageSpec { source: PackageSource { oci: pkgs[0].0.clone() }, runtime: None },
-    );
+    let mut p = SkillPackage::new("alpha-1", SkillPackageSpec { source: PackageSource { oci: pkgs[0].0.clone() }, runtime: None });
     let t = alpha();
     let catalog = discover(&[t.path().join("alpha")], Limits::default());
     p.status = Some(package_status(&p, Ok(&PackageFacts { digest: pkgs[0].1.clone(), catalog, requirement_files: vec![] })));
@@ -447,8 +449,7 @@ async fn ten_namespaces_binding_one_digest_pull_it_once() {
     let cache = cache(dir.path());
     let bindings: Vec<Vec<SkillBinding>> = (0..10).map(|i| vec![binding(&format!("alpha-{i}"), "alpha-1", &[], false)]).collect();
     let names: Vec<String> = (0..10).map(|i| format!("team-{i}")).collect();
-    let snaps =
-        futures::future::join_all(names.iter().zip(&bindings).map(|(ns, b)| NamespaceCatalog::build(ns, b, &pkgs, &cache))).await;
+    let snaps = futures::future::join_all(names.iter().zip(&bindings).map(|(ns, b)| NamespaceCatalog::build(ns, b, &pkgs, &cache))).await;
     assert!(snaps.iter().all(|s| s.catalog.names() == vec!["alpha"]), "{:?}", snaps[0].problems);
     assert_eq!(proxy.gets("/manifests/"), 1, "{:?}", proxy.seen.lock().unwrap());
     assert_eq!(proxy.gets("/blobs/"), 2, "config and layer, once each: {:?}", proxy.seen.lock().unwrap());
@@ -493,7 +494,8 @@ async fn unchanged_inputs_keep_their_fingerprint_and_snapshot() {
     moved.get_mut("alpha-1").unwrap().status.as_mut().unwrap().digest = Some(pb.digest.clone());
     let mut ceiling = pkgs.clone();
     ceiling.get_mut("alpha-1").unwrap().spec.runtime.as_mut().unwrap().timeout_seconds = Some(5);
-    for (what, b, p) in [("egress", &egress, &pkgs), ("env", &env, &pkgs), ("digest", &bindings, &moved), ("profile", &bindings, &ceiling)] {
+    for (what, b, p) in [("egress", &egress, &pkgs), ("env", &env, &pkgs), ("digest", &bindings, &moved), ("profile", &bindings, &ceiling)]
+    {
         assert_ne!(fp(b, p), fp(&bindings, &pkgs), "{what} changed, the fingerprint did not");
         let changed = NamespaceCatalog::build("ns", b, p, &cache).await;
         assert!(!first.same_as(&changed), "{what} changed, the snapshot compares equal");
@@ -564,7 +566,10 @@ async fn pull_secrets_are_read_from_the_api_server() {
     use kube::api::{Api, PostParams};
     use skill_operator::gateway::catalog::{KubeSecrets, PullSecrets};
     let Some(assets) = harness::assets() else {
-        skill_operator::gated::skip("pull secrets from a real API server", "KUBEBUILDER_ASSETS is not set to a folder with etcd and kube-apiserver");
+        skill_operator::gated::skip(
+            "pull secrets from a real API server",
+            "KUBEBUILDER_ASSETS is not set to a folder with etcd and kube-apiserver",
+        );
         return;
     };
     let env = harness::Envtest::start(&assets).await;
@@ -602,10 +607,7 @@ async fn pull_secrets_are_read_from_the_api_server() {
     let digest = writer.push(&reg.reference("skills/alpha:1"), &pkg, &cfg).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let cache = PackageCache::new(CacheOptions { secrets: Some(Arc::new(kube_secrets)), ..CacheOptions::new(dir.path()) }).unwrap();
-    let source = OciSource {
-        reference: format!("{}/skills/alpha:1", reg.addr),
-        pull_secret: Some("registry-creds".into()),
-        insecure: true,
-    };
+    let source =
+        OciSource { reference: format!("{}/skills/alpha:1", reg.addr), pull_secret: Some("registry-creds".into()), insecure: true };
     assert_eq!(cache.acquire(&source, &digest).await.unwrap().name, "alpha");
 }

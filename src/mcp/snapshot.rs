@@ -158,8 +158,11 @@ fn fingerprint(s: &Snapshot) -> impl PartialEq {
         .map(|k| {
             // The network and the timeout ceiling too: a run decides by them, though no listing shows them.
             let grant = s.policy.grant(&k.name);
-            let scripts: Vec<_> =
-                k.scripts.iter().map(|d| (d.decl.script.to_string(), s.status(k, d), grant.egress(&k.name, d.decl.script.as_str()))).collect();
+            let scripts: Vec<_> = k
+                .scripts
+                .iter()
+                .map(|d| (d.decl.script.to_string(), s.status(k, d), grant.egress(&k.name, d.decl.script.as_str())))
+                .collect();
             let ceiling = s.policy.profile(&k.name).timeout_ceiling_secs;
             (k.name.clone(), k.meta.description.clone(), k.frontmatter.clone(), k.files.clone(), scripts, k.egress.clone(), ceiling)
         })

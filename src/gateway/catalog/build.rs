@@ -197,6 +197,7 @@ impl NamespaceCatalog {
             /// The Ready condition's status, reason and message (they are quoted in problems).
             ready: Option<(&'a str, &'a str, &'a str)>,
             digest: Option<&'a str>,
+            skill_name: Option<&'a str>,
         }
         #[derive(Serialize)]
         struct BindingInput<'a> {
@@ -219,10 +220,11 @@ impl NamespaceCatalog {
                         name: &b.spec.package,
                         source: &p.spec.source.oci,
                         runtime: &p.spec.runtime,
-                        ready: status.and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready")).map(|c| {
-                            (c.status.as_str(), c.reason.as_str(), c.message.as_str())
-                        }),
+                        ready: status
+                            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+                            .map(|c| (c.status.as_str(), c.reason.as_str(), c.message.as_str())),
                         digest: status.and_then(|s| s.digest.as_deref()),
+                        skill_name: status.and_then(|s| s.skill_name.as_deref()),
                     }
                 });
                 Some(BindingInput { name, package_name: &b.spec.package, env, egress: b.spec.egress, package })

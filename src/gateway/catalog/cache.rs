@@ -337,6 +337,11 @@ impl Inner {
         if pulled.digest != digest {
             return Err(CacheError::PinMismatch { reference, pinned: digest.to_string(), got: pulled.digest });
         }
+        // The config's byte count was checked against the package by the
+        // pull: a package that cannot fit is refused before it is unpacked.
+        if pulled.config.total_bytes > self.opts.cap_bytes {
+            return Err(CacheError::TooLarge { digest: digest.to_string(), bytes: pulled.config.total_bytes, cap: self.opts.cap_bytes });
+        }
         let staging = self.opts.dir.join(format!(".pull-{}-{}", hex_of(digest), self.seq.fetch_add(1, Ordering::Relaxed)));
         let entry_dir = self.opts.dir.join(hex_of(digest));
         let (digest, limits, cap) = (digest.to_string(), self.opts.limits.files, self.opts.cap_bytes);
@@ -405,10 +410,20 @@ impl Inner {
                 );
             }
         }
-        for dir in doomed {
-            if let Err(e) = std::fs::remove_dir_all(&dir) {
-                tracing::warn!(path = %dir.display(), error = %e, "could not remove an evicted package");
+        if doomed.is_empty() {
+            return;
+        }
+        // A lease may be dropped on an async worker: the deletion runs beside it.
+        let remove = move || {
+            for dir in doomed {
+                if let Err(e) = std::fs::remove_dir_all(&dir) {
+                    tracing::warn!(path = %dir.display(), error = %e, "could not remove an evicted package");
+                }
             }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => drop(handle.spawn_blocking(remove)),
+            Err(_) => remove(),
         }
     }
 }
@@ -448,11 +463,19 @@ pub(crate) fn plan_eviction(entries: &[EvictionCandidate], cap: u64) -> Eviction
 
 /// Unpack into `staging`, name the skill by its `SKILL.md`, run discovery,
 /// and move the tree to `entry_dir` (blocking).
-fn unpack_entry(package: &[u8], digest: &str, staging: &Path, entry_dir: &Path, limits: &crate::core::package::Limits, cap: u64) -> Result<Unpacked, CacheError> {
+fn unpack_entry(
+    package: &[u8],
+    digest: &str,
+    staging: &Path,
+    entry_dir: &Path,
+    limits: &crate::core::package::Limits,
+    cap: u64,
+) -> Result<Unpacked, CacheError> {
     let io = |what: String| move |source| CacheError::Io { what, source };
     std::fs::create_dir(staging).map_err(io(format!("create {}", staging.display())))?;
     let tree = staging.join("package");
-    let files = crate::core::package::unpack_with(package, &tree, limits).map_err(|source| CacheError::Unpack { digest: digest.into(), source })?;
+    let files =
+        crate::core::package::unpack_with(package, &tree, limits).map_err(|source| CacheError::Unpack { digest: digest.into(), source })?;
     let bytes: u64 = files.iter().map(|f| f.size).sum();
     if bytes > cap {
         return Err(CacheError::TooLarge { digest: digest.into(), bytes, cap });
@@ -501,8 +524,10 @@ mod tests {
     #[test]
     fn leased_entries_stay_even_over_the_cap() {
         let plan = plan_eviction(&[c("a", 60, 1, true), c("b", 40, 2, false), c("c", 50, 3, false)], 100);
-        assert_eq!(plan.victims, vec!["b".to_string()], "the oldest unleased goes, the leased oldest stays");
-        assert_eq!(plan.remaining, 110);
+        assert_eq!(plan.victims, vec!["b".to_string(), "c".to_string()], "the unleased go, oldest first; the leased oldest stays");
+        assert_eq!(plan.remaining, 60);
+        let plan = plan_eviction(&[c("a", 60, 1, true), c("b", 40, 2, false), c("c", 50, 3, false)], 110);
+        assert_eq!(plan, EvictionPlan { victims: vec!["b".into()], remaining: 110 }, "stops as soon as the rest fit");
         let plan = plan_eviction(&[c("a", 60, 1, true), c("c", 50, 3, true)], 100);
         assert_eq!(plan, EvictionPlan { victims: vec![], remaining: 110 });
     }

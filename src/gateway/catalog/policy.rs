@@ -182,3 +182,98 @@ impl RunPolicy for BindingPolicy {
         problems
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::binding::{EnvGrant, SecretKeyRef, SkillBindingSpec};
+    use crate::core::discovery::{discover, Limits};
+    use crate::mcp::snapshot::Snapshot;
+
+    fn skill(root: &std::path::Path, name: &str) {
+        let dir = root.join(name);
+        std::fs::create_dir_all(dir.join("scripts")).unwrap();
+        std::fs::write(
+            dir.join("SKILL.md"),
+            format!("---\nname: {name}\ndescription: d\nmcp-host:\n  version: 1\n  run:\n    - script: scripts/a.py\n      interpreter: python\n      env: [API_KEY]\n    - script: scripts/b.py\n      interpreter: python\n      env: [B_ONLY]\n---\n"),
+        )
+        .unwrap();
+        std::fs::write(dir.join("scripts/a.py"), "").unwrap();
+        std::fs::write(dir.join("scripts/b.py"), "").unwrap();
+    }
+
+    fn bound(name: &str, env: &[&str], runtime: Option<RuntimeProfile>) -> BoundSkill {
+        let b = SkillBinding::new(
+            name,
+            SkillBindingSpec {
+                package: format!("{name}-pkg"),
+                env: env
+                    .iter()
+                    .map(|n| EnvGrant { name: n.to_string(), secret_key_ref: SecretKeyRef { name: "s".into(), key: "k".into() } })
+                    .collect(),
+                egress: false,
+            },
+        );
+        BoundSkill::new(b, format!("{name}-pkg"), "sha256:00".into(), runtime)
+    }
+
+    fn python(allowed: &[&str]) -> RuntimeProfile {
+        serde_json::from_value(serde_json::json!({"interpreter": "python", "image": "i", "allowedScripts": allowed})).unwrap()
+    }
+
+    fn snapshot(skills: Vec<(&str, BoundSkill)>) -> (tempfile::TempDir, Snapshot) {
+        let t = tempfile::tempdir().unwrap();
+        let roots: Vec<_> = skills
+            .iter()
+            .map(|(n, _)| {
+                skill(t.path(), n);
+                t.path().join(n)
+            })
+            .collect();
+        let mut catalog = Catalog::default();
+        for root in &roots {
+            let c = discover(std::slice::from_ref(root), Limits::default());
+            catalog.skills.extend(c.skills);
+        }
+        catalog.skills.sort_by(|a, b| a.name.cmp(&b.name));
+        let map = skills.into_iter().map(|(n, b)| (n.to_string(), b)).collect();
+        (t, Snapshot::new(catalog, Box::new(BindingPolicy::new("ns", map, vec![]))))
+    }
+
+    #[test]
+    fn a_grant_for_a_script_the_profile_forbids_is_reported() {
+        // B_ONLY is asked for by b.py, which the profile does not allow; LD_PRELOAD is reserved.
+        let (_t, snap) =
+            snapshot(vec![("one", bound("one-binding", &["API_KEY", "B_ONLY", "LD_PRELOAD"], Some(python(&["scripts/a.py"]))))]);
+        let grants: Vec<&Problem> = snap.problems.iter().filter(|p| p.reason == Reason::Grant).collect();
+        assert_eq!(grants.len(), 2, "{grants:?}");
+        assert!(grants.iter().all(|p| p.path == "skillbinding/one-binding" && p.skill.as_deref() == Some("one")));
+        assert!(grants[0].detail.contains("B_ONLY") && grants[0].detail.contains("not handed over"), "{}", grants[0].detail);
+        assert!(grants[1].detail.contains("LD_PRELOAD") && grants[1].detail.contains("reserves"), "{}", grants[1].detail);
+        let one = snap.catalog.get("one").unwrap();
+        assert_eq!(snap.status(one, &one.scripts[0]), ScriptStatus::Runnable { env: vec!["API_KEY".into()] });
+        assert!(matches!(snap.status(one, &one.scripts[1]), ScriptStatus::NotAllowed(_)));
+        assert!(snap.policy.note().is_none());
+    }
+
+    #[test]
+    fn without_a_runtime_profile_nothing_runs_and_the_note_says_why() {
+        let (_t, snap) = snapshot(vec![("one", bound("b1", &[], None))]);
+        let one = snap.catalog.get("one").unwrap();
+        assert!(one.scripts.iter().all(|d| matches!(snap.status(one, d), ScriptStatus::NotAllowed(_))));
+        let note = snap.policy.note().unwrap();
+        assert!(note.starts_with("nothing runs in this namespace") && note.contains("`one` (SkillPackage b1-pkg)"), "{note}");
+        assert!(snap.policy.interpreters().is_empty());
+        let (_t, snap) = snapshot(vec![("one", bound("b1", &[], None)), ("two", bound("b2", &[], Some(python(&[]))))]);
+        assert!(snap.policy.note().unwrap().starts_with("some skills run nothing"));
+    }
+
+    #[test]
+    fn a_skill_no_binding_serves_gets_nothing() {
+        let policy = BindingPolicy::new("ns", BTreeMap::new(), vec![]);
+        assert!(policy.grant("ghost").env("ghost", "a.py", &["K".into()]).is_err());
+        assert!(!policy.grant("ghost").egress("ghost", "a.py"));
+        assert!(policy.profile("ghost").interpreters.is_empty());
+        assert_eq!(policy.profile("ghost").allowed_scripts, Some(BTreeSet::new()));
+    }
+}

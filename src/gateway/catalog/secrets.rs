@@ -30,7 +30,10 @@ impl PullSecrets for KubeSecrets {
         Box::pin(async move {
             let secret = self.api.get(name).await.map_err(|e| format!("cannot read Secret {}/{name}: {e}", self.namespace))?;
             docker_config_of(&secret).ok_or_else(|| {
-                format!("Secret {}/{name} has no .dockerconfigjson or .dockercfg key; create it with `kubectl create secret docker-registry`", self.namespace)
+                format!(
+                    "Secret {}/{name} has no .dockerconfigjson or .dockercfg key; create it with `kubectl create secret docker-registry`",
+                    self.namespace
+                )
             })
         })
     }
