@@ -2,7 +2,6 @@
 //! wait for the controller's verdict, and the result read back.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
 
 use futures::StreamExt;
 use kube::api::{ObjectMeta, Patch, PatchParams, PostParams};
@@ -170,7 +169,7 @@ impl KubeExecutor {
     /// the [`OnDisconnect`] policy's.
     pub(super) async fn settle(&self, caller: &Caller, sj: SkillJob, plan: &RunPlan, control: &RunControl) -> Result<RunReport> {
         let name = sj.name_any();
-        let started = Instant::now();
+        let started = tokio::time::Instant::now();
         let report = |sj: &SkillJob, interval_hit: bool| {
             if let Some(sink) = &control.progress {
                 let message = sj.status.as_ref().and_then(|s| s.message.clone()).unwrap_or_else(|| "waiting for the controller".into());
