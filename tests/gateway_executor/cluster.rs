@@ -4,7 +4,8 @@
 //! as parts of this test process: a `docker-registry` on loopback (the
 //! artifact store), the artifact endpoint on the pod network's gateway
 //! address (pods reach this machine there: `POD_GW`, default 10.88.0.1),
-//! and the controller itself; the operator image is this build's binary
+//! and the controller's reconcilers (watching only this test's namespace
+//! and package); the operator image is this build's binary
 //! pushed by `skill-operator image self` to the node's registry
 //! (`IMAGE_REGISTRY`, default 127.0.0.1:5000), which also holds the run
 //! image (`RUN_IMAGE`, default `<IMAGE_REGISTRY>/runtime:trixie`).
@@ -142,6 +143,47 @@ async fn create_namespace(client: &Client, name: &str) {
     Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
 }
 
+/// The controller's three reconcilers, as `controller::run` wires them, but
+/// watching only this test's objects (namespace A and its package), so a
+/// controller another suite runs on the shared cluster is not raced for
+/// its SkillJobs and packages.
+async fn scoped_controller(ctx: Arc<Context>, shutdown: skill_operator::shutdown::Shutdown) {
+    use futures::StreamExt;
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    use kube::runtime::controller::{Action, Controller};
+    use kube::runtime::{reflector, watcher, WatchStreamExt};
+    use skill_operator::controller::{binding, package, skilljob};
+
+    fn retry<K>(_: Arc<K>, err: &skill_operator::controller::context::Error, _: Arc<Context>) -> Action {
+        eprintln!("reconcile failed: {err}");
+        Action::requeue(Duration::from_secs(2))
+    }
+    let client = ctx.client.clone();
+    let mine = watcher::Config::default().fields(&format!("metadata.name={PACKAGE}"));
+    let packages = Controller::new(Api::<SkillPackage>::all(client.clone()), mine);
+    let bindings = Controller::new(Api::<SkillBinding>::namespaced(client.clone(), NS_A), watcher::Config::default());
+    ctx.lookups.set_stores(bindings.store(), packages.store());
+    let packages = packages.graceful_shutdown_on(shutdown.wait_owned()).run(package::reconcile, retry, ctx.clone()).for_each(|_| async {});
+    let bindings = bindings.graceful_shutdown_on(shutdown.wait_owned()).run(binding::reconcile, retry, ctx.clone()).for_each(|_| async {});
+    let children = watcher::Config::default().labels("app.kubernetes.io/managed-by=skill-operator");
+    let (job_store, job_writer) = reflector::store::<Job>();
+    let (policy_store, policy_writer) = reflector::store::<NetworkPolicy>();
+    ctx.lookups.set_child_stores(job_store, policy_store);
+    let job_events =
+        reflector(job_writer, watcher(Api::<Job>::namespaced(client.clone(), NS_A), children.clone())).default_backoff().touched_objects();
+    let policy_events = reflector(policy_writer, watcher(Api::<NetworkPolicy>::namespaced(client.clone(), NS_A), children))
+        .default_backoff()
+        .touched_objects();
+    let jobs = Controller::new(Api::<SkillJob>::namespaced(client.clone(), NS_A), watcher::Config::default())
+        .owns_stream(job_events)
+        .owns_stream(policy_events)
+        .graceful_shutdown_on(shutdown.wait_owned())
+        .run(skilljob::reconcile, retry, ctx.clone())
+        .for_each(|_| async {});
+    tokio::join!(packages, bindings, jobs);
+}
+
 pub(crate) async fn runs_on_the_real_cluster() {
     const WHAT: &str = "the gateway executor on a real cluster";
     if std::env::var_os("KUBECONFIG").is_none() {
@@ -202,14 +244,7 @@ pub(crate) async fn runs_on_the_real_cluster() {
     let artifacts = Arc::new(HttpArtifacts::new(&endpoint, KEY));
     let ctx = Arc::new(Context::new(client.clone(), Arc::new(Metrics::default()), config, Arc::new(EchoPackage), artifacts.clone()));
     let shutdown = skill_operator::shutdown::Shutdown::new();
-    let controller = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move {
-            if let Err(err) = skill_operator::controller::run::run(ctx, "127.0.0.1:0".parse().unwrap(), shutdown).await {
-                eprintln!("controller stopped: {err:#}");
-            }
-        }
-    });
+    let controller = tokio::spawn(scoped_controller(ctx, shutdown.clone()));
 
     clean(&client).await;
     for ns in [NS_A, NS_B, NS_GW] {
@@ -227,7 +262,8 @@ pub(crate) async fn runs_on_the_real_cluster() {
     let packages: Api<SkillPackage> = Api::all(client.clone());
     packages.create(&PostParams::default(), &package).await.unwrap();
     wait_for(|| async { ready(&packages.get(PACKAGE).await.ok()?.status?.conditions) }, 60, "the SkillPackage to be Ready").await;
-    for ns in [NS_A, NS_B] {
+    {
+        let ns = NS_A;
         let bindings: Api<SkillBinding> = Api::namespaced(client.clone(), ns);
         let binding: SkillBinding = serde_json::from_value(json!({
             "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding",
