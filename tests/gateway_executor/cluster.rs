@@ -23,13 +23,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::Client;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use skill_operator::api::{SkillBinding, SkillJob, SkillPackage};
+use skill_operator::api::{SkillBinding, SkillJob, SkillJobPhase, SkillPackage};
 use skill_operator::artifacts::operator::HttpArtifacts;
 use skill_operator::artifacts::server::{self, AppState, ServerConfig};
 use skill_operator::controller::context::{Context, FetchedPackage, OperatorConfig, PackageResolver, ResolveError};
@@ -37,7 +37,7 @@ use skill_operator::controller::metrics::Metrics;
 use skill_operator::core::declaration::Interpreter;
 use skill_operator::core::fence::{Decision, RunPlan};
 use skill_operator::core::paths::RelPath;
-use skill_operator::gateway::executor::{KubeExecutor, KubeOptions};
+use skill_operator::gateway::executor::{KubeExecutor, KubeOptions, TaskState};
 use skill_operator::jobs::{InputMatch, JobState, ReadTarget};
 use skill_operator::mcp::executor::{Caller, Executor, RunControl};
 
@@ -52,7 +52,7 @@ const KEY: &[u8] = b"gw-exec-cluster-test-key-0123456789abcdef";
 const BIN: &str = env!("CARGO_BIN_EXE_skill-operator");
 
 const SKILL_MD: &str = "---\nname: gw-exec-echo\ndescription: Test skill for the gateway executor suite. Prints its arguments and its input, writes an output file.\nmcp-host:\n  version: 1\n  run:\n    - script: scripts/echo.sh\n      interpreter: bash\n      timeout: 60\n---\n# gw-exec-echo\n";
-const ECHO_SH: &str = "#!/usr/bin/env bash\nset -eu\necho \"args: $*\"\nif [ -f in.txt ]; then echo \"input: $(cat in.txt)\"; fi\necho made > out.txt\necho to-stderr >&2\n";
+const ECHO_SH: &str = "#!/usr/bin/env bash\nset -eu\nif [ \"${1:-}\" = sleep ]; then echo started; sleep 120 & wait; fi\necho \"args: $*\"\nif [ -f in.txt ]; then echo \"input: $(cat in.txt)\"; fi\necho made > out.txt\necho to-stderr >&2\n";
 
 /// The test skill as the package behind any reference.
 struct EchoPackage;
@@ -182,6 +182,32 @@ async fn scoped_controller(ctx: Arc<Context>, shutdown: skill_operator::shutdown
         .run(skilljob::reconcile, retry, ctx.clone())
         .for_each(|_| async {});
     tokio::join!(packages, bindings, jobs);
+}
+
+/// Wait until the run's script container runs. NB: a cancel that arrives
+/// while the Job's pod is still being created can leave that pod waiting
+/// for its token Secret (the controller removes the children once it sees
+/// no pod), and the kubelet gives up on the mount only after about 2
+/// minutes; runs are cancelled here once the script is up, as a caller
+/// going away mid-run would.
+async fn script_running(client: &Client, skilljob: &str) {
+    let skilljobs: Api<SkillJob> = Api::namespaced(client.clone(), NS_A);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS_A);
+    let uid = wait_for(|| async { skilljobs.get(skilljob).await.ok()?.metadata.uid }, 60, "the SkillJob").await;
+    let selector = format!("skill-operator.dev/skilljob-uid={uid}");
+    wait_for(
+        || async {
+            let list = pods.list(&ListParams::default().labels(&selector)).await.ok()?;
+            list.items
+                .iter()
+                .flat_map(|p| p.status.iter().flat_map(|s| s.container_statuses.iter().flatten()))
+                .any(|c| c.name == "run" && c.state.as_ref().is_some_and(|st| st.running.is_some()))
+                .then_some(())
+        },
+        120,
+        "the run's script to be running",
+    )
+    .await;
 }
 
 pub(crate) async fn runs_on_the_real_cluster() {
@@ -358,6 +384,60 @@ pub(crate) async fn runs_on_the_real_cluster() {
     let other = exec_a.create(&alice, SKILL).await.unwrap();
     assert_eq!(exec_b.upload(&alice, &other.id, "a.txt", 0, b"x".to_vec()).await.unwrap_err().code, "job-not-found");
     exec_a.delete(&alice, &other.id).await.unwrap();
+
+    // The caller going away cancels its run: the pod is stopped, the phase Cancelled.
+    // (It goes away once the script runs: a cancel racing the pod's creation is slow, see `script_running`.)
+    let cancel = CancellationToken::new();
+    let key = format!("gone-{}", uuid::Uuid::new_v4().simple());
+    let control = RunControl { key: key.clone(), progress: None, cancel: cancel.clone() };
+    let running = tokio::spawn({
+        let (client, alice) = (client.clone(), alice.clone());
+        let exec = KubeExecutor::new(client, artifacts.clone(), bindings.clone(), KubeOptions::new(NS_A, NS_GW));
+        async move { exec.run_new(&alice, plan(&["sleep"]), Vec::new(), control).await }
+    });
+    script_running(&client, &skill_operator::gateway::executor::names::run_name(NS_A, &alice.principal, &key)).await;
+    cancel.cancel();
+    let report = tokio::time::timeout(Duration::from_secs(60), running)
+        .await
+        .expect("the cancel came back within 60 s")
+        .unwrap()
+        .expect("a cancelled report");
+    assert_eq!(report.record.state, JobState::Cancelled);
+    let gone = report.record.id.clone();
+    let skilljobs: Api<SkillJob> = Api::namespaced(client.clone(), NS_A);
+    wait_for(
+        || async {
+            let sj = skilljobs.get(&gone).await.ok()?;
+            let s = sj.status?;
+            (s.phase == Some(SkillJobPhase::Cancelled) && s.conditions.iter().any(|c| c.type_ == "Complete" && c.status == "True"))
+                .then_some(())
+        },
+        120,
+        "the disconnected run to be Cancelled with its pod stopped",
+    )
+    .await;
+    let uid = skilljobs.get(&gone).await.unwrap().metadata.uid.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS_A);
+    let selector = format!("skill-operator.dev/skilljob-uid={uid}");
+    assert!(pods.list(&ListParams::default().labels(&selector)).await.unwrap().items.is_empty(), "the run's pod is still there");
+
+    // Tasks: submitted (returns at once), read, cancelled, all from the SkillJob.
+    let task = exec_a.submit(&alice, &plan(&["sleep"]), &[], "task-key").await.unwrap();
+    assert_eq!(task, skill_operator::gateway::executor::names::run_name(NS_A, &alice.principal, "task-key"));
+    assert_eq!(exec_a.task_status(&alice, &task).await.unwrap().state, TaskState::Working);
+    assert_eq!(exec_a.task_status(&Caller::named("mallory"), &task).await.unwrap_err().code(), "job-not-found");
+    assert_eq!(exec_a.task_cancel(&Caller::named("mallory"), &task).await.unwrap_err().code(), "job-not-found");
+    assert_eq!(exec_b.task_cancel(&alice, &task).await.unwrap_err().code(), "job-not-found");
+    script_running(&client, &task).await;
+    exec_a.task_cancel(&alice, &task).await.unwrap();
+    let done = wait_for(
+        || async { exec_a.task_status(&alice, &task).await.ok().filter(|s| s.state != TaskState::Working) },
+        120,
+        "the cancelled task to settle",
+    )
+    .await;
+    assert_eq!(done.state, TaskState::Cancelled);
+    assert_eq!(done.report.expect("a cancelled task has a report").record.state, JobState::Cancelled);
 
     clean(&client).await;
     shutdown.trigger();

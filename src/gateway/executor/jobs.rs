@@ -167,10 +167,16 @@ impl KubeExecutor {
         let mut loaded = match self.find(caller, job).await? {
             Found::Run(sj) => {
                 let spec = self.spec_for(plan, sj.spec.inputs.clone())?;
-                if sj.spec == spec {
-                    return Ok(*sj);
+                if sj.spec != spec {
+                    return Err(JobError::AlreadyRan { id: job.to_string(), state: self.record_of(&sj).await?.state }.into());
                 }
-                return Err(JobError::AlreadyRan { id: job.to_string(), state: self.record_of(&sj).await?.state }.into());
+                // A retry of this start. If the draft is still recorded, the
+                // attempt that wrote the SkillJob stopped before it had
+                // copied the inputs and removed the draft: finish that.
+                match self.drafts.load(job).await? {
+                    Some(loaded) if loaded.draft.owner == caller.principal && loaded.draft.state == DraftState::Starting => loaded,
+                    _ => return Ok(*sj),
+                }
             }
             Found::Draft(loaded) => loaded,
         };

@@ -63,8 +63,12 @@ impl KubeExecutor {
         Ok(found.filter(|sj| owner(sj) == Some(caller.principal.as_str())))
     }
 
-    /// Refuse when the namespace already holds the most jobs it may keep,
-    /// naming the oldest finished SkillJobs to delete.
+    /// Refuse when the namespace already holds the most jobs it may keep
+    /// (SkillJobs of anyone, and drafts), naming the oldest finished
+    /// SkillJobs to delete. NB: the count is a list, not a lock: calls racing
+    /// on other replicas at 99 may each pass, so the cap can be passed by
+    /// the number of creates in flight at that moment, and the next create
+    /// is refused.
     pub(super) async fn check_cap(&self) -> Result<()> {
         let max = self.options.limits.retained;
         let list = self.jobs.list(&Default::default()).await.map_err(ExecError::kube("list the namespace's SkillJobs"))?;
