@@ -398,3 +398,62 @@ async fn a_silent_wait_sends_a_heartbeat_every_interval() {
 async fn runs_on_the_real_cluster() {
     cluster::runs_on_the_real_cluster().await;
 }
+
+/// A draft's record as the gateway stores it (a ConfigMap in its namespace).
+fn draft_config_map(id: &str, state: &str, inputs: &[(&str, u64)]) -> Value {
+    let inputs: Vec<Value> = inputs.iter().map(|(p, n)| json!({ "path": p, "size": n, "sha256": "sha256:00" })).collect();
+    let draft = json!({ "id": id, "namespace": NS, "skill": "echo", "owner": "alice", "createdAtMs": 1, "state": state, "inputs": inputs });
+    json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": { "name": format!("skill-draft-{NS}-{id}"), "namespace": GW_NS, "resourceVersion": "3" },
+        "data": { "draft.json": draft.to_string() },
+    })
+}
+
+#[tokio::test]
+async fn uploads_and_reads_keep_the_job_store_limits() {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let artifacts = Arc::new(HttpArtifacts::new("http://127.0.0.1:9/v1", b"0123456789abcdef0123456789abcdef"));
+    let mut options = KubeOptions::new(NS, GW_NS);
+    // Shrunk so each edge is a few bytes away.
+    options.limits =
+        skill_operator::jobs::JobLimits { upload_chunk: 4, file_bytes: 6, job_bytes: 7, files: 2, read_chunk: 8, ..options.limits };
+    let exec =
+        Arc::new(KubeExecutor::new(Client::new(service, "default"), artifacts, Arc::new(BTreeMap::<String, String>::new()), options));
+    let alice = Caller::named("alice");
+    let id = skill_operator::gateway::executor::names::draft_id();
+
+    // Refused before anything is asked of the API server.
+    let deep = vec!["d"; 33].join("/");
+    for (path, bytes, code) in [("b.txt", 5, "job-chunk-too-large"), ("../x", 1, "job-bad-path"), (deep.as_str(), 1, "job-path-too-deep")] {
+        let err = exec.upload(&alice, &id, path, 0, vec![b'x'; bytes]).await.unwrap_err();
+        assert_eq!(err.code, code, "{path}: {}", err.message);
+        silent(&mut handle).await;
+    }
+    assert_eq!(exec.read(&alice, &id, ReadTarget::Stdout, 0, 9).await.unwrap_err().code, "job-read-too-large");
+    silent(&mut handle).await;
+
+    // Refused against the draft's record (nothing staged).
+    let cases: [(&str, &[(&str, u64)], &str, u64, usize, &str); 5] = [
+        ("open", &[("a.txt", 4)], "a.txt", 2, 1, "job-wrong-offset"),
+        ("open", &[("a.txt", 4)], "a.txt", 4, 3, "job-file-too-large"),
+        ("open", &[("a.txt", 4)], "b.txt", 0, 4, "job-job-too-large"),
+        ("open", &[("a.txt", 4), ("c.txt", 1)], "b.txt", 0, 1, "job-too-many-files"),
+        ("starting", &[], "b.txt", 0, 1, "job-uploads-closed"),
+    ];
+    for (state, inputs, path, offset, bytes, code) in cases {
+        let upload = tokio::spawn({
+            let (exec, alice, id) = (exec.clone(), alice.clone(), id.clone());
+            async move { exec.upload(&alice, &id, path, offset, vec![b'x'; bytes]).await }
+        });
+        let (req, reply) = next(&mut handle).await;
+        assert_eq!(req.uri().path(), format!("{SJ_PATH}/{id}"));
+        reply.send_response(status(404, "NotFound"));
+        let (req, reply) = next(&mut handle).await;
+        assert_eq!(req.uri().path(), format!("/api/v1/namespaces/{GW_NS}/configmaps/skill-draft-{NS}-{id}"));
+        reply.send_response(ok(draft_config_map(&id, state, inputs)));
+        let err = upload.await.unwrap().unwrap_err();
+        assert_eq!(err.code, code, "{state} {path}@{offset}+{bytes}: {}", err.message);
+        silent(&mut handle).await;
+    }
+}
