@@ -24,6 +24,7 @@
 #     kubectl decodes everything offline (`annotate --local`: `apply
 #     --dry-run=client` needs an API server for discovery)
 # Needs target/test-deps from scripts/install-test-deps.sh (helm, kubectl, venv).
+# The gateway RBAC and agent sample on a real API server: tests/chart/cluster_rbac.sh.
 # Last line: `chart: N passed, M failed`; exit status 1 when M > 0.
 set -uo pipefail
 
@@ -318,6 +319,18 @@ check_fails "samples: the CR validator refuses an unknown field" "unknownField" 
 cp config/samples/k8s/skilljob.yaml "$OUT/bad-samples/skilljob.yaml"
 sed -i 's/timeoutSeconds: 30/timeoutSeconds: 900/' "$OUT/bad-samples/skilljob.yaml"
 check_fails "samples: the CR validator refuses timeoutSeconds 900" "timeoutSeconds" \
+  "$PY" "$HERE/validate_samples.py" "$OUT/bad-samples" crds "$OUT/bad-builtin.yaml"
+cp config/samples/k8s/skilljob.yaml "$OUT/bad-samples/skilljob.yaml"
+sed -i 's/resources: \["skilljobs"\]/resources: ["skilljob"]/' "$OUT/bad-samples/agent-rbac.yaml"
+check_fails "samples: the RBAC check refuses a Role on a resource no CRD defines" "no resource 'skilljob'" \
+  "$PY" "$HERE/validate_samples.py" "$OUT/bad-samples" crds "$OUT/bad-builtin.yaml"
+cp config/samples/k8s/agent-rbac.yaml "$OUT/bad-samples/agent-rbac.yaml"
+sed -i 's/verbs: \["create", "get", "delete"\]/verbs: ["create", "get", "delete", "update"]/' "$OUT/bad-samples/agent-rbac.yaml"
+check_fails "samples: the RBAC check refuses an agent Role granting more than the gateway checks" "beyond what the gateway checks" \
+  "$PY" "$HERE/validate_samples.py" "$OUT/bad-samples" crds "$OUT/bad-builtin.yaml"
+cp config/samples/k8s/agent-rbac.yaml "$OUT/bad-samples/agent-rbac.yaml"
+sed -i -z 's/kind: Role\n  name: skills-agent\n/kind: Role\n  name: another-role\n/' "$OUT/bad-samples/agent-rbac.yaml"
+check_fails "samples: the RBAC check refuses a RoleBinding to a Role not among the samples" "roleRef" \
   "$PY" "$HERE/validate_samples.py" "$OUT/bad-samples" crds "$OUT/bad-builtin.yaml"
 
 finish
