@@ -3,10 +3,11 @@
 # KUBECONFIG points at; a few seconds). It
 #   - server-side dry-runs every object the chart renders (CRDs aside: they are
 #     cluster-wide and already installed or not) in a namespace of its own,
-#   - applies the gateway's ServiceAccount, ClusterRole and ClusterRoleBinding
-#     for real and asks the API server (SubjectAccessReview via `auth can-i`)
-#     what that account may do: everything it needs, and not Secrets, pods or
-#     updates,
+#   - applies the gateway's ServiceAccount, ClusterRole, Role and bindings
+#     (with one named pull secret) for real and asks the API server
+#     (SubjectAccessReview via `auth can-i`) what that account may do:
+#     everything it needs, draft records only in its own namespace, that one
+#     Secret by name and no other, no pods, no updates of SkillJobs,
 #   - applies config/samples/k8s/agent-rbac.yaml into a namespace of its own,
 #     mints the agent a token (TokenRequest), and does what the gateway does
 #     as the gateway's account: a TokenReview of that token, then
@@ -61,6 +62,8 @@ trap cleanup EXIT
 rm -rf "$OUT"
 mkdir -p "$OUT"
 for ns in "$OPNS" "$AGENTNS" "$OTHERNS"; do
+  # An earlier run's namespace may still be terminating.
+  "$KUBECTL" wait --for=delete "namespace/$ns" --timeout=120s >/dev/null 2>&1
   "$KUBECTL" create namespace "$ns" >/dev/null 2>&1 || "$KUBECTL" get namespace "$ns" >/dev/null
 done
 
@@ -71,6 +74,7 @@ check "the API server accepts every rendered object (server-side dry run)" \
 
 "$HELM" template "$RELEASE" "$CHART" --namespace "$OPNS" --set crds.install=false \
   --set artifacts.registry=registry.example.com/skill-operator/artifacts \
+  --set 'gateway.rbac.pullSecrets={registry-creds}' \
   --show-only templates/gateway-rbac.yaml --show-only templates/serviceaccounts.yaml >"$OUT/gateway-rbac.yaml"
 check "the gateway's ServiceAccount, ClusterRole and binding apply" "$KUBECTL" apply -f "$OUT/gateway-rbac.yaml"
 
@@ -83,13 +87,17 @@ for v in "create tokenreviews.authentication.k8s.io" "create subjectaccessreview
   "list skillbindings.skill-operator.dev -A" "watch skillbindings.skill-operator.dev -A" \
   "get skillpackages.skill-operator.dev" "watch skillpackages.skill-operator.dev" \
   "create skilljobs.skill-operator.dev -n $OTHERNS" "watch skilljobs.skill-operator.dev -A" \
-  "delete skilljobs.skill-operator.dev -n $AGENTNS" "patch skilljobs.skill-operator.dev -n $AGENTNS"; do
+  "delete skilljobs.skill-operator.dev -n $AGENTNS" "patch skilljobs.skill-operator.dev -n $AGENTNS" \
+  "create configmaps -n $OPNS" "update configmaps -n $OPNS" "list configmaps -n $OPNS" "delete configmaps -n $OPNS" \
+  "get secrets/registry-creds -n $OPNS"; do
   # shellcheck disable=SC2086
   check "gateway may $v" can "$GATEWAY" $v
 done
 for v in "get secrets -A" "list secrets -n $OPNS" "create pods -n $AGENTNS" "update skilljobs.skill-operator.dev -n $AGENTNS" \
   "create skillbindings.skill-operator.dev -n $AGENTNS" "update skilljobs.skill-operator.dev/status -n $AGENTNS" \
-  "create serviceaccounts/token -n $AGENTNS" "impersonate users" "create jobs.batch -n $AGENTNS"; do
+  "create serviceaccounts/token -n $AGENTNS" "impersonate users" "create jobs.batch -n $AGENTNS" \
+  "create configmaps -n $AGENTNS" "get configmaps -n $OTHERNS" "get secrets/other -n $OPNS" "get secrets/registry-creds -n $AGENTNS" \
+  "watch secrets -n $OPNS"; do
   # shellcheck disable=SC2086
   check "gateway may not $v" cannot "$GATEWAY" $v
 done

@@ -2,8 +2,10 @@
 check_rendered.py; they run whenever a gateway Deployment is rendered).
 
   gateway-rbac     the gateway ClusterRole grants exactly GATEWAY_RULES (no
-                   Secrets, no wildcards, no resourceNames, no URLs), and its
-                   binding gives it to the gateway ServiceAccount only
+                   Secrets, no wildcards, no resourceNames, no URLs); its Role
+                   (release namespace) exactly GATEWAY_NAMESPACE_RULES, plus
+                   `get` on Secrets only when limited by resourceNames; each
+                   binding gives them to the gateway ServiceAccount only
   gateway-pod      args (listen, artifact endpoint = the controller's, token
                    key file on a read-only mount of the token-key Secret, the
                    Service's in-cluster Host names, cache dir on a sized
@@ -31,6 +33,8 @@ GATEWAY_RULES = {
     *{("skill-operator.dev", r, v) for r in ("skillbindings", "skillpackages") for v in ("get", "list", "watch")},
     *{("skill-operator.dev", "skilljobs", v) for v in ("create", "get", "list", "watch", "delete", "patch")},
 }
+# In the release namespace only (a Role): the draft job records.
+GATEWAY_NAMESPACE_RULES = {("", "configmaps", v) for v in ("create", "get", "list", "update", "delete")}
 COMPONENT = "app.kubernetes.io/component"
 CACHE_DIR = "/var/cache/skill-operator"
 QUANTITY = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
@@ -63,42 +67,66 @@ def flag_values(args, flag):
     return [a.split("=", 1)[1] for a in args if a.startswith(flag + "=")]
 
 
-def rbac_problems(objs, deploy):
-    out = []
-    roles = [o for o in objs if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-gateway")]
-    if len(roles) != 1:
-        return [f"{len(roles)} gateway ClusterRoles, want 1"]
-    role = roles[0]
-    granted = set()
+def grants(role, where, allow_named_secrets):
+    """(granted triples, problems) of one Role or ClusterRole."""
+    out, granted = [], set()
     for rule in role.get("rules") or []:
-        for key in ("resourceNames", "nonResourceURLs"):
-            if rule.get(key):
-                out.append(f"a rule with {key} {rule[key]}")
+        named_secrets = allow_named_secrets and rule.get("resources") == ["secrets"] and rule.get("verbs") == ["get"] \
+            and rule.get("apiGroups") == [""] and bool(rule.get("resourceNames"))
+        if rule.get("nonResourceURLs"):
+            out.append(f"{where}: a rule with nonResourceURLs {rule['nonResourceURLs']}")
+        if rule.get("resourceNames") and not named_secrets:
+            out.append(f"{where}: a rule with resourceNames {rule['resourceNames']}")
         for group in rule.get("apiGroups") or []:
             for resource in rule.get("resources") or []:
                 for verb in rule.get("verbs") or []:
                     if "*" in (group, resource, verb):
-                        out.append(f"wildcard in {group!r}/{resource!r} {verb!r}")
-                    if resource == "secrets" or resource.startswith("secrets/"):
-                        out.append(f"{verb} on {group!r}/{resource} (the gateway never reads Secrets)")
-                    granted.add((group, resource, verb))
+                        out.append(f"{where}: wildcard in {group!r}/{resource!r} {verb!r}")
+                    if (resource == "secrets" or resource.startswith("secrets/")) and not named_secrets:
+                        out.append(f"{where}: {verb} on {group!r}/{resource} (the gateway reads no Secret but named pull secrets)")
+                    elif not named_secrets:
+                        granted.add((group, resource, verb))
     if role.get("aggregationRule"):
-        out.append("an aggregationRule (its rules would be filled in by the cluster)")
-    for extra in sorted(granted - GATEWAY_RULES):
-        out.append(f"grants {extra}, which the gateway does not need")
-    for missing in sorted(GATEWAY_RULES - granted):
-        out.append(f"lacks {missing}")
-    sa = deploy["spec"]["template"]["spec"]["serviceAccountName"]
-    ns = deploy["metadata"]["namespace"]
-    bindings = [b for b in objs if b["kind"] == "ClusterRoleBinding" and b["roleRef"]["name"] == role["metadata"]["name"]]
+        out.append(f"{where}: an aggregationRule (its rules would be filled in by the cluster)")
+    return granted, out
+
+
+def exactly(granted, want, where):
+    return [f"{where}: grants {extra}, which the gateway does not need" for extra in sorted(granted - want)] + \
+        [f"{where}: lacks {missing}" for missing in sorted(want - granted)]
+
+
+def bound_to_gateway(objs, kind, role, sa, ns):
+    out = []
+    bindings = [b for b in objs if b["kind"] == kind and b["roleRef"]["name"] == role["metadata"]["name"]
+                and b["metadata"].get("namespace") == role["metadata"].get("namespace")]
     if len(bindings) != 1:
-        out.append(f"{len(bindings)} ClusterRoleBindings to {role['metadata']['name']}, want 1")
+        out.append(f"{len(bindings)} {kind}s to {role['metadata']['name']}, want 1")
     for b in bindings:
-        if b["roleRef"]["kind"] != "ClusterRole":
-            out.append(f"binding roleRef kind {b['roleRef']['kind']}")
+        if b["roleRef"]["kind"] != role["kind"]:
+            out.append(f"{kind} roleRef kind {b['roleRef']['kind']}")
         want = [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]
         if b.get("subjects") != want:
-            out.append(f"binding subjects {b.get('subjects')}, want {want}")
+            out.append(f"{kind} subjects {b.get('subjects')}, want {want}")
+    return out
+
+
+def rbac_problems(objs, deploy):
+    out = []
+    sa = deploy["spec"]["template"]["spec"]["serviceAccountName"]
+    ns = deploy["metadata"]["namespace"]
+    cluster = [o for o in objs if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-gateway")]
+    if len(cluster) != 1:
+        return [f"{len(cluster)} gateway ClusterRoles, want 1"]
+    granted, problems = grants(cluster[0], "ClusterRole", allow_named_secrets=False)
+    out += problems + exactly(granted, GATEWAY_RULES, "ClusterRole")
+    out += bound_to_gateway(objs, "ClusterRoleBinding", cluster[0], sa, ns)
+    roles = [o for o in objs if o["kind"] == "Role" and o["metadata"]["name"].endswith("-gateway")]
+    if len(roles) != 1 or roles[0]["metadata"].get("namespace") != ns:
+        return out + [f"gateway Roles {[(r['metadata'].get('namespace'), r['metadata']['name']) for r in roles]}, want one in {ns}"]
+    granted, problems = grants(roles[0], "Role", allow_named_secrets=True)
+    out += problems + exactly(granted, GATEWAY_NAMESPACE_RULES, "Role")
+    out += bound_to_gateway(objs, "RoleBinding", roles[0], sa, ns)
     return out
 
 
@@ -290,6 +318,15 @@ def register(expect):
         if deploy is None:
             return ["no gateway Deployment"]
         return [f"gateway args contain {a}" for a in container_args(deploy) if a.startswith(value)]
+
+    @expect("gateway-pull-secrets")
+    def _(objs, value):
+        # The Secret names the gateway's Role may get ("" for none).
+        want = sorted(value.split(",")) if value else []
+        got = sorted(n for r in objs if r["kind"] == "Role" and r["metadata"]["name"].endswith("-gateway")
+                     for rule in r.get("rules") or [] if "secrets" in (rule.get("resources") or [])
+                     for n in rule.get("resourceNames") or ["<every Secret>"])
+        return [] if got == want else [f"gateway Role gets Secrets {got}, want {want}"]
 
     @expect("gateway-pdb")
     def _(objs, value):

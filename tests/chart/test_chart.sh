@@ -143,7 +143,7 @@ check "kubectl decodes every rendered object (values-all.yaml)" \
 rendered() { "$PY" "$HERE/check_rendered.py" "$OUT/$1.yaml" "$RELEASE" crds "${@:2}"; }
 D1=sha256:1111111111111111111111111111111111111111111111111111111111111111
 check "checks (values-min.yaml)" rendered min \
-  --expect kinds=ClusterRole,ClusterRoleBinding,CustomResourceDefinition,Deployment,NetworkPolicy,PodDisruptionBudget,Secret,Service,ServiceAccount \
+  --expect kinds=ClusterRole,ClusterRoleBinding,CustomResourceDefinition,Deployment,NetworkPolicy,PodDisruptionBudget,Role,RoleBinding,Secret,Service,ServiceAccount \
   --expect rule=controller:skill-operator.dev:skilljobs:get+list+watch+patch+update \
   --expect rule=controller:skill-operator.dev:skilljobs/status:get+patch+update \
   --expect rule=controller:skill-operator.dev:skilljobs/finalizers:update \
@@ -166,12 +166,12 @@ check "checks (values-min.yaml)" rendered min \
   --expect gateway-pdb=present --expect gateway-netpol=present \
   --expect "gateway-arg=--artifact-endpoint=http://$RELEASE-skill-operator-artifacts.$NS.svc:8443" \
   --expect gateway-arg=--confirm=ask --expect gateway-arg=--on-disconnect=cancel \
-  --expect gateway-arg=--cache-max-bytes=603979776 \
+  --expect gateway-arg=--cache-max-bytes=805306368 --expect gateway-pull-secrets= \
   --expect no-gateway-arg=--allow-anonymous --expect no-gateway-arg=--token-audience \
   --expect no-gateway-arg=--max- --expect no-gateway-arg=--auth- --expect no-gateway-arg=--public-url \
   --expect no-gateway-arg=--authorization-server --expect no-gateway-arg=--plain-http-registry
 check "checks (values-all.yaml)" rendered all \
-  --expect kinds=ClusterRole,ClusterRoleBinding,CustomResourceDefinition,Deployment,NetworkPolicy,PodDisruptionBudget,Service,ServiceAccount,ServiceMonitor \
+  --expect kinds=ClusterRole,ClusterRoleBinding,CustomResourceDefinition,Deployment,NetworkPolicy,PodDisruptionBudget,Role,RoleBinding,Service,ServiceAccount,ServiceMonitor \
   --expect image-digest=$D1 \
   --expect pull-secret=regcred \
   --expect controller-arg=--label-namespaces \
@@ -189,9 +189,10 @@ check "checks (values-all.yaml)" rendered all \
   --expect gateway-arg=--auth-decision-ttl-secs=5 --expect gateway-arg=--auth-cache-entries=8192 \
   --expect gateway-arg=--authorization-server=https://oidc.example.com --expect gateway-arg=--public-url=https://mcp.example.com \
   --expect gateway-arg=--max-namespaces=500 --expect gateway-arg=--max-sessions=64 \
-  --expect gateway-arg=--plain-http-registry=registry.example.com:5000 --expect gateway-arg=--example-flag
+  --expect gateway-arg=--plain-http-registry=registry.example.com:5000 --expect gateway-arg=--example-flag \
+  --expect gateway-pull-secrets=registry-a,registry-b
 check "checks (gateway on, artifacts without API access)" rendered variant \
-  --expect kinds=ClusterRole,ClusterRoleBinding,Deployment,NetworkPolicy,PodDisruptionBudget,Secret,Service,ServiceAccount \
+  --expect kinds=ClusterRole,ClusterRoleBinding,Deployment,NetworkPolicy,PodDisruptionBudget,Role,RoleBinding,Secret,Service,ServiceAccount \
   --expect rule=artifacts:skill-operator.dev:skilljobs: \
   --expect controller-arg=--operator-image=ghcr.io/example/skill-operator:1.2.3
 check "checks (gateway off)" rendered gw-off --expect gateway=absent \
@@ -214,16 +215,22 @@ yaml.safe_dump_all(objs, open(dst, "w"), sort_keys=False)
 PY
   rendered "altered-$1"
 }
-check_fails "gateway checks refuse a Secrets rule in the gateway ClusterRole" "FAIL gateway-rbac: get on ''/secrets" \
+check_fails "gateway checks refuse a Secrets rule in the gateway ClusterRole" "FAIL gateway-rbac: ClusterRole: get on ''/secrets" \
   altered secrets min 'by("ClusterRole", "-gateway")["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})'
-check_fails "gateway checks refuse a wildcard verb" "FAIL gateway-rbac: wildcard" \
+check_fails "gateway checks refuse a wildcard verb" "FAIL gateway-rbac: ClusterRole: wildcard" \
   altered wildcard min 'by("ClusterRole", "-gateway")["rules"][3]["verbs"] = ["*"]'
-check_fails "gateway checks refuse an extra verb (update skilljobs)" "FAIL gateway-rbac: grants .*'update'" \
+check_fails "gateway checks refuse an extra verb (update skilljobs)" "FAIL gateway-rbac: ClusterRole: grants .*'update'" \
   altered extra-verb min 'by("ClusterRole", "-gateway")["rules"][3]["verbs"].append("update")'
-check_fails "gateway checks refuse a missing verb (create tokenreviews)" "FAIL gateway-rbac: lacks .*tokenreviews" \
+check_fails "gateway checks refuse a missing verb (create tokenreviews)" "FAIL gateway-rbac: ClusterRole: lacks .*tokenreviews" \
   altered missing-verb min 'by("ClusterRole", "-gateway")["rules"].pop(0)'
-check_fails "gateway checks refuse the binding to another subject" "FAIL gateway-rbac: binding subjects" \
+check_fails "gateway checks refuse the binding to another subject" "FAIL gateway-rbac: ClusterRoleBinding subjects" \
   altered subject min 'by("ClusterRoleBinding", "-gateway")["subjects"].append({"kind": "Group", "name": "system:authenticated", "apiGroup": "rbac.authorization.k8s.io"})'
+check_fails "gateway checks refuse get on every Secret in the gateway Role" "FAIL gateway-rbac: Role: get on ''/secrets" \
+  altered role-secrets min 'by("Role", "-gateway")["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})'
+check_fails "gateway checks refuse list on the named pull secrets" "FAIL gateway-rbac: Role: .*resourceNames" \
+  altered role-list-secrets all 'by("Role", "-gateway")["rules"][1]["verbs"].append("list")'
+check_fails "gateway checks refuse configmaps cluster-wide" "FAIL gateway-rbac: ClusterRole: grants .*configmaps" \
+  altered cluster-configmaps min 'by("ClusterRole", "-gateway")["rules"].append({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]})'
 check_fails "gateway checks refuse 2 replicas without a PDB" "FAIL gateway-pdb: 0 PodDisruptionBudgets for 2 replicas" \
   altered no-pdb min 'objs.remove(by("PodDisruptionBudget", "-gateway"))'
 check_fails "gateway checks refuse a PDB with 1 replica" "FAIL gateway-pdb: a PodDisruptionBudget with 1" \
