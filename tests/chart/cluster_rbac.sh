@@ -2,7 +2,9 @@
 # The gateway's RBAC and the agent sample on a real API server (any cluster
 # KUBECONFIG points at; a few seconds). It
 #   - server-side dry-runs every object the chart renders (CRDs aside: they are
-#     cluster-wide and already installed or not) in a namespace of its own,
+#     cluster-wide and already installed or not) in a namespace of its own
+#     that enforces Pod Security "restricted": accepted, and no Deployment's
+#     pod template draws a PodSecurity warning,
 #   - applies the gateway's ServiceAccount, ClusterRole, Role and bindings
 #     (with one named pull secret) for real and asks the API server
 #     (SubjectAccessReview via `auth can-i`) what that account may do:
@@ -69,8 +71,16 @@ done
 
 "$HELM" template "$RELEASE" "$CHART" --namespace "$OPNS" --set crds.install=false \
   --set artifacts.registry=registry.example.com/skill-operator/artifacts >"$OUT/all.yaml"
-check "the API server accepts every rendered object (server-side dry run)" \
-  "$KUBECTL" apply --dry-run=server -f "$OUT/all.yaml"
+"$KUBECTL" label namespace "$OPNS" pod-security.kubernetes.io/enforce=restricted \
+  pod-security.kubernetes.io/warn=restricted --overwrite >/dev/null
+dry_run() {
+  local out
+  out="$("$KUBECTL" apply --dry-run=server -f "$OUT/all.yaml" 2>&1)" || { echo "$out"; return 1; }
+  if grep -i "podsecurity\|warning" <<<"$out"; then return 1; fi
+  grep -q "deployment.apps/$RELEASE-skill-operator-gateway created (server dry run)" <<<"$out" \
+    || { echo "the gateway Deployment was not dry-run: $out"; return 1; }
+}
+check "the API server accepts every rendered object, no PodSecurity warning (server-side dry run)" dry_run
 
 "$HELM" template "$RELEASE" "$CHART" --namespace "$OPNS" --set crds.install=false \
   --set artifacts.registry=registry.example.com/skill-operator/artifacts \
