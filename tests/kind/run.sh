@@ -113,7 +113,8 @@ if [[ "$digest" == sha256:* ]]; then ok "image self pushed $ref"; else bad "imag
 helm_args=(--set "image.repository=$IMAGE_REGISTRY/skill-operator" --set "image.digest=$digest"
   --set "artifacts.registry=$ARTIFACT_REGISTRY/skill-operator/jobs" --set artifacts.insecureRegistry=true)
 [[ -n "$ARTIFACTS_CLUSTER_IP" ]] && helm_args+=(--set "artifacts.service.clusterIP=$ARTIFACTS_CLUSTER_IP")
-[[ -n "$GATEWAY_CLUSTER_IP" ]] && helm_args+=(--set gateway.enabled=true --set "gateway.service.clusterIP=$GATEWAY_CLUSTER_IP")
+[[ -n "$GATEWAY_CLUSTER_IP" ]] && helm_args+=(--set gateway.enabled=true --set "gateway.service.clusterIP=$GATEWAY_CLUSTER_IP" --set "gateway.allowedHosts={$GATEWAY_CLUSTER_IP}")
+[[ -z "$GATEWAY_CLUSTER_IP" ]] && helm_args+=(--set gateway.enabled=false)
 check "helm install" "$HELM" upgrade --install "$RELEASE" "$ROOT/charts/skill-operator" -n "$OPNS" --create-namespace \
   --wait --timeout 240s "${helm_args[@]}"
 [[ $FAIL == 0 ]] || { "$KUBECTL" -n "$OPNS" get pods -o wide; "$KUBECTL" -n "$OPNS" logs deploy/"$RELEASE"-skill-operator-controller --tail=20; finish; }
