@@ -43,9 +43,9 @@ use skill_operator::mcp::executor::{Caller, Executor, RunControl};
 
 use crate::oci_common::TestRegistry;
 
-const NS_A: &str = "gw-exec-a";
+pub(crate) const NS_A: &str = "gw-exec-a";
 const NS_B: &str = "gw-exec-b";
-const NS_GW: &str = "gw-exec-system";
+pub(crate) const NS_GW: &str = "gw-exec-system";
 const PACKAGE: &str = "gw-exec-echo";
 const SKILL: &str = "gw-exec-echo";
 const KEY: &[u8] = b"gw-exec-cluster-test-key-0123456789abcdef";
@@ -70,7 +70,7 @@ impl PackageResolver for EchoPackage {
     }
 }
 
-fn plan(args: &[&str]) -> RunPlan {
+pub(crate) fn plan(args: &[&str]) -> RunPlan {
     RunPlan {
         decision: Decision {
             skill: SKILL.into(),
@@ -210,25 +210,52 @@ async fn script_running(client: &Client, skilljob: &str) {
     .await;
 }
 
-pub(crate) async fn runs_on_the_real_cluster() {
-    const WHAT: &str = "the gateway executor on a real cluster";
+/// What [`setup`] started: the cluster's client, the artifact endpoint's
+/// operator client, the skill's binding, and the in-process controller.
+pub(crate) struct Setup {
+    pub client: Client,
+    pub artifacts: Arc<HttpArtifacts>,
+    pub bindings: Arc<BTreeMap<String, String>>,
+    shutdown: skill_operator::shutdown::Shutdown,
+    controller: tokio::task::JoinHandle<()>,
+    _registry: TestRegistry,
+    _spool: tempfile::TempDir,
+}
+
+impl Setup {
+    /// Remove what the run made (the controller still runs), then stop it.
+    pub(crate) async fn teardown(self) {
+        clean(&self.client).await;
+        self.shutdown.trigger();
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.controller).await;
+    }
+}
+
+/// Everything a run through the executor needs on the cluster, or `None`
+/// (SKIPPED printed) when there is no cluster to use.
+pub(crate) async fn setup(what: &str) -> Option<Setup> {
     if std::env::var_os("KUBECONFIG").is_none() {
-        skill_operator::gated::skip(WHAT, "KUBECONFIG is not set");
-        return;
+        skill_operator::gated::skip(what, "KUBECONFIG is not set");
+        return None;
     }
     let client = match Client::try_default().await {
         Ok(c) => c,
-        Err(e) => return skill_operator::gated::skip(WHAT, &format!("KUBECONFIG gives no client: {e}")),
+        Err(e) => {
+            skill_operator::gated::skip(what, &format!("KUBECONFIG gives no client: {e}"));
+            return None;
+        }
     };
     if let Err(e) = tokio::time::timeout(Duration::from_secs(5), client.apiserver_version())
         .await
         .map_err(|e| e.to_string())
         .and_then(|r| r.map_err(|e| e.to_string()))
     {
-        return skill_operator::gated::skip(WHAT, &format!("the cluster does not answer: {e}"));
+        skill_operator::gated::skip(what, &format!("the cluster does not answer: {e}"));
+        return None;
     }
     if Api::<SkillPackage>::all(client.clone()).list(&ListParams::default().limit(1)).await.is_err() {
-        return skill_operator::gated::skip(WHAT, "the skill-operator CRDs are not installed on the cluster");
+        skill_operator::gated::skip(what, "the skill-operator CRDs are not installed on the cluster");
+        return None;
     }
     skill_operator::oci::install_crypto_provider();
     let pod_gw = std::env::var("POD_GW").unwrap_or_else(|_| "10.88.0.1".into());
@@ -301,6 +328,12 @@ pub(crate) async fn runs_on_the_real_cluster() {
     }
 
     let bindings: Arc<BTreeMap<String, String>> = Arc::new(BTreeMap::from([(SKILL.to_string(), "echo".to_string())]));
+    Some(Setup { client, artifacts, bindings, shutdown, controller, _registry: registry, _spool: spool })
+}
+
+pub(crate) async fn runs_on_the_real_cluster() {
+    let Some(setup) = setup("the gateway executor on a real cluster").await else { return };
+    let (client, artifacts, bindings) = (setup.client.clone(), setup.artifacts.clone(), setup.bindings.clone());
     let exec_a = KubeExecutor::new(client.clone(), artifacts.clone(), bindings.clone(), KubeOptions::new(NS_A, NS_GW));
     let exec_b = KubeExecutor::new(client.clone(), artifacts.clone(), bindings.clone(), KubeOptions::new(NS_B, NS_GW));
     let alice = Caller::named("system:serviceaccount:gw-exec-a:alice");
@@ -439,7 +472,5 @@ pub(crate) async fn runs_on_the_real_cluster() {
     assert_eq!(done.state, TaskState::Cancelled);
     assert_eq!(done.report.expect("a cancelled task has a report").record.state, JobState::Cancelled);
 
-    clean(&client).await;
-    shutdown.trigger();
-    let _ = tokio::time::timeout(Duration::from_secs(10), controller).await;
+    setup.teardown().await;
 }
