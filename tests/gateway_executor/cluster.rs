@@ -184,12 +184,7 @@ async fn scoped_controller(ctx: Arc<Context>, shutdown: skill_operator::shutdown
     tokio::join!(packages, bindings, jobs);
 }
 
-/// Wait until the run's script container runs. NB: a cancel that arrives
-/// while the Job's pod is still being created can leave that pod waiting
-/// for its token Secret (the controller removes the children once it sees
-/// no pod), and the kubelet gives up on the mount only after about 2
-/// minutes; runs are cancelled here once the script is up, as a caller
-/// going away mid-run would.
+/// Wait until the run's script container runs (a cancel must then stop a live script).
 async fn script_running(client: &Client, skilljob: &str) {
     let skilljobs: Api<SkillJob> = Api::namespaced(client.clone(), NS_A);
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS_A);
@@ -419,7 +414,6 @@ pub(crate) async fn runs_on_the_real_cluster() {
     exec_a.delete(&alice, &other.id).await.unwrap();
 
     // The caller going away cancels its run: the pod is stopped, the phase Cancelled.
-    // (It goes away once the script runs: a cancel racing the pod's creation is slow, see `script_running`.)
     let cancel = CancellationToken::new();
     let key = format!("gone-{}", uuid::Uuid::new_v4().simple());
     let control = RunControl { key: key.clone(), progress: None, cancel: cancel.clone() };
@@ -428,7 +422,12 @@ pub(crate) async fn runs_on_the_real_cluster() {
         let exec = KubeExecutor::new(client, artifacts.clone(), bindings.clone(), KubeOptions::new(NS_A, NS_GW));
         async move { exec.run_new(&alice, plan(&["sleep"]), Vec::new(), control).await }
     });
-    script_running(&client, &skill_operator::gateway::executor::names::run_name(NS_A, &alice.principal, &key)).await;
+    // It goes as soon as its Job exists (the pod may still be starting).
+    {
+        let skilljobs: Api<SkillJob> = Api::namespaced(client.clone(), NS_A);
+        let name = skill_operator::gateway::executor::names::run_name(NS_A, &alice.principal, &key);
+        wait_for(|| async { (skilljobs.get(&name).await.ok()?.status?.job_name.is_some()).then_some(()) }, 60, "the run's Job").await;
+    }
     cancel.cancel();
     let report = tokio::time::timeout(Duration::from_secs(60), running)
         .await
@@ -454,7 +453,7 @@ pub(crate) async fn runs_on_the_real_cluster() {
     let selector = format!("skill-operator.dev/skilljob-uid={uid}");
     assert!(pods.list(&ListParams::default().labels(&selector)).await.unwrap().items.is_empty(), "the run's pod is still there");
 
-    // Tasks: submitted (returns at once), read, cancelled, all from the SkillJob.
+    // Tasks: submitted (returns at once), read, cancelled while the script runs, all from the SkillJob.
     let task = exec_a.submit(&alice, &plan(&["sleep"]), &[], "task-key").await.unwrap();
     assert_eq!(task, skill_operator::gateway::executor::names::run_name(NS_A, &alice.principal, "task-key"));
     assert_eq!(exec_a.task_status(&alice, &task).await.unwrap().state, TaskState::Working);
