@@ -4,6 +4,13 @@
 //! SkillBinding + SkillJob → `decide::admit`), and the verdicts must be the
 //! same: the same refusal code, or the same script, timeout, variables,
 //! arguments and network decision. A rule added to one path only fails here.
+//! The gateway's path (the package pushed to a real registry, pulled into
+//! the package cache, a namespace snapshot built from the SkillBinding →
+//! `Snapshot::plan`) is held to the same table, and its script statuses to
+//! the standalone server's.
+
+#[path = "oci/common.rs"]
+mod common;
 
 use std::collections::BTreeSet;
 
@@ -90,7 +97,8 @@ fn local(dir: &std::path::Path, c: &Case) -> Verdict {
     }
 }
 
-fn kubernetes(dir: &std::path::Path, c: &Case) -> Verdict {
+/// The SkillPackage (its status from the controller's own `package_status`) and the SkillBinding of a case.
+fn k8s_objects(dir: &std::path::Path, c: &Case, reference: &str, digest: &str) -> (SkillPackage, SkillBinding) {
     let catalog = discover(&[dir.join("tool")], Limits::default());
     let runtime = RuntimeProfile {
         interpreter: c.interpreter,
@@ -103,11 +111,11 @@ fn kubernetes(dir: &std::path::Path, c: &Case) -> Verdict {
     let mut package = SkillPackage::new(
         "tool-1",
         SkillPackageSpec {
-            source: PackageSource { oci: OciSource { reference: "r/tool:1".into(), pull_secret: None, insecure: false } },
+            source: PackageSource { oci: OciSource { reference: reference.into(), pull_secret: None, insecure: true } },
             runtime: Some(runtime),
         },
     );
-    package.status = Some(package_status(&package, Ok(&PackageFacts { digest: "sha256:ab".into(), catalog, requirement_files: vec![] })));
+    package.status = Some(package_status(&package, Ok(&PackageFacts { digest: digest.into(), catalog, requirement_files: vec![] })));
     let mut binding = SkillBinding::new(
         "tool",
         SkillBindingSpec {
@@ -123,6 +131,11 @@ fn kubernetes(dir: &std::path::Path, c: &Case) -> Verdict {
     let mut status = SkillBindingStatus::default();
     set_condition(&mut status.conditions, "Ready", true, "Ready", "ok", None);
     binding.status = Some(status);
+    (package, binding)
+}
+
+fn kubernetes(dir: &std::path::Path, c: &Case) -> Verdict {
+    let (package, binding) = k8s_objects(dir, c, "r/tool:1", "sha256:ab");
     let spec = SkillJobSpec {
         binding: "tool".into(),
         script: c.script.into(),
@@ -143,11 +156,9 @@ fn kubernetes(dir: &std::path::Path, c: &Case) -> Verdict {
     }
 }
 
-#[test]
-fn both_backends_reach_the_same_verdict() {
-    let t = skill_dir();
+fn cases() -> Vec<Case> {
     let many: Vec<String> = (0..65).map(|i| i.to_string()).collect();
-    let cases = vec![
+    vec![
         case("granted, within the ceiling", "scripts/ok.py"),
         Case { args: vec!["; rm -rf /".into(), "$(id)".into()], ..case("shell text is just text", "scripts/ok.py") },
         Case { granted_env: &["API_KEY", "OTHER", "NOT_ASKED"], ..case("only asked-for names", "scripts/ok.py") },
@@ -168,7 +179,13 @@ fn both_backends_reach_the_same_verdict() {
         Case { args: many, ..case("too many args", "scripts/ok.py") },
         Case { args: vec!["x".repeat(8 * 1024 + 1)], ..case("args too large", "scripts/ok.py") },
         Case { args: vec!["a\0b".into()], ..case("NUL in an argument", "scripts/ok.py") },
-    ];
+    ]
+}
+
+#[test]
+fn both_backends_reach_the_same_verdict() {
+    let t = skill_dir();
+    let cases = cases();
     let mut refused = BTreeSet::new();
     for c in &cases {
         let (l, k) = (local(t.path(), c), kubernetes(t.path(), c));
@@ -190,4 +207,67 @@ fn both_backends_reach_the_same_verdict() {
     assert!(matches!(local(t.path(), &cases[6]), Verdict::Runs { timeout: 30, .. }));
     assert!(matches!(local(t.path(), &cases[7]), Verdict::Runs { timeout: 100, .. }));
     assert!(matches!(local(t.path(), &cases[8]), Verdict::Runs { timeout: 200, .. }));
+}
+
+/// The local verdict's policy as the standalone server's grant and profile, for status comparison.
+fn local_policy(c: &Case) -> (Grants, Profile) {
+    let rows: Vec<serde_json::Value> =
+        ["scripts/ok.py", "scripts/long.py", "scripts/run.js", "scripts/x.rb", "scripts/missing.py", "scripts/inject.py"]
+            .iter()
+            .map(|s| serde_json::json!({"skill": "tool", "script": s, "env": c.granted_env, "egress": c.egress}))
+            .collect();
+    let text = serde_json::to_string(&rows).unwrap();
+    let grants = Grants::resolve(&move |k| (k == "MCP_SKILL_RUN").then(|| text.clone()), None);
+    let profile = Profile {
+        interpreters: [c.interpreter].into_iter().collect::<BTreeSet<_>>(),
+        allowed_scripts: Some(c.allowed.iter().map(|s| s.to_string()).collect()),
+        timeout_ceiling_secs: c.ceiling.map(u64::from),
+    };
+    (grants, profile)
+}
+
+#[tokio::test]
+async fn the_gateway_catalog_reaches_the_same_verdict() {
+    use skill_operator::gateway::catalog::{CacheOptions, NamespaceCatalog, PackageCache};
+    let t = skill_dir();
+    let reg = common::TestRegistry::start().await;
+    let pkg = skill_operator::core::package::build_from_dir(&t.path().join("tool")).unwrap();
+    let cfg = skill_operator::oci::SkillConfig::for_package(&pkg, "tool", "d", None).unwrap();
+    let reference = reg.reference("skills/tool:1");
+    let digest = reg.registry().push(&reference, &pkg, &cfg).await.unwrap();
+    let cache_dir = tempfile::tempdir().unwrap();
+    let cache = PackageCache::new(CacheOptions::new(cache_dir.path())).unwrap();
+    let local_catalog = discover(&[t.path().to_path_buf()], Limits::default());
+    let local_skill = local_catalog.get("tool").unwrap();
+    let mut refused = BTreeSet::new();
+    for c in &cases() {
+        let (package, binding) = k8s_objects(t.path(), c, &reference, &digest);
+        let packages = [("tool-1".to_string(), package)].into_iter().collect();
+        let snap = NamespaceCatalog::build("parity", &[binding], &packages, &cache).await;
+        assert_eq!(snap.catalog.names(), vec!["tool"], "{}: {:?}", c.name, snap.problems);
+        let gateway = match snap.plan("tool", &Request { script: c.script, args: &c.args, timeout_secs: c.timeout }) {
+            Ok(p) => Verdict::Runs {
+                script: p.script.to_string(),
+                timeout: p.timeout_secs,
+                env: p.granted_env.clone(),
+                args: p.args.clone(),
+                egress: p.egress_granted,
+            },
+            Err(r) => Verdict::Refused(r.code()),
+        };
+        assert_eq!(gateway, local(t.path(), c), "{}: the gateway and the local verdicts differ", c.name);
+        assert_eq!(gateway, kubernetes(t.path(), c), "{}: the gateway and the controller verdicts differ", c.name);
+        if let Verdict::Refused(code) = gateway {
+            refused.insert(code);
+        }
+        // What skill_list says of every script, too.
+        let (grants, profile) = local_policy(c);
+        let skill = snap.catalog.get("tool").unwrap();
+        for (g, l) in skill.scripts.iter().zip(&local_skill.scripts) {
+            let local_status = fence::script_status("tool", &fence::ScriptFacts::from(l), &grants, &profile);
+            assert_eq!(snap.status(skill, g), local_status, "{}: {} is listed differently", c.name, g.decl.script);
+        }
+    }
+    assert_eq!(cache.stats().pulls, 1, "one digest, one pull, whatever the bindings say");
+    assert_eq!(refused.len(), 7, "{refused:?}");
 }

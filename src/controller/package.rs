@@ -89,7 +89,7 @@ async fn resolve(pkg: &SkillPackage, ctx: &Context) -> Result<PackageFacts, Reso
 }
 
 /// The skill name a package's SKILL.md gives, checked as a servable name.
-fn skill_name(root: &std::path::Path) -> Result<String, String> {
+pub(crate) fn skill_name(root: &std::path::Path) -> Result<String, String> {
     use crate::core::{catalog::read_capped, frontmatter, limits::SKILL_MD_READ_CAP, spec::servable_name};
     let (bytes, truncated) = read_capped(&root.join("SKILL.md"), SKILL_MD_READ_CAP)
         .map_err(|e| format!("the package has no readable SKILL.md at its root: {e}"))?;

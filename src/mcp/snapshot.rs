@@ -156,8 +156,15 @@ fn fingerprint(s: &Snapshot) -> impl PartialEq {
         .skills
         .iter()
         .map(|k| {
-            let scripts: Vec<_> = k.scripts.iter().map(|d| (d.decl.script.to_string(), s.status(k, d))).collect();
-            (k.name.clone(), k.meta.description.clone(), k.frontmatter.clone(), k.files.clone(), scripts, k.egress.clone())
+            // The network and the timeout ceiling too: a run decides by them, though no listing shows them.
+            let grant = s.policy.grant(&k.name);
+            let scripts: Vec<_> = k
+                .scripts
+                .iter()
+                .map(|d| (d.decl.script.to_string(), s.status(k, d), grant.egress(&k.name, d.decl.script.as_str())))
+                .collect();
+            let ceiling = s.policy.profile(&k.name).timeout_ceiling_secs;
+            (k.name.clone(), k.meta.description.clone(), k.frontmatter.clone(), k.files.clone(), scripts, k.egress.clone(), ceiling)
         })
         .collect();
     (skills, s.problems.clone(), s.policy.source_label(), s.policy.note())

@@ -1,1 +1,0 @@
-//! Packages pulled by digest into a bounded on-disk cache; a namespace's snapshot from its bindings.

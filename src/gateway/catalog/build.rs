@@ -1,0 +1,255 @@
+//! A namespace's [`Snapshot`] from its SkillBindings and the SkillPackages
+//! they name, and the [`Fingerprint`] of those inputs.
+//!
+//! Served: each binding whose package is Ready and pinned (`status.digest`),
+//! with the package's unpacked tree put through the standalone server's
+//! discovery (so its problems are the ones `serve` reports for the same
+//! directory). Everything else is a problem of that binding, never a reason
+//! to serve less of the others: a package missing, not Ready, not pinned,
+//! failing to pull, tampered with, holding no servable skill. Two bindings
+//! serving one skill name: the one whose name sorts first is served, the
+//! other is reported (the controller marks both bindings not Ready).
+
+use std::collections::BTreeMap;
+
+use futures::StreamExt;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::cache::{PackageCache, PackageLease};
+use super::limits::PULLS_PER_BUILD;
+use super::policy::{binding_path, BindingPolicy, BoundSkill};
+use crate::api::binding::SkillBinding;
+use crate::api::package::SkillPackage;
+use crate::core::catalog::{Catalog, Root};
+use crate::core::limits::SKILLS_TOTAL;
+use crate::core::problems::{Problem, Reason};
+use crate::mcp::snapshot::Snapshot;
+
+/// Builds namespace snapshots.
+pub struct NamespaceCatalog;
+
+/// A binding that may be served, once its package is in the cache.
+struct Candidate<'a> {
+    name: String,
+    binding: &'a SkillBinding,
+    package_name: &'a str,
+    package: &'a SkillPackage,
+    digest: String,
+}
+
+impl NamespaceCatalog {
+    /// The snapshot of `namespace`: `bindings` are its SkillBindings,
+    /// `packages` every SkillPackage by name. Packages are pulled into
+    /// `cache` as needed; the snapshot holds leases on those it serves.
+    pub async fn build(
+        namespace: &str,
+        bindings: &[SkillBinding],
+        packages: &BTreeMap<String, SkillPackage>,
+        cache: &PackageCache,
+    ) -> Snapshot {
+        let mut problems: BTreeMap<String, Vec<Problem>> = BTreeMap::new();
+        let mut candidates = Vec::new();
+        let mut sorted: Vec<&SkillBinding> = bindings.iter().collect();
+        sorted.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        for binding in sorted {
+            let Some(name) = binding.metadata.name.clone() else { continue };
+            let package_name = binding.spec.package.as_str();
+            let report = |detail: String| Problem::new(binding_path(&name), Reason::RootUnreadable, detail);
+            let Some(package) = packages.get(package_name) else {
+                problems.entry(name.clone()).or_default().push(report(format!(
+                    "SkillPackage `{package_name}` does not exist; nothing is served for this binding until it does"
+                )));
+                continue;
+            };
+            let status = package.status.clone().unwrap_or_default();
+            let skill = status.skill_name.clone();
+            let with_skill = |p: Problem| match &skill {
+                Some(s) => p.for_skill(s),
+                None => p,
+            };
+            let ready = status.conditions.iter().find(|c| c.type_ == "Ready");
+            if ready.is_none_or(|c| c.status != "True") {
+                let why = ready.map_or_else(|| "not checked yet".to_string(), |c| format!("{}: {}", c.reason, c.message));
+                problems
+                    .entry(name.clone())
+                    .or_default()
+                    .push(with_skill(report(format!("SkillPackage `{package_name}` is not Ready ({why}); its skill is not served"))));
+                continue;
+            }
+            let Some(digest) = status.digest.clone() else {
+                problems.entry(name.clone()).or_default().push(with_skill(report(format!(
+                    "SkillPackage `{package_name}` is Ready but not pinned (no status.digest); its skill is not served"
+                ))));
+                continue;
+            };
+            candidates.push(Candidate { name, binding, package_name, package, digest });
+        }
+
+        // Owned pull arguments: a closure borrowing the candidates makes a
+        // future the compiler cannot prove `Send` for every lifetime, which
+        // a caller behind `async_trait` needs.
+        let pulls: Vec<_> = candidates.iter().map(|c| (c.package.spec.source.oci.clone(), c.digest.clone())).collect();
+        let leases: Vec<_> = futures::stream::iter(pulls)
+            .map(|(source, digest)| async move { cache.acquire(&source, &digest).await })
+            .buffered(PULLS_PER_BUILD)
+            .collect()
+            .await;
+
+        // Skill name → the candidates that produced it, in binding-name order.
+        let mut by_skill: BTreeMap<String, Vec<(&Candidate, PackageLease)>> = BTreeMap::new();
+        for (c, lease) in candidates.iter().zip(leases) {
+            let lease = match lease {
+                Ok(lease) => lease,
+                Err(e) => {
+                    let mut p = Problem::new(
+                        binding_path(&c.name),
+                        Reason::RootUnreadable,
+                        format!("the package of SkillPackage `{}` ({}) cannot be served: {e}", c.package_name, c.digest),
+                    );
+                    if let Some(s) = c.package.status.as_ref().and_then(|s| s.skill_name.clone()) {
+                        p = p.for_skill(s);
+                    }
+                    problems.entry(c.name.clone()).or_default().push(p);
+                    continue;
+                }
+            };
+            let found = &lease.catalog;
+            match found.skills.first() {
+                Some(skill) if found.skills.len() == 1 => {
+                    by_skill.entry(skill.name.clone()).or_default().push((c, lease));
+                }
+                _ => {
+                    let mut own = found.problems.clone();
+                    own.push(
+                        Problem::new(
+                            binding_path(&c.name),
+                            Reason::RootUnreadable,
+                            format!(
+                                "the package of SkillPackage `{}` ({}) holds no servable skill; see the problems of {}",
+                                c.package_name,
+                                c.digest,
+                                lease.skill_root.display()
+                            ),
+                        )
+                        .for_skill(&lease.name),
+                    );
+                    problems.entry(c.name.clone()).or_default().extend(own);
+                }
+            }
+        }
+
+        let mut catalog = Catalog::default();
+        let mut bound = BTreeMap::new();
+        let mut kept = Vec::new();
+        for (skill_name, mut group) in by_skill {
+            let (winner, lease) = group.remove(0);
+            for (loser, _) in &group {
+                problems.entry(loser.name.clone()).or_default().push(
+                    Problem::new(
+                        binding_path(&loser.name),
+                        Reason::DuplicateName,
+                        format!(
+                            "skill `{skill_name}` is also bound by `{}`, which serves it (of two bindings the one whose name sorts first is served); this binding serves nothing until one of them goes",
+                            winner.name
+                        ),
+                    )
+                    .for_skill(&skill_name),
+                );
+            }
+            if bound.len() >= SKILLS_TOTAL {
+                problems.entry(winner.name.clone()).or_default().push(
+                    Problem::new(binding_path(&winner.name), Reason::SkillLimit, format!("more than {SKILLS_TOTAL} skills; not served"))
+                        .for_skill(&skill_name),
+                );
+                continue;
+            }
+            let Some(skill) = lease.catalog.skills.first() else { continue };
+            problems.entry(winner.name.clone()).or_default().extend(lease.catalog.problems.iter().cloned());
+            catalog.roots.push(Root { path: lease.skill_root.clone(), skills: 1 });
+            catalog.skills.push(skill.clone());
+            bound.insert(
+                skill_name.clone(),
+                BoundSkill::new(
+                    winner.binding.clone(),
+                    winner.package_name.to_string(),
+                    winner.digest.clone(),
+                    winner.package.spec.runtime.clone(),
+                ),
+            );
+            kept.push(lease);
+        }
+        catalog.skills.sort_by(|a, b| a.name.cmp(&b.name));
+        // By binding name, each binding's own findings in the order found.
+        catalog.problems = problems.into_values().flatten().collect();
+        Snapshot::new(catalog, Box::new(BindingPolicy::new(namespace, bound, kept)))
+    }
+
+    /// A digest of everything [`Self::build`] reads: each binding's name and
+    /// spec (env grants by name and Secret key, sorted; egress) and its
+    /// package's name, source, runtime profile, readiness and pinned digest.
+    /// No resourceVersion, generation or timestamps: saving an unchanged
+    /// binding again gives the same fingerprint. Packages no binding names
+    /// are not part of it. Equal fingerprints build equal snapshots (given
+    /// the same registry content, which the digest pins).
+    pub fn fingerprint(namespace: &str, bindings: &[SkillBinding], packages: &BTreeMap<String, SkillPackage>) -> Fingerprint {
+        #[derive(Serialize)]
+        struct PackageInput<'a> {
+            name: &'a str,
+            source: &'a crate::api::package::OciSource,
+            runtime: &'a Option<crate::api::package::RuntimeProfile>,
+            /// The Ready condition's status, reason and message (they are quoted in problems).
+            ready: Option<(&'a str, &'a str, &'a str)>,
+            digest: Option<&'a str>,
+            skill_name: Option<&'a str>,
+        }
+        #[derive(Serialize)]
+        struct BindingInput<'a> {
+            name: &'a str,
+            package_name: &'a str,
+            env: Vec<(&'a str, &'a str, &'a str)>,
+            egress: bool,
+            package: Option<PackageInput<'a>>,
+        }
+        let mut inputs: Vec<BindingInput<'_>> = bindings
+            .iter()
+            .filter_map(|b| {
+                let name = b.metadata.name.as_deref()?;
+                let mut env: Vec<_> =
+                    b.spec.env.iter().map(|g| (g.name.as_str(), g.secret_key_ref.name.as_str(), g.secret_key_ref.key.as_str())).collect();
+                env.sort();
+                let package = packages.get(&b.spec.package).map(|p| {
+                    let status = p.status.as_ref();
+                    PackageInput {
+                        name: &b.spec.package,
+                        source: &p.spec.source.oci,
+                        runtime: &p.spec.runtime,
+                        ready: status
+                            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+                            .map(|c| (c.status.as_str(), c.reason.as_str(), c.message.as_str())),
+                        digest: status.and_then(|s| s.digest.as_deref()),
+                        skill_name: status.and_then(|s| s.skill_name.as_deref()),
+                    }
+                });
+                Some(BindingInput { name, package_name: &b.spec.package, env, egress: b.spec.egress, package })
+            })
+            .collect();
+        inputs.sort_by(|a, b| a.name.cmp(b.name));
+        let mut h = Sha256::new();
+        h.update(namespace.as_bytes());
+        h.update([0]);
+        // Serializing these plain structs cannot fail.
+        h.update(serde_json::to_vec(&inputs).unwrap_or_default());
+        Fingerprint(hex::encode(h.finalize()))
+    }
+}
+
+/// What a namespace's snapshot was built from, as a comparable digest.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Fingerprint(String);
+
+impl std::fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
