@@ -434,7 +434,9 @@ async fn uploads_and_reads_keep_the_job_store_limits() {
     silent(&mut handle).await;
 
     // Refused against the draft's record (nothing staged).
-    let cases: [(&str, &[(&str, u64)], &str, u64, usize, &str); 5] = [
+    // (draft state, its inputs, upload path, offset, bytes, the refusal)
+    type Case<'a> = (&'a str, &'a [(&'a str, u64)], &'a str, u64, usize, &'a str);
+    let cases: [Case; 5] = [
         ("open", &[("a.txt", 4)], "a.txt", 2, 1, "job-wrong-offset"),
         ("open", &[("a.txt", 4)], "a.txt", 4, 3, "job-file-too-large"),
         ("open", &[("a.txt", 4)], "b.txt", 0, 4, "job-job-too-large"),

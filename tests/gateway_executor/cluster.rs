@@ -43,9 +43,9 @@ use skill_operator::mcp::executor::{Caller, Executor, RunControl};
 
 use crate::oci_common::TestRegistry;
 
-const NS_A: &str = "gw-exec-a";
+pub(crate) const NS_A: &str = "gw-exec-a";
 const NS_B: &str = "gw-exec-b";
-const NS_GW: &str = "gw-exec-system";
+pub(crate) const NS_GW: &str = "gw-exec-system";
 const PACKAGE: &str = "gw-exec-echo";
 const SKILL: &str = "gw-exec-echo";
 const KEY: &[u8] = b"gw-exec-cluster-test-key-0123456789abcdef";
@@ -70,7 +70,7 @@ impl PackageResolver for EchoPackage {
     }
 }
 
-fn plan(args: &[&str]) -> RunPlan {
+pub(crate) fn plan(args: &[&str]) -> RunPlan {
     RunPlan {
         decision: Decision {
             skill: SKILL.into(),
@@ -184,12 +184,7 @@ async fn scoped_controller(ctx: Arc<Context>, shutdown: skill_operator::shutdown
     tokio::join!(packages, bindings, jobs);
 }
 
-/// Wait until the run's script container runs. NB: a cancel that arrives
-/// while the Job's pod is still being created can leave that pod waiting
-/// for its token Secret (the controller removes the children once it sees
-/// no pod), and the kubelet gives up on the mount only after about 2
-/// minutes; runs are cancelled here once the script is up, as a caller
-/// going away mid-run would.
+/// Wait until the run's script container runs (a cancel must then stop a live script).
 async fn script_running(client: &Client, skilljob: &str) {
     let skilljobs: Api<SkillJob> = Api::namespaced(client.clone(), NS_A);
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS_A);
@@ -210,25 +205,52 @@ async fn script_running(client: &Client, skilljob: &str) {
     .await;
 }
 
-pub(crate) async fn runs_on_the_real_cluster() {
-    const WHAT: &str = "the gateway executor on a real cluster";
+/// What [`setup`] started: the cluster's client, the artifact endpoint's
+/// operator client, the skill's binding, and the in-process controller.
+pub(crate) struct Setup {
+    pub client: Client,
+    pub artifacts: Arc<HttpArtifacts>,
+    pub bindings: Arc<BTreeMap<String, String>>,
+    shutdown: skill_operator::shutdown::Shutdown,
+    controller: tokio::task::JoinHandle<()>,
+    _registry: TestRegistry,
+    _spool: tempfile::TempDir,
+}
+
+impl Setup {
+    /// Remove what the run made (the controller still runs), then stop it.
+    pub(crate) async fn teardown(self) {
+        clean(&self.client).await;
+        self.shutdown.trigger();
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.controller).await;
+    }
+}
+
+/// Everything a run through the executor needs on the cluster, or `None`
+/// (SKIPPED printed) when there is no cluster to use.
+pub(crate) async fn setup(what: &str) -> Option<Setup> {
     if std::env::var_os("KUBECONFIG").is_none() {
-        skill_operator::gated::skip(WHAT, "KUBECONFIG is not set");
-        return;
+        skill_operator::gated::skip(what, "KUBECONFIG is not set");
+        return None;
     }
     let client = match Client::try_default().await {
         Ok(c) => c,
-        Err(e) => return skill_operator::gated::skip(WHAT, &format!("KUBECONFIG gives no client: {e}")),
+        Err(e) => {
+            skill_operator::gated::skip(what, &format!("KUBECONFIG gives no client: {e}"));
+            return None;
+        }
     };
     if let Err(e) = tokio::time::timeout(Duration::from_secs(5), client.apiserver_version())
         .await
         .map_err(|e| e.to_string())
         .and_then(|r| r.map_err(|e| e.to_string()))
     {
-        return skill_operator::gated::skip(WHAT, &format!("the cluster does not answer: {e}"));
+        skill_operator::gated::skip(what, &format!("the cluster does not answer: {e}"));
+        return None;
     }
     if Api::<SkillPackage>::all(client.clone()).list(&ListParams::default().limit(1)).await.is_err() {
-        return skill_operator::gated::skip(WHAT, "the skill-operator CRDs are not installed on the cluster");
+        skill_operator::gated::skip(what, "the skill-operator CRDs are not installed on the cluster");
+        return None;
     }
     skill_operator::oci::install_crypto_provider();
     let pod_gw = std::env::var("POD_GW").unwrap_or_else(|_| "10.88.0.1".into());
@@ -301,6 +323,12 @@ pub(crate) async fn runs_on_the_real_cluster() {
     }
 
     let bindings: Arc<BTreeMap<String, String>> = Arc::new(BTreeMap::from([(SKILL.to_string(), "echo".to_string())]));
+    Some(Setup { client, artifacts, bindings, shutdown, controller, _registry: registry, _spool: spool })
+}
+
+pub(crate) async fn runs_on_the_real_cluster() {
+    let Some(setup) = setup("the gateway executor on a real cluster").await else { return };
+    let (client, artifacts, bindings) = (setup.client.clone(), setup.artifacts.clone(), setup.bindings.clone());
     let exec_a = KubeExecutor::new(client.clone(), artifacts.clone(), bindings.clone(), KubeOptions::new(NS_A, NS_GW));
     let exec_b = KubeExecutor::new(client.clone(), artifacts.clone(), bindings.clone(), KubeOptions::new(NS_B, NS_GW));
     let alice = Caller::named("system:serviceaccount:gw-exec-a:alice");
@@ -386,7 +414,6 @@ pub(crate) async fn runs_on_the_real_cluster() {
     exec_a.delete(&alice, &other.id).await.unwrap();
 
     // The caller going away cancels its run: the pod is stopped, the phase Cancelled.
-    // (It goes away once the script runs: a cancel racing the pod's creation is slow, see `script_running`.)
     let cancel = CancellationToken::new();
     let key = format!("gone-{}", uuid::Uuid::new_v4().simple());
     let control = RunControl { key: key.clone(), progress: None, cancel: cancel.clone() };
@@ -395,7 +422,12 @@ pub(crate) async fn runs_on_the_real_cluster() {
         let exec = KubeExecutor::new(client, artifacts.clone(), bindings.clone(), KubeOptions::new(NS_A, NS_GW));
         async move { exec.run_new(&alice, plan(&["sleep"]), Vec::new(), control).await }
     });
-    script_running(&client, &skill_operator::gateway::executor::names::run_name(NS_A, &alice.principal, &key)).await;
+    // It goes as soon as its Job exists (the pod may still be starting).
+    {
+        let skilljobs: Api<SkillJob> = Api::namespaced(client.clone(), NS_A);
+        let name = skill_operator::gateway::executor::names::run_name(NS_A, &alice.principal, &key);
+        wait_for(|| async { (skilljobs.get(&name).await.ok()?.status?.job_name.is_some()).then_some(()) }, 60, "the run's Job").await;
+    }
     cancel.cancel();
     let report = tokio::time::timeout(Duration::from_secs(60), running)
         .await
@@ -421,7 +453,7 @@ pub(crate) async fn runs_on_the_real_cluster() {
     let selector = format!("skill-operator.dev/skilljob-uid={uid}");
     assert!(pods.list(&ListParams::default().labels(&selector)).await.unwrap().items.is_empty(), "the run's pod is still there");
 
-    // Tasks: submitted (returns at once), read, cancelled, all from the SkillJob.
+    // Tasks: submitted (returns at once), read, cancelled while the script runs, all from the SkillJob.
     let task = exec_a.submit(&alice, &plan(&["sleep"]), &[], "task-key").await.unwrap();
     assert_eq!(task, skill_operator::gateway::executor::names::run_name(NS_A, &alice.principal, "task-key"));
     assert_eq!(exec_a.task_status(&alice, &task).await.unwrap().state, TaskState::Working);
@@ -439,7 +471,5 @@ pub(crate) async fn runs_on_the_real_cluster() {
     assert_eq!(done.state, TaskState::Cancelled);
     assert_eq!(done.report.expect("a cancelled task has a report").record.state, JobState::Cancelled);
 
-    clean(&client).await;
-    shutdown.trigger();
-    let _ = tokio::time::timeout(Duration::from_secs(10), controller).await;
+    setup.teardown().await;
 }
