@@ -536,9 +536,9 @@ async fn a_pull_secret_gives_the_registry_credentials() {
     let dir = tempfile::tempdir().unwrap();
     let with_secrets = PackageCache::new(CacheOptions { secrets: Some(Arc::new(secrets)), ..CacheOptions::new(dir.path()) }).unwrap();
     let err = with_secrets.acquire(&source(None), &digest).await.unwrap_err();
-    assert!(matches!(&*err, CacheError::Pull { source: skill_operator::oci::OciError::Auth { .. }, .. }), "{err}");
+    assert!(matches!(&*err, CacheError::Pull { source, .. } if matches!(**source, skill_operator::oci::OciError::Auth { .. })), "{err}");
     let err = with_secrets.acquire(&source(Some("bad")), &digest).await.unwrap_err();
-    assert!(matches!(&*err, CacheError::Pull { source: skill_operator::oci::OciError::Auth { .. }, .. }), "{err}");
+    assert!(matches!(&*err, CacheError::Pull { source, .. } if matches!(**source, skill_operator::oci::OciError::Auth { .. })), "{err}");
     let err = with_secrets.acquire(&source(Some("absent")), &digest).await.unwrap_err();
     assert!(matches!(&*err, CacheError::PullSecret { .. }) && err.to_string().contains("absent"), "{err}");
     let lease = with_secrets.acquire(&source(Some("good")), &digest).await.unwrap();
