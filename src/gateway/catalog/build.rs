@@ -9,6 +9,11 @@
 //! failing to pull, tampered with, holding no servable skill. Two bindings
 //! serving one skill name: the one whose name sorts first is served, the
 //! other is reported (the controller marks both bindings not Ready).
+//!
+//! A binding's own problems have the path `skillbinding/<name>` and the
+//! published codes: `root-unreadable` (a binding is the gateway's root: its
+//! package cannot be read), `duplicate-name`, `skill-limit`, and `grant`
+//! (from [`super::policy::BindingPolicy`]'s audit).
 
 use std::collections::BTreeMap;
 

@@ -531,6 +531,22 @@ mod tests {
     }
 
     #[test]
+    fn start_up_removes_only_what_an_earlier_cache_left() {
+        let t = tempfile::tempdir().unwrap();
+        for stale in ["ab".repeat(32), ".pull-x-1".into(), ".trash-7".into()] {
+            std::fs::create_dir_all(t.path().join(&stale).join("inner")).unwrap();
+        }
+        std::fs::create_dir(t.path().join("not-ours")).unwrap();
+        std::fs::write(t.path().join("notes.txt"), "kept").unwrap();
+        let cache = PackageCache::new(CacheOptions::new(t.path())).unwrap();
+        let mut left: Vec<String> =
+            std::fs::read_dir(t.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        left.sort();
+        assert_eq!(left, vec!["not-ours".to_string(), "notes.txt".to_string()]);
+        assert_eq!(cache.stats(), CacheStats { entries: 0, bytes: 0, leased: 0, cap_bytes: DEFAULT_CACHE_BYTES, pulls: 0 });
+    }
+
+    #[test]
     fn digests_are_checked_before_anything_is_pulled() {
         assert!(is_hex_digest(&"ab".repeat(32)));
         assert!(!is_hex_digest(&"AB".repeat(32)));
