@@ -165,7 +165,11 @@ async fn three_bindings_over_two_packages_serve_what_serve_serves() {
     ];
     let dir = tempfile::tempdir().unwrap();
     let cache = cache(dir.path());
-    let snap = NamespaceCatalog::build("team-a", &bindings, &pkgs, &cache).await;
+    let built = NamespaceCatalog::build_served("team-a", &bindings, &pkgs, &cache).await;
+    assert_eq!(built.skills["alpha"].binding, "a-alpha", "of two bindings of one skill, the first by name serves it");
+    assert_eq!(built.skills["alpha"].digest, pa.digest);
+    assert_eq!((built.skills["beta"].binding.as_str(), built.skills["beta"].package.as_str()), ("b-beta", "beta-1"));
+    let snap = built.snapshot;
 
     // What serve builds from the same two directories.
     let served =
