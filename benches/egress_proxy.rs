@@ -300,11 +300,13 @@ fn main() {
 }
 
 async fn bench() {
-    let mib = env_usize("EGRESS_BENCH_MIB", 512);
-    let conns = env_usize("EGRESS_BENCH_CONNS", 1000);
-    let idle = env_usize("EGRESS_BENCH_IDLE", 1000);
+    // `cargo test --all-targets` runs this without --bench: one small pass then.
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let mib = env_usize("EGRESS_BENCH_MIB", if quick { 16 } else { 512 });
+    let conns = env_usize("EGRESS_BENCH_CONNS", if quick { 50 } else { 1000 });
+    let idle = env_usize("EGRESS_BENCH_IDLE", if quick { 50 } else { 1000 });
     let bytes = mib << 20;
-    let rounds = 5;
+    let rounds = if quick { 1 } else { 5 };
 
     let source = source_server().await;
     let http = http_server().await;

@@ -128,7 +128,9 @@ fn main() {
         println!("SKIPPED: image_compose bench: {} not installed", common::REGISTRY_BIN);
         return;
     }
-    let runs: usize = std::env::var("IMAGE_BENCH_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
+    // `cargo test --all-targets` runs this without --bench: one small pass then.
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let runs: usize = std::env::var("IMAGE_BENCH_RUNS").ok().and_then(|s| s.parse().ok()).unwrap_or(if quick { 1 } else { 5 });
     let rt = tokio::runtime::Runtime::new().unwrap();
     let reg = rt.block_on(common::TestRegistry::start());
 
@@ -153,8 +155,8 @@ fn main() {
     let scales: Vec<usize> = std::env::var("IMAGE_BENCH_SCALES")
         .ok()
         .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![1, 2]);
-    let many: usize = std::env::var("IMAGE_BENCH_MANY_FILES").ok().and_then(|s| s.parse().ok()).unwrap_or(20_000);
+        .unwrap_or_else(|| if quick { vec![1] } else { vec![1, 2] });
+    let many: usize = std::env::var("IMAGE_BENCH_MANY_FILES").ok().and_then(|s| s.parse().ok()).unwrap_or(if quick { 0 } else { 20_000 });
     // (scale, deps file count): 100 KiB files, then one row of many small
     // files (memory grows with the file count, not the bytes).
     let mut cases: Vec<(usize, usize)> = scales.iter().map(|&s| (s, s * 500)).collect();

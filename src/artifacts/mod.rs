@@ -104,6 +104,7 @@
 //! them to what the endpoint announces before downloading anything.
 
 pub mod client;
+pub mod operator;
 pub mod server;
 
 use serde::{Deserialize, Serialize};

@@ -9,6 +9,9 @@ use kube::Client;
 
 use super::metrics::Metrics;
 use crate::api::package::OciSource;
+// The artifact endpoint's operator-credential client lives with the artifacts
+// (the gateway uses it too); the controller reaches it through these names.
+pub use crate::artifacts::operator::{ArtifactError, ArtifactStore, HttpArtifacts, NoArtifacts};
 
 /// A package fetched from its source: the pinned digest and the archive.
 #[derive(Debug, Clone)]
@@ -57,30 +60,6 @@ impl ResolveError {
                 | ResolveError::TempDir(_)
                 | ResolveError::Task(_)
         )
-    }
-}
-
-/// Why a call to the artifact endpoint failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ArtifactError {
-    #[error("{what}: the artifact endpoint is unreachable: {detail}")]
-    Unreachable { what: String, detail: String },
-    #[error("{what}: the artifact endpoint answered {status}: {body}")]
-    Refused { what: String, status: u16, code: Option<crate::artifacts::ErrorCode>, body: String },
-    #[error("{what}: {detail}")]
-    Invalid { what: String, detail: String },
-    #[error("{0}: no artifact store is configured")]
-    Unsupported(String),
-}
-
-impl ArtifactError {
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            ArtifactError::Unreachable { .. } => "artifacts-unreachable",
-            ArtifactError::Refused { .. } => "artifacts-refused",
-            ArtifactError::Invalid { .. } => "artifacts-invalid",
-            ArtifactError::Unsupported(_) => "artifacts-unsupported",
-        }
     }
 }
 
@@ -184,155 +163,4 @@ where
     let patch = serde_json::json!({ "apiVersion": K::api_version(&()), "kind": K::kind(&()), "status": status });
     api.patch_status(name, &kube::api::PatchParams::apply(MANAGER).force(), &kube::api::Patch::Apply(patch)).await?;
     Ok(())
-}
-
-/// Where a run's files live: the controller stages a job's package before
-/// the Job starts and removes the job's artifacts when the SkillJob goes.
-pub trait ArtifactStore: Send + Sync {
-    fn stage_package<'a>(&'a self, namespace: &'a str, uid: &'a str, archive: Vec<u8>) -> BoxFuture<'a, Result<(), ArtifactError>>;
-    fn delete<'a>(&'a self, namespace: &'a str, uid: &'a str) -> BoxFuture<'a, Result<(), ArtifactError>>;
-    /// The outputs manifest the upload sidecar stored (`None`: nothing stored).
-    fn outputs<'a>(
-        &'a self,
-        namespace: &'a str,
-        uid: &'a str,
-    ) -> BoxFuture<'a, Result<Option<crate::artifacts::OutputManifest>, ArtifactError>>;
-    /// One stored output file (`result/result.json`, `work/<path>`).
-    fn output_file<'a>(&'a self, namespace: &'a str, uid: &'a str, path: &'a str) -> BoxFuture<'a, Result<Vec<u8>, ArtifactError>>;
-    /// The input files staged for the job (empty when none were). A store
-    /// that cannot hold inputs has none.
-    fn staged_inputs<'a>(
-        &'a self,
-        _namespace: &'a str,
-        _uid: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<crate::artifacts::SetFile>, ArtifactError>> {
-        Box::pin(async { Ok(Vec::new()) })
-    }
-}
-
-/// The artifact endpoint over HTTP, with the operator credential.
-pub struct HttpArtifacts {
-    pub base: String,
-    pub bearer: String,
-    pub http: reqwest::Client,
-}
-
-impl HttpArtifacts {
-    pub fn new(base: &str, key: &[u8]) -> Self {
-        HttpArtifacts {
-            base: base.trim_end_matches('/').to_string(),
-            bearer: crate::artifacts::operator_bearer(key),
-            // With no proxy from the environment and no CA bundle, building cannot fail.
-            http: crate::tls::reqwest_builder().no_proxy().build().unwrap_or_default(),
-        }
-    }
-
-    /// GET a JSON document under the API base; `None` on 404.
-    async fn get_json<T: serde::de::DeserializeOwned>(&self, path: &str, what: &str) -> Result<Option<T>, ArtifactError> {
-        let url = format!("{}/{path}", self.base);
-        let response = self.http.get(url).header("Authorization", &self.bearer).send().await;
-        let response = match Self::answer(response, &format!("read {what}")).await {
-            Ok(r) => r,
-            Err(ArtifactError::Refused { status: 404, .. }) => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        let bytes = response.bytes().await.map_err(|e| unreachable(&format!("read {what}"), &e))?;
-        serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| ArtifactError::Invalid { what: format!("read {what}"), detail: format!("the manifest is not valid: {e}") })
-    }
-
-    /// A success, or the endpoint's refusal with its code and the first bytes of its answer.
-    async fn answer(response: Result<reqwest::Response, reqwest::Error>, what: &str) -> Result<reqwest::Response, ArtifactError> {
-        let response = response.map_err(|e| unreachable(what, &e))?;
-        if response.status().is_success() {
-            return Ok(response);
-        }
-        let status = response.status().as_u16();
-        let body = response.text().await.unwrap_or_default();
-        let code =
-            serde_json::from_str::<crate::artifacts::ErrorBody>(&body).ok().and_then(|b| crate::artifacts::ErrorCode::parse(&b.error.code));
-        Err(ArtifactError::Refused { what: what.to_string(), status, code, body: body.chars().take(300).collect() })
-    }
-
-    async fn check(response: Result<reqwest::Response, reqwest::Error>, what: &str) -> Result<(), ArtifactError> {
-        match Self::answer(response, what).await {
-            Ok(_) => Ok(()),
-            Err(ArtifactError::Refused { status: 404, .. }) if what.starts_with("delete") => Ok(()),
-            Err(e) => Err(e),
-        }
-    }
-}
-
-fn unreachable(what: &str, e: &reqwest::Error) -> ArtifactError {
-    ArtifactError::Unreachable { what: what.to_string(), detail: crate::oci::error_chain(e) }
-}
-
-impl ArtifactStore for HttpArtifacts {
-    fn output_file<'a>(&'a self, namespace: &'a str, uid: &'a str, path: &'a str) -> BoxFuture<'a, Result<Vec<u8>, ArtifactError>> {
-        Box::pin(async move {
-            let url = format!("{}/jobs/{namespace}/{uid}/outputs/{path}", self.base);
-            let what = format!("read {path}");
-            let response = Self::answer(self.http.get(url).header("Authorization", &self.bearer).send().await, &what).await?;
-            Ok(response.bytes().await.map_err(|e| unreachable(&what, &e))?.to_vec())
-        })
-    }
-
-    fn outputs<'a>(
-        &'a self,
-        namespace: &'a str,
-        uid: &'a str,
-    ) -> BoxFuture<'a, Result<Option<crate::artifacts::OutputManifest>, ArtifactError>> {
-        Box::pin(async move { self.get_json(&format!("jobs/{namespace}/{uid}/outputs"), "the outputs").await })
-    }
-
-    fn staged_inputs<'a>(
-        &'a self,
-        namespace: &'a str,
-        uid: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<crate::artifacts::SetFile>, ArtifactError>> {
-        Box::pin(async move {
-            // The endpoint answers an empty manifest when nothing is staged; 404 is a wrong route.
-            let manifest: Option<crate::artifacts::InputsManifest> =
-                self.get_json(&format!("jobs/{namespace}/{uid}/inputs"), "the staged inputs").await?;
-            manifest.map(|m| m.files).ok_or_else(|| ArtifactError::Refused {
-                what: "read the staged inputs".into(),
-                status: 404,
-                code: None,
-                body: "the inputs route is missing: is the endpoint this version's?".into(),
-            })
-        })
-    }
-
-    fn stage_package<'a>(&'a self, namespace: &'a str, uid: &'a str, archive: Vec<u8>) -> BoxFuture<'a, Result<(), ArtifactError>> {
-        Box::pin(async move {
-            let url = format!("{}/jobs/{namespace}/{uid}/package", self.base);
-            Self::check(self.http.put(url).header("Authorization", &self.bearer).body(archive).send().await, "stage the package").await
-        })
-    }
-
-    fn delete<'a>(&'a self, namespace: &'a str, uid: &'a str) -> BoxFuture<'a, Result<(), ArtifactError>> {
-        Box::pin(async move {
-            let url = format!("{}/jobs/{namespace}/{uid}", self.base);
-            Self::check(self.http.delete(url).header("Authorization", &self.bearer).send().await, "delete the job's artifacts").await
-        })
-    }
-}
-
-/// An artifact store that keeps nothing (tests without an endpoint).
-pub struct NoArtifacts;
-
-impl ArtifactStore for NoArtifacts {
-    fn output_file<'a>(&'a self, _: &'a str, _: &'a str, path: &'a str) -> BoxFuture<'a, Result<Vec<u8>, ArtifactError>> {
-        Box::pin(async move { Err(ArtifactError::Unsupported(format!("read {path}"))) })
-    }
-    fn outputs<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<Option<crate::artifacts::OutputManifest>, ArtifactError>> {
-        Box::pin(async { Ok(None) })
-    }
-    fn stage_package<'a>(&'a self, _: &'a str, _: &'a str, _: Vec<u8>) -> BoxFuture<'a, Result<(), ArtifactError>> {
-        Box::pin(async { Ok(()) })
-    }
-    fn delete<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<(), ArtifactError>> {
-        Box::pin(async { Ok(()) })
-    }
 }

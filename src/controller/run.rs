@@ -115,9 +115,10 @@ fn endpoint_port(endpoint: &str) -> anyhow::Result<u16> {
 
 /// `skill-operator controller`: reconcile until shutdown.
 pub async fn command(args: ControllerArgs, shutdown: crate::shutdown::Shutdown) -> anyhow::Result<()> {
-    use super::context::{HttpArtifacts, OperatorConfig};
+    use super::context::OperatorConfig;
     use super::metrics::Metrics;
     use super::resolver::{OciResolver, PinnedCache};
+    use crate::artifacts::operator::HttpArtifacts;
     crate::oci::install_crypto_provider();
     let token_key =
         std::fs::read(&args.token_key_file).with_context(|| format!("cannot read the token key {}", args.token_key_file.display()))?;

@@ -145,12 +145,27 @@ pub const HTTP_SESSION_IDLE: Duration = Duration::from_secs(300);
 pub const HTTP_SESSION_QUEUE: usize = 16;
 /// Random bytes of a generated bearer token.
 pub const HTTP_TOKEN_BYTES: usize = 32;
+/// The largest MCP request body over HTTP (`serve` and the gateway): one
+/// upload chunk in base64 (a third larger) plus the JSON-RPC envelope.
+pub const MCP_BODY_LIMIT: u64 = JOB_UPLOAD_CHUNK.div_ceil(3) * 4 + 64 * KIB;
+
+// ---- the gateway --------------------------------------------------------
+
+/// Namespaces one gateway replica serves at once; past it a new namespace
+/// is answered 503 (held ones keep working).
+pub const GATEWAY_NAMESPACES_MAX: usize = 10_000;
+/// MCP sessions (2025-11-25 and older) per namespace.
+pub const GATEWAY_SESSIONS_PER_NAMESPACE: usize = 1_024;
+/// Quiet time after a binding or package change before the namespaces it
+/// touches are rebuilt (a `kubectl apply` of many bindings is one rebuild).
+pub const GATEWAY_REBUILD_DEBOUNCE: Duration = Duration::from_millis(200);
 
 // The caps that must agree, checked when the crate compiles: a job's
 // outputs fit what a package may ship, inline inputs are one upload call,
 // the default timeout is under the ceiling.
 const _: () = assert!(MAX_FILE_BYTES <= MAX_TOTAL_BYTES);
 const _: () = assert!(JOB_UPLOAD_CHUNK <= MAX_FILE_BYTES);
+const _: () = assert!(MCP_BODY_LIMIT > JOB_UPLOAD_CHUNK.div_ceil(3) * 4);
 const _: () = assert!(DEFAULT_TIMEOUT_SECS <= MAX_TIMEOUT_SECS);
 const _: () = assert!(OUTPUT_HASH_BUDGET >= MAX_TOTAL_BYTES);
 const _: () = assert!(RUN_PIDS >= 8 && RUN_CPUS >= 1);

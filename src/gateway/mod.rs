@@ -14,3 +14,6 @@
 pub mod auth;
 pub mod catalog;
 pub mod executor;
+pub mod http;
+pub mod namespaces;
+pub mod watch;

@@ -6,6 +6,7 @@ pub mod error;
 pub mod executor;
 pub mod extension;
 pub mod gate;
+pub mod notify;
 pub mod run;
 pub mod snapshot;
 pub mod state;
@@ -69,8 +70,12 @@ pub fn tool_definitions() -> &'static [Tool] {
 }
 
 /// The tools a server offers: the read tools, plus the run and job tools
-/// when it runs scripts.
+/// when it runs scripts; none at all while a server that serves only bound
+/// skills (the gateway) has no skill to serve.
 fn offered_tools(state: &ServerState) -> Vec<Tool> {
+    if state.tools_only_when_bound && state.snapshot().catalog.skills.is_empty() {
+        return Vec::new();
+    }
     let read = tools::definitions().len();
     let all = tool_definitions();
     if state.execution.is_some() {
@@ -78,6 +83,18 @@ fn offered_tools(state: &ServerState) -> Vec<Tool> {
     } else {
         all[..read].to_vec()
     }
+}
+
+/// What `initialize` tells the model: how to start, or that nothing is bound yet.
+fn instructions(state: &ServerState) -> String {
+    if state.tools_only_when_bound && state.snapshot().catalog.skills.is_empty() {
+        return "This server serves the Agent Skills bound in this namespace; none is bound yet. \
+                Its tools appear (notifications/tools/list_changed) once a SkillBinding here is ready."
+            .to_string();
+    }
+    "This server serves Agent Skills. Call skill_list to see the skills and skill_load to read one skill's \
+     instructions before using it; skill_file reads the files a skill refers to."
+        .to_string()
 }
 
 /// The caller of a request: what the HTTP layer put in the request's
@@ -219,13 +236,30 @@ fn cursor(request: &Option<PaginatedRequestParams>) -> Option<&str> {
 
 impl ServerHandler for SkillServer {
     fn get_info(&self) -> ServerConfig {
-        let capabilities = ServerCapabilities::builder().enable_tools().enable_prompts().enable_resources().enable_skills().build();
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .enable_prompts()
+            .enable_prompts_list_changed()
+            .enable_resources()
+            .enable_resources_list_changed()
+            .enable_skills()
+            .build();
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("skill-operator", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "This server serves Agent Skills. Call skill_list to see the skills and skill_load to read one skill's \
-                 instructions before using it; skill_file reads the files a skill refers to.",
-            )
+            .with_instructions(instructions(&self.state))
+    }
+
+    async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
+        notify::follow_legacy(self.state.clone(), context.peer);
+    }
+
+    fn accepted_subscription_filter(&self, requested: &rmcp::model::SubscriptionFilter) -> Option<rmcp::model::SubscriptionFilter> {
+        Some(notify::accepted(requested))
+    }
+
+    async fn listen(&self, context: rmcp::service::SubscriptionContext) -> Result<(), McpError> {
+        notify::listen(self.state.clone(), context).await
     }
 
     async fn list_tools(

@@ -298,3 +298,42 @@ async fn another_principal_sees_no_job() {
     assert_eq!(listed["jobs"].as_array().unwrap().len(), 0);
     assert!(run::job_status(&state, id(), &cx("alice")).await.is_ok());
 }
+
+#[tokio::test]
+async fn a_swap_leaves_calls_in_flight_on_their_snapshot_and_wakes_only_on_change() {
+    let (t, _fake, state) = server(ConfirmMode::Auto);
+    let mut changes = state.snapshots.subscribe();
+    let held = state.snapshot();
+    let rescan = || Snapshot::scan(&[t.path().to_path_buf()], Grants::resolve(&|_| None, None), [Interpreter::Python].into());
+    // The same tree again: no swap, nobody woken.
+    assert!(!state.snapshots.replace(rescan()));
+    assert!(!changes.has_changed().unwrap());
+    // A new skill: swapped, subscribers woken once; the held snapshot is untouched.
+    let other = t.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("SKILL.md"), "---\nname: other\ndescription: d\n---\nbody\n").unwrap();
+    assert!(state.snapshots.replace(rescan()));
+    assert!(changes.has_changed().unwrap());
+    changes.borrow_and_update();
+    assert_eq!(held.catalog.names(), vec!["tool"]);
+    assert_eq!(state.snapshot().catalog.names(), vec!["other", "tool"]);
+    assert!(!changes.has_changed().unwrap());
+}
+
+#[test]
+fn tools_only_when_bound_hides_every_tool_until_a_skill_is_served() {
+    let empty = tempfile::tempdir().unwrap();
+    let scan =
+        |root: &std::path::Path| Snapshot::scan(&[root.to_path_buf()], Grants::resolve(&|_| None, None), [Interpreter::Python].into());
+    let fake = Arc::new(FakeExecutor::default());
+    let state = ServerState::new(scan(empty.path())).with_execution(Execution::new(fake, ConfirmMode::Auto)).tools_only_when_bound();
+    assert!(super::offered_tools(&state).is_empty());
+    assert!(super::instructions(&state).contains("none is bound yet"));
+    let (t, _f, _s) = server(ConfirmMode::Auto);
+    assert!(state.snapshots.replace(scan(t.path())));
+    assert_eq!(super::offered_tools(&state).len(), super::tool_definitions().len());
+    assert!(super::instructions(&state).contains("skill_list"));
+    // The standalone server always offers its tools, even over an empty root.
+    let standalone = ServerState::new(scan(empty.path()));
+    assert!(!super::offered_tools(&standalone).is_empty());
+}

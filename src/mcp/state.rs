@@ -77,11 +77,14 @@ pub struct ServerState {
     /// `None`: every caller that reached the server may do everything
     /// (stdio, or HTTP behind its own bearer check).
     pub authorizer: Option<std::sync::Arc<dyn Authorize>>,
+    /// Offer no tools while the snapshot has no skill (the gateway: a
+    /// namespace without a ready binding shows nothing to call).
+    pub tools_only_when_bound: bool,
 }
 
 impl ServerState {
     pub fn new(snapshot: Snapshot) -> Self {
-        ServerState { snapshots: SnapshotCell::new(snapshot), execution: None, authorizer: None }
+        ServerState { snapshots: SnapshotCell::new(snapshot), execution: None, authorizer: None, tools_only_when_bound: false }
     }
 
     pub fn with_authorizer(mut self, authorizer: std::sync::Arc<dyn Authorize>) -> Self {
@@ -95,6 +98,12 @@ impl ServerState {
             Some(a) => a.authorize(caller, action).await,
             None => Ok(()),
         }
+    }
+
+    /// See [`Self::tools_only_when_bound`].
+    pub fn tools_only_when_bound(mut self) -> Self {
+        self.tools_only_when_bound = true;
+        self
     }
 
     pub fn with_execution(mut self, execution: Execution) -> Self {

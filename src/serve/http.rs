@@ -237,26 +237,35 @@ async fn authenticate(State(state): State<AuthState>, mut request: Request, next
     next.run(request).await
 }
 
-/// A refusal before rmcp sees the request: the session store is full.
-async fn sessions_guard(State(sessions): State<Arc<BoundedSessions>>, request: Request, next: Next) -> Response {
-    // Only a 2025-11-25 (or older) `initialize` opens a session: a POST
-    // without a session id and without a 2026-07-28 protocol header (that
-    // era is stateless and sends its version on every request).
+/// Whether a request would open a session: only a 2025-11-25 (or older)
+/// `initialize` does, a POST without a session id and without a 2026-07-28
+/// protocol header (that era is stateless and sends its version on every
+/// request).
+pub(crate) fn opens_session(request: &Request) -> bool {
     let modern = request
         .headers()
         .get("mcp-protocol-version")
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28.as_str());
-    let opens_session = request.method() == axum::http::Method::POST && !request.headers().contains_key("mcp-session-id") && !modern;
-    if opens_session && sessions.is_full() {
-        let body = serde_json::json!({
-            "jsonrpc": "2.0",
-            "id": null,
-            "error": {"code": -32000, "message": crate::serve::sessions::SessionsError::Full { max: sessions.max() }.to_string()},
-        });
-        let mut response = (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        return response;
+    request.method() == axum::http::Method::POST && !request.headers().contains_key("mcp-session-id") && !modern
+}
+
+/// The answer to a session-opening request when the store is full.
+pub(crate) fn sessions_full(max: usize) -> Response {
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {"code": -32000, "message": crate::serve::sessions::SessionsError::Full { max }.to_string()},
+    });
+    let mut response = (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
+/// A refusal before rmcp sees the request: the session store is full.
+async fn sessions_guard(State(sessions): State<Arc<BoundedSessions>>, request: Request, next: Next) -> Response {
+    if opens_session(&request) && sessions.is_full() {
+        return sessions_full(sessions.max());
     }
     next.run(request).await
 }

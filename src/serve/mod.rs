@@ -10,6 +10,7 @@
 
 pub mod http;
 pub mod sessions;
+pub mod watch;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -103,6 +104,10 @@ pub struct ServeArgs {
     /// Serve the skills but never run anything (no job store, no run tools).
     #[arg(long)]
     pub read_only: bool,
+    /// Watch the skills roots and the grants file: after a change, rescan and send clients
+    /// tools/prompts/resources list_changed (calls in flight finish on the catalog they began with).
+    #[arg(long)]
+    pub watch: bool,
 }
 
 /// Where the roots come from: flags, then `MCP_SKILLS_PATH`, then
@@ -132,6 +137,11 @@ pub fn resolve_roots(roots: Vec<PathBuf>) -> Vec<PathBuf> {
 
 /// Build the server state for `args` (scan, grants, execution backend).
 pub async fn state(args: &ServeArgs) -> anyhow::Result<ServerState> {
+    Ok(state_and_rescan(args).await?.0)
+}
+
+/// The server state, and what scanning the same catalog again takes.
+async fn state_and_rescan(args: &ServeArgs) -> anyhow::Result<(ServerState, watch::Rescan)> {
     let lookup = |k: &str| std::env::var(k).ok();
     let roots = match roots_from(&args.skills, &lookup) {
         Some(roots) => roots,
@@ -167,13 +177,14 @@ pub async fn state(args: &ServeArgs) -> anyhow::Result<ServerState> {
         let executor = LocalExecutor::start(options);
         Some(Execution::new(executor, mode))
     };
+    let rescan = watch::Rescan { roots: roots.clone(), grants_file: args.grants.clone(), interpreters: interpreters.clone() };
     let snapshot = tokio::task::spawn_blocking(move || Snapshot::scan(&roots, grants, interpreters)).await?;
     tracing::info!(skills = snapshot.catalog.skills.len(), problems = snapshot.problems.len(), "catalog ready");
     let mut state = ServerState::new(snapshot);
     if let Some(execution) = execution {
         state = state.with_execution(execution);
     }
-    Ok(state)
+    Ok((state, rescan))
 }
 
 /// The data directory `args` name (or the default one).
@@ -211,7 +222,12 @@ fn http_auth(args: &ServeArgs, addr: SocketAddr) -> anyhow::Result<http::Auth> {
 pub async fn run(args: ServeArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     // Refuse a bad HTTP set-up before the scan and the start-up probes.
     let auth = args.http.map(|addr| http_auth(&args, addr)).transpose()?;
-    let state = Arc::new(state(&args).await?);
+    let (state, rescan) = state_and_rescan(&args).await?;
+    let state = Arc::new(state);
+    if args.watch {
+        watch::spawn(state.clone(), rescan, shutdown.clone())?;
+        tracing::info!(roots = ?args.skills, "watching the skills roots for changes");
+    }
     match (args.http, auth) {
         (Some(addr), Some(auth)) => {
             let options = http::HttpOptions {

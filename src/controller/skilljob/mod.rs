@@ -89,7 +89,10 @@ async fn apply(sj: &SkillJob, ctx: &Context) -> Result<Action> {
     let uid = sj.uid().ok_or(Error::Missing("uid"))?;
     let mut status = sj.status.clone().unwrap_or_default();
     status.observed_generation = sj.metadata.generation;
-    if status.phase.is_some_and(is_final) {
+    // A cancel whose pod is still stopping reads Cancelled but is not
+    // Complete yet: it must come back here until the pod is gone.
+    let stopping = status.conditions.iter().any(|c| c.type_ == "Complete" && c.status == "False" && c.reason == "Cancelling");
+    if status.phase.is_some_and(is_final) && !stopping {
         // The result is recorded; what is left of the run goes (again, if a
         // delete after the recording failed or raced a watch event).
         children::delete_leftovers(ctx, &ns, &uid).await?;

@@ -1,1 +1,0 @@
-//! Bearer tokens verified by TokenReview, actions authorized by SubjectAccessReview.

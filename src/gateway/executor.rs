@@ -1,1 +1,0 @@
-//! The SkillJob-backed executor: `skill_run` and the job tools as SkillJobs.

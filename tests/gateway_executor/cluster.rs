@@ -1,0 +1,445 @@
+//! The gated real-cluster half of `tests/gateway_executor.rs`.
+//!
+//! On the cluster `KUBECONFIG` names (with the CRDs installed) it starts,
+//! as parts of this test process: a `docker-registry` on loopback (the
+//! artifact store), the artifact endpoint on the pod network's gateway
+//! address (pods reach this machine there: `POD_GW`, default 10.88.0.1),
+//! and the controller's reconcilers (watching only this test's namespace
+//! and package); the operator image is this build's binary
+//! pushed by `skill-operator image self` to the node's registry
+//! (`IMAGE_REGISTRY`, default 127.0.0.1:5000), which also holds the run
+//! image (`RUN_IMAGE`, default `<IMAGE_REGISTRY>/runtime:trixie`).
+//!
+//! Everything it creates is named `gw-exec-…` (namespaces `gw-exec-a`,
+//! `gw-exec-b`, `gw-exec-system`; SkillPackage `gw-exec-echo`) and removed
+//! at the end, SkillJobs first while the controller still runs (their
+//! finalizer needs it); leftovers of an interrupted run are removed first.
+//! Without `KUBECONFIG`, or when the cluster does not answer, it prints
+//! SKIPPED.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::Client;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use skill_operator::api::{SkillBinding, SkillJob, SkillJobPhase, SkillPackage};
+use skill_operator::artifacts::operator::HttpArtifacts;
+use skill_operator::artifacts::server::{self, AppState, ServerConfig};
+use skill_operator::controller::context::{Context, FetchedPackage, OperatorConfig, PackageResolver, ResolveError};
+use skill_operator::controller::metrics::Metrics;
+use skill_operator::core::declaration::Interpreter;
+use skill_operator::core::fence::{Decision, RunPlan};
+use skill_operator::core::paths::RelPath;
+use skill_operator::gateway::executor::{KubeExecutor, KubeOptions, TaskState};
+use skill_operator::jobs::{InputMatch, JobState, ReadTarget};
+use skill_operator::mcp::executor::{Caller, Executor, RunControl};
+
+use crate::oci_common::TestRegistry;
+
+const NS_A: &str = "gw-exec-a";
+const NS_B: &str = "gw-exec-b";
+const NS_GW: &str = "gw-exec-system";
+const PACKAGE: &str = "gw-exec-echo";
+const SKILL: &str = "gw-exec-echo";
+const KEY: &[u8] = b"gw-exec-cluster-test-key-0123456789abcdef";
+const BIN: &str = env!("CARGO_BIN_EXE_skill-operator");
+
+const SKILL_MD: &str = "---\nname: gw-exec-echo\ndescription: Test skill for the gateway executor suite. Prints its arguments and its input, writes an output file.\nmcp-host:\n  version: 1\n  run:\n    - script: scripts/echo.sh\n      interpreter: bash\n      timeout: 60\n---\n# gw-exec-echo\n";
+const ECHO_SH: &str = "#!/usr/bin/env bash\nset -eu\nif [ \"${1:-}\" = sleep ]; then echo started; sleep 120 & wait; fi\necho \"args: $*\"\nif [ -f in.txt ]; then echo \"input: $(cat in.txt)\"; fi\necho made > out.txt\necho to-stderr >&2\n";
+
+/// The test skill as the package behind any reference.
+struct EchoPackage;
+
+impl PackageResolver for EchoPackage {
+    fn fetch<'a>(&'a self, _: &'a skill_operator::api::package::OciSource) -> BoxFuture<'a, Result<FetchedPackage, ResolveError>> {
+        Box::pin(async {
+            let dir = tempfile::tempdir()?;
+            std::fs::create_dir_all(dir.path().join("scripts"))?;
+            std::fs::write(dir.path().join("SKILL.md"), SKILL_MD)?;
+            std::fs::write(dir.path().join("scripts/echo.sh"), ECHO_SH)?;
+            let archive = skill_operator::core::package::build_from_dir(dir.path())?;
+            Ok(FetchedPackage { digest: skill_operator::core::package::digest(&archive), archive })
+        })
+    }
+}
+
+fn plan(args: &[&str]) -> RunPlan {
+    RunPlan {
+        decision: Decision {
+            skill: SKILL.into(),
+            script: RelPath::parse("scripts/echo.sh").unwrap(),
+            interpreter: Interpreter::Bash,
+            args: args.iter().map(|a| a.to_string()).collect(),
+            granted_env: Vec::new(),
+            timeout_secs: 60,
+            egress: Vec::new(),
+            egress_granted: false,
+        },
+        skill_dir: Default::default(),
+    }
+}
+
+async fn wait_for<T, F, Fut>(mut probe: F, secs: u64, what: &str) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out after {secs} s waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn ready(conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition]) -> Option<()> {
+    conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True").then_some(())
+}
+
+/// Delete every SkillJob of our namespaces (the controller removes their
+/// finalizers), then the namespaces and the package.
+async fn clean(client: &Client) {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    for ns in [NS_A, NS_B] {
+        let jobs: Api<SkillJob> = Api::namespaced(client.clone(), ns);
+        let _ = jobs.delete_collection(&DeleteParams::background(), &ListParams::default()).await;
+        wait_for(
+            || async { jobs.list(&ListParams::default()).await.map_or(Some(()), |l| l.items.is_empty().then_some(())) },
+            120,
+            "SkillJobs to go",
+        )
+        .await;
+    }
+    for ns in [NS_A, NS_B, NS_GW] {
+        let _ = namespaces.delete(ns, &DeleteParams::default()).await;
+    }
+    let packages: Api<SkillPackage> = Api::all(client.clone());
+    let _ = packages.delete(PACKAGE, &DeleteParams::default()).await;
+    for ns in [NS_A, NS_B, NS_GW] {
+        wait_for(
+            || async { namespaces.get_opt(ns).await.ok().map(|n| n.is_none()).and_then(|gone| gone.then_some(())) },
+            180,
+            "a namespace to go",
+        )
+        .await;
+    }
+}
+
+async fn create_namespace(client: &Client, name: &str) {
+    let ns: Namespace = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": { "name": name, "labels": { "pod-security.kubernetes.io/enforce": "restricted" } }
+    }))
+    .unwrap();
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+}
+
+/// The controller's three reconcilers, as `controller::run` wires them, but
+/// watching only this test's objects (namespace A and its package), so a
+/// controller another suite runs on the shared cluster is not raced for
+/// its SkillJobs and packages.
+async fn scoped_controller(ctx: Arc<Context>, shutdown: skill_operator::shutdown::Shutdown) {
+    use futures::StreamExt;
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    use kube::runtime::controller::{Action, Controller};
+    use kube::runtime::{reflector, watcher, WatchStreamExt};
+    use skill_operator::controller::{binding, package, skilljob};
+
+    fn retry<K>(_: Arc<K>, err: &skill_operator::controller::context::Error, _: Arc<Context>) -> Action {
+        eprintln!("reconcile failed: {err}");
+        Action::requeue(Duration::from_secs(2))
+    }
+    let client = ctx.client.clone();
+    let mine = watcher::Config::default().fields(&format!("metadata.name={PACKAGE}"));
+    let packages = Controller::new(Api::<SkillPackage>::all(client.clone()), mine);
+    let bindings = Controller::new(Api::<SkillBinding>::namespaced(client.clone(), NS_A), watcher::Config::default());
+    ctx.lookups.set_stores(bindings.store(), packages.store());
+    let packages = packages.graceful_shutdown_on(shutdown.wait_owned()).run(package::reconcile, retry, ctx.clone()).for_each(|_| async {});
+    let bindings = bindings.graceful_shutdown_on(shutdown.wait_owned()).run(binding::reconcile, retry, ctx.clone()).for_each(|_| async {});
+    let children = watcher::Config::default().labels("app.kubernetes.io/managed-by=skill-operator");
+    let (job_store, job_writer) = reflector::store::<Job>();
+    let (policy_store, policy_writer) = reflector::store::<NetworkPolicy>();
+    ctx.lookups.set_child_stores(job_store, policy_store);
+    let job_events =
+        reflector(job_writer, watcher(Api::<Job>::namespaced(client.clone(), NS_A), children.clone())).default_backoff().touched_objects();
+    let policy_events = reflector(policy_writer, watcher(Api::<NetworkPolicy>::namespaced(client.clone(), NS_A), children))
+        .default_backoff()
+        .touched_objects();
+    let jobs = Controller::new(Api::<SkillJob>::namespaced(client.clone(), NS_A), watcher::Config::default())
+        .owns_stream(job_events)
+        .owns_stream(policy_events)
+        .graceful_shutdown_on(shutdown.wait_owned())
+        .run(skilljob::reconcile, retry, ctx.clone())
+        .for_each(|_| async {});
+    tokio::join!(packages, bindings, jobs);
+}
+
+/// Wait until the run's script container runs. NB: a cancel that arrives
+/// while the Job's pod is still being created can leave that pod waiting
+/// for its token Secret (the controller removes the children once it sees
+/// no pod), and the kubelet gives up on the mount only after about 2
+/// minutes; runs are cancelled here once the script is up, as a caller
+/// going away mid-run would.
+async fn script_running(client: &Client, skilljob: &str) {
+    let skilljobs: Api<SkillJob> = Api::namespaced(client.clone(), NS_A);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS_A);
+    let uid = wait_for(|| async { skilljobs.get(skilljob).await.ok()?.metadata.uid }, 60, "the SkillJob").await;
+    let selector = format!("skill-operator.dev/skilljob-uid={uid}");
+    wait_for(
+        || async {
+            let list = pods.list(&ListParams::default().labels(&selector)).await.ok()?;
+            list.items
+                .iter()
+                .flat_map(|p| p.status.iter().flat_map(|s| s.container_statuses.iter().flatten()))
+                .any(|c| c.name == "run" && c.state.as_ref().is_some_and(|st| st.running.is_some()))
+                .then_some(())
+        },
+        120,
+        "the run's script to be running",
+    )
+    .await;
+}
+
+pub(crate) async fn runs_on_the_real_cluster() {
+    const WHAT: &str = "the gateway executor on a real cluster";
+    if std::env::var_os("KUBECONFIG").is_none() {
+        skill_operator::gated::skip(WHAT, "KUBECONFIG is not set");
+        return;
+    }
+    let client = match Client::try_default().await {
+        Ok(c) => c,
+        Err(e) => return skill_operator::gated::skip(WHAT, &format!("KUBECONFIG gives no client: {e}")),
+    };
+    if let Err(e) = tokio::time::timeout(Duration::from_secs(5), client.apiserver_version())
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()))
+    {
+        return skill_operator::gated::skip(WHAT, &format!("the cluster does not answer: {e}"));
+    }
+    if Api::<SkillPackage>::all(client.clone()).list(&ListParams::default().limit(1)).await.is_err() {
+        return skill_operator::gated::skip(WHAT, "the skill-operator CRDs are not installed on the cluster");
+    }
+    skill_operator::oci::install_crypto_provider();
+    let pod_gw = std::env::var("POD_GW").unwrap_or_else(|_| "10.88.0.1".into());
+    let image_registry = std::env::var("IMAGE_REGISTRY").unwrap_or_else(|_| "127.0.0.1:5000".into());
+    let run_image = std::env::var("RUN_IMAGE").unwrap_or_else(|_| format!("{image_registry}/runtime:trixie"));
+
+    // The operator image: this build's binary.
+    let out = Command::new(BIN)
+        .args(["image", "self", "--registry", &format!("{image_registry}/gw-exec/skill-operator"), "--plain-http"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "image self: {}", String::from_utf8_lossy(&out.stderr));
+    let operator_image = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or_default().trim().to_string();
+    assert!(operator_image.contains("@sha256:"), "{operator_image}");
+
+    // The artifact store and endpoint; pods reach the endpoint at the pod gateway.
+    let registry = TestRegistry::start().await;
+    let spool = tempfile::tempdir().unwrap();
+    let mut cfg = ServerConfig::new(format!("{}/gw-exec/jobs", registry.addr), KEY.to_vec());
+    cfg.plain_http = true;
+    cfg.spool_dir = Some(spool.path().into());
+    let listener = tokio::net::TcpListener::bind((pod_gw.as_str(), 0)).await.expect("listen on the pod gateway address (POD_GW)");
+    let endpoint_port = listener.local_addr().unwrap().port();
+    let endpoint = format!("http://{pod_gw}:{endpoint_port}/v1");
+    tokio::spawn(server::serve(listener, AppState::new(cfg).unwrap(), std::future::pending()));
+
+    // The controller, in process.
+    let config = OperatorConfig {
+        operator_image,
+        artifact_endpoint: endpoint.clone(),
+        artifact_port: endpoint_port,
+        operator_namespace: NS_GW.into(),
+        operator_pod_labels: BTreeMap::from([("app.kubernetes.io/name".to_string(), "gw-exec-test".to_string())]),
+        label_namespaces: false,
+        token_key: KEY.to_vec(),
+        host_aliases: Default::default(),
+        reconcile_concurrency: 4,
+    };
+    let artifacts = Arc::new(HttpArtifacts::new(&endpoint, KEY));
+    let ctx = Arc::new(Context::new(client.clone(), Arc::new(Metrics::default()), config, Arc::new(EchoPackage), artifacts.clone()));
+    let shutdown = skill_operator::shutdown::Shutdown::new();
+    let controller = tokio::spawn(scoped_controller(ctx, shutdown.clone()));
+
+    clean(&client).await;
+    for ns in [NS_A, NS_B, NS_GW] {
+        create_namespace(&client, ns).await;
+    }
+    let package: SkillPackage = serde_json::from_value(json!({
+        "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillPackage",
+        "metadata": { "name": PACKAGE },
+        "spec": {
+            "source": { "oci": { "reference": "registry.local/gw-exec/echo:1" } },
+            "runtime": { "interpreter": "bash", "image": run_image, "interpreterPath": "/bin/bash", "allowedScripts": ["scripts/echo.sh"], "timeoutSeconds": 60 }
+        }
+    }))
+    .unwrap();
+    let packages: Api<SkillPackage> = Api::all(client.clone());
+    packages.create(&PostParams::default(), &package).await.unwrap();
+    wait_for(|| async { ready(&packages.get(PACKAGE).await.ok()?.status?.conditions) }, 60, "the SkillPackage to be Ready").await;
+    {
+        let ns = NS_A;
+        let bindings: Api<SkillBinding> = Api::namespaced(client.clone(), ns);
+        let binding: SkillBinding = serde_json::from_value(json!({
+            "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding",
+            "metadata": { "name": "echo", "namespace": ns }, "spec": { "package": PACKAGE }
+        }))
+        .unwrap();
+        bindings.create(&PostParams::default(), &binding).await.unwrap();
+        wait_for(|| async { ready(&bindings.get("echo").await.ok()?.status?.conditions) }, 60, "the SkillBinding to be Ready").await;
+    }
+
+    let bindings: Arc<BTreeMap<String, String>> = Arc::new(BTreeMap::from([(SKILL.to_string(), "echo".to_string())]));
+    let exec_a = KubeExecutor::new(client.clone(), artifacts.clone(), bindings.clone(), KubeOptions::new(NS_A, NS_GW));
+    let exec_b = KubeExecutor::new(client.clone(), artifacts.clone(), bindings.clone(), KubeOptions::new(NS_B, NS_GW));
+    let alice = Caller::named("system:serviceaccount:gw-exec-a:alice");
+
+    // skill_run: a SkillJob the real controller runs in a real pod.
+    let progress: Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+    let sink = progress.clone();
+    let control = RunControl {
+        key: format!("cluster-{}", uuid::Uuid::new_v4().simple()),
+        progress: Some(Arc::new(move |u| sink.lock().unwrap().push(u.phase))),
+        cancel: CancellationToken::new(),
+    };
+    let inputs = vec![("in.txt".to_string(), b"hello from the caller".to_vec())];
+    let report =
+        tokio::time::timeout(Duration::from_secs(300), exec_a.run_new(&alice, plan(&["one", "two words"]), inputs, control.clone()))
+            .await
+            .expect("the run ended within 300 s")
+            .expect("the run's report");
+    let stdout = String::from_utf8_lossy(&report.stdout);
+    assert_eq!(report.record.state, JobState::Succeeded, "{report:?}");
+    assert_eq!(report.record.run.as_ref().unwrap().outcome.exit_code, Some(0));
+    assert!(stdout.contains("args: one two words") && stdout.contains("input: hello from the caller"), "stdout: {stdout}");
+    assert_eq!(String::from_utf8_lossy(&report.stderr).trim(), "to-stderr");
+    let out = report.outputs.files.iter().find(|f| f.path == "out.txt").expect("out.txt listed");
+    assert_eq!(out.input, InputMatch::NotAnInput);
+    assert!(report.outputs.files.iter().any(|f| f.path == "in.txt" && f.input == InputMatch::Unchanged), "{:?}", report.outputs);
+    assert!(!progress.lock().unwrap().is_empty(), "no progress was reported");
+    let job = report.record.id.clone();
+    let sj = Api::<SkillJob>::namespaced(client.clone(), NS_A).get(&job).await.unwrap();
+    assert_eq!(
+        sj.metadata.annotations.as_ref().unwrap()["skill-operator.dev/requested-by"],
+        alice.principal,
+        "the audit trail names the caller"
+    );
+
+    // The same confirmed call again: the same run, not a second SkillJob.
+    let again = exec_a
+        .run_new(&alice, plan(&["one", "two words"]), vec![("in.txt".into(), b"hello from the caller".to_vec())], control)
+        .await
+        .unwrap();
+    assert_eq!(again.record.id, job);
+    assert_eq!(Api::<SkillJob>::namespaced(client.clone(), NS_A).list(&ListParams::default()).await.unwrap().items.len(), 1);
+
+    // Reads in chunks, the job's owner only.
+    let chunk = exec_a.read(&alice, &job, ReadTarget::File("out.txt".into()), 0, 4).await.unwrap();
+    assert_eq!((chunk.data.as_slice(), chunk.size, chunk.eof), (&b"made"[..], 5, false));
+    assert_eq!(exec_a.read(&Caller::named("mallory"), &job, ReadTarget::Stdout, 0, 10).await.unwrap_err().code, "job-not-found");
+
+    // A draft: created, uploaded in two chunks, then run naming its inputs by digest.
+    let draft = exec_a.create(&alice, SKILL).await.unwrap();
+    assert_eq!(draft.state, JobState::Created);
+    exec_a.upload(&alice, &draft.id, "in.txt", 0, b"first half, ".to_vec()).await.unwrap();
+    assert_eq!(exec_a.upload(&alice, &draft.id, "in.txt", 3, b"x".to_vec()).await.unwrap_err().code, "job-wrong-offset");
+    let info = exec_a.upload(&alice, &draft.id, "in.txt", 12, b"second half".to_vec()).await.unwrap();
+    assert_eq!((info.size, info.sha256.clone()), (23, skill_operator::core::package::digest(b"first half, second half")));
+    let record = exec_a.get(&alice, &draft.id).await.unwrap();
+    let confirmed: Vec<(String, String)> = record.inputs.iter().map(|f| (f.path.clone(), f.sha256.clone())).collect();
+    let ran = tokio::time::timeout(
+        Duration::from_secs(300),
+        exec_a.run(&alice, &draft.id, plan(&["drafted"]), confirmed, RunControl { key: "draft".into(), ..Default::default() }),
+    )
+    .await
+    .expect("the draft's run ended within 300 s")
+    .expect("the draft's report");
+    assert_eq!(ran.record.id, draft.id, "the job id stays the draft's");
+    assert!(String::from_utf8_lossy(&ran.stdout).contains("input: first half, second half"), "{:?}", String::from_utf8_lossy(&ran.stdout));
+    assert_eq!(exec_a.upload(&alice, &draft.id, "late.txt", 0, b"x".to_vec()).await.unwrap_err().code, "job-uploads-closed");
+    let listed = exec_a.list(&alice).await.unwrap();
+    assert_eq!(listed.iter().map(|r| r.id.as_str()).collect::<std::collections::BTreeSet<_>>(), [job.as_str(), draft.id.as_str()].into());
+
+    // Namespace B's executor knows none of namespace A's jobs, whoever asks.
+    for id in [&job, &draft.id] {
+        assert_eq!(exec_b.get(&alice, id).await.unwrap_err().code, "job-not-found");
+        assert_eq!(exec_b.status(&alice, id).await.unwrap_err().code, "job-not-found");
+        assert_eq!(exec_b.read(&alice, id, ReadTarget::Stdout, 0, 10).await.unwrap_err().code, "job-not-found");
+        assert_eq!(exec_b.delete(&alice, id).await.unwrap_err().code, "job-not-found");
+        assert_eq!(exec_b.task_status(&alice, id).await.unwrap_err().code(), "job-not-found");
+    }
+    assert!(exec_b.list(&alice).await.unwrap().is_empty());
+    // And its drafts are its own: a draft of A is not uploadable through B.
+    let other = exec_a.create(&alice, SKILL).await.unwrap();
+    assert_eq!(exec_b.upload(&alice, &other.id, "a.txt", 0, b"x".to_vec()).await.unwrap_err().code, "job-not-found");
+    exec_a.delete(&alice, &other.id).await.unwrap();
+
+    // The caller going away cancels its run: the pod is stopped, the phase Cancelled.
+    // (It goes away once the script runs: a cancel racing the pod's creation is slow, see `script_running`.)
+    let cancel = CancellationToken::new();
+    let key = format!("gone-{}", uuid::Uuid::new_v4().simple());
+    let control = RunControl { key: key.clone(), progress: None, cancel: cancel.clone() };
+    let running = tokio::spawn({
+        let (client, alice) = (client.clone(), alice.clone());
+        let exec = KubeExecutor::new(client, artifacts.clone(), bindings.clone(), KubeOptions::new(NS_A, NS_GW));
+        async move { exec.run_new(&alice, plan(&["sleep"]), Vec::new(), control).await }
+    });
+    script_running(&client, &skill_operator::gateway::executor::names::run_name(NS_A, &alice.principal, &key)).await;
+    cancel.cancel();
+    let report = tokio::time::timeout(Duration::from_secs(60), running)
+        .await
+        .expect("the cancel came back within 60 s")
+        .unwrap()
+        .expect("a cancelled report");
+    assert_eq!(report.record.state, JobState::Cancelled);
+    let gone = report.record.id.clone();
+    let skilljobs: Api<SkillJob> = Api::namespaced(client.clone(), NS_A);
+    wait_for(
+        || async {
+            let sj = skilljobs.get(&gone).await.ok()?;
+            let s = sj.status?;
+            (s.phase == Some(SkillJobPhase::Cancelled) && s.conditions.iter().any(|c| c.type_ == "Complete" && c.status == "True"))
+                .then_some(())
+        },
+        120,
+        "the disconnected run to be Cancelled with its pod stopped",
+    )
+    .await;
+    let uid = skilljobs.get(&gone).await.unwrap().metadata.uid.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS_A);
+    let selector = format!("skill-operator.dev/skilljob-uid={uid}");
+    assert!(pods.list(&ListParams::default().labels(&selector)).await.unwrap().items.is_empty(), "the run's pod is still there");
+
+    // Tasks: submitted (returns at once), read, cancelled, all from the SkillJob.
+    let task = exec_a.submit(&alice, &plan(&["sleep"]), &[], "task-key").await.unwrap();
+    assert_eq!(task, skill_operator::gateway::executor::names::run_name(NS_A, &alice.principal, "task-key"));
+    assert_eq!(exec_a.task_status(&alice, &task).await.unwrap().state, TaskState::Working);
+    assert_eq!(exec_a.task_status(&Caller::named("mallory"), &task).await.unwrap_err().code(), "job-not-found");
+    assert_eq!(exec_a.task_cancel(&Caller::named("mallory"), &task).await.unwrap_err().code(), "job-not-found");
+    assert_eq!(exec_b.task_cancel(&alice, &task).await.unwrap_err().code(), "job-not-found");
+    script_running(&client, &task).await;
+    exec_a.task_cancel(&alice, &task).await.unwrap();
+    let done = wait_for(
+        || async { exec_a.task_status(&alice, &task).await.ok().filter(|s| s.state != TaskState::Working) },
+        120,
+        "the cancelled task to settle",
+    )
+    .await;
+    assert_eq!(done.state, TaskState::Cancelled);
+    assert_eq!(done.report.expect("a cancelled task has a report").record.state, JobState::Cancelled);
+
+    clean(&client).await;
+    shutdown.trigger();
+    let _ = tokio::time::timeout(Duration::from_secs(10), controller).await;
+}
