@@ -84,6 +84,32 @@ fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
     v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
 
+/// The binary's bare process start: spawn `--version` and wait for its exit.
+fn version_once() -> Duration {
+    let start = Instant::now();
+    let status = Command::new(BIN).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().expect("spawn skill-operator");
+    assert!(status.success());
+    start.elapsed()
+}
+
+/// The 2.5x goal: spawn -> 20-skill skill_list of the default `serve` (run
+/// tools, job store, sandbox probe in the background) against `--version`,
+/// interleaved in one run so drift hits both alike.
+fn startup_ratio(runs: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    corpus(dir.path(), 20);
+    version_once();
+    stdio_once(dir.path());
+    let (mut bare, mut listed) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        bare.push(version_once().as_secs_f64() * 1000.0);
+        listed.push(stdio_once(dir.path()).0.as_secs_f64() * 1000.0);
+    }
+    let (b, l) = (median(bare), median(listed));
+    let verdict = if l <= 2.5 * b { "met" } else { "NOT met" };
+    println!("start-up: --version median {b:.1} ms; default serve spawn->20-skill skill_list median {l:.1} ms; ratio {:.2}x (goal <= 2.5x: {verdict}), {runs} runs", l / b);
+}
+
 fn stdio_case(label: &str, skills: usize, runs: usize) {
     let dir = tempfile::tempdir().unwrap();
     corpus(dir.path(), skills);
@@ -193,6 +219,7 @@ fn main() {
     // `cargo test --benches` runs this with --bench absent: keep it quick then.
     let quick = !std::env::args().any(|a| a == "--bench");
     let (small_runs, big_runs, http_requests) = if quick { (3, 1, 20) } else { (30, 10, 1000) };
+    startup_ratio(small_runs);
     stdio_case("empty", 0, small_runs);
     stdio_case("20 skills", 20, small_runs);
     stdio_case("2000 skills", 2000, big_runs);

@@ -27,6 +27,8 @@ pub enum Command {
     Package(PackageCommand),
     /// Run the Kubernetes controller (SkillPackage, SkillBinding, SkillJob).
     Controller(crate::controller::run::ControllerArgs),
+    /// The in-cluster MCP gateway: /mcp/<namespace> serves the skills bound there; skill_run becomes a SkillJob.
+    Gateway(Box<crate::gateway::server::GatewayArgs>),
     /// In-pod init container: download the job's package and inputs, copy this binary for the launcher.
     Fetch(crate::artifacts::client::FetchArgs),
     /// In-pod native sidecar: wait for the result, upload outputs, write the digest to the termination log.
@@ -63,6 +65,7 @@ pub async fn run(cli: Cli, shutdown: Shutdown) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => crate::serve::run(args, shutdown).await?,
         Command::Package(PackageCommand::Push(args)) => crate::oci::publish::push(args).await?,
         Command::Controller(args) => crate::controller::run::command(args, shutdown).await?,
+        Command::Gateway(args) => crate::gateway::server::command(*args, shutdown).await?,
         Command::Fetch(args) => crate::artifacts::client::fetch_command(args).await?,
         Command::Upload(args) => crate::artifacts::client::upload_command(args, shutdown).await?,
         Command::Artifacts(args) => crate::artifacts::server::command(args, shutdown).await?,

@@ -121,3 +121,94 @@ where
         .with_state(shared);
     Router::new().merge(mcp_routes).merge(open)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::namespaces::testing::registry;
+    use super::*;
+    use axum::body::Body;
+
+    fn app(ready: bool) -> Router {
+        let (trees, reg) = registry(4);
+        trees.put("team-a", &["one"]);
+        let readiness = Readiness::default();
+        if ready {
+            readiness.set_ready();
+        }
+        router(Arc::new(reg), readiness, Arc::new(|| "# metrics\n".to_string()), tower::layer::util::Identity::new())
+    }
+
+    async fn send(app: Router, request: axum::http::Request<Body>) -> (StatusCode, String) {
+        let response = app.oneshot(request).await.unwrap();
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    fn initialize(ns: &str, body: Body, length: Option<u64>) -> axum::http::Request<Body> {
+        let mut request = axum::http::Request::post(format!("/mcp/{ns}"))
+            .header(header::HOST, "localhost")
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json, text/event-stream");
+        if let Some(n) = length {
+            request = request.header(header::CONTENT_LENGTH, n);
+        }
+        request.body(body).unwrap()
+    }
+
+    const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
+
+    #[tokio::test]
+    async fn health_is_open_and_readiness_follows_the_sync() {
+        assert_eq!(send(app(false), axum::http::Request::get("/healthz").body(Body::empty()).unwrap()).await.0, StatusCode::OK);
+        assert_eq!(
+            send(app(false), axum::http::Request::get("/readyz").body(Body::empty()).unwrap()).await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(send(app(true), axum::http::Request::get("/readyz").body(Body::empty()).unwrap()).await.0, StatusCode::OK);
+        let (status, body) = send(app(false), initialize("team-a", Body::from(INIT), None)).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert!(body.contains("not-ready"));
+    }
+
+    #[tokio::test]
+    async fn a_namespace_must_be_a_dns_label_and_bodies_are_bounded() {
+        let (status, body) = send(app(true), initialize("Team_A", Body::from(INIT), None)).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+        assert!(body.contains("bad-namespace"));
+        // Declared over the limit: refused before anything reads it.
+        let (status, body) = send(app(true), initialize("team-a", Body::empty(), Some(MCP_BODY_LIMIT + 1))).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+        assert!(body.contains("skill_job_upload"));
+        // At the limit it is read (and answered by the MCP service).
+        let mut padded = INIT.to_string();
+        padded.push_str(&" ".repeat(MCP_BODY_LIMIT as usize - INIT.len()));
+        let (status, _) = send(app(true), initialize("team-a", Body::from(padded), Some(MCP_BODY_LIMIT))).await;
+        assert_eq!(status, StatusCode::OK);
+        // Undeclared and over the limit: cut off, never served.
+        let chunks = futures::stream::iter(vec![Ok::<_, std::io::Error>(bytes::Bytes::from(vec![b' '; MCP_BODY_LIMIT as usize + 1]))]);
+        let (status, _) = send(app(true), initialize("team-a", Body::from_stream(chunks), None)).await;
+        assert_ne!(status, StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn a_legacy_session_belongs_to_its_namespace() {
+        let app = app(true);
+        let response = app.clone().oneshot(initialize("team-a", Body::from(INIT), None)).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let session = response.headers().get("mcp-session-id").unwrap().to_str().unwrap().to_string();
+        let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}"#;
+        let on = |ns: &str| {
+            axum::http::Request::post(format!("/mcp/{ns}"))
+                .header(header::HOST, "localhost")
+                .header(header::CONTENT_TYPE, "application/json")
+                .header(header::ACCEPT, "application/json, text/event-stream")
+                .header("mcp-session-id", session.as_str())
+                .header("mcp-protocol-version", "2025-11-25")
+                .body(Body::from(list))
+                .unwrap()
+        };
+        let (status, body) = send(app.clone(), on("team-b")).await;
+        assert!(status == StatusCode::NOT_FOUND || status == StatusCode::BAD_REQUEST, "team-a's session on team-b: {status} {body}");
+    }
+}

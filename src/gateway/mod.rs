@@ -15,5 +15,7 @@ pub mod auth;
 pub mod catalog;
 pub mod executor;
 pub mod http;
+pub mod metrics;
 pub mod namespaces;
+pub mod server;
 pub mod watch;

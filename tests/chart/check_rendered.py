@@ -25,6 +25,7 @@ when any check failed. Checks:
                  peer), and the artifacts container listens on 8443
   servicemonitor a ServiceMonitor, when rendered, selects the metrics Service
                  and names its port
+  gateway-*      the MCP gateway's objects, when rendered (gateway_checks.py)
   expect         --expect checks on the rendering (see EXPECTATIONS)
 """
 import glob
@@ -32,6 +33,8 @@ import os
 import sys
 
 import yaml
+
+import gateway_checks
 
 CLUSTER_SCOPED = {
     "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Namespace",
@@ -44,7 +47,7 @@ RESTRICTED_VOLUMES = {
     "persistentVolumeClaim", "projected", "secret", "image",
 }
 # Components whose pods may carry a ServiceAccount token (they call the API).
-API_COMPONENTS = {"controller", "artifacts"}
+API_COMPONENTS = {"controller", "artifacts", "gateway"}
 
 failures = []
 passes = []
@@ -245,6 +248,9 @@ def _(objs, value):
     return out
 
 
+gateway_checks.register(expect)
+
+
 def main():
     rendered, release, crd_dir = sys.argv[1:4]
     expects = []
@@ -325,6 +331,9 @@ def main():
                 sm.append(f"{m['metadata']['name']}: endpoint port {e.get('port')} not in {names}")
     if monitors:
         check("servicemonitor", sm)
+
+    for name, problems in gateway_checks.checks(objs):
+        check(name, problems)
 
     for k, v in expects:
         check(f"expect {k}={v}", EXPECTATIONS[k](objs, v))

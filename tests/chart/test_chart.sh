@@ -10,13 +10,21 @@
 #   - check_rendered.py: restricted Pod Security on every container, requests ==
 #     limits, probes, SA tokens only where the API is used, release name in every
 #     cluster-scoped name, CRDs keep + identical to crds/, NetworkPolicy peer
-#     labels, RBAC verbs per option
+#     labels, RBAC verbs per option; the gateway (gateway_checks.py): its
+#     ClusterRole is exactly the issue's list, PDB iff replicas > 1, its
+#     NetworkPolicy, args, probes, Service; altered renderings prove those
+#     checks fail (a Secrets rule, a wildcard, an extra verb, a PDB missing or
+#     superfluous)
+#   - NOTES.txt (helm install --dry-run=client): the gateway URL and the RBAC an
+#     agent needs; the anonymous warning only with gateway.auth.allowAnonymous
+#   - the values tests/kind/run.sh installs with on the local cluster render and lint
 #   - bad values fail through values.schema.json
 #   - config/samples/k8s: custom resources against the CRD schemas (strict,
 #     validate_samples.py), built-in kinds with kubernetes-validate --strict;
 #     kubectl decodes everything offline (`annotate --local`: `apply
 #     --dry-run=client` needs an API server for discovery)
 # Needs target/test-deps from scripts/install-test-deps.sh (helm, kubectl, venv).
+# The gateway RBAC and agent sample on a real API server: tests/chart/cluster_rbac.sh.
 # Last line: `chart: N passed, M failed`; exit status 1 when M > 0.
 set -uo pipefail
 
@@ -96,6 +104,18 @@ check "helm template (values-all.yaml)" render all -f "$HERE/values-all.yaml"
 check "helm template (gateway on, no API access for artifacts)" render variant -f "$HERE/values-min.yaml" \
   --set gateway.enabled=true --set artifacts.rbac.getSkillJobs=false --set crds.install=false \
   --set image.tag=1.2.3
+check "helm template (gateway off)" render gw-off -f "$HERE/values-min.yaml" --set gateway.enabled=false
+check "helm template (gateway: 1 replica, no NetworkPolicy)" render gw-one -f "$HERE/values-min.yaml" \
+  --set gateway.replicas=1 --set gateway.networkPolicy.enabled=false
+# The values tests/kind/run.sh installs with on the local cluster.
+KIND_VALUES=(--set image.repository=127.0.0.1:5000/skill-operator --set "image.digest=sha256:$(printf '%064d' 2)"
+  --set artifacts.registry=10.88.0.1:5001/skill-operator/jobs --set artifacts.insecureRegistry=true
+  --set artifacts.service.clusterIP=10.0.0.50)
+check "helm lint --strict (tests/kind/run.sh's local-cluster values)" "$HELM" lint --strict "$CHART" "${KIND_VALUES[@]}"
+check "helm template (tests/kind/run.sh's local-cluster values)" render kind "${KIND_VALUES[@]}"
+check_fails "helm template refuses gateway.cache.maxBytes beyond the cache volume" "exceeds the cache volume" \
+  "$HELM" template "$RELEASE" "$CHART" --namespace "$NS" -f "$HERE/values-min.yaml" \
+  --set gateway.cache.sizeMiB=64 --set gateway.cache.maxBytes=67108865
 # Different releases never share a cluster-scoped name.
 check "helm template (a second release)" "$HELM" template other "$CHART" --namespace "$NS" \
   -f "$HERE/values-min.yaml" --output-dir "$OUT/other"
@@ -111,7 +131,7 @@ validate() { # file
   fi
   grep -q "passed for resource" <<<"$out" || { echo "nothing validated: $out"; return 1; }
 }
-for r in min all variant; do
+for r in min all variant gw-off gw-one kind; do
   [[ -s "$OUT/$r.yaml" ]] && check "kubernetes-validate --strict -k $KVER ($r)" validate "$OUT/$r.yaml"
 done
 # kubectl --dry-run=client still needs a server for discovery; `annotate
@@ -123,7 +143,7 @@ check "kubectl decodes every rendered object (values-all.yaml)" \
 rendered() { "$PY" "$HERE/check_rendered.py" "$OUT/$1.yaml" "$RELEASE" crds "${@:2}"; }
 D1=sha256:1111111111111111111111111111111111111111111111111111111111111111
 check "checks (values-min.yaml)" rendered min \
-  --expect kinds=ClusterRole,ClusterRoleBinding,CustomResourceDefinition,Deployment,Secret,Service,ServiceAccount \
+  --expect kinds=ClusterRole,ClusterRoleBinding,CustomResourceDefinition,Deployment,NetworkPolicy,PodDisruptionBudget,Role,RoleBinding,Secret,Service,ServiceAccount \
   --expect rule=controller:skill-operator.dev:skilljobs:get+list+watch+patch+update \
   --expect rule=controller:skill-operator.dev:skilljobs/status:get+patch+update \
   --expect rule=controller:skill-operator.dev:skilljobs/finalizers:update \
@@ -142,9 +162,16 @@ check "checks (values-min.yaml)" rendered min \
   --expect "controller-arg=--operator-namespace=$NS" \
   --expect controller-arg=--token-key-file=/var/run/skill-operator/key/token-key \
   --expect artifacts-arg=--registry=registry.example.com/skill-operator/artifacts \
-  --expect token-key-secret=$RELEASE-skill-operator-token-key
+  --expect token-key-secret=$RELEASE-skill-operator-token-key \
+  --expect gateway-pdb=present --expect gateway-netpol=present \
+  --expect "gateway-arg=--artifact-endpoint=http://$RELEASE-skill-operator-artifacts.$NS.svc:8443" \
+  --expect gateway-arg=--confirm=ask --expect gateway-arg=--on-disconnect=cancel \
+  --expect gateway-arg=--cache-max-bytes=805306368 --expect gateway-pull-secrets= \
+  --expect no-gateway-arg=--allow-anonymous --expect no-gateway-arg=--token-audience \
+  --expect no-gateway-arg=--max- --expect no-gateway-arg=--auth- --expect no-gateway-arg=--public-url \
+  --expect no-gateway-arg=--authorization-server --expect no-gateway-arg=--plain-http-registry
 check "checks (values-all.yaml)" rendered all \
-  --expect kinds=ClusterRole,ClusterRoleBinding,CustomResourceDefinition,Deployment,Service,ServiceAccount,ServiceMonitor \
+  --expect kinds=ClusterRole,ClusterRoleBinding,CustomResourceDefinition,Deployment,NetworkPolicy,PodDisruptionBudget,Role,RoleBinding,Service,ServiceAccount,ServiceMonitor \
   --expect image-digest=$D1 \
   --expect pull-secret=regcred \
   --expect controller-arg=--label-namespaces \
@@ -153,11 +180,101 @@ check "checks (values-all.yaml)" rendered all \
   --expect controller-arg=--artifact-endpoint=http://10.96.100.10:8443 \
   --expect "controller-arg=--operator-image=ghcr.io/example/skill-operator-runner@$D1" \
   --expect artifacts-arg=--insecure-registry \
-  --expect token-key-secret=my-token-key
+  --expect token-key-secret=my-token-key \
+  --expect gateway-arg=--allow-anonymous --expect gateway-arg=--confirm=auto --expect gateway-arg=--on-disconnect=keep \
+  --expect gateway-arg=--artifact-endpoint=http://10.96.100.10:8443 \
+  --expect gateway-arg=--allowed-host=mcp.example.com:8443 --expect gateway-arg=--cache-max-bytes=1073741824 \
+  --expect gateway-arg=--token-audience=skill-operator-gateway --expect gateway-arg=--token-audience=https://kubernetes.default.svc \
+  --expect gateway-arg=--auth-cache-ttl-secs=30 --expect gateway-arg=--auth-negative-ttl-secs=0 \
+  --expect gateway-arg=--auth-decision-ttl-secs=5 --expect gateway-arg=--auth-cache-entries=8192 \
+  --expect gateway-arg=--authorization-server=https://oidc.example.com --expect gateway-arg=--public-url=https://mcp.example.com \
+  --expect gateway-arg=--max-namespaces=500 --expect gateway-arg=--max-sessions=64 \
+  --expect gateway-arg=--plain-http-registry=registry.example.com:5000 --expect gateway-arg=--example-flag \
+  --expect gateway-pull-secrets=registry-a,registry-b
 check "checks (gateway on, artifacts without API access)" rendered variant \
-  --expect kinds=ClusterRole,ClusterRoleBinding,Deployment,Secret,Service,ServiceAccount \
+  --expect kinds=ClusterRole,ClusterRoleBinding,Deployment,NetworkPolicy,PodDisruptionBudget,Role,RoleBinding,Secret,Service,ServiceAccount \
   --expect rule=artifacts:skill-operator.dev:skilljobs: \
   --expect controller-arg=--operator-image=ghcr.io/example/skill-operator:1.2.3
+check "checks (gateway off)" rendered gw-off --expect gateway=absent \
+  --expect kinds=ClusterRole,ClusterRoleBinding,CustomResourceDefinition,Deployment,Secret,Service,ServiceAccount
+check "checks (gateway: 1 replica, no NetworkPolicy)" rendered gw-one \
+  --expect gateway-pdb=absent --expect gateway-netpol=absent
+check "checks (tests/kind/run.sh's local-cluster values)" rendered kind \
+  --expect gateway-arg=--artifact-endpoint=http://10.0.0.50:8443 --expect gateway-pdb=present
+
+# The gateway checks fail on a rendering that breaks them (each altered copy
+# of a rendering must be refused, naming the problem).
+altered() { # name, source rendering, python statement on `objs` (and `by`)
+  "$PY" - "$OUT/$2.yaml" "$OUT/altered-$1.yaml" "$3" <<'PY'
+import sys, yaml
+src, dst, stmt = sys.argv[1:4]
+objs = [d for d in yaml.safe_load_all(open(src)) if d]
+by = lambda kind, suffix: next(o for o in objs if o["kind"] == kind and o["metadata"]["name"].endswith(suffix))
+exec(stmt)
+yaml.safe_dump_all(objs, open(dst, "w"), sort_keys=False)
+PY
+  rendered "altered-$1"
+}
+check_fails "gateway checks refuse a Secrets rule in the gateway ClusterRole" "FAIL gateway-rbac: ClusterRole: get on ''/secrets" \
+  altered secrets min 'by("ClusterRole", "-gateway")["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})'
+check_fails "gateway checks refuse a wildcard verb" "FAIL gateway-rbac: ClusterRole: wildcard" \
+  altered wildcard min 'by("ClusterRole", "-gateway")["rules"][3]["verbs"] = ["*"]'
+check_fails "gateway checks refuse an extra verb (update skilljobs)" "FAIL gateway-rbac: ClusterRole: grants .*'update'" \
+  altered extra-verb min 'by("ClusterRole", "-gateway")["rules"][3]["verbs"].append("update")'
+check_fails "gateway checks refuse a missing verb (create tokenreviews)" "FAIL gateway-rbac: ClusterRole: lacks .*tokenreviews" \
+  altered missing-verb min 'by("ClusterRole", "-gateway")["rules"].pop(0)'
+check_fails "gateway checks refuse the binding to another subject" "FAIL gateway-rbac: ClusterRoleBinding subjects" \
+  altered subject min 'by("ClusterRoleBinding", "-gateway")["subjects"].append({"kind": "Group", "name": "system:authenticated", "apiGroup": "rbac.authorization.k8s.io"})'
+check_fails "gateway checks refuse get on every Secret in the gateway Role" "FAIL gateway-rbac: Role: get on ''/secrets" \
+  altered role-secrets min 'by("Role", "-gateway")["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})'
+check_fails "gateway checks refuse list on the named pull secrets" "FAIL gateway-rbac: Role: .*resourceNames" \
+  altered role-list-secrets all 'by("Role", "-gateway")["rules"][1]["verbs"].append("list")'
+check_fails "gateway checks refuse configmaps cluster-wide" "FAIL gateway-rbac: ClusterRole: grants .*configmaps" \
+  altered cluster-configmaps min 'by("ClusterRole", "-gateway")["rules"].append({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]})'
+check_fails "gateway checks refuse 2 replicas without a PDB" "FAIL gateway-pdb: 0 PodDisruptionBudgets for 2 replicas" \
+  altered no-pdb min 'objs.remove(by("PodDisruptionBudget", "-gateway"))'
+check_fails "gateway checks refuse a PDB with 1 replica" "FAIL gateway-pdb: a PodDisruptionBudget with 1" \
+  altered one-pdb min 'by("Deployment", "-gateway")["spec"]["replicas"] = 1'
+check_fails "gateway checks refuse an allow-all egress rule" "FAIL gateway-netpol: an egress rule without peers or ports" \
+  altered allow-all min 'by("NetworkPolicy", "-gateway")["spec"]["egress"].append({})'
+check_fails "gateway checks refuse ingress on another port" "FAIL gateway-netpol: ingress rule on ports" \
+  altered ingress-port min 'by("NetworkPolicy", "-gateway")["spec"]["ingress"][0]["ports"].append({"protocol": "TCP", "port": 9090})'
+check_fails "gateway checks refuse a pod without its ServiceAccount token" "FAIL gateway-pod: no ServiceAccount token" \
+  altered no-token min 'by("Deployment", "-gateway")["spec"]["template"]["spec"]["automountServiceAccountToken"] = False'
+check_fails "gateway checks refuse a writable token key mount" "FAIL gateway-pod: the token key directory" \
+  altered rw-key min 'next(m for m in by("Deployment", "-gateway")["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] if m["name"] == "token-key")["readOnly"] = False'
+check_fails "restricted check refuses a gateway container allowing privilege escalation" "FAIL restricted: .*gateway.*allowPrivilegeEscalation" \
+  altered escalation min 'by("Deployment", "-gateway")["spec"]["template"]["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = True'
+
+# NOTES.txt: what `helm install` prints (--dry-run=client needs no cluster).
+notes() { # file, helm args...
+  local file="$1"
+  shift
+  KUBECONFIG=/dev/null "$HELM" install "$RELEASE" "$CHART" --namespace "$NS" --dry-run=client "$@" \
+    | sed -n '/^NOTES:/,$p' >"$OUT/$file"
+  [[ -s "$OUT/$file" ]] || { echo "no NOTES printed"; return 1; }
+}
+notes_say() { # file, fixed strings...
+  local file="$1" s
+  shift
+  for s in "$@"; do grep -qF -- "$s" "$OUT/$file" || { echo "NOTES lack: $s"; return 1; }; done
+}
+notes_lack() { # file, fixed string
+  if grep -qF -- "$2" "$OUT/$1"; then echo "NOTES contain: $(grep -F -- "$2" "$OUT/$1")"; return 1; fi
+}
+check "NOTES.txt renders (values-min.yaml)" notes notes-min.txt -f "$HERE/values-min.yaml"
+check "NOTES.txt renders (values-all.yaml)" notes notes-all.txt -f "$HERE/values-all.yaml"
+check "NOTES.txt renders (gateway off)" notes notes-off.txt -f "$HERE/values-min.yaml" --set gateway.enabled=false
+check "NOTES: the gateway URL and the RBAC an agent needs" notes_say notes-min.txt \
+  "http://$RELEASE-skill-operator-gateway.$NS.svc:8090/mcp/<namespace>" \
+  "get skillbindings" "create skilljobs" "get skilljobs" "delete skilljobs" "config/samples/k8s/agent-rbac.yaml"
+check "NOTES: no anonymous warning by default" notes_lack notes-min.txt "allowAnonymous=true"
+check "NOTES: the anonymous warning with gateway.auth.allowAnonymous" notes_say notes-all.txt \
+  "WARNING: gateway.auth.allowAnonymous=true" "create token skills-agent --audience skill-operator-gateway"
+check "NOTES: no API server rule is said when none could be rendered" notes_say notes-min.txt "no API server rule"
+check "NOTES: API server CIDRs given, nothing to say" notes_lack notes-all.txt "no API server rule"
+check "NOTES: no gateway lines with the gateway off" notes_lack notes-off.txt "/mcp/"
+
 check "artifacts pod has no SA token without RBAC" \
   grep -qE '^ +automountServiceAccountToken: false' <(sed -n '/^kind: Deployment/,/^---/p' "$OUT/variant.yaml" | sed -n '/name: rel-test-skill-operator-artifacts/,/containers:/p')
 no_shared_names() {
@@ -186,6 +303,13 @@ bad "resources.cpu: lots" --set controller.resources.cpu=lots
 bad "an unknown key (controler.replicas)" --set controler.replicas=1
 bad "podLabels overriding a selector label" --set 'artifacts.podLabels.app\.kubernetes\.io/component=x'
 bad "gateway.service.type: ExternalName" --set gateway.service.type=ExternalName
+bad "gateway.confirm: maybe" --set gateway.confirm=maybe
+bad "gateway.onDisconnect: drop" --set gateway.onDisconnect=drop
+bad "gateway.maxSessions: 0" --set gateway.maxSessions=0
+bad 'gateway.auth.allowAnonymous: "yes"' --set-string gateway.auth.allowAnonymous=yes
+bad "gateway.auth.publicUrl without a scheme" --set gateway.auth.publicUrl=mcp.example.com
+bad "gateway.networkPolicy.apiServer.cidrs: a host name" --set 'gateway.networkPolicy.apiServer.cidrs[0]=api.example'
+bad "gateway.networkPolicy.registries: a rule without ports" --set 'gateway.networkPolicy.registries[0].cidr=10.0.0.1/32'
 
 # -------------------------------------------------------------------- samples
 check "samples: custom resources against the CRD schemas, references" \
@@ -202,6 +326,18 @@ check_fails "samples: the CR validator refuses an unknown field" "unknownField" 
 cp config/samples/k8s/skilljob.yaml "$OUT/bad-samples/skilljob.yaml"
 sed -i 's/timeoutSeconds: 30/timeoutSeconds: 900/' "$OUT/bad-samples/skilljob.yaml"
 check_fails "samples: the CR validator refuses timeoutSeconds 900" "timeoutSeconds" \
+  "$PY" "$HERE/validate_samples.py" "$OUT/bad-samples" crds "$OUT/bad-builtin.yaml"
+cp config/samples/k8s/skilljob.yaml "$OUT/bad-samples/skilljob.yaml"
+sed -i 's/resources: \["skilljobs"\]/resources: ["skilljob"]/' "$OUT/bad-samples/agent-rbac.yaml"
+check_fails "samples: the RBAC check refuses a Role on a resource no CRD defines" "no resource 'skilljob'" \
+  "$PY" "$HERE/validate_samples.py" "$OUT/bad-samples" crds "$OUT/bad-builtin.yaml"
+cp config/samples/k8s/agent-rbac.yaml "$OUT/bad-samples/agent-rbac.yaml"
+sed -i 's/verbs: \["create", "get", "delete"\]/verbs: ["create", "get", "delete", "update"]/' "$OUT/bad-samples/agent-rbac.yaml"
+check_fails "samples: the RBAC check refuses an agent Role granting more than the gateway checks" "beyond what the gateway checks" \
+  "$PY" "$HERE/validate_samples.py" "$OUT/bad-samples" crds "$OUT/bad-builtin.yaml"
+cp config/samples/k8s/agent-rbac.yaml "$OUT/bad-samples/agent-rbac.yaml"
+sed -i -z 's/kind: Role\n  name: skills-agent\n/kind: Role\n  name: another-role\n/' "$OUT/bad-samples/agent-rbac.yaml"
+check_fails "samples: the RBAC check refuses a RoleBinding to a Role not among the samples" "roleRef" \
   "$PY" "$HERE/validate_samples.py" "$OUT/bad-samples" crds "$OUT/bad-builtin.yaml"
 
 finish

@@ -13,6 +13,11 @@ usage: validate_samples.py SAMPLES_DIR CRD_DIR BUILTIN_OUT.yaml
 - References between the samples must resolve: binding -> package, job ->
   binding, env grant -> Secret key, job script -> the package's allowedScripts,
   namespaced objects -> a sample Namespace.
+- RBAC samples: a RoleBinding's Role and ServiceAccounts are among the
+  samples (same namespace); Role rules on skill-operator.dev name resources
+  its CRDs define and grant only what the gateway checks for an agent (get
+  skillbindings; create/get/delete skilljobs); no rule touches Secrets or
+  uses a wildcard.
 - Built-in kinds are written to BUILTIN_OUT.yaml for `kubernetes-validate --strict`.
 
 Prints "ok"/"FAIL" lines and exits 1 on any failure.
@@ -27,6 +32,9 @@ import jsonschema
 import yaml
 
 GROUP = "skill-operator.dev"
+# What the MCP gateway asks a SubjectAccessReview about for an agent: the most
+# an agent sample Role may grant (config/samples/k8s/agent-rbac.yaml).
+AGENT_VERBS = {"skillbindings": {"get"}, "skilljobs": {"create", "get", "delete"}}
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -58,15 +66,44 @@ def strict(schema):
     return s
 
 
+def rbac_problems(objs, named, plurals):
+    out = []
+    roles, accounts = named("Role"), named("ServiceAccount")
+    for (ns, name), b in named("RoleBinding").items():
+        ref = b["roleRef"]
+        if ref.get("kind") != "Role" or (ns, ref.get("name")) not in roles:
+            out.append(f"RoleBinding {name}: roleRef {ref} is not a sample Role in {ns}")
+        for sub in b.get("subjects") or []:
+            if sub.get("kind") != "ServiceAccount" or (sub.get("namespace"), sub.get("name")) not in accounts:
+                out.append(f"RoleBinding {name}: subject {sub} is not a sample ServiceAccount")
+    for (ns, name), r in roles.items():
+        for rule in r.get("rules") or []:
+            groups, resources, verbs = rule.get("apiGroups") or [], rule.get("resources") or [], rule.get("verbs") or []
+            if "*" in groups + resources + verbs:
+                out.append(f"Role {name}: a wildcard in {rule}")
+            if "secrets" in resources:
+                out.append(f"Role {name}: a rule on Secrets")
+            if GROUP not in groups:
+                continue
+            for res in resources:
+                if res not in plurals:
+                    out.append(f"Role {name}: {GROUP} has no resource {res!r} (CRD plurals: {sorted(plurals)})")
+                extra = set(verbs) - AGENT_VERBS.get(res, set())
+                if extra:
+                    out.append(f"Role {name}: {sorted(extra)} on {res}, beyond what the gateway checks for an agent")
+    return out
+
+
 def main():
     samples_dir, crd_dir, builtin_out = sys.argv[1:4]
-    crds = {}
+    crds, plurals = {}, set()
     for path in glob.glob(os.path.join(crd_dir, "*.yaml")):
         with open(path) as f:
             crd = yaml.safe_load(f)
         for v in crd["spec"]["versions"]:
             crds[(f"{crd['spec']['group']}/{v['name']}", crd["spec"]["names"]["kind"])] = (
                 crd["spec"]["scope"], strict(v["schema"]["openAPIV3Schema"]))
+        plurals.add(crd["spec"]["names"]["plural"])
 
     fails, oks = [], 0
     builtin, objs = [], []
@@ -135,6 +172,13 @@ def main():
     else:
         oks += 1
         print("ok   references between the samples resolve")
+
+    rbac = rbac_problems(objs, named, plurals)
+    if rbac:
+        fails.extend(rbac)
+    elif named("Role") or named("RoleBinding"):
+        oks += 1
+        print("ok   RBAC samples: bindings resolve, agent Roles grant only the gateway's verbs")
 
     with open(builtin_out, "w") as f:
         yaml.safe_dump_all(builtin, f, sort_keys=False)

@@ -23,6 +23,8 @@
 #   POD_GW               this machine's address on the pod network (default: lc0's)
 #   ARTIFACTS_CLUSTER_IP a free ClusterIP for the artifact endpoint (clusters without
 #                        DNS need it; default 10.0.0.50 on the local cluster, empty elsewhere)
+#   GATEWAY_CLUSTER_IP   a free ClusterIP for the gateway, which this machine reaches
+#                        (default 10.0.0.51 on the local cluster; empty: gateway checks not run)
 #   RUN_IMAGE            the run image (default IMAGE_REGISTRY/runtime:trixie) and
 #   PYTHON, NODE, BASH   its interpreter paths (default /usr/bin/python3, /usr/bin/node, /bin/bash)
 #   KEEP=1               leave the namespaces and release in place afterwards
@@ -73,7 +75,7 @@ cleanup() {
   [[ -n "$REGISTRY_PID" ]] && kill "$REGISTRY_PID" 2>/dev/null
   [[ -n "${WATCH_PID:-}" ]] && kill "$WATCH_PID" 2>/dev/null
   if [[ "${KEEP:-}" != 1 ]]; then
-    "$KUBECTL" delete namespace "$NS" --wait=false >/dev/null 2>&1
+    "$KUBECTL" delete namespace "$NS" "$NS-empty" --wait=false >/dev/null 2>&1
     "$HELM" uninstall "$RELEASE" -n "$OPNS" >/dev/null 2>&1
     "$KUBECTL" delete namespace "$OPNS" --wait=false >/dev/null 2>&1
   fi
@@ -95,6 +97,8 @@ if [[ -z "${ARTIFACT_REGISTRY:-}" ]]; then
 fi
 if [[ $LOCAL == 1 ]]; then ARTIFACTS_CLUSTER_IP="${ARTIFACTS_CLUSTER_IP-10.0.0.50}"; fi
 ARTIFACTS_CLUSTER_IP="${ARTIFACTS_CLUSTER_IP:-}"
+if [[ $LOCAL == 1 ]]; then GATEWAY_CLUSTER_IP="${GATEWAY_CLUSTER_IP-10.0.0.51}"; fi
+GATEWAY_CLUSTER_IP="${GATEWAY_CLUSTER_IP:-}"
 RUN_IMAGE="${RUN_IMAGE:-$IMAGE_REGISTRY/runtime:trixie}"
 PYTHON="${PYTHON:-/usr/bin/python3}" NODE="${NODE:-/usr/bin/node}" BASH_PATH="${BASH:-/bin/bash}"
 RELEASE=e2e OPNS=skill-e2e-system NS=skills-e2e
@@ -109,6 +113,8 @@ if [[ "$digest" == sha256:* ]]; then ok "image self pushed $ref"; else bad "imag
 helm_args=(--set "image.repository=$IMAGE_REGISTRY/skill-operator" --set "image.digest=$digest"
   --set "artifacts.registry=$ARTIFACT_REGISTRY/skill-operator/jobs" --set artifacts.insecureRegistry=true)
 [[ -n "$ARTIFACTS_CLUSTER_IP" ]] && helm_args+=(--set "artifacts.service.clusterIP=$ARTIFACTS_CLUSTER_IP")
+[[ -n "$GATEWAY_CLUSTER_IP" ]] && helm_args+=(--set gateway.enabled=true --set "gateway.service.clusterIP=$GATEWAY_CLUSTER_IP" --set "gateway.allowedHosts={$GATEWAY_CLUSTER_IP}")
+[[ -z "$GATEWAY_CLUSTER_IP" ]] && helm_args+=(--set gateway.enabled=false)
 check "helm install" "$HELM" upgrade --install "$RELEASE" "$ROOT/charts/skill-operator" -n "$OPNS" --create-namespace \
   --wait --timeout 240s "${helm_args[@]}"
 [[ $FAIL == 0 ]] || { "$KUBECTL" -n "$OPNS" get pods -o wide; "$KUBECTL" -n "$OPNS" logs deploy/"$RELEASE"-skill-operator-controller --tail=20; finish; }
@@ -246,6 +252,50 @@ deleted_while_running() {
   [[ -z "$(K get pods -l "skill-operator.dev/skilljob-uid=$uid" -o name)" ]] || { echo "its pod is still there"; return 1; }
 }
 check "a SkillJob deleted while running is gone within 5 s" deleted_while_running
+
+# ---------------------------------------------------------------- the gateway
+# The in-cluster MCP endpoint (the chart's gateway Deployment), driven by the
+# real Python client with ServiceAccount tokens from the TokenRequest API: an
+# agent allowed in $NS and $NS2 (config/samples/k8s/agent-rbac.yaml's Role),
+# and one with no rights.
+NS2="$NS-empty"
+GW="http://$GATEWAY_CLUSTER_IP:8090"
+gateway_setup() {
+  "$KUBECTL" delete namespace "$NS2" --ignore-not-found --wait=true --timeout=120s >/dev/null
+  "$KUBECTL" create namespace "$NS2" >/dev/null || return 1
+  "$KUBECTL" label namespace "$NS2" pod-security.kubernetes.io/enforce=restricted >/dev/null || return 1
+  local ns
+  for ns in "$NS" "$NS2"; do
+    sed "s/namespace: skills-demo/namespace: $ns/" "$ROOT/config/samples/k8s/agent-rbac.yaml" | "$KUBECTL" apply -f - >/dev/null || return 1
+  done
+  "$KUBECTL" -n "$NS" create serviceaccount nobody >/dev/null || return 1
+  ALLOWED="$("$KUBECTL" -n "$NS" create token skills-agent --duration=1h)" || return 1
+  DENIED="$("$KUBECTL" -n "$NS" create token nobody --duration=1h)" || return 1
+  for _ in $(seq 60); do curl -sf "$GW/readyz" >/dev/null && return 0; sleep 1; done
+  echo "the gateway at $GW never became ready"; return 1
+}
+gw() { "$PY" "$ROOT/tests/kind/gateway_client.py" "$1" "$GW" "$NS" "$NS2" "$ALLOWED" "$DENIED"; }
+gateway_bind() {
+  local out="$WORK/gw-bind.out"
+  gw bind >"$out" 2>&1 &
+  local client=$!
+  for _ in $(seq 120); do grep -q READY "$out" && break; kill -0 "$client" 2>/dev/null || break; sleep 0.5; done
+  "$KUBECTL" -n "$NS2" apply -f - >/dev/null <<YAML
+apiVersion: skill-operator.dev/v1alpha1
+kind: SkillBinding
+metadata: { name: word-count }
+spec: { package: $("$KUBECTL" -n "$NS" get skillbinding word-count -o jsonpath='{.spec.package}') }
+YAML
+  wait "$client"; local rc=$?
+  grep -v READY "$out"
+  return $rc
+}
+if [[ -n "$GATEWAY_CLUSTER_IP" ]] && check "gateway: agents, tokens, ready" gateway_setup; then
+  check "gateway: skill_list and skill_run as a SkillJob on the node (both MCP eras)" gw run
+  check "gateway: 401 without or with a bad token, 403 naming the verb, RFC 9728 metadata" gw auth
+  check "gateway: no other namespace, session or job reachable" gw isolation
+  check "gateway: a new binding brings the tools with list_changed" gateway_bind
+fi
 
 # The finished runs left nothing behind but the SkillJobs.
 no_leftovers() {

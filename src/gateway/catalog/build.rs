@@ -102,8 +102,12 @@ impl NamespaceCatalog {
             candidates.push(Candidate { name, binding, package_name, package, digest });
         }
 
-        let leases: Vec<_> = futures::stream::iter(candidates.iter())
-            .map(|c| cache.acquire(&c.package.spec.source.oci, &c.digest))
+        // Owned pull arguments: a closure borrowing the candidates makes a
+        // future the compiler cannot prove `Send` for every lifetime, which
+        // a caller behind `async_trait` needs.
+        let pulls: Vec<_> = candidates.iter().map(|c| (c.package.spec.source.oci.clone(), c.digest.clone())).collect();
+        let leases: Vec<_> = futures::stream::iter(pulls)
+            .map(|(source, digest)| async move { cache.acquire(&source, &digest).await })
             .buffered(PULLS_PER_BUILD)
             .collect()
             .await;

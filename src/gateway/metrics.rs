@@ -1,0 +1,24 @@
+//! `/metrics` of the gateway, in the OpenMetrics text format: the auth
+//! caches' work (how often the API server is asked vs answered from the
+//! cache) as counters read at scrape time.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::registry::Registry;
+
+use super::auth::Authenticator;
+
+/// The current figures, encoded.
+pub fn render(auth: &Authenticator) -> String {
+    let stats = auth.stats();
+    let mut registry = Registry::with_prefix("skill_operator_gateway");
+    registry.register("token_reviews", "TokenReviews sent to the API server", ConstCounter::new(stats.token_reviews));
+    registry.register("token_cache_hits", "Bearer tokens answered from the cache", ConstCounter::new(stats.token_cache_hits));
+    registry.register("access_reviews", "SubjectAccessReviews sent to the API server", ConstCounter::new(stats.access_reviews));
+    registry.register("access_cache_hits", "Authorization decisions answered from the cache", ConstCounter::new(stats.access_cache_hits));
+    let mut out = String::new();
+    if encode(&mut out, &registry).is_err() {
+        out = "# the metrics could not be encoded\n".into();
+    }
+    out
+}

@@ -1,0 +1,215 @@
+//! `skill-operator gateway`: the flags, the cluster wiring of every
+//! namespace ([`ClusterBackend`]: snapshots from the reflector stores and
+//! the package cache, runs as SkillJobs, callers asked of the API server)
+//! and the listener.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use hmac::{Hmac, Mac};
+use kube::ResourceExt;
+use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
+use sha2::Sha256;
+
+use crate::api::{SkillBinding, SkillPackage};
+use crate::artifacts::operator::HttpArtifacts;
+use crate::core::confirm::{ConfirmMode, SignedConfirmations, TOKEN_TTL};
+use crate::core::limits::{GATEWAY_NAMESPACES_MAX, GATEWAY_SESSIONS_PER_NAMESPACE};
+use crate::mcp::snapshot::Snapshot;
+use crate::mcp::state::{Authorize, Execution};
+use crate::shutdown::Shutdown;
+
+use super::auth::{AuthArgs, Authenticator};
+use super::catalog::{CacheOptions, KubeSecrets, NamespaceCatalog, PackageCache};
+use super::executor::{KubeExecutor, KubeOptions, OnDisconnect, SkillBindings};
+use super::http::{router, Readiness};
+use super::namespaces::{Backend, Namespaces, ServiceOptions};
+use super::watch::{self, Stores};
+
+#[derive(Debug, clap::Args)]
+pub struct GatewayArgs {
+    /// Where `/mcp/{namespace}`, `/healthz`, `/readyz` and `/metrics` are served.
+    #[arg(long, default_value = "0.0.0.0:8090")]
+    pub listen: SocketAddr,
+    /// The artifact endpoint (inputs are staged and results read there).
+    #[arg(long, value_name = "URL")]
+    pub artifact_endpoint: String,
+    /// The key artifact tokens derive from (the controller's); confirmation tokens are sealed with a key derived from it, so every replica accepts every replica's.
+    #[arg(long, value_name = "FILE")]
+    pub token_key_file: PathBuf,
+    /// Host header values accepted (the gateway Service's in-cluster names); loopback names always are.
+    #[arg(long = "allowed-host", value_name = "HOST")]
+    pub allowed_hosts: Vec<String>,
+    /// Origin values accepted (browser clients such as the Inspector); loopback origins always are.
+    #[arg(long = "allowed-origin", value_name = "ORIGIN")]
+    pub allowed_origins: Vec<String>,
+    /// Confirmation before a run: ask (preview + token, or the client asks its user), auto, refuse.
+    #[arg(long, default_value = "ask", value_name = "MODE")]
+    pub confirm: String,
+    /// What a run does when its caller disconnects before it ends (a task client's run always keeps going).
+    #[arg(long, value_enum, default_value = "cancel")]
+    pub on_disconnect: OnDisconnect,
+    /// Where pulled packages are unpacked (one tree per digest, shared by namespaces).
+    #[arg(long, value_name = "DIR", default_value = "/var/cache/skill-operator")]
+    pub cache_dir: PathBuf,
+    /// Unpacked bytes the cache keeps; least recently used trees no snapshot holds go first.
+    #[arg(long, value_name = "BYTES")]
+    pub cache_max_bytes: Option<u64>,
+    /// Registries (`host:port`) reached over plain HTTP (repeatable).
+    #[arg(long = "plain-http-registry", value_name = "HOST:PORT")]
+    pub plain_http_registries: Vec<String>,
+    /// The namespace whose Secrets hold packages' pull secrets (the operator's); without it a package naming one is not served.
+    #[arg(long, value_name = "NS")]
+    pub pull_secret_namespace: Option<String>,
+    /// The gateway's own namespace (drafts of job_create are kept there as ConfigMaps).
+    #[arg(long, env = "POD_NAMESPACE", value_name = "NS")]
+    pub namespace: String,
+    /// Namespaces served at once by this replica.
+    #[arg(long, default_value_t = GATEWAY_NAMESPACES_MAX)]
+    pub max_namespaces: usize,
+    /// MCP sessions (2025-11-25 and older) per namespace.
+    #[arg(long, default_value_t = GATEWAY_SESSIONS_PER_NAMESPACE)]
+    pub max_sessions: usize,
+    #[command(flatten)]
+    pub auth: AuthArgs,
+}
+
+/// The confirmation key: the token key under a label of its own, so a
+/// confirmation token can never pass for an artifact token or the reverse.
+fn confirmation_key(token_key: &[u8]) -> Vec<u8> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(token_key).unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
+    mac.update(b"skill-operator gateway confirmations v1");
+    mac.finalize().into_bytes().to_vec()
+}
+
+/// Every namespace, wired to the cluster.
+pub struct ClusterBackend {
+    client: kube::Client,
+    stores: std::sync::OnceLock<Stores>,
+    cache: Arc<PackageCache>,
+    artifacts: Arc<HttpArtifacts>,
+    confirmations: Arc<SignedConfirmations>,
+    auth: Option<Authenticator>,
+    mode: ConfirmMode,
+    on_disconnect: OnDisconnect,
+    gateway_namespace: String,
+}
+
+/// Which binding serves a skill in one namespace, read from the store at
+/// each run (the snapshot may have changed since the namespace was made).
+struct StoreBindings {
+    stores: Stores,
+    namespace: String,
+}
+
+impl SkillBindings for StoreBindings {
+    fn binding_of(&self, skill: &str) -> Option<String> {
+        // The catalog keeps the first binding by name when two serve one skill.
+        let mut names: Vec<String> = self
+            .stores
+            .bindings
+            .state()
+            .iter()
+            .filter(|b| b.namespace().as_deref() == Some(self.namespace.as_str()))
+            .filter(|b| b.status.as_ref().and_then(|s| s.skill_name.as_deref()) == Some(skill))
+            .map(|b| b.name_any())
+            .collect();
+        names.sort();
+        names.into_iter().next()
+    }
+}
+
+#[async_trait::async_trait]
+impl Backend for ClusterBackend {
+    async fn snapshot(&self, namespace: &str) -> Snapshot {
+        // Set right after the watches start, before anything is served.
+        let Some(stores) = self.stores.get() else {
+            return NamespaceCatalog::build(namespace, &[], &BTreeMap::new(), &self.cache).await;
+        };
+        let bindings: Vec<SkillBinding> = stores
+            .bindings
+            .state()
+            .iter()
+            .filter(|b| b.namespace().as_deref() == Some(namespace))
+            .map(|b| SkillBinding::clone(b))
+            .collect();
+        let packages: BTreeMap<String, SkillPackage> =
+            stores.packages.state().iter().map(|p| (p.name_any(), SkillPackage::clone(p))).collect();
+        NamespaceCatalog::build(namespace, &bindings, &packages, &self.cache).await
+    }
+
+    fn execution(&self, namespace: &str) -> Option<Execution> {
+        let stores = self.stores.get()?.clone();
+        let mut options = KubeOptions::new(namespace, self.gateway_namespace.clone());
+        options.on_disconnect = self.on_disconnect;
+        let bindings = Arc::new(StoreBindings { stores, namespace: namespace.to_string() });
+        let executor = KubeExecutor::new(self.client.clone(), self.artifacts.clone(), bindings, options);
+        Some(Execution::new(Arc::new(executor), self.mode).with_confirmations(self.confirmations.clone(), namespace))
+    }
+
+    fn authorizer(&self, namespace: &str) -> Option<Arc<dyn Authorize>> {
+        self.auth.as_ref().map(|a| a.namespace_authorizer(namespace))
+    }
+}
+
+/// `skill-operator gateway`: serve until shutdown.
+pub async fn command(args: GatewayArgs, shutdown: Shutdown) -> anyhow::Result<()> {
+    let token_key =
+        std::fs::read(&args.token_key_file).with_context(|| format!("cannot read the token key {}", args.token_key_file.display()))?;
+    anyhow::ensure!(token_key.len() >= 32, "the token key in {} is shorter than 32 bytes", args.token_key_file.display());
+    let mode = ConfirmMode::parse(&args.confirm);
+    if mode == ConfirmMode::Refuse && args.confirm.trim() != "refuse" {
+        tracing::warn!(value = %args.confirm, "unknown --confirm value: nothing will run (refuse)");
+    }
+    let auth_config = args.auth.into_config().context("invalid authentication flags")?;
+    let client = kube::Client::try_default().await.context("cannot reach the API server (in-cluster config or KUBECONFIG)")?;
+
+    let mut cache_options = CacheOptions::new(&args.cache_dir);
+    if let Some(cap) = args.cache_max_bytes {
+        cache_options.cap_bytes = cap;
+    }
+    cache_options.plain_http = args.plain_http_registries.clone();
+    if let Some(ns) = &args.pull_secret_namespace {
+        cache_options.secrets = Some(Arc::new(KubeSecrets::new(client.clone(), ns)));
+    }
+    let cache = Arc::new(PackageCache::new(cache_options).context("cannot set up the package cache")?);
+    let authenticator = Authenticator::new(client.clone(), auth_config);
+    let backend = Arc::new(ClusterBackend {
+        client: client.clone(),
+        stores: std::sync::OnceLock::new(),
+        cache,
+        artifacts: Arc::new(HttpArtifacts::new(&args.artifact_endpoint, &token_key)),
+        confirmations: Arc::new(SignedConfirmations::new(&confirmation_key(&token_key), TOKEN_TTL)),
+        auth: Some(authenticator.clone()),
+        mode,
+        on_disconnect: args.on_disconnect,
+        gateway_namespace: args.namespace.clone(),
+    });
+
+    let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into(), "[::1]".into()];
+    hosts.extend(args.allowed_hosts.iter().cloned());
+    let mut origins: Vec<String> = vec!["http://localhost:*".into(), "http://127.0.0.1:*".into(), "http://[::1]:*".into()];
+    origins.extend(args.allowed_origins.iter().cloned());
+    let http = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(hosts)
+        .with_allowed_origins(origins)
+        .enforce_origin_validation()
+        .with_cancellation_token(shutdown.token());
+    let options = ServiceOptions { http, max_sessions: args.max_sessions, max_namespaces: args.max_namespaces };
+    let namespaces = Arc::new(Namespaces::new(backend.clone(), options));
+    let ready = Readiness::default();
+    let stores = watch::spawn(client, namespaces.clone(), ready.clone(), shutdown.clone());
+    let _ = backend.stores.set(stores);
+
+    let stats_auth = authenticator.clone();
+    let metrics = Arc::new(move || super::metrics::render(&stats_auth));
+    let gate = axum::middleware::from_fn_with_state(authenticator.clone(), super::auth::require_caller);
+    let app = router(namespaces, ready, metrics, gate).merge(super::auth::metadata_routes(authenticator));
+    let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("cannot listen on {}", args.listen))?;
+    tracing::info!(listen = %args.listen, "gateway serving /mcp/{{namespace}}");
+    axum::serve(listener, app).with_graceful_shutdown(shutdown.wait_owned()).await.context("the gateway's HTTP server failed")?;
+    Ok(())
+}

@@ -1,0 +1,173 @@
+"""The real-cluster gateway checks, driven by the real Python `mcp` client.
+
+Usage: gateway_client.py CHECK BASE_URL NS OTHER_NS TOKEN_ALLOWED TOKEN_DENIED
+  BASE_URL   http://<gateway ClusterIP>:8090 (this machine reaches ClusterIPs)
+  NS         a namespace with the samples bound, where TOKEN_ALLOWED's
+             ServiceAccount may use the gateway
+  OTHER_NS   a namespace where it may use the gateway but nothing is bound yet;
+             the check "bind" waits for a binding made there by the caller
+  CHECK      one of the functions below (run.sh calls each as its own check)
+
+Every check prints one line on failure and exits 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import subprocess
+import sys
+from typing import Any
+
+import httpx
+from mcp import Client, types
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+TIMEOUT = 120.0
+
+
+class Failed(Exception):
+    pass
+
+
+def expect(cond: bool, message: str) -> None:
+    if not cond:
+        raise Failed(message)
+
+
+async def connect(url: str, token: str | None, mode: str, **kwargs: Any):
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    http = create_mcp_http_client(headers=headers, timeout=httpx.Timeout(TIMEOUT))
+    return http, Client(streamable_http_client(url, http_client=http), mode=mode, **kwargs)
+
+
+async def call(client: Client, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    result = await client.call_tool(tool, args)
+    text = " ".join(getattr(c, "text", "") for c in result.content)
+    expect(not result.is_error, f"{tool} failed: {text[:400]}")
+    return result.structured_content or json.loads(text)
+
+
+async def run_word_count(client: Client) -> dict[str, Any]:
+    content = base64.b64encode(b"one two three\nfour\n").decode()
+    args = {
+        "skill": "word-count",
+        "script": "scripts/wc.sh",
+        "args": ["in.txt"],
+        "inputs": [{"path": "in.txt", "content": content, "encoding": "base64"}],
+    }
+    preview = await call(client, "skill_run", args)
+    expect(preview.get("status") == "confirmation-required", f"no preview first: {json.dumps(preview)[:300]}")
+    return await call(client, "skill_run", {**args, "confirm": preview["token"]})
+
+
+async def check_run(base: str, ns: str, other: str, allowed: str, denied: str) -> None:
+    """skill_list shows the bound samples; skill_run becomes a SkillJob that runs on the node."""
+    for mode in ("auto", "legacy"):
+        http, client = await connect(f"{base}/mcp/{ns}", allowed, mode)
+        async with http, client:
+            tools = {t.name for t in (await client.list_tools()).tools}
+            expect({"skill_list", "skill_run", "skill_job_status"} <= tools, f"{mode}: tools {sorted(tools)}")
+            listed = await call(client, "skill_list", {})
+            names = {s["name"] for s in listed["skills"]}
+            expect({"csv-stats", "word-count"} <= names, f"{mode}: skill_list {sorted(names)}")
+            result = await run_word_count(client)
+            expect(result.get("exitCode") == 0, f"{mode}: exit {result.get('exitCode')}: {json.dumps(result)[:400]}")
+            expect("in.txt" in result.get("stdout", ""), f"{mode}: stdout {result.get('stdout')!r}")
+            expect("2\t4\t" in result["stdout"], f"{mode}: wc output {result['stdout']!r}")
+            job = result["job"]
+            sj = subprocess.run(["kubectl", "-n", ns, "get", "skilljob", job, "-o", "json"], capture_output=True, text=True)
+            expect(sj.returncode == 0, f"{mode}: no SkillJob {job} in {ns}: {sj.stderr.strip()}")
+            annotations = json.loads(sj.stdout)["metadata"].get("annotations", {})
+            expect(any("skills-agent" in v for v in annotations.values()), f"{mode}: the SkillJob does not name its caller: {annotations}")
+
+
+async def check_auth(base: str, ns: str, other: str, allowed: str, denied: str) -> None:
+    """No token 401 naming the metadata; denied 403 naming the verb; garbage 401."""
+    async with httpx.AsyncClient(timeout=30) as http:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+        headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+        r = await http.post(f"{base}/mcp/{ns}", json=body, headers=headers)
+        expect(r.status_code == 401, f"no token: {r.status_code}")
+        challenge = r.headers.get("www-authenticate", "")
+        expect("resource_metadata=" in challenge, f"no resource_metadata in {challenge!r}")
+        meta = await http.get(f"{base}/.well-known/oauth-protected-resource/mcp/{ns}")
+        expect(meta.status_code == 200 and meta.json().get("resource", "").endswith(f"/mcp/{ns}"), f"metadata: {meta.status_code} {meta.text[:200]}")
+        r = await http.post(f"{base}/mcp/{ns}", json=body, headers={**headers, "Authorization": "Bearer not-a-token"})
+        expect(r.status_code == 401, f"garbage token: {r.status_code}")
+        r = await http.post(f"{base}/mcp/{ns}", json=body, headers={**headers, "Authorization": f"Bearer {denied}"})
+        expect(r.status_code == 403, f"denied caller: {r.status_code} {r.text[:200]}")
+        expect("get" in r.text and "skillbindings" in r.text, f"the 403 does not name the verb and resource: {r.text[:300]}")
+
+
+async def check_isolation(base: str, ns: str, other: str, allowed: str, denied: str) -> None:
+    """The allowed caller of NS cannot reach a namespace it has no rights in, nor a job of NS through OTHER_NS."""
+    async with httpx.AsyncClient(timeout=30) as http:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+        headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json", "Authorization": f"Bearer {allowed}"}
+        r = await http.post(f"{base}/mcp/kube-system", json=body, headers=headers)
+        expect(r.status_code == 403, f"kube-system with the agent's token: {r.status_code}")
+        # A legacy session of NS means nothing on OTHER_NS's path.
+        r = await http.post(f"{base}/mcp/{ns}", json=body, headers=headers)
+        session = r.headers.get("mcp-session-id")
+        expect(r.status_code == 200 and session, f"initialize in {ns}: {r.status_code} {r.text[:200]}")
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+        r = await http.post(f"{base}/mcp/{other}", json=listing, headers={**headers, "mcp-session-id": session, "mcp-protocol-version": "2025-11-25"})
+        expect(r.status_code in (400, 404), f"{ns}'s session on {other}'s path: {r.status_code} {r.text[:200]}")
+    # A job of NS is missing from OTHER_NS.
+    http, client = await connect(f"{base}/mcp/{ns}", allowed, "auto")
+    async with http, client:
+        job = (await run_word_count(client))["job"]
+    http, client = await connect(f"{base}/mcp/{other}", allowed, "auto")
+    async with http, client:
+        result = await client.call_tool("skill_job_status", {"job": job})
+        expect(result.is_error, f"{ns}'s job {job} answered on {other}")
+
+
+async def check_bind(base: str, ns: str, other: str, allowed: str, denied: str) -> None:
+    """OTHER_NS starts with no tools; a binding made there (by run.sh, once this prints READY) brings them with list_changed; NS hears nothing."""
+    changed: dict[str, list[str]] = {"other": [], "ns": []}
+
+    def handler(key: str):
+        async def on_message(message: Any) -> None:
+            if isinstance(message, types.ServerNotification):
+                method = getattr(message, "method", None) or getattr(getattr(message, "root", None), "method", "")
+                if method.endswith("list_changed"):
+                    changed[key].append(method)
+
+        return on_message
+
+    http1, in_other = await connect(f"{base}/mcp/{other}", allowed, "legacy", message_handler=handler("other"))
+    http2, in_ns = await connect(f"{base}/mcp/{ns}", allowed, "legacy", message_handler=handler("ns"))
+    async with http1, in_other, http2, in_ns:
+        tools = (await in_other.list_tools()).tools
+        expect(tools == [], f"{other} offers tools before any binding: {[t.name for t in tools]}")
+        print("READY", flush=True)
+        # run.sh binds a skill in OTHER_NS now; the notification is the event waited for.
+        for _ in range(int(TIMEOUT * 10)):
+            if changed["other"]:
+                break
+            await asyncio.sleep(0.1)
+        expect(bool(changed["other"]), f"no list_changed reached {other}'s session")
+        tools = {t.name for t in (await in_other.list_tools()).tools}
+        expect("skill_run" in tools, f"{other} after the binding: {sorted(tools)}")
+        # Best effort (the ordering proof is the namespaces unit test): by
+        # now NS's session would have heard the same notification.
+        await in_ns.list_tools()
+        expect(changed["ns"] == [], f"{ns}'s session heard {other}'s change: {changed['ns']}")
+
+
+CHECKS = {"run": check_run, "auth": check_auth, "isolation": check_isolation, "bind": check_bind}
+
+if __name__ == "__main__":
+    name, base, ns, other, allowed, denied = sys.argv[1:7]
+    try:
+        asyncio.run(asyncio.wait_for(CHECKS[name](base, ns, other, allowed, denied), TIMEOUT * 2))
+    except Failed as err:
+        print(err)
+        sys.exit(1)
+    except Exception as err:  # a crash is a failed check, with its reason
+        print(f"{type(err).__name__}: {err}")
+        sys.exit(1)
