@@ -165,7 +165,11 @@ async fn three_bindings_over_two_packages_serve_what_serve_serves() {
     ];
     let dir = tempfile::tempdir().unwrap();
     let cache = cache(dir.path());
-    let snap = NamespaceCatalog::build("team-a", &bindings, &pkgs, &cache).await;
+    let built = NamespaceCatalog::build_served("team-a", &bindings, &pkgs, &cache).await;
+    assert_eq!(built.skills["alpha"].binding, "a-alpha", "of two bindings of one skill, the first by name serves it");
+    assert_eq!(built.skills["alpha"].digest, pa.digest);
+    assert_eq!((built.skills["beta"].binding.as_str(), built.skills["beta"].package.as_str()), ("b-beta", "beta-1"));
+    let snap = built.snapshot;
 
     // What serve builds from the same two directories.
     let served =
@@ -536,9 +540,9 @@ async fn a_pull_secret_gives_the_registry_credentials() {
     let dir = tempfile::tempdir().unwrap();
     let with_secrets = PackageCache::new(CacheOptions { secrets: Some(Arc::new(secrets)), ..CacheOptions::new(dir.path()) }).unwrap();
     let err = with_secrets.acquire(&source(None), &digest).await.unwrap_err();
-    assert!(matches!(&*err, CacheError::Pull { source: skill_operator::oci::OciError::Auth { .. }, .. }), "{err}");
+    assert!(matches!(&*err, CacheError::Pull { source, .. } if matches!(**source, skill_operator::oci::OciError::Auth { .. })), "{err}");
     let err = with_secrets.acquire(&source(Some("bad")), &digest).await.unwrap_err();
-    assert!(matches!(&*err, CacheError::Pull { source: skill_operator::oci::OciError::Auth { .. }, .. }), "{err}");
+    assert!(matches!(&*err, CacheError::Pull { source, .. } if matches!(**source, skill_operator::oci::OciError::Auth { .. })), "{err}");
     let err = with_secrets.acquire(&source(Some("absent")), &digest).await.unwrap_err();
     assert!(matches!(&*err, CacheError::PullSecret { .. }) && err.to_string().contains("absent"), "{err}");
     let lease = with_secrets.acquire(&source(Some("good")), &digest).await.unwrap();

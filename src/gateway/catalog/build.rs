@@ -9,6 +9,11 @@
 //! failing to pull, tampered with, holding no servable skill. Two bindings
 //! serving one skill name: the one whose name sorts first is served, the
 //! other is reported (the controller marks both bindings not Ready).
+//!
+//! A binding's own problems have the path `skillbinding/<name>` and the
+//! published codes: `root-unreadable` (a binding is the gateway's root: its
+//! package cannot be read), `duplicate-name`, `skill-limit`, and `grant`
+//! (from [`super::policy::BindingPolicy`]'s audit).
 
 use std::collections::BTreeMap;
 
@@ -48,6 +53,17 @@ impl NamespaceCatalog {
         packages: &BTreeMap<String, SkillPackage>,
         cache: &PackageCache,
     ) -> Snapshot {
+        Self::build_served(namespace, bindings, packages, cache).await.snapshot
+    }
+
+    /// [`Self::build`], with which binding serves each skill (what a
+    /// SkillJob for a `skill_run` of that skill names).
+    pub async fn build_served(
+        namespace: &str,
+        bindings: &[SkillBinding],
+        packages: &BTreeMap<String, SkillPackage>,
+        cache: &PackageCache,
+    ) -> ServedNamespace {
         let mut problems: BTreeMap<String, Vec<Problem>> = BTreeMap::new();
         let mut candidates = Vec::new();
         let mut sorted: Vec<&SkillBinding> = bindings.iter().collect();
@@ -182,7 +198,13 @@ impl NamespaceCatalog {
         catalog.skills.sort_by(|a, b| a.name.cmp(&b.name));
         // By binding name, each binding's own findings in the order found.
         catalog.problems = problems.into_values().flatten().collect();
-        Snapshot::new(catalog, Box::new(BindingPolicy::new(namespace, bound, kept)))
+        let skills = bound
+            .iter()
+            .map(|(name, b)| {
+                (name.clone(), ServedSkill { binding: b.binding.clone(), package: b.package.clone(), digest: b.digest.clone() })
+            })
+            .collect();
+        ServedNamespace { snapshot: Snapshot::new(catalog, Box::new(BindingPolicy::new(namespace, bound, kept))), skills }
     }
 
     /// A digest of everything [`Self::build`] reads: each binding's name and
@@ -242,6 +264,21 @@ impl NamespaceCatalog {
         h.update(serde_json::to_vec(&inputs).unwrap_or_default());
         Fingerprint(hex::encode(h.finalize()))
     }
+}
+
+/// A namespace's snapshot and the binding behind each served skill.
+pub struct ServedNamespace {
+    pub snapshot: Snapshot,
+    /// Served skill name → where it comes from.
+    pub skills: BTreeMap<String, ServedSkill>,
+}
+
+/// The binding serving one skill, and its package.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServedSkill {
+    pub binding: String,
+    pub package: String,
+    pub digest: String,
 }
 
 /// What a namespace's snapshot was built from, as a comparable digest.

@@ -75,13 +75,13 @@ pub enum CacheError {
         secret: String,
         registry: String,
         #[source]
-        source: OciError,
+        source: Box<OciError>,
     },
     #[error("pulling {reference}: {source}")]
     Pull {
         reference: String,
         #[source]
-        source: OciError,
+        source: Box<OciError>,
     },
     #[error("the registry answered {got} for {reference}, pinned to {pinned}; refusing it")]
     PinMismatch { reference: String, pinned: String, got: String },
@@ -109,13 +109,11 @@ impl CacheError {
     /// Whether asking again later may succeed (the registry or the disk),
     /// as opposed to a package that is wrong as it is.
     pub fn is_transient(&self) -> bool {
-        matches!(
-            self,
-            CacheError::Pull { source: OciError::Unreachable { .. } | OciError::Registry { .. }, .. }
-                | CacheError::PullSecret { .. }
-                | CacheError::Io { .. }
-                | CacheError::Task(_)
-        )
+        match self {
+            CacheError::Pull { source, .. } => matches!(**source, OciError::Unreachable { .. } | OciError::Registry { .. }),
+            CacheError::PullSecret { .. } | CacheError::Io { .. } | CacheError::Task(_) => true,
+            _ => false,
+        }
     }
 }
 
@@ -318,7 +316,7 @@ impl Inner {
 
     async fn pull(&self, source: &OciSource, digest: &str) -> Result<Unpacked, CacheError> {
         let reference = pinned_reference(&source.reference, digest);
-        let registry_host = registry_of(&reference).map_err(|e| CacheError::Pull { reference: reference.clone(), source: e })?;
+        let registry_host = registry_of(&reference).map_err(|e| CacheError::Pull { reference: reference.clone(), source: Box::new(e) })?;
         let mut options = RegistryOptions { plain_http: self.opts.plain_http.clone(), limits: self.opts.limits, ..Default::default() };
         if source.insecure {
             options.plain_http.push(registry_host.clone());
@@ -329,11 +327,11 @@ impl Inner {
             options.auth = Auth::from_docker_config(&json, &registry_host).map_err(|e| CacheError::Credentials {
                 secret: secret.clone(),
                 registry: registry_host.clone(),
-                source: e,
+                source: Box::new(e),
             })?;
         }
-        let registry = Registry::new(options).map_err(|e| CacheError::Pull { reference: reference.clone(), source: e })?;
-        let pulled = registry.pull(&reference).await.map_err(|e| CacheError::Pull { reference: reference.clone(), source: e })?;
+        let registry = Registry::new(options).map_err(|e| CacheError::Pull { reference: reference.clone(), source: Box::new(e) })?;
+        let pulled = registry.pull(&reference).await.map_err(|e| CacheError::Pull { reference: reference.clone(), source: Box::new(e) })?;
         if pulled.digest != digest {
             return Err(CacheError::PinMismatch { reference, pinned: digest.to_string(), got: pulled.digest });
         }
@@ -530,6 +528,22 @@ mod tests {
         assert_eq!(plan, EvictionPlan { victims: vec!["b".into()], remaining: 110 }, "stops as soon as the rest fit");
         let plan = plan_eviction(&[c("a", 60, 1, true), c("c", 50, 3, true)], 100);
         assert_eq!(plan, EvictionPlan { victims: vec![], remaining: 110 });
+    }
+
+    #[test]
+    fn start_up_removes_only_what_an_earlier_cache_left() {
+        let t = tempfile::tempdir().unwrap();
+        for stale in ["ab".repeat(32), ".pull-x-1".into(), ".trash-7".into()] {
+            std::fs::create_dir_all(t.path().join(&stale).join("inner")).unwrap();
+        }
+        std::fs::create_dir(t.path().join("not-ours")).unwrap();
+        std::fs::write(t.path().join("notes.txt"), "kept").unwrap();
+        let cache = PackageCache::new(CacheOptions::new(t.path())).unwrap();
+        let mut left: Vec<String> =
+            std::fs::read_dir(t.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        left.sort();
+        assert_eq!(left, vec!["not-ours".to_string(), "notes.txt".to_string()]);
+        assert_eq!(cache.stats(), CacheStats { entries: 0, bytes: 0, leased: 0, cap_bytes: DEFAULT_CACHE_BYTES, pulls: 0 });
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub mod limits;
 pub mod policy;
 pub mod secrets;
 
-pub use build::{Fingerprint, NamespaceCatalog};
+pub use build::{Fingerprint, NamespaceCatalog, ServedNamespace, ServedSkill};
 pub use cache::{CacheError, CacheOptions, CacheStats, PackageCache, PackageLease, Unpacked};
 pub use policy::{BindingPolicy, BoundSkill};
 pub use secrets::{KubeSecrets, PullSecrets, StaticSecrets};
