@@ -115,7 +115,15 @@ helm_args=(--set "image.repository=$IMAGE_REGISTRY/skill-operator" --set "image.
 [[ -n "$ARTIFACTS_CLUSTER_IP" ]] && helm_args+=(--set "artifacts.service.clusterIP=$ARTIFACTS_CLUSTER_IP")
 [[ -n "$GATEWAY_CLUSTER_IP" ]] && helm_args+=(--set gateway.enabled=true --set "gateway.service.clusterIP=$GATEWAY_CLUSTER_IP" --set "gateway.allowedHosts={$GATEWAY_CLUSTER_IP}")
 [[ -z "$GATEWAY_CLUSTER_IP" ]] && helm_args+=(--set gateway.enabled=false)
-check "helm install" "$HELM" upgrade --install "$RELEASE" "$ROOT/charts/skill-operator" -n "$OPNS" --create-namespace \
+# CRDs another suite applied on this cluster (envtest-style tests apply them
+# directly) are adopted by the release instead of failing the install.
+for crd in skillpackages skillbindings skilljobs; do
+  if "$KUBECTL" get crd "$crd.skill-operator.dev" >/dev/null 2>&1; then
+    "$KUBECTL" label crd "$crd.skill-operator.dev" app.kubernetes.io/managed-by=Helm --overwrite >/dev/null
+    "$KUBECTL" annotate crd "$crd.skill-operator.dev" meta.helm.sh/release-name="$RELEASE" meta.helm.sh/release-namespace="$OPNS" --overwrite >/dev/null
+  fi
+done
+check "helm install" "$HELM" upgrade --install "$RELEASE" "$ROOT/charts/skill-operator" -n "$OPNS" --create-namespace --force-conflicts \
   --wait --timeout 240s "${helm_args[@]}"
 [[ $FAIL == 0 ]] || { "$KUBECTL" -n "$OPNS" get pods -o wide; "$KUBECTL" -n "$OPNS" logs deploy/"$RELEASE"-skill-operator-controller --tail=20; finish; }
 
