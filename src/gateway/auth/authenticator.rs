@@ -168,8 +168,8 @@ impl Authenticator {
             Err(_) => unavailable(format!("a TokenReview took longer than {} s", REVIEW_TIMEOUT.as_secs())),
             Ok(Err(err)) => unavailable(api_failure("tokenreviews.authentication.k8s.io", &err)),
             Ok(Ok(answer)) => match token_verdict(config, answer.status.unwrap_or_default(), token) {
-                Ok(caller) => Fetched { value: Ok(caller), ttl: Some(config.token_ttl) },
-                Err(err) => Fetched { value: Err(err), ttl: Some(config.negative_ttl) },
+                Ok(caller) => Fetched { value: Ok(caller), ttl: Some(config.token_ttl), refusal: false },
+                Err(err) => Fetched { value: Err(err), ttl: Some(config.negative_ttl), refusal: true },
             },
         }
     }
@@ -202,7 +202,7 @@ impl Authenticator {
             Ok(Ok(answer)) => {
                 let status = answer.status.unwrap_or_default();
                 if status.allowed {
-                    return Fetched { value: Ok(()), ttl: Some(config.decision_ttl) };
+                    return Fetched { value: Ok(()), ttl: Some(config.decision_ttl), refusal: false };
                 }
                 // An evaluation error (an authorizer that could not decide)
                 // is a denial too: it says why.
@@ -215,7 +215,7 @@ impl Authenticator {
                     namespace: key.namespace.clone(),
                     reason: truncate(&reason),
                 };
-                Fetched { value: Err(denied), ttl: Some(config.negative_ttl) }
+                Fetched { value: Err(denied), ttl: Some(config.negative_ttl), refusal: true }
             }
         }
     }
@@ -320,7 +320,7 @@ fn token_verdict(config: &AuthConfig, status: TokenReviewStatus, token: &str) ->
 }
 
 fn unavailable<V>(detail: String) -> Fetched<Result<V, AuthError>> {
-    Fetched { value: Err(AuthError::Unavailable(detail)), ttl: None }
+    Fetched { value: Err(AuthError::Unavailable(detail)), ttl: None, refusal: true }
 }
 
 /// What went wrong asking the API server, with what to do about the usual

@@ -7,6 +7,10 @@
 //! - **Bounded.** An entry lives for its own TTL, and at most `max_entries`
 //!   are kept: inserting one more evicts the oldest insertion. Anyone can
 //!   send tokens, so nothing a request sends may grow memory without bound.
+//!   Refusals (a garbage token, a denial) are kept apart from answers, each
+//!   bounded on its own: a flood of garbage tokens evicts other refusals,
+//!   never a verified token, so it cannot turn every legitimate request
+//!   into a miss.
 //! - **Single-flight.** Concurrent misses for the same key share one fetch:
 //!   a burst of requests carrying one new token costs the API server one
 //!   TokenReview, not one per request. The fetch is a [`OnceCell`]
@@ -27,10 +31,12 @@ use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 /// What a fetch produced and how long it may be reused (`None`: not at all,
-/// e.g. a transient failure that must be retried by the next request).
+/// e.g. a transient failure that must be retried by the next request), and
+/// whether it is a refusal (kept in the refusals' own bounded store).
 pub(crate) struct Fetched<V> {
     pub(crate) value: V,
     pub(crate) ttl: Option<Duration>,
+    pub(crate) refusal: bool,
 }
 
 /// Whether an answer came from the cache (for tracing and the counters).
@@ -47,13 +53,19 @@ pub(crate) struct Cache<K, V> {
 }
 
 struct Inner<K, V> {
+    answers: Store<K, V>,
+    refusals: Store<K, V>,
+    /// Fetches in progress, one per key.
+    flights: HashMap<K, Arc<OnceCell<Fetched<V>>>>,
+}
+
+/// One bounded map, evicting by insertion order.
+struct Store<K, V> {
     entries: HashMap<K, Entry<V>>,
     /// Insertion order: sequence number → key. Evicting the oldest is
     /// popping the first; re-inserting a key removes its old number.
     order: BTreeMap<u64, K>,
     next_seq: u64,
-    /// Fetches in progress, one per key.
-    flights: HashMap<K, Arc<OnceCell<Fetched<V>>>>,
 }
 
 struct Entry<V> {
@@ -67,7 +79,7 @@ impl<K: Eq + Hash + Clone, V: Clone> Cache<K, V> {
     pub(crate) fn new(max_entries: usize) -> Self {
         Cache {
             max_entries: max_entries.max(1),
-            inner: Mutex::new(Inner { entries: HashMap::new(), order: BTreeMap::new(), next_seq: 0, flights: HashMap::new() }),
+            inner: Mutex::new(Inner { answers: Store::default(), refusals: Store::default(), flights: HashMap::new() }),
         }
     }
 
@@ -80,37 +92,44 @@ impl<K: Eq + Hash + Clone, V: Clone> Cache<K, V> {
         Fut: Future<Output = Fetched<V>>,
     {
         let flight = {
-            let mut inner = self.lock();
+            let mut locked = self.lock();
+            let inner = &mut *locked;
             let now = Instant::now();
-            match inner.entries.get(key) {
-                Some(entry) if entry.expires > now => return (entry.value.clone(), Source::Cache),
-                Some(_) => inner.remove(key),
-                None => {}
+            for store in [&mut inner.answers, &mut inner.refusals] {
+                match store.entries.get(key) {
+                    Some(entry) if entry.expires > now => return (entry.value.clone(), Source::Cache),
+                    Some(_) => store.remove(key),
+                    None => {}
+                }
             }
             inner.flights.entry(key.clone()).or_default().clone()
         };
         let guard = FlightGuard { cache: self, key, flight };
         let fetched = guard.flight.get_or_init(fetch).await;
         let value = fetched.value.clone();
-        let mut inner = self.lock();
+        let mut locked = self.lock();
+        let inner = &mut *locked;
         // Whoever gets here first for this flight files its answer; the
         // others find the flight gone (or a newer one) and leave it alone.
         if inner.flights.get(key).is_some_and(|current| Arc::ptr_eq(current, &guard.flight)) {
             inner.flights.remove(key);
             if let Some(ttl) = fetched.ttl.filter(|ttl| !ttl.is_zero()) {
-                inner.insert(key.clone(), value.clone(), Instant::now() + ttl, self.max_entries);
+                let (store, other) =
+                    if fetched.refusal { (&mut inner.refusals, &mut inner.answers) } else { (&mut inner.answers, &mut inner.refusals) };
+                other.remove(key);
+                store.insert(key.clone(), value.clone(), Instant::now() + ttl, self.max_entries);
             }
         }
-        drop(inner);
+        drop(locked);
         (value, Source::Fetched)
     }
 
-    /// Entries currently held (expired ones included until touched or
-    /// evicted) and fetches in progress.
+    /// Entries currently held (answers and refusals; expired ones included
+    /// until touched or evicted) and fetches in progress.
     #[cfg(test)]
     pub(crate) fn len(&self) -> (usize, usize) {
         let inner = self.lock();
-        (inner.entries.len(), inner.flights.len())
+        (inner.answers.entries.len() + inner.refusals.entries.len(), inner.flights.len())
     }
 
     /// Callers waiting on the fetch in progress for `key` (0: none).
@@ -151,7 +170,13 @@ impl<K: Eq + Hash + Clone, V: Clone> Drop for FlightGuard<'_, K, V> {
     }
 }
 
-impl<K: Eq + Hash + Clone, V> Inner<K, V> {
+impl<K, V> Default for Store<K, V> {
+    fn default() -> Self {
+        Store { entries: HashMap::new(), order: BTreeMap::new(), next_seq: 0 }
+    }
+}
+
+impl<K: Eq + Hash + Clone, V> Store<K, V> {
     fn remove(&mut self, key: &K) {
         if let Some(old) = self.entries.remove(key) {
             self.order.remove(&old.seq);
@@ -178,7 +203,7 @@ mod tests {
     use super::*;
 
     fn answer(value: u32, ttl: u64) -> impl Future<Output = Fetched<u32>> {
-        async move { Fetched { value, ttl: Some(Duration::from_secs(ttl)) } }
+        async move { Fetched { value, ttl: Some(Duration::from_secs(ttl)), refusal: false } }
     }
 
     #[tokio::test(start_paused = true)]
@@ -193,10 +218,10 @@ mod tests {
     #[tokio::test]
     async fn an_answer_without_a_ttl_is_not_kept() {
         let cache: Cache<&str, u32> = Cache::new(8);
-        let none = || async { Fetched { value: 1, ttl: None } };
+        let none = || async { Fetched { value: 1, ttl: None, refusal: false } };
         assert_eq!(cache.get_or_fetch(&"a", none).await.1, Source::Fetched);
         assert_eq!(cache.get_or_fetch(&"a", none).await.1, Source::Fetched);
-        let zero = || async { Fetched { value: 1, ttl: Some(Duration::ZERO) } };
+        let zero = || async { Fetched { value: 1, ttl: Some(Duration::ZERO), refusal: false } };
         assert_eq!(cache.get_or_fetch(&"a", zero).await.1, Source::Fetched);
         assert_eq!(cache.get_or_fetch(&"a", zero).await.1, Source::Fetched);
         assert_eq!(cache.len(), (0, 0));
@@ -216,6 +241,23 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn refusals_never_evict_answers() {
+        let cache: Cache<u32, u32> = Cache::new(2);
+        cache.get_or_fetch(&1, || answer(1, 60)).await;
+        cache.get_or_fetch(&2, || answer(2, 60)).await;
+        for garbage in 100..200 {
+            let refused =
+                cache.get_or_fetch(&garbage, || async move { Fetched { value: 0, ttl: Some(Duration::from_secs(60)), refusal: true } });
+            assert_eq!(refused.await, (0, Source::Fetched));
+        }
+        assert_eq!(cache.len(), (4, 0), "two answers and the two newest refusals");
+        assert_eq!(cache.get_or_fetch(&1, || answer(10, 60)).await, (1, Source::Cache));
+        assert_eq!(cache.get_or_fetch(&2, || answer(20, 60)).await, (2, Source::Cache));
+        assert_eq!(cache.get_or_fetch(&199, || answer(9, 60)).await, (0, Source::Cache));
+        assert_eq!(cache.get_or_fetch(&100, || answer(9, 60)).await, (9, Source::Fetched), "the oldest refusal was evicted");
+    }
+
+    #[tokio::test]
     async fn concurrent_misses_share_one_fetch() {
         let cache: Arc<Cache<&str, u32>> = Arc::new(Cache::new(8));
         let fetches = Arc::new(AtomicUsize::new(0));
@@ -228,7 +270,7 @@ mod tests {
                     .get_or_fetch(&"a", || async move {
                         fetches.fetch_add(1, Ordering::SeqCst);
                         let _ = released.wait_for(|r| *r).await;
-                        Fetched { value: 7, ttl: Some(Duration::from_secs(60)) }
+                        Fetched { value: 7, ttl: Some(Duration::from_secs(60)), refusal: false }
                     })
                     .await
             }
@@ -253,7 +295,7 @@ mod tests {
         let cache: Cache<&str, u32> = Cache::new(8);
         let stuck = cache.get_or_fetch(&"a", || async {
             std::future::pending::<()>().await;
-            Fetched { value: 0, ttl: None }
+            Fetched { value: 0, ttl: None, refusal: false }
         });
         // Poll it so it owns the flight, then drop it (its client left).
         assert!(tokio::time::timeout(Duration::from_millis(10), stuck).await.is_err());
@@ -266,7 +308,7 @@ mod tests {
         let cache: Cache<&str, u32> = Cache::new(8);
         let leader = cache.get_or_fetch(&"a", || async {
             std::future::pending::<()>().await;
-            Fetched { value: 0, ttl: None }
+            Fetched { value: 0, ttl: None, refusal: false }
         });
         let follower = cache.get_or_fetch(&"a", || answer(5, 60));
         let mut leader = Box::pin(leader);
