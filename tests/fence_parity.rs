@@ -94,11 +94,14 @@ fn kubernetes(dir: &std::path::Path, c: &Case) -> Verdict {
     let catalog = discover(&[dir.join("tool")], Limits::default());
     let runtime = RuntimeProfile {
         interpreter: c.interpreter,
-        image: "img@sha256:00".into(),
+        image: Some("img@sha256:00".into()),
         interpreter_path: None,
         allowed_scripts: c.allowed.iter().map(|s| s.to_string()).collect(),
         timeout_seconds: c.ceiling,
         resources: RunResources::default(),
+        prepare: false,
+        image_mode: None,
+        dependencies: None,
     };
     let mut package = SkillPackage::new(
         "tool-1",
@@ -107,7 +110,7 @@ fn kubernetes(dir: &std::path::Path, c: &Case) -> Verdict {
             runtime: Some(runtime),
         },
     );
-    package.status = Some(package_status(&package, Ok(&PackageFacts { digest: "sha256:ab".into(), catalog, requirement_files: vec![] })));
+    package.status = Some(package_status(&package, Ok(&PackageFacts { digest: "sha256:ab".into(), catalog, requirement_files: vec![], dependencies: Default::default() })));
     let mut binding = SkillBinding::new(
         "tool",
         SkillBindingSpec {

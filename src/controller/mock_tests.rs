@@ -44,6 +44,8 @@ fn context() -> (Arc<Context>, Handle) {
         token_key: b"test-key".to_vec(),
         host_aliases: Default::default(),
         reconcile_concurrency: 32,
+        prepare: Default::default(),
+        selector: None,
     };
     (
         Arc::new(Context::new(client, Arc::new(Metrics::default()), config, Arc::new(NoPackages), Arc::new(super::context::NoArtifacts))),
