@@ -581,3 +581,6 @@ async fn the_cancel_annotation_stops_the_run_and_records_cancelled() {
     skilljob::reconcile(Arc::new(sj), ctx).await.expect("reconcile");
     tokio::time::timeout(Duration::from_secs(15), server).await.unwrap().unwrap();
 }
+
+#[path = "prepare_mock_tests.rs"]
+mod prepare;
