@@ -1,15 +1,28 @@
-//! `skill_run` overhead beyond the interpreter's own start.
+//! `skill_run` overhead beyond the interpreter's own start, and what the
+//! run-wide limits (a cgroup per run, sized and read-only mounts) add to a
+//! sandboxed run.
 //!
 //! For node and python: the median time of spawning the interpreter directly
 //! on an empty script (and `node -e 0` / `python3 -c pass`), against the
 //! median client-side latency of a confirmed `skill_run` of the same script
-//! over stdio (`--confirm auto`), with the sandbox off and with bubblewrap.
-//! The overhead is the difference of the medians. Each run's job is deleted
-//! afterwards (not timed) so the retention cap never interferes.
+//! over stdio (`--confirm auto`): with the sandbox off, sandboxed without a
+//! cgroup (`--cgroup off`), and sandboxed with everything. The overhead is
+//! the difference of the medians. Each run's job is deleted afterwards (not
+//! timed) so the retention cap never interferes.
+//!
+//! Then the parts on their own, as medians of repeated calls: one cgroup
+//! made, limited and removed; a root server's per-run tmpfs mounted and
+//! unmounted; bubblewrap starting `true` with the old mount set (unsized
+//! `/tmp`, writable root and `/dev`) and with the new one (sized `/tmp` and
+//! `/dev/shm`, read-only root and `/dev`).
+//!
+//! `RUN_OVERHEAD_BASELINE_BIN=<path>` adds the same sandboxed run with another
+//! build (e.g. the commit before the limits), measured in the same run.
 //!
 //! Run: `cargo bench --bench run_overhead`.
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Instant;
@@ -19,6 +32,10 @@ const BIN: &str = env!("CARGO_BIN_EXE_skill-operator");
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
+}
+
+fn is_root() -> bool {
+    skill_operator::gated::is_root()
 }
 
 fn skills(root: &Path) {
@@ -31,6 +48,9 @@ fn skills(root: &Path) {
     .unwrap();
     std::fs::write(dir.join("scripts/noop.js"), "0;\n").unwrap();
     std::fs::write(dir.join("scripts/noop.py"), "pass\n").unwrap();
+    for p in [root.to_path_buf(), dir.clone(), dir.join("scripts")] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
 }
 
 fn direct(program: &str, args: &[&str], runs: usize) -> f64 {
@@ -63,12 +83,13 @@ struct Server {
 }
 
 impl Server {
-    fn start(skills: &Path, data: &Path, sandbox: &str) -> Server {
-        let mut child = Command::new(BIN)
-            .args(["serve", "--confirm", "auto", "--sandbox", sandbox, "--skills"])
+    fn start(bin: &str, skills: &Path, data: &Path, flags: &[&str]) -> Server {
+        let mut child = Command::new(bin)
+            .args(["serve", "--confirm", "auto", "--skills"])
             .arg(skills)
             .arg("--data-dir")
             .arg(data)
+            .args(flags)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -107,6 +128,18 @@ impl Server {
         let job = reply.split(r#"\"job\":\""#).nth(1).and_then(|r| r.split('\\').next()).unwrap().to_string();
         (ms, job)
     }
+
+    /// Median `skill_run` time of `script` over `runs` (after one warm-up).
+    fn median_run(&mut self, script: &str, runs: usize) -> f64 {
+        let mut times = Vec::new();
+        for _ in 0..runs + 1 {
+            let (ms, job) = self.run(script);
+            times.push(ms);
+            self.call("tools/call", &format!(r#"{{"name":"skill_job_delete","arguments":{{"job":"{job}"}}}}"#));
+        }
+        times.remove(0); // first run warms caches
+        median(times)
+    }
 }
 
 impl Drop for Server {
@@ -116,10 +149,43 @@ impl Drop for Server {
     }
 }
 
+fn time_ms(runs: usize, mut f: impl FnMut()) -> f64 {
+    let mut t = Vec::new();
+    for _ in 0..runs {
+        let start = Instant::now();
+        f();
+        t.push(start.elapsed().as_secs_f64() * 1000.0);
+    }
+    median(t)
+}
+
+/// bubblewrap starting `true` with the old or the new mount set.
+fn bwrap_true(new_mounts: bool) {
+    let mut args: Vec<String> =
+        ["--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"].iter().map(|s| s.to_string()).collect();
+    for (target, link) in [("usr/lib", "/lib"), ("usr/lib64", "/lib64"), ("usr/bin", "/bin")] {
+        args.extend(["--symlink".into(), target.into(), link.into()]);
+    }
+    args.extend(["--proc", "/proc", "--dev", "/dev"].iter().map(|s| s.to_string()));
+    let size = skill_operator::core::limits::RUN_TMP_BYTES.to_string();
+    if new_mounts {
+        for t in ["/tmp", "/dev/shm"] {
+            args.extend(["--size".into(), size.clone(), "--tmpfs".into(), t.into()]);
+        }
+        args.extend(["--remount-ro", "/dev", "--remount-ro", "/"].iter().map(|s| s.to_string()));
+    } else {
+        args.extend(["--tmpfs".into(), "/tmp".into()]);
+    }
+    args.extend(["--".into(), "/usr/bin/true".into()]);
+    let status = Command::new("bwrap").args(&args).stdout(Stdio::null()).stderr(Stdio::null()).status().unwrap();
+    assert!(status.success());
+}
+
 fn main() {
     let quick = !std::env::args().any(|a| a == "--bench");
     let runs = if quick { 3 } else { 40 };
     let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     skills(dir.path());
     let js = dir.path().join("noop/scripts/noop.js");
     let py = dir.path().join("noop/scripts/noop.py");
@@ -128,19 +194,60 @@ fn main() {
     let py_file = direct("/usr/bin/python3", &[py.to_str().unwrap()], runs);
     let py_c = direct("/usr/bin/python3", &["-c", "pass"], runs);
     println!("direct: node noop.js {node_file:.1} ms, node -e 0 {node_e:.1} ms, python3 noop.py {py_file:.1} ms, python3 -c pass {py_c:.1} ms ({runs} runs, medians)");
-    for sandbox in ["off", "auto"] {
+
+    // A root server refuses unsandboxed runs without dedicated uids.
+    let uids: &[&str] = if is_root() { &["--run-as-uids", "63000-63009"] } else { &[] };
+    let baseline = std::env::var("RUN_OVERHEAD_BASELINE_BIN").ok();
+    let mut configs: Vec<(String, String, Vec<&str>)> = vec![
+        ("sandbox off".into(), BIN.into(), [&["--sandbox", "off"][..], uids].concat()),
+        ("bubblewrap, no cgroup".into(), BIN.into(), vec!["--sandbox", "required", "--cgroup", "off"]),
+        ("bubblewrap, cgroup + sized mounts".into(), BIN.into(), vec!["--sandbox", "required", "--cgroup", "required"]),
+    ];
+    if let Some(bin) = &baseline {
+        configs.push(("bubblewrap, baseline build".into(), bin.clone(), vec!["--sandbox", "required"]));
+    }
+    let mut sandboxed: Vec<(String, f64, f64)> = Vec::new();
+    for (label, bin, flags) in &configs {
         let data = tempfile::tempdir().unwrap();
-        let mut server = Server::start(dir.path(), data.path(), sandbox);
-        for (script, base) in [("scripts/noop.js", node_file), ("scripts/noop.py", py_file)] {
-            let mut times = Vec::new();
-            for _ in 0..runs + 1 {
-                let (ms, job) = server.run(script);
-                times.push(ms);
-                server.call("tools/call", &format!(r#"{{"name":"skill_job_delete","arguments":{{"job":"{job}"}}}}"#));
-            }
-            times.remove(0); // first run warms caches
-            let m = median(times);
-            println!("skill_run sandbox={sandbox:<4} {script:<16} median {m:.1} ms, overhead beyond the interpreter {:.1} ms", m - base);
+        std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut server = Server::start(bin, dir.path(), data.path(), flags);
+        let node = server.median_run("scripts/noop.js", runs);
+        let python = server.median_run("scripts/noop.py", runs);
+        println!(
+            "skill_run {label:<36} node median {node:.1} ms (overhead {:.1} ms), python median {python:.1} ms (overhead {:.1} ms)",
+            node - node_file,
+            python - py_file
+        );
+        sandboxed.push((label.clone(), node, python));
+    }
+    if let (Some((_, n0, p0)), Some((_, n1, p1))) = (sandboxed.get(1), sandboxed.get(2)) {
+        println!("added by the cgroup per run (with its watcher): node {:+.1} ms, python {:+.1} ms", n1 - n0, p1 - p0);
+    }
+    if let (Some((_, nb, pb)), Some((_, n1, p1))) = (sandboxed.get(3), sandboxed.get(2)) {
+        println!("this build vs the baseline build, sandboxed: node {:+.1} ms, python {:+.1} ms", n1 - nb, p1 - pb);
+    }
+
+    // The parts on their own.
+    let old = time_ms(runs, || bwrap_true(false));
+    let new = time_ms(runs, || bwrap_true(true));
+    println!("bwrap true: old mounts {old:.2} ms, sized and read-only {new:.2} ms ({:+.2} ms)", new - old);
+    use skill_operator::runner::cgroup::{Cgroups, RunLimits};
+    match Cgroups::detect(None, RunLimits::default()) {
+        Ok(cg) => {
+            let mut n = 0;
+            let ms = time_ms(runs, || {
+                n += 1;
+                cg.create(&format!("bench-{n}")).unwrap().remove();
+            });
+            println!("cgroup made, limited and removed: {ms:.2} ms ({})", cg.describe());
         }
+        Err(why) => println!("cgroup: not available here ({why})"),
+    }
+    if is_root() {
+        let root = tempfile::tempdir().unwrap();
+        let ms = time_ms(runs, || {
+            drop(skill_operator::runner::tmpfs::RunTmpfs::mount(&root.path().join("t"), (65534, 65534)).unwrap());
+        });
+        println!("per-run tmpfs mounted and unmounted: {ms:.2} ms");
     }
 }

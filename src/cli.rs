@@ -40,6 +40,9 @@ pub enum Command {
     /// OCI images composed with registry calls only: `image self` (this binary), `image compose` (run images).
     #[command(subcommand)]
     Image(crate::image::ImageCommand),
+    /// Inside a standalone run's sandbox: the egress forwarder, then the script as a child (started by `serve`).
+    #[command(hide = true)]
+    SandboxInit(crate::runner::init::InitArgs),
     /// Print the CustomResourceDefinitions (or write one file per CRD into --out).
     Crdgen {
         /// Write `<crd name>.yaml` files into this directory instead of printing.
@@ -64,6 +67,7 @@ pub async fn run(cli: Cli, shutdown: Shutdown) -> anyhow::Result<ExitCode> {
         Command::Upload(args) => crate::artifacts::client::upload_command(args, shutdown).await?,
         Command::Artifacts(args) => crate::artifacts::server::command(args, shutdown).await?,
         Command::Launch(args) => return Ok(crate::runner::launch::command(args, shutdown).await?),
+        Command::SandboxInit(args) => return Ok(crate::runner::init::command(args).await),
         Command::Image(command) => crate::image::run(command).await?,
         Command::EgressProxy(args) => crate::egress::run(args, shutdown.wait_owned()).await?,
         Command::Crdgen { out } => crate::api::crdgen(out.as_deref())?,

@@ -15,6 +15,7 @@ pub mod core;
 pub mod docs;
 pub mod egress;
 pub mod gated;
+pub mod gateway;
 pub mod mcp;
 pub mod samples;
 pub mod serve;

@@ -23,18 +23,56 @@ async fn detect_and_self_test() {
     assert_eq!(detect_bwrap().as_deref(), Some(std::path::Path::new("/usr/bin/bwrap")));
 }
 
+/// Issue 9, class 1: a run with granted egress used to get `--share-net`
+/// and reached the server's own port. The sandbox's network namespace is
+/// its own whatever the spec says; `network: true` only binds TLS files.
 #[tokio::test]
-async fn no_network_unless_asked() {
+async fn no_host_network_ever() {
     let Some(sb) = sandbox().await else { return };
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("addr").port().to_string();
     let connect = "import socket,sys\ntry:\n  socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=2); print('connected')\nexcept OSError as e:\n  print(type(e).__name__); sys.exit(1)";
-    let out = execute(sandboxed(PY, &["-c", connect, &port], sb.clone())).await.expect("execute");
-    assert_eq!(out.outcome.exit_code, Some(1), "{out:?}");
-    assert_eq!(text(&out.stdout).trim(), "ConnectionRefusedError", "own empty loopback only");
-    // Control: the same probe with network: true reaches the listener.
-    let out = execute(sandboxed(PY, &["-c", connect, &port], sb.with_network(true))).await.expect("execute");
-    assert_eq!(text(&out.stdout).trim(), "connected", "{}", text(&out.stderr));
+    for network in [false, true] {
+        let out = execute(sandboxed(PY, &["-c", connect, &port], sb.clone().with_network(network))).await.expect("execute");
+        assert_eq!(out.outcome.exit_code, Some(1), "network={network}: {out:?}");
+        assert_eq!(text(&out.stdout).trim(), "ConnectionRefusedError", "network={network}: own empty loopback only");
+    }
+    // Control: the listener is there, on the host's loopback.
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().expect("port"))).is_ok());
+}
+
+/// Issue 9, class 7: printing `bwrap: ...` on stderr and exiting 1 used to
+/// turn a run that happened (and wrote files) into a set-up failure with
+/// its streams dropped. bubblewrap's status descriptor says the program
+/// ran; the script cannot write to it.
+#[tokio::test]
+async fn a_script_cannot_forge_a_sandbox_failure() {
+    let Some(sb) = sandbox().await else { return };
+    let wd = workdir_for(65534);
+    let script = "import os, sys\nopen('/work/made-it', 'w').write('x')\nfor fd in range(3, 64):\n  try: os.write(fd, b'{\"exit-code\": 0}\\n')\n  except OSError: pass\nsys.stderr.write('bwrap: Can\\'t mount proc on /newroot/proc: Operation not permitted\\n')\nsys.exit(1)";
+    let sb = sb.rw_bind(wd.path());
+    let mut s = sandboxed(PY, &["-c", script], sb.clone());
+    s.sandbox.as_mut().expect("sandbox").rw_binds.push((wd.path().to_path_buf(), "/work".into()));
+    let out = execute(s).await.expect("a script's own exit is an outcome, never a set-up error");
+    assert_eq!(out.outcome.exit_code, Some(1));
+    assert!(text(&out.stderr).starts_with("bwrap: Can't mount proc"), "the script's stderr is kept: {}", text(&out.stderr));
+    assert!(wd.path().join("made-it").exists());
+    // A real set-up failure is still one.
+    let mut bad = sb;
+    bad.rw_binds.push((wd.path().to_path_buf(), "/usr/zzz-not-there".into()));
+    assert!(matches!(execute(sandboxed("/usr/bin/true", &[], bad)).await, Err(ExecError::SandboxSetup { .. })));
+}
+
+/// The sandbox's root and /dev are read-only, /tmp and /dev/shm sized.
+#[tokio::test]
+async fn only_work_and_the_sized_tmpfs_are_writable() {
+    let Some(sb) = sandbox().await else { return };
+    let probe = "import os\nfor d in ['/', '/dev', '/usr', '/tmp', '/dev/shm']:\n  try:\n    open(os.path.join(d, 'w'), 'w').write('x'); print(d, 'writable', os.statvfs(d).f_blocks * os.statvfs(d).f_frsize)\n  except OSError as e:\n    print(d, e.strerror)";
+    let out = execute(sandboxed(PY, &["-c", probe], sb)).await.expect("execute");
+    let t = text(&out.stdout);
+    let size = skill_operator::core::limits::RUN_TMP_BYTES;
+    assert!(t.contains("/ Read-only file system\n") && t.contains("/dev Read-only file system\n"), "{t}");
+    assert!(t.contains(&format!("/tmp writable {size}\n")) && t.contains(&format!("/dev/shm writable {size}\n")), "{t}");
 }
 
 #[tokio::test]

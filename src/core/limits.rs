@@ -93,12 +93,32 @@ pub const RUN_MEMORY_BYTES: u64 = 512 * MIB;
 pub const RUN_CPUS: u64 = 1;
 /// Processes and threads of the whole run.
 pub const RUN_PIDS: u64 = 128;
+/// `RLIMIT_NPROC` of a run that has a cgroup: the cgroup counts the run
+/// itself ([`RUN_PIDS`]); this per-uid backstop stays out of its way, so a
+/// fork bomb meets the cgroup's limit (and is reported) first.
+pub const RUN_UID_PROCS: u64 = 2 * RUN_PIDS;
 /// Largest file a script may write (RLIMIT_FSIZE).
 pub const RUN_FILE_BYTES: u64 = 64 * MIB;
 /// Open files per process (RLIMIT_NOFILE).
 pub const RUN_OPEN_FILES: u64 = 256;
-/// Size of the sandbox's private `/tmp` (and the tmpfs root around it).
+/// Size of the run's private tmpfs, which holds its `/tmp` and `/dev/shm`
+/// (the sandbox's root and `/dev` are read-only).
 pub const RUN_TMP_BYTES: u64 = 64 * MIB;
+/// The CPU bandwidth period of a run's cgroup (`cpu.max`, microseconds);
+/// the quota is [`RUN_CPUS`] periods per period.
+pub const RUN_CPU_PERIOD_US: u64 = 100_000;
+/// How often a running script's cgroup counters (memory, processes) and
+/// its `/work` usage are checked. A run that passes a limit is stopped
+/// within about this long (the kernel enforces memory, processes and
+/// the tmpfs size at once; this bounds how long a run may sit past a
+/// limit, and how far past the job cap `/work` may grow before it stops).
+pub const RUN_WATCH_INTERVAL: Duration = Duration::from_millis(100);
+/// Entries (files, directories, links) a run may leave under `/work`;
+/// more is over the job's disk limit (each costs an inode, and the
+/// output listing stops at [`MAX_FILES`] anyway).
+pub const RUN_WORK_ENTRIES: usize = 10 * MAX_FILES;
+/// Dedicated uids a `--run-as-uids` range may hold.
+pub const RUN_UID_RANGE_MAX: u32 = 65_536;
 
 // ---- jobs ---------------------------------------------------------------
 
@@ -133,6 +153,17 @@ pub const BUILD_TTL_SECS: i32 = 3600;
 /// Prepared images whose package annotation a controller remembers having
 /// checked (the check before a run is one registry GET per new image).
 pub const VERIFIED_IMAGES_KEPT: usize = 1024;
+// ---- the HTTP endpoint ----------------------------------------------------
+
+/// MCP sessions (2025-11-25 and older) held at once; past it the oldest
+/// idle session is closed, and when none is idle a new one is refused.
+pub const HTTP_SESSIONS_MAX: usize = 256;
+/// A session idle this long is closed.
+pub const HTTP_SESSION_IDLE: Duration = Duration::from_secs(300);
+/// Messages queued per session stream before the sender waits.
+pub const HTTP_SESSION_QUEUE: usize = 16;
+/// Random bytes of a generated bearer token.
+pub const HTTP_TOKEN_BYTES: usize = 32;
 
 // The caps that must agree, checked when the crate compiles: a job's
 // outputs fit what a package may ship, inline inputs are one upload call,
@@ -142,6 +173,7 @@ const _: () = assert!(JOB_UPLOAD_CHUNK <= MAX_FILE_BYTES);
 const _: () = assert!(DEFAULT_TIMEOUT_SECS <= MAX_TIMEOUT_SECS);
 const _: () = assert!(OUTPUT_HASH_BUDGET >= MAX_TOTAL_BYTES);
 const _: () = assert!(BUILD_TIMEOUT_SECS <= MAX_TIMEOUT_SECS);
+const _: () = assert!(RUN_PIDS >= 8 && RUN_CPUS >= 1);
 
 /// Renders a byte count the way the docs write it: `1 MiB`, `256 KiB`, `8192 bytes`.
 pub fn bytes_text(n: u64) -> String {

@@ -5,6 +5,7 @@ use crate::core::paths::RelPath;
 use sha2::{Digest, Sha256};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -16,7 +17,7 @@ use super::*;
 
 /// A temp file [`write_atomic`] left behind (`job.json.tmp-*`, `stdout.tmp-*`, `stderr.tmp-*`).
 pub(super) fn is_temp_name(name: &str) -> bool {
-    [RECORD, STDOUT, STDERR].iter().any(|base| name.strip_prefix(base).is_some_and(|rest| rest.starts_with(".tmp-")))
+    [RECORD, STDOUT, STDERR, OUTPUTS].iter().any(|base| name.strip_prefix(base).is_some_and(|rest| rest.starts_with(".tmp-")))
 }
 
 /// Exactly 32 lowercase hex characters, checked before any path is built.
@@ -237,7 +238,8 @@ pub(super) fn append(target: &Path, rel: &RelPath, offset: u64, bytes: &[u8], ca
 pub(super) fn write_atomic(dir: &Path, name: &str, bytes: &[u8], durable: bool) -> Result<()> {
     let tmp = dir.join(format!("{name}.tmp-{}", uuid::Uuid::new_v4().simple()));
     let written = (|| -> io::Result<()> {
-        let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        // 0600: a run's uid may pass through the job directory, never read its record or streams.
+        let mut file = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
         file.write_all(bytes)?;
         if durable {
             file.sync_all()?;

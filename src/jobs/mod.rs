@@ -11,7 +11,13 @@
 //! <root>/jobs/<id>/work/      inputs; the script's cwd (/work); outputs
 //! <root>/jobs/<id>/stdout     captured streams, written by finish_run
 //! <root>/jobs/<id>/stderr
+//! <root>/jobs/<id>/outputs.json  the output listing, made once when the run ends
 //! ```
+//!
+//! `jobs/` is `0711` and every job directory `0700` (the server's): a run's
+//! uid may pass through to its own work directory while it runs (the
+//! runner hands that directory to it and takes it back), never list the
+//! jobs or open another job's files.
 //!
 //! A job is born in a `.tmp-<uuid>` directory and renamed into place, and is
 //! deleted by renaming it to `.trash-<uuid>` first, so a crash never leaves a
@@ -93,6 +99,7 @@ const RECORD: &str = "job.json";
 const WORK: &str = "work";
 const STDOUT: &str = "stdout";
 const STDERR: &str = "stderr";
+const OUTPUTS: &str = "outputs.json";
 const NEW_JOB_PREFIX: &str = ".tmp-";
 const TRASH_PREFIX: &str = ".trash-";
 

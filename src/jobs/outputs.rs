@@ -1,29 +1,70 @@
 //! The output listing: every regular file under `work/` after the run.
 
-use crate::core::limits::MAX_DEPTH;
+use crate::core::limits::{MAX_DEPTH, OUTPUT_HASH_BUDGET};
 use crate::core::paths::RelPath;
 use std::collections::HashMap;
 use std::fs::{self};
+use std::io::Read;
 use std::path::PathBuf;
 
+use super::error::IoContext;
 use super::fsops::*;
 use super::*;
 
 impl JobStore {
-    /// Every regular file under `work/` once the run is over, with its hash
-    /// and whether it is an untouched input. Symlinks are never followed;
-    /// they and special files are listed as skipped. Stops (flagged) at
-    /// [`JobLimits::files`] files, directories or skipped entries.
+    /// The output listing stored when the run ended (never hashed again).
+    /// A finished job without one (finished before listings were stored)
+    /// is listed now, once, and the listing stored.
     pub fn outputs(&self, id: &str) -> Result<OutputListing> {
         check_id(id)?;
         let record = self.load(id)?;
         self.check_finished(&record)?;
+        let dir = self.job_dir_checked(id)?;
+        match open_own_file(&dir.join(OUTPUTS)) {
+            Ok(file) => {
+                let mut text = Vec::new();
+                file.take(crate::core::limits::JOB_RECORD_CAP + 1).read_to_end(&mut text).ctx(|| format!("read job {id}'s {OUTPUTS}"))?;
+                serde_json::from_slice(&text).map_err(|err| JobError::Corrupt { id: id.to_string(), reason: format!("{OUTPUTS}: {err}") })
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                let listing = self.scan_outputs(id)?;
+                self.save_outputs(id, &listing)?;
+                Ok(listing)
+            }
+            Err(err) => Err(err).ctx(|| format!("open job {id}'s {OUTPUTS}")),
+        }
+    }
+
+    /// Store the listing made when the run ended (see [`Self::scan_outputs`]).
+    pub fn save_outputs(&self, id: &str, listing: &OutputListing) -> Result<()> {
+        check_id(id)?;
+        let dir = self.job_dir_checked(id)?;
+        let json =
+            serde_json::to_vec(listing).map_err(|err| JobError::Io { what: "encode the output listing".into(), source: err.into() })?;
+        write_atomic(&dir, OUTPUTS, &json, self.limits.durable)
+    }
+
+    /// List every regular file under `work/` now, with its hash (within
+    /// [`OUTPUT_HASH_BUDGET`] bytes: files past it are listed with their
+    /// size and no digest) and whether it is an untouched input. Symlinks
+    /// are never followed; they and special files are listed as skipped.
+    /// Stops (flagged) at [`JobLimits::files`] files, directories or
+    /// skipped entries. Call when the script has stopped (the job is
+    /// `Running` until the runner records the end, so nothing else writes
+    /// `work/`), off the async threads: it reads up to the budget.
+    pub fn scan_outputs(&self, id: &str) -> Result<OutputListing> {
+        check_id(id)?;
+        let record = self.load(id)?;
+        if record.state == JobState::Created {
+            return Err(JobError::NotRunYet { id: id.to_string() });
+        }
         let dir = self.job_dir_checked(id)?;
         let work = self.work_dir_checked(id, &dir)?;
         let inputs: HashMap<&str, &str> = record.inputs.iter().map(|f| (f.path.as_str(), f.sha256.as_str())).collect();
         let cap = self.limits.files;
         let mut listing = OutputListing { files: Vec::new(), skipped: Vec::new(), total_bytes: 0, truncated: false };
         let mut dirs_seen = 0usize;
+        let mut budget = OUTPUT_HASH_BUDGET;
         // (real directory, its path relative to work/ ("" for work/), depth)
         let mut stack: Vec<(PathBuf, String, usize)> = vec![(work, String::new(), 0)];
         'walk: while let Some((real_dir, prefix, depth)) = stack.pop() {
@@ -99,8 +140,15 @@ impl JobStore {
                         listing.truncated = true;
                         break 'walk;
                     }
+                    if meta.len() > budget {
+                        // Past the budget: listed by size only, never read.
+                        listing.total_bytes += meta.len();
+                        listing.files.push(OutputFile { path: rel, size: meta.len(), sha256: String::new(), input: InputMatch::Unhashed });
+                        continue;
+                    }
                     match hash_regular(&entry_path, &meta) {
                         Ok((size, sha256)) => {
+                            budget = budget.saturating_sub(size);
                             let input = match inputs.get(rel.as_str()) {
                                 None => InputMatch::NotAnInput,
                                 Some(h) if *h == sha256 => InputMatch::Unchanged,

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::fs::{self, File};
 use std::io::{self, Read};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
@@ -52,6 +53,9 @@ impl JobStore {
         let jobs = root.join("jobs");
         fs::create_dir_all(&jobs).ctx(|| format!("create {}", jobs.display()))?;
         let jobs_dir = jobs.canonicalize().ctx(|| format!("resolve {}", jobs.display()))?;
+        // Runs' uids may pass through to their own work directory, never list the jobs.
+        fs::set_permissions(&jobs_dir, std::os::unix::fs::PermissionsExt::from_mode(0o711))
+            .ctx(|| format!("restrict {}", jobs_dir.display()))?;
         let store = JobStore { jobs_dir, limits, inner: Mutex::new(Inner::default()) };
         let mut report = OpenReport::default();
 
@@ -94,6 +98,15 @@ impl JobStore {
     /// running. Returns whether it was.
     fn recover(&self, id: &str, cleaned: &mut Vec<String>) -> Result<bool> {
         let dir = self.job_dir_checked(id)?;
+        // A run cut off by a crash may have left its tmpfs mounted (root
+        // servers) and its private tmp: neither is part of the job.
+        let tmp = dir.join("tmp");
+        if fs::symlink_metadata(&tmp).is_ok_and(|m| m.is_dir()) {
+            let _ = crate::runner::tmpfs::unmount(&tmp);
+            if fs::remove_dir_all(&tmp).is_ok() {
+                cleaned.push(format!("{id}/tmp"));
+            }
+        }
         for entry in fs::read_dir(&dir).ctx(|| format!("list job {id}"))? {
             let entry = entry.ctx(|| format!("list job {id}"))?;
             let name = entry.file_name();
@@ -143,8 +156,8 @@ impl JobStore {
         // an id directory always has a complete record.
         let tmp = self.jobs_dir.join(format!("{NEW_JOB_PREFIX}{id}"));
         let built = (|| {
-            fs::create_dir(&tmp).ctx(|| "create the job directory".into())?;
-            fs::create_dir(tmp.join(WORK)).ctx(|| "create the job's work directory".into())?;
+            fs::DirBuilder::new().mode(0o700).create(&tmp).ctx(|| "create the job directory".into())?;
+            fs::DirBuilder::new().mode(0o700).create(tmp.join(WORK)).ctx(|| "create the job's work directory".into())?;
             save_record(&tmp, &record, self.limits.durable)?;
             fs::rename(&tmp, self.jobs_dir.join(&id)).ctx(|| "move the new job into place".into())?;
             sync_dir(&self.jobs_dir, self.limits.durable)

@@ -868,8 +868,10 @@ fn outputs_stop_at_the_file_cap() {
     let at_cap = store.outputs(&id).unwrap();
     assert_eq!((at_cap.files.len(), at_cap.truncated), (5, false));
     std::fs::write(work.join("f5"), b"x").unwrap();
-    let over = store.outputs(&id).unwrap();
+    let over = store.scan_outputs(&id).unwrap();
     assert_eq!((over.files.len(), over.truncated), (5, true));
+    // The listing made once is the one served: it is stored, never redone.
+    assert_eq!(store.outputs(&id).unwrap(), at_cap);
 }
 
 #[test]

@@ -160,6 +160,9 @@ pub enum InputMatch {
     Unchanged,
     /// An input path whose content the script changed.
     Changed,
+    /// Not hashed (the run's outputs passed the hash budget): whether it is
+    /// the uploaded input is not known.
+    Unhashed,
 }
 
 /// A regular file found under `work/` after the run.
@@ -168,6 +171,9 @@ pub enum InputMatch {
 pub struct OutputFile {
     pub path: String,
     pub size: u64,
+    /// `sha256:<hex>`; empty (and left out of the JSON) for a file past the
+    /// run's hash budget ([`crate::core::limits::OUTPUT_HASH_BUDGET`]).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub sha256: String,
     pub input: InputMatch,
 }
@@ -193,7 +199,8 @@ pub struct SkippedEntry {
     pub reason: String,
 }
 
-/// Everything under `work/` after the run.
+/// Everything under `work/` after the run, listed once when the run ends
+/// and stored beside the record (`outputs.json`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OutputListing {

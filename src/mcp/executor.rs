@@ -6,6 +6,7 @@
 //! gate, argument and input checks, result shapes) and call the executor for
 //! the rest. Tests use a fake one to prove the tools without processes.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use schemars::JsonSchema;
@@ -21,14 +22,26 @@ use super::error::ToolError;
 /// other principal can list, read, run or delete them.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct Caller {
-    /// A stable id of the authenticated principal (`local` over stdio).
+    /// A stable id of the authenticated principal (`local` over stdio; the
+    /// user name a TokenReview returned in the gateway).
     pub principal: String,
+    /// The principal's UID, when the authenticator knows one.
+    pub uid: Option<String>,
+    /// The principal's groups (what a SubjectAccessReview is asked about).
+    pub groups: Vec<String>,
+    /// The authenticator's extra attributes, passed on to authorization.
+    pub extra: BTreeMap<String, Vec<String>>,
 }
 
 impl Caller {
     /// The only caller of a stdio server: the process that started it.
     pub fn local() -> Caller {
-        Caller { principal: "local".into() }
+        Caller::named("local")
+    }
+
+    /// A caller known by name only (a bearer token's label, a test).
+    pub fn named(principal: impl Into<String>) -> Caller {
+        Caller { principal: principal.into(), ..Caller::default() }
     }
 }
 
@@ -114,6 +127,21 @@ pub struct ProgressUpdate {
     pub message: String,
 }
 
+/// What a run gets besides its plan: the confirmation's key, where to
+/// report progress, and the signal that the caller went away.
+#[derive(Clone, Default)]
+pub struct RunControl {
+    /// Unique to the confirmation that allowed the run ([`super::gate::Gate::Run`]).
+    /// A backend that can create a run at most once per key (the gateway
+    /// names the SkillJob after it) makes a retried call find the first run
+    /// instead of starting a second.
+    pub key: String,
+    pub progress: Option<ProgressSink>,
+    /// Cancelled when the caller is gone (a cancel notification, or its
+    /// request stream closed). What that means is the backend's policy.
+    pub cancel: tokio_util::sync::CancellationToken,
+}
+
 /// What carries runs out. Every method is bound to the caller: a job of
 /// another principal is reported missing, never shown.
 #[async_trait::async_trait]
@@ -135,7 +163,7 @@ pub trait Executor: Send + Sync {
         caller: &Caller,
         plan: RunPlan,
         inputs: Vec<(String, Vec<u8>)>,
-        progress: Option<ProgressSink>,
+        control: RunControl,
     ) -> Result<RunReport, ToolError>;
     /// `skill_job_run`: run the plan in an existing job, whose inputs must be
     /// exactly `inputs` (path, digest) at the moment it starts (what runs is
@@ -147,7 +175,7 @@ pub trait Executor: Send + Sync {
         job: &str,
         plan: RunPlan,
         inputs: Vec<(String, String)>,
-        progress: Option<ProgressSink>,
+        control: RunControl,
     ) -> Result<RunReport, ToolError>;
     async fn status(&self, caller: &Caller, job: &str) -> Result<JobStatus, ToolError>;
     async fn read(&self, caller: &Caller, job: &str, target: ReadTarget, offset: u64, limit: u64) -> Result<Chunk, ToolError>;

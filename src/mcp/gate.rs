@@ -9,8 +9,6 @@
 //! first, on lines no argument can precede, and every argument, path and
 //! name is quoted with control characters made visible.
 
-use std::time::Instant;
-
 use rmcp::model::{
     ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema, InputRequest, InputRequiredResult,
     ProtocolVersion,
@@ -24,7 +22,7 @@ use serde_json::{json, Value};
 use crate::core::confirm::{call_digest, ConfirmMode, TOKEN_TTL};
 
 use super::error::{codes, ToolError};
-use super::executor::RunCommand;
+use super::executor::{Caller, RunCommand};
 use super::state::Execution;
 
 /// What a run would do, shown before anything starts.
@@ -68,7 +66,16 @@ pub struct BoundCall<'a> {
 pub enum Gate {
     Preview(Value),
     Ask(InputRequiredResult),
-    Run,
+    /// Run now. `key` is unique to the confirmation (the redeemed token's,
+    /// or a fresh one when no token was involved): a backend starts at most
+    /// one run per key, so a retried confirmed call never runs twice.
+    Run {
+        key: String,
+    },
+}
+
+fn fresh_key() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
 }
 
 /// The key of the confirmation question in an input-required round trip.
@@ -142,6 +149,7 @@ pub fn question(preview: &Preview) -> String {
 /// Decide whether the call runs now.
 pub async fn gate(
     exec: &Execution,
+    caller: &Caller,
     preview: &Preview,
     bound: &BoundCall<'_>,
     confirm: Option<&str>,
@@ -155,12 +163,13 @@ pub async fn gate(
             "this server's confirmation mode is `refuse`: nothing runs here (the preview shows what would have run)",
         )
         .with_detail(json!({ "preview": preview_json }))),
-        ConfirmMode::Auto => Ok(Gate::Run),
+        ConfirmMode::Auto => Ok(Gate::Run { key: fresh_key() }),
         ConfirmMode::Ask => {
-            let digest = call_digest(bound);
+            // A token confirms this call, on this server, for this caller only.
+            let digest = call_digest(&(&exec.scope, &caller.principal, bound));
             if let Some(token) = confirm {
-                exec.confirmations.redeem(token, &digest, Instant::now())?;
-                return Ok(Gate::Run);
+                let key = exec.confirmations.redeem(token, &digest)?;
+                return Ok(Gate::Run { key });
             }
             let declined = || {
                 Gate::Preview(json!({
@@ -184,8 +193,8 @@ pub async fn gate(
                     if !yes {
                         return Ok(declined());
                     }
-                    exec.confirmations.redeem(handle, &digest, Instant::now())?;
-                    return Ok(Gate::Run);
+                    let key = exec.confirmations.redeem(handle, &digest)?;
+                    return Ok(Gate::Run { key });
                 }
                 if asker.can_elicit {
                     let schema = ElicitationSchema::from_type::<RunConfirmation>()
@@ -195,19 +204,19 @@ pub async fn gate(
                         message: question,
                         requested_schema: schema,
                     });
-                    let handle = exec.confirmations.issue(&digest, Instant::now());
+                    let handle = exec.confirmations.issue(&digest);
                     let mut questions = rmcp::model::InputRequests::new();
                     questions.insert(CONFIRM_INPUT.to_string(), InputRequest::Elicitation(request));
                     return Ok(Gate::Ask(InputRequiredResult::new(Some(questions), Some(handle))));
                 }
             } else if let Some(peer) = &asker.peer {
                 match peer.elicit::<RunConfirmation>(question).await {
-                    Ok(Some(RunConfirmation { run: true })) => return Ok(Gate::Run),
+                    Ok(Some(RunConfirmation { run: true })) => return Ok(Gate::Run { key: fresh_key() }),
                     Ok(_) | Err(ElicitationError::UserDeclined) | Err(ElicitationError::UserCancelled) => return Ok(declined()),
                     Err(_) => {}
                 }
             }
-            let token = exec.confirmations.issue(&digest, Instant::now());
+            let token = exec.confirmations.issue(&digest);
             Ok(Gate::Preview(json!({
                 "status": "confirmation-required",
                 "message": "Nothing ran. Show the preview to the user; to run exactly this call, repeat it with the same arguments and `confirm` set to the token.",

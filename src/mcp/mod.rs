@@ -150,6 +150,7 @@ impl SkillServer {
             retry: Retry { input_responses: request.input_responses.clone(), request_state: request.request_state.clone() },
             asker: Asker::from_context(context),
             progress: None,
+            cancel: context.ct.clone(),
         };
         let args = request.arguments;
         macro_rules! tool {
@@ -161,6 +162,9 @@ impl SkillServer {
             };
         }
         let name = request.name.as_ref();
+        if let Err(err) = state.authorize(&cx.caller, state::Action::of_tool(name)).await {
+            return Ok(tool_error(&err).into());
+        }
         let known = offered_tools(state).iter().any(|t| t.name == name);
         if !known {
             let names: Vec<String> = offered_tools(state).iter().map(|t| t.name.to_string()).collect();
@@ -440,6 +444,21 @@ mod tests {
     }
     use crate::core::discovery::{discover, Limits};
     use crate::core::grants::Grants;
+
+    /// Every run or job tool needs more than reading skills: a tool added to
+    /// `run::definitions` without its action would be authorized as a read.
+    #[test]
+    fn every_run_tool_has_its_action() {
+        use state::Action;
+        for tool in run::definitions() {
+            assert_ne!(Action::of_tool(&tool.name), Action::ReadSkills, "{}", tool.name);
+        }
+        for tool in tools::definitions() {
+            assert_eq!(Action::of_tool(&tool.name), Action::ReadSkills, "{}", tool.name);
+        }
+        assert_eq!(Action::of_tool("skill_job_delete"), Action::DeleteJobs);
+        assert_eq!(Action::of_tool("skill_job_read"), Action::ReadJobs);
+    }
 
     fn state(root: &std::path::Path) -> Snapshot {
         Snapshot::new(

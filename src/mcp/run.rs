@@ -23,7 +23,7 @@ use crate::core::paths::RelPath;
 use crate::jobs::{Chunk, FileInfo, JobRecord, JobState, OutputListing, ReadTarget};
 
 use super::error::{codes, ToolError};
-use super::executor::{Caller, Executor, JobStatus, ProgressSink, RunCommand, RunReport};
+use super::executor::{Caller, Executor, JobStatus, ProgressSink, RunCommand, RunControl, RunReport};
 use super::gate::{gate, Asker, BoundCall, Gate, InputSummary, Preview, Retry};
 use super::snapshot::Snapshot;
 use super::state::{Execution, ServerState};
@@ -50,6 +50,14 @@ pub struct CallContext {
     pub retry: Retry,
     pub asker: Asker,
     pub progress: Option<ProgressSink>,
+    /// Cancelled when the request is (a cancel notification, a closed stream).
+    pub cancel: tokio_util::sync::CancellationToken,
+}
+
+impl CallContext {
+    fn control(&self, key: String) -> RunControl {
+        RunControl { key, progress: self.progress.clone(), cancel: self.cancel.clone() }
+    }
 }
 
 // ---------- inputs ----------
@@ -194,12 +202,12 @@ pub async fn skill_run(state: &ServerState, snap: &Snapshot, input: SkillRunInpu
         job: None,
         inputs: decoded.iter().map(|(p, d, _)| (p.as_str(), d.as_str())).collect(),
     };
-    match gate(exec, &preview, &bound, input.confirm.as_deref(), &cx.retry, &cx.asker).await? {
+    match gate(exec, &cx.caller, &preview, &bound, input.confirm.as_deref(), &cx.retry, &cx.asker).await? {
         Gate::Preview(value) => Ok(RunReply::Json(value)),
         Gate::Ask(question) => Ok(RunReply::InputRequired(question)),
-        Gate::Run => {
+        Gate::Run { key } => {
             let inputs = decoded.into_iter().map(|(p, _, b)| (p, b)).collect();
-            let report = exec.executor.run_new(&cx.caller, plan, inputs, cx.progress.clone()).await?;
+            let report = exec.executor.run_new(&cx.caller, plan, inputs, cx.control(key)).await?;
             Ok(RunReply::Json(to_json(RunResult::from_report(report))?))
         }
     }
@@ -275,13 +283,13 @@ pub async fn job_run(state: &ServerState, snap: &Snapshot, input: JobRunInput, c
         inputs: record.inputs.iter().map(|f| (f.path.as_str(), f.sha256.as_str())).collect(),
     };
     let preview = build_preview(exec.executor.as_ref(), snap, &plan, Some(&record.id), inputs).await?;
-    match gate(exec, &preview, &bound, input.confirm.as_deref(), &cx.retry, &cx.asker).await? {
+    match gate(exec, &cx.caller, &preview, &bound, input.confirm.as_deref(), &cx.retry, &cx.asker).await? {
         Gate::Preview(value) => Ok(RunReply::Json(value)),
         Gate::Ask(question) => Ok(RunReply::InputRequired(question)),
-        Gate::Run => {
+        Gate::Run { key } => {
             // The inputs the person confirmed, checked again when the run starts.
             let confirmed = record.inputs.iter().map(|f| (f.path.clone(), f.sha256.clone())).collect();
-            let report = exec.executor.run(&cx.caller, &record.id, plan, confirmed, cx.progress.clone()).await?;
+            let report = exec.executor.run(&cx.caller, &record.id, plan, confirmed, cx.control(key)).await?;
             Ok(RunReply::Json(to_json(RunResult::from_report(report))?))
         }
     }

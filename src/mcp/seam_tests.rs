@@ -137,13 +137,7 @@ impl Executor for FakeExecutor {
     async fn get(&self, caller: &Caller, job: &str) -> Result<JobRecord, ToolError> {
         self.owned(caller, job)
     }
-    async fn run_new(
-        &self,
-        caller: &Caller,
-        plan: RunPlan,
-        inputs: Vec<(String, Vec<u8>)>,
-        _: Option<ProgressSink>,
-    ) -> Result<RunReport, ToolError> {
+    async fn run_new(&self, caller: &Caller, plan: RunPlan, inputs: Vec<(String, Vec<u8>)>, _: RunControl) -> Result<RunReport, ToolError> {
         let record = self.create(caller, &plan.skill).await?;
         let mut confirmed = vec![];
         for (p, b) in inputs {
@@ -158,7 +152,7 @@ impl Executor for FakeExecutor {
         job: &str,
         plan: RunPlan,
         inputs: Vec<(String, String)>,
-        _: Option<ProgressSink>,
+        _: RunControl,
     ) -> Result<RunReport, ToolError> {
         self.owned(caller, job)?;
         self.finish(job, &plan, inputs)
@@ -201,7 +195,7 @@ fn server(mode: ConfirmMode) -> (tempfile::TempDir, Arc<FakeExecutor>, ServerSta
 }
 
 fn cx(principal: &str) -> CallContext {
-    CallContext { caller: Caller { principal: principal.into() }, asker: Asker::default(), ..CallContext::default() }
+    CallContext { caller: Caller::named(principal), asker: Asker::default(), ..CallContext::default() }
 }
 
 fn json(reply: RunReply) -> Value {

@@ -4,21 +4,68 @@
 
 use std::sync::Arc;
 
-use crate::core::confirm::{ConfirmMode, Confirmations};
+use crate::core::confirm::{ConfirmMode, ConfirmStore, Confirmations};
 
-use super::executor::Executor;
+use super::error::ToolError;
+use super::executor::{Caller, Executor};
 use super::snapshot::{Snapshot, SnapshotCell};
+
+/// What a request wants to do, as an authorizer sees it. Every tool maps
+/// to exactly one ([`Action::of_tool`]); the gateway asks a
+/// SubjectAccessReview for each, the standalone server has no authorizer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// List and read skills (tools/list, prompts, resources, skills/*, the read tools).
+    ReadSkills,
+    /// Start work: create a job, upload to it, run it.
+    Run,
+    /// Read jobs: status, output, list, tasks/get.
+    ReadJobs,
+    /// Delete or cancel a job.
+    DeleteJobs,
+}
+
+impl Action {
+    /// The action a tool call is. An unknown tool reads skills: it is
+    /// refused as unknown after authorization.
+    pub fn of_tool(tool: &str) -> Action {
+        match tool {
+            "skill_run" | "skill_job_create" | "skill_job_upload" | "skill_job_run" => Action::Run,
+            "skill_job_status" | "skill_job_read" | "skill_job_list" => Action::ReadJobs,
+            "skill_job_delete" => Action::DeleteJobs,
+            _ => Action::ReadSkills,
+        }
+    }
+}
+
+/// Decides whether a caller may do an action on this server. An `Err` is
+/// what the caller reads (code `forbidden`, naming what is missing).
+#[async_trait::async_trait]
+pub trait Authorize: Send + Sync {
+    async fn authorize(&self, caller: &Caller, action: Action) -> Result<(), ToolError>;
+}
 
 /// How runs happen: the backend, the confirmation tokens and the mode.
 pub struct Execution {
     pub executor: Arc<dyn Executor>,
-    pub confirmations: Confirmations,
+    pub confirmations: Arc<dyn ConfirmStore>,
     pub mode: ConfirmMode,
+    /// What a token is bound to besides the call and the caller: the
+    /// gateway's namespace (empty for the standalone server).
+    pub scope: String,
 }
 
 impl Execution {
+    /// Tokens kept in this process's memory.
     pub fn new(executor: Arc<dyn Executor>, mode: ConfirmMode) -> Self {
-        Execution { executor, confirmations: Confirmations::default(), mode }
+        Execution { executor, confirmations: Arc::new(Confirmations::default()), mode, scope: String::new() }
+    }
+
+    /// Tokens from `store`, bound to `scope`.
+    pub fn with_confirmations(mut self, store: Arc<dyn ConfirmStore>, scope: impl Into<String>) -> Self {
+        self.confirmations = store;
+        self.scope = scope.into();
+        self
     }
 }
 
@@ -27,11 +74,27 @@ pub struct ServerState {
     pub snapshots: SnapshotCell,
     /// `None`: this server only reads skills (no run or job tools).
     pub execution: Option<Execution>,
+    /// `None`: every caller that reached the server may do everything
+    /// (stdio, or HTTP behind its own bearer check).
+    pub authorizer: Option<std::sync::Arc<dyn Authorize>>,
 }
 
 impl ServerState {
     pub fn new(snapshot: Snapshot) -> Self {
-        ServerState { snapshots: SnapshotCell::new(snapshot), execution: None }
+        ServerState { snapshots: SnapshotCell::new(snapshot), execution: None, authorizer: None }
+    }
+
+    pub fn with_authorizer(mut self, authorizer: std::sync::Arc<dyn Authorize>) -> Self {
+        self.authorizer = Some(authorizer);
+        self
+    }
+
+    /// Whether `caller` may do `action` here.
+    pub async fn authorize(&self, caller: &Caller, action: Action) -> Result<(), ToolError> {
+        match &self.authorizer {
+            Some(a) => a.authorize(caller, action).await,
+            None => Ok(()),
+        }
     }
 
     pub fn with_execution(mut self, execution: Execution) -> Self {

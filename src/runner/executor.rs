@@ -21,9 +21,12 @@ use crate::core::fence::RunPlan;
 use crate::core::paths::resolve_inside;
 use crate::jobs::{Chunk, FileInfo, JobError, JobLimits, JobRecord, JobStore, ReadTarget};
 use crate::mcp::error::ToolError;
-use crate::mcp::executor::{Caller, ExecutionSummary, Executor, JobStatus, ProgressSink, RunCommand, RunReport, SandboxSummary};
+use crate::mcp::executor::{Caller, ExecutionSummary, Executor, JobStatus, RunCommand, RunControl, RunReport, SandboxSummary};
 
-use super::local::{LocalRunner, SandboxMode};
+use super::cgroup::CgroupMode;
+use super::egress::EgressOptions;
+use super::local::{LocalRunner, RunnerOptions, SandboxMode};
+use super::uids::UidRange;
 
 /// How the local backend is set up (from `serve`'s flags).
 #[derive(Debug, Clone)]
@@ -31,8 +34,33 @@ pub struct LocalOptions {
     pub sandbox: SandboxMode,
     pub max_concurrent_runs: usize,
     pub run_as_uid: Option<u32>,
+    /// Dedicated uids, one per run (`--run-as-uids`).
+    pub run_as_uids: Option<UidRange>,
+    pub cgroup: CgroupMode,
+    pub cgroup_parent: Option<PathBuf>,
+    pub egress: EgressOptions,
+    /// This binary, for the sandbox's forwarder (default: the running executable).
+    pub self_exe: Option<PathBuf>,
     pub data_dir: PathBuf,
     pub limits: JobLimits,
+}
+
+impl LocalOptions {
+    /// The defaults `serve` uses, for a data directory.
+    pub fn new(data_dir: PathBuf) -> LocalOptions {
+        LocalOptions {
+            sandbox: SandboxMode::Auto,
+            max_concurrent_runs: 1,
+            run_as_uid: None,
+            run_as_uids: None,
+            cgroup: CgroupMode::Auto,
+            cgroup_parent: None,
+            egress: EgressOptions::default(),
+            self_exe: None,
+            data_dir,
+            limits: JobLimits::default(),
+        }
+    }
 }
 
 /// What the background start-up produces.
@@ -78,7 +106,18 @@ impl LocalExecutor {
             .ready
             .get_or_init(|| async {
                 let o = &self.options;
-                let runner = LocalRunner::detect(o.sandbox, o.max_concurrent_runs, o.run_as_uid).await;
+                let runner = LocalRunner::detect(RunnerOptions {
+                    sandbox: o.sandbox,
+                    max_concurrent: o.max_concurrent_runs,
+                    run_as_uid: o.run_as_uid,
+                    run_as_uids: o.run_as_uids,
+                    cgroup: o.cgroup,
+                    cgroup_parent: o.cgroup_parent.clone(),
+                    egress: o.egress.clone(),
+                    self_exe: o.self_exe.clone(),
+                    data_dir: o.data_dir.clone(),
+                })
+                .await;
                 let (dir, limits) = (o.data_dir.clone(), o.limits);
                 let opened = tokio::task::spawn_blocking(move || JobStore::open(&dir, limits)).await;
                 let (jobs, report) = match opened {
@@ -96,6 +135,11 @@ impl LocalExecutor {
             })
             .await;
         ready.as_ref().map_err(|why| ToolError::new(crate::mcp::error::codes::BACKEND, why.clone()))
+    }
+
+    /// The in-process egress proxy, once the backend has started (tests read its verdicts).
+    pub async fn egress_proxy(&self) -> Option<crate::egress::Proxy> {
+        self.ready().await.ok().and_then(|r| r.runner.egress().map(|e| e.proxy().clone()))
     }
 
     /// The interpreters runs can use (waits for the start-up probe).
@@ -132,28 +176,49 @@ impl LocalExecutor {
             .map_err(|e| ToolError::new("unavailable", format!("{} cannot run: {e}", plan.script)))?;
         let (id, script, args) = (job.clone(), plan.script.to_string(), plan.args.clone());
         let work = store(&ready, move |jobs| jobs.begin_run(&id, &script, &args, Some(&confirmed))).await?;
-        let (spec, command) = match ready.runner.command(&plan, &work, &lookup) {
+        let job_bytes = self.options.limits.job_bytes;
+        let (spec, command) = match ready.runner.command(&plan, &work, job_bytes, &lookup) {
             Ok((spec, command, _)) => (spec, command),
             Err(err) => return Err(self.failed_start(&ready, &job, err.into()).await),
         };
-        let executed = match ready.runner.run(spec, &work, permit).await {
-            Ok(executed) => executed,
+        let done = match ready.runner.run(&plan, spec, &job, &work, job_bytes, permit).await {
+            Ok(done) => done,
             Err(err) => return Err(self.failed_start(&ready, &job, err.into()).await),
         };
-        let mut note = None;
+        let executed = done.exec;
+        // The uid it really ran as (a leased one differs from the preview's first uid of the range).
+        let mut command = command;
+        command.run_as = Some(executed.uid);
+        let mut notes: Vec<String> = Vec::new();
+        if let Some(limit) = done.limit_note {
+            notes.push(limit);
+        }
         if executed.hard_deadline_hit {
-            note = Some("the process did not settle before the hard deadline; its output may be incomplete".to_string());
+            notes.push("the process did not settle before the hard deadline; its output may be incomplete".to_string());
         } else if executed.outcome.exit_code != Some(0) && !plan.egress.is_empty() && !plan.egress_granted {
-            note = Some(format!(
+            notes.push(format!(
                 "this run had no network (egress to {} not granted); a failure reaching it looks like a connection error from inside",
                 plan.egress.join(", ")
             ));
+        } else if executed.outcome.exit_code != Some(0) && plan.egress_granted {
+            notes.push(format!(
+                "this run reached the network only through the egress proxy, allowed: {}; a refused connection (HTTP 403 from the proxy, with its reason) may be the allowlist",
+                plan.egress.join(", ")
+            ));
         }
+        let note = (!notes.is_empty()).then(|| notes.join("; "));
+        // The outputs are listed once, now (the job is still running to the
+        // store, so nothing else writes its work directory), and stored.
+        let id = job.clone();
+        let outputs = store(&ready, move |jobs| {
+            let listing = jobs.scan_outputs(&id)?;
+            jobs.save_outputs(&id, &listing)?;
+            Ok(listing)
+        })
+        .await?;
         let (id, outcome, stdout, stderr) = (job.clone(), executed.outcome.clone(), executed.stdout.clone(), executed.stderr.clone());
         let finish_note = note.clone();
         let record = store(&ready, move |jobs| jobs.finish_run(&id, &outcome, finish_note, &stdout, &stderr)).await?;
-        let id = job.clone();
-        let outputs = store(&ready, move |jobs| jobs.outputs(&id)).await?;
         Ok(RunReport { record, stdout: executed.stdout, stderr: executed.stderr, outputs, command, note })
     }
 
@@ -200,7 +265,7 @@ impl Executor for LocalExecutor {
             }
             None => self.placeholder_work(),
         };
-        let (_, command, _) = ready.runner.command(plan, &work, &lookup)?;
+        let (_, command, _) = ready.runner.command(plan, &work, self.options.limits.job_bytes, &lookup)?;
         Ok(command)
     }
 
@@ -225,7 +290,7 @@ impl Executor for LocalExecutor {
         caller: &Caller,
         plan: RunPlan,
         inputs: Vec<(String, Vec<u8>)>,
-        _progress: Option<ProgressSink>,
+        _control: RunControl,
     ) -> Result<RunReport, ToolError> {
         let ready = self.ready().await?.clone();
         // Take the run slot before creating anything: a busy server leaves no job behind.
@@ -253,7 +318,7 @@ impl Executor for LocalExecutor {
         job: &str,
         plan: RunPlan,
         inputs: Vec<(String, String)>,
-        _progress: Option<ProgressSink>,
+        _control: RunControl,
     ) -> Result<RunReport, ToolError> {
         let (ready, record) = self.owned(caller, job).await?;
         let permit = ready.runner.try_acquire()?;

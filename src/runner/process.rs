@@ -82,14 +82,32 @@
 //! # Resource limits
 //!
 //! Applied in `pre_exec` (after fork, before exec; only async-signal-safe calls:
-//! `setrlimit`, `signal`, `prctl`, `close_range`). Memory is capped with
+//! `write`, `setgroups`/`setgid`/`setuid`, `setrlimit`, `signal`, `prctl`,
+//! `close_range`, `fcntl`), in this order: the child first writes itself into the
+//! run's cgroup ([`ExecSpec::cgroup_procs`], [`super::cgroup`]) while it still has
+//! the server's privileges, then drops to the run-as uid (done here rather than by
+//! `Command::uid`, which would drop before the cgroup could be joined), then sets the
+//! rlimits, so nothing of the run ever executes outside its cgroup. The rlimits are
+//! per process; the cgroup bounds the run as a whole. Memory is capped with
 //! `RLIMIT_DATA`, not `RLIMIT_AS`: V8 reserves several GiB of address space at start
 //! (node aborts with "Failed to reserve virtual memory for CodeRange" under a 512 MiB
-//! RLIMIT_AS), while RLIMIT_DATA counts only private writable memory actually mapped.
-//! Core dumps are always disabled (RLIMIT_CORE 0).
+//! RLIMIT_AS), while RLIMIT_DATA counts only private writable memory actually mapped
+//! (not shared memory: that is what the cgroup is for). Core dumps are always
+//! disabled (RLIMIT_CORE 0). A run's watcher ([`super::watch`]) can stop it for a
+//! limit through [`ExecSpec::stop`]: the group is killed and the outcome names it.
+//!
+//! # The sandbox's own failures
+//!
+//! With a sandbox, bubblewrap's `--json-status-fd` is a pipe only the server reads:
+//! bubblewrap writes `exit-code` there once the program it exec'd has exited, and
+//! never passes the descriptor on. A sandboxed run without that line, not stopped by
+//! us, is bubblewrap's own failure ([`ExecError::SandboxSetup`], its stderr as the
+//! message); anything else is the script's outcome with its streams, whatever the
+//! script printed (a script writing `bwrap: ...` to stderr and exiting 1 is a failed
+//! run, not a set-up error).
 use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::ExitStatusExt;
@@ -106,7 +124,7 @@ use tokio::time::{timeout_at, Instant};
 use tracing::{debug, warn};
 
 use super::sandbox::{bwrap_args, SandboxSpec};
-use crate::api::outcome::RunOutcome;
+use crate::api::outcome::{LimitHit, RunOutcome};
 use crate::core::limits;
 use crate::shutdown::Shutdown;
 
@@ -191,6 +209,17 @@ pub struct ExecSpec {
     /// Stops the run when triggered: SIGKILL to the whole group at once, and
     /// the outcome says `cancelled`.
     pub cancel: Option<Shutdown>,
+    /// `cgroup.procs` files (open for writing) the child writes itself into
+    /// after the fork, while it still has the server's privileges, before
+    /// anything of the run can start (see [`super::cgroup`]).
+    pub cgroup_procs: Vec<Arc<OwnedFd>>,
+    /// Descriptors the program inherits (every other one above 2 is
+    /// closed on exec): the script opened by the runner, a descriptor
+    /// bubblewrap binds into the sandbox.
+    pub keep_fds: Vec<Arc<OwnedFd>>,
+    /// Stops the run when it carries a limit: SIGKILL to the whole group at
+    /// once, and the outcome names the limit (the run's watcher sends it).
+    pub stop: Option<tokio::sync::watch::Receiver<Option<LimitHit>>>,
 }
 
 impl std::fmt::Debug for ExecSpec {
@@ -208,6 +237,9 @@ impl std::fmt::Debug for ExecSpec {
             .field("run_as", &self.run_as)
             .field("sandbox", &self.sandbox)
             .field("cancellable", &self.cancel.is_some())
+            .field("cgroup_procs", &self.cgroup_procs.iter().map(|f| f.as_raw_fd()).collect::<Vec<_>>())
+            .field("keep_fds", &self.keep_fds.iter().map(|f| f.as_raw_fd()).collect::<Vec<_>>())
+            .field("stoppable", &self.stop.is_some())
             .finish()
     }
 }
@@ -229,6 +261,9 @@ impl ExecSpec {
             run_as: RunAs::Auto,
             sandbox: None,
             cancel: None,
+            cgroup_procs: Vec::new(),
+            keep_fds: Vec::new(),
+            stop: None,
         }
     }
 
@@ -543,18 +578,49 @@ impl ChildLimits {
     }
 }
 
+/// Everything the forked child needs, computed before the fork (no
+/// allocation happens after it).
+struct ChildPlan {
+    limits: ChildLimits,
+    /// `cgroup.procs` descriptors to write `0` into.
+    cgroups: Vec<RawFd>,
+    /// Descriptors to keep across exec.
+    keep: Vec<RawFd>,
+    /// `(uid, gid)` to switch to, after joining the cgroups.
+    switch: Option<(u32, u32)>,
+    /// The server is root: clear supplementary groups on a switch.
+    clear_groups: bool,
+}
+
 /// Runs in the forked child between fork and exec, after std has applied
-/// setgid/setgroups/setuid, chdir and setpgid. Async-signal-safe calls only; no
-/// allocation, no locks.
-fn child_setup(l: &ChildLimits) -> io::Result<()> {
+/// chdir and setpgid. Async-signal-safe calls only; no allocation, no
+/// locks. The order matters: the cgroups are joined while the child still
+/// has the server's privileges (the run's `cgroup.procs` belong to the
+/// server), then the uid is dropped, then the limits that count per uid
+/// are set.
+fn child_setup(p: &ChildPlan) -> io::Result<()> {
     // SAFETY: each call is async-signal-safe and takes only plain values / pointers to
-    // values owned by this stack frame.
+    // values owned by this stack frame or by `p`, which outlives the fork.
     unsafe {
         for sig in 1..32 {
             if sig != libc::SIGKILL && sig != libc::SIGSTOP {
                 libc::signal(sig, libc::SIG_DFL);
             }
         }
+        for fd in &p.cgroups {
+            if libc::write(*fd, b"0".as_ptr().cast(), 1) != 1 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        if let Some((uid, gid)) = p.switch {
+            if p.clear_groups && libc::setgroups(0, std::ptr::null()) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::setgid(gid) != 0 || libc::setuid(uid) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        let l = &p.limits;
         macro_rules! set {
             ($res:expr, $v:expr) => {
                 if let Some(v) = $v {
@@ -579,12 +645,18 @@ fn child_setup(l: &ChildLimits) -> io::Result<()> {
         // open until exec. Best effort on kernels < 5.11.
         const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
         libc::syscall(libc::SYS_close_range, 3 as libc::c_uint, libc::c_uint::MAX, CLOSE_RANGE_CLOEXEC);
+        // Then exactly the descriptors the program is meant to have.
+        for fd in &p.keep {
+            if libc::fcntl(*fd, libc::F_SETFD, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
     }
     Ok(())
 }
 
-fn build_command(spec: &ExecSpec, ident: &Identity) -> Result<Command, ExecError> {
-    let mut cmd = match &spec.sandbox {
+fn build_command(spec: &ExecSpec, sandbox: Option<&SandboxSpec>, ident: &Identity) -> Result<Command, ExecError> {
+    let mut cmd = match sandbox {
         None => {
             let mut c = Command::new(&spec.program);
             c.args(&spec.args).current_dir(&spec.cwd);
@@ -603,14 +675,23 @@ fn build_command(spec: &ExecSpec, ident: &Identity) -> Result<Command, ExecError
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     cmd.process_group(0);
     cmd.kill_on_drop(true);
-    if let Some((uid, gid)) = ident.switch {
-        // std applies setgid, setgroups(0) (root only) and setuid in this order, before pre_exec.
-        cmd.uid(uid).gid(gid);
+    // SAFETY: trivial getter.
+    let clear_groups = unsafe { libc::geteuid() } == 0;
+    let mut keep: Vec<RawFd> = spec.keep_fds.iter().map(|f| f.as_raw_fd()).collect();
+    if let Some(fd) = sandbox.and_then(|sb| sb.status_fd) {
+        keep.push(fd);
     }
-    let limits = ChildLimits::from(&spec.limits);
-    // SAFETY: child_setup only performs async-signal-safe syscalls on copied data.
+    let plan = ChildPlan {
+        limits: ChildLimits::from(&spec.limits),
+        cgroups: spec.cgroup_procs.iter().map(|f| f.as_raw_fd()).collect(),
+        keep,
+        switch: ident.switch,
+        clear_groups,
+    };
+    // SAFETY: child_setup only performs async-signal-safe syscalls on data
+    // computed before the fork.
     unsafe {
-        cmd.pre_exec(move || child_setup(&limits));
+        cmd.pre_exec(move || child_setup(&plan));
     }
     Ok(cmd)
 }
@@ -647,6 +728,14 @@ async fn pump<R: AsyncRead + Unpin>(mut r: R, cap: Arc<Mutex<Capture>>, limit: u
 /// Aborts the reader task if `execute` returns or is cancelled while it still runs.
 struct AbortOnDrop(JoinHandle<()>);
 impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// [`AbortOnDrop`] for a task with a result.
+struct AbortOnDropT<T>(JoinHandle<T>);
+impl<T> Drop for AbortOnDropT<T> {
     fn drop(&mut self) {
         self.0.abort();
     }
@@ -716,24 +805,99 @@ enum Waited {
     Exited,
     Deadline,
     Cancelled,
+    Limit(LimitHit),
 }
 
-/// [`exited_by`], or stop early when `cancel` is triggered.
-async fn wait_or_cancel(
+/// What ends a wait early: a cancellation, or a limit the run's watcher reports.
+struct Stops<'a> {
+    cancel: Option<&'a Shutdown>,
+    limit: Option<tokio::sync::watch::Receiver<Option<LimitHit>>>,
+}
+
+impl Stops<'_> {
+    /// Resolves when the run must stop (never, when nothing can stop it).
+    async fn fired(&mut self) -> Waited {
+        let cancel = async {
+            match self.cancel {
+                Some(c) => c.wait().await,
+                None => std::future::pending().await,
+            }
+        };
+        let limit = async {
+            let hit = match self.limit.as_mut() {
+                // Err: the watcher is gone without a verdict; nothing more can come.
+                Some(rx) => rx.wait_for(Option::is_some).await.ok().and_then(|hit| *hit),
+                None => None,
+            };
+            match hit {
+                Some(hit) => hit,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = cancel => Waited::Cancelled,
+            hit = limit => Waited::Limit(hit),
+        }
+    }
+}
+
+/// [`exited_by`], or stop early when a cancellation or a limit fires.
+async fn wait_or_stop(
     child: &mut Child,
     pidfd: Option<&AsyncFd<OwnedFd>>,
     deadline: Instant,
-    cancel: Option<&Shutdown>,
+    stops: &mut Stops<'_>,
 ) -> Result<Waited, ExecError> {
     let waited = async { Ok(if exited_by(child, pidfd, deadline).await? { Waited::Exited } else { Waited::Deadline }) };
-    match cancel {
-        None => waited.await,
-        Some(cancel) => tokio::select! {
-            biased;
-            _ = cancel.wait() => Ok(Waited::Cancelled),
-            w = waited => w,
-        },
+    tokio::select! {
+        biased;
+        stop = stops.fired() => Ok(stop),
+        w = waited => w,
     }
+}
+
+/// bubblewrap's `--json-status-fd`: one JSON object per line. It writes
+/// `child-pid` when it has cloned the sandbox's first process and
+/// `exit-code` only once the program it exec'd has exited, so a run whose
+/// status has no `exit-code` never ran its program: bubblewrap failed to
+/// set up (or to exec), and its stderr says why. The script cannot write
+/// to this descriptor (bubblewrap does not pass it on), so printing
+/// `bwrap: ...` on stderr and exiting 1 is just a failed run.
+#[derive(Debug, Default)]
+struct BwrapStatus {
+    program_exited: bool,
+}
+
+fn parse_bwrap_status(text: &str) -> BwrapStatus {
+    let mut status = BwrapStatus::default();
+    for line in text.lines() {
+        if let Ok(serde_json::Value::Object(map)) = serde_json::from_str::<serde_json::Value>(line) {
+            if map.contains_key("exit-code") {
+                status.program_exited = true;
+            }
+        }
+    }
+    status
+}
+
+/// A pipe for bubblewrap's status: (read end, write end), both close-on-exec.
+fn status_pipe() -> Result<(OwnedFd, OwnedFd), ExecError> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 fills the two-element array or fails.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(ExecError::Spawn { program: PathBuf::from("(bwrap status pipe)"), source: io::Error::last_os_error() });
+    }
+    // SAFETY: both descriptors are fresh and ours.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Read the status pipe to its end (bubblewrap's exit), bounded.
+async fn read_status(read: OwnedFd) -> String {
+    let Ok(rx) = tokio::net::unix::pipe::Receiver::from_owned_fd(read) else { return String::new() };
+    let mut text = Vec::new();
+    let _ = rx.take(64 * 1024).read_to_end(&mut text).await;
+    String::from_utf8_lossy(&text).into_owned()
 }
 
 /// Run `spec` and return how it ended. Returns within [`ExecSpec::hard_deadline`]
@@ -741,7 +905,20 @@ async fn wait_or_cancel(
 pub async fn execute(spec: ExecSpec) -> Result<ExecOutcome, ExecError> {
     validate(&spec)?;
     let ident = resolve_identity(spec.run_as)?;
-    let mut cmd = build_command(&spec, &ident)?;
+    let mut status_read = None;
+    let mut status_write = None;
+    let sandbox = match &spec.sandbox {
+        Some(sb) => {
+            let (read, write) = status_pipe()?;
+            let mut sb = sb.clone();
+            sb.status_fd = Some(write.as_raw_fd());
+            status_read = Some(read);
+            status_write = Some(write);
+            Some(sb)
+        }
+        None => None,
+    };
+    let mut cmd = build_command(&spec, sandbox.as_ref(), &ident)?;
     if let Some((uid, gid)) = ident.switch {
         match &spec.sandbox {
             None => {
@@ -763,7 +940,11 @@ pub async fn execute(spec: ExecSpec) -> Result<ExecOutcome, ExecError> {
     let hard_at = start + spec.hard_deadline();
 
     let spawned_program = spec.sandbox.as_ref().map(|s| s.bwrap.clone()).unwrap_or_else(|| spec.program.clone());
-    let mut child = cmd.spawn().map_err(|source| ExecError::Spawn { program: spawned_program, source })?;
+    let spawned = cmd.spawn();
+    // Our copy of the write end: bubblewrap holds its own now.
+    drop(status_write);
+    let mut child = spawned.map_err(|source| ExecError::Spawn { program: spawned_program, source })?;
+    let status_reader = status_read.map(|read| AbortOnDropT(tokio::spawn(read_status(read))));
     let pid = child.id().map(|p| p as libc::pid_t).unwrap_or(0);
     let mut guard = GroupGuard { pgid: pid, armed: true };
     let pidfd = if pid > 0 { pidfd_open(pid) } else { None };
@@ -781,21 +962,30 @@ pub async fn execute(spec: ExecSpec) -> Result<ExecOutcome, ExecError> {
 
     let mut timed_out = false;
     let mut cancelled = false;
-    let cancel = spec.cancel.as_ref();
-    let mut exited = match wait_or_cancel(&mut child, pidfd.as_ref(), term_at, cancel).await? {
+    let mut limit: Option<LimitHit> = None;
+    let mut stops = Stops { cancel: spec.cancel.as_ref(), limit: spec.stop.clone() };
+    let mut exited = match wait_or_stop(&mut child, pidfd.as_ref(), term_at, &mut stops).await? {
         Waited::Exited => true,
         Waited::Cancelled => {
             cancelled = true;
+            false
+        }
+        Waited::Limit(hit) => {
+            limit = Some(hit);
             false
         }
         Waited::Deadline => {
             timed_out = true;
             debug!(pid, "timeout: SIGTERM to the process group");
             signal_group(pid, libc::SIGTERM);
-            match wait_or_cancel(&mut child, pidfd.as_ref(), kill_at, cancel).await? {
+            match wait_or_stop(&mut child, pidfd.as_ref(), kill_at, &mut stops).await? {
                 Waited::Exited => true,
                 Waited::Cancelled => {
                     cancelled = true;
+                    false
+                }
+                Waited::Limit(hit) => {
+                    limit = Some(hit);
                     false
                 }
                 Waited::Deadline => false,
@@ -803,7 +993,7 @@ pub async fn execute(spec: ExecSpec) -> Result<ExecOutcome, ExecError> {
         }
     };
     if !exited {
-        debug!(pid, cancelled, "SIGKILL to the process group");
+        debug!(pid, cancelled, ?limit, "SIGKILL to the process group");
         signal_group(pid, libc::SIGKILL);
         exited = exited_by(&mut child, pidfd.as_ref(), hard_at).await?;
     }
@@ -858,17 +1048,33 @@ pub async fn execute(spec: ExecSpec) -> Result<ExecOutcome, ExecError> {
     let exit_code = status.and_then(|s| s.code());
     let signal = status.and_then(|s| s.signal());
 
-    if spec.sandbox.is_some() && !timed_out && exit_code == Some(1) && stdout_bytes == 0 && stderr.starts_with(b"bwrap: ") {
-        let message = String::from_utf8_lossy(&stderr).trim().to_string();
-        return Err(ExecError::SandboxSetup { code: 1, message });
+    if let Some(mut reader) = status_reader {
+        // bwrap has exited, so its status pipe is at its end (or a
+        // descendant of ours holds it, which bwrap never lets happen);
+        // bounded by the hard deadline either way.
+        let text = match timeout_at(std::cmp::max(hard_at, Instant::now()), &mut reader.0).await {
+            Ok(Ok(text)) => text,
+            _ => String::new(),
+        };
+        let bwrap = parse_bwrap_status(&text);
+        let stopped = timed_out || cancelled || limit.is_some() || hard_deadline_hit;
+        if !bwrap.program_exited && !stopped && signal.is_none() {
+            // The program never ran: this is bubblewrap's own failure.
+            let message = String::from_utf8_lossy(&stderr).trim().to_string();
+            return Err(ExecError::SandboxSetup { code: exit_code.unwrap_or(-1), message });
+        }
     }
 
+    // NB: `..default()` although every field is named today: RunOutcome is
+    // the API's shape, and a field added there must not break this file.
+    #[allow(clippy::needless_update)]
     let outcome = ExecOutcome {
         outcome: RunOutcome {
             exit_code,
             signal,
             timed_out,
             cancelled,
+            limit_exceeded: limit,
             duration_ms: duration.as_millis() as u64,
             stdout_bytes,
             stderr_bytes,

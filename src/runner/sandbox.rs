@@ -11,7 +11,10 @@
 //! * `--unshare-all` — new user, mount, IPC, UTS, cgroup, **PID** and **network**
 //!   namespaces. The new network namespace has only a loopback of its own, so the
 //!   script has no network at all (not even the host's 127.0.0.1 services).
-//!   `--share-net` is added only when [`SandboxSpec::network`] is true.
+//!   `--share-net` is never used: a run with granted egress gets the same empty
+//!   namespace plus the egress proxy's unix socket bound in and a forwarder on its
+//!   own 127.0.0.1 ([`super::egress`], [`super::init`]), so the proxy is its only
+//!   way out and the server's endpoint and every host-local service stay unreachable.
 //! * `--unshare-user` explicitly, plus `--disable-userns` — the child cannot create
 //!   nested user namespaces (the usual first step of kernel attack surface probing).
 //!   Requires bwrap >= 0.8.
@@ -30,15 +33,22 @@
 //! * `--proc /proc` (fresh procfs of the new PID namespace: the server and every other
 //!   host process are invisible, so `/proc/<ppid>/environ` of the server does not
 //!   exist), `--dev /dev` (minimal devtmpfs: null, zero, random, urandom, tty...),
-//!   `--tmpfs /tmp` (private, vanishes with the sandbox).
+//!   `--size N --tmpfs /tmp` and `--size N --tmpfs /dev/shm` (private, sized to
+//!   [`RUN_TMP_BYTES`], vanish with the sandbox; a root server binds a host tmpfs it
+//!   mounted for the run instead, so it can tell afterwards that it filled up), then
+//!   `--remount-ro /dev` and `--remount-ro /`: bubblewrap's root and `/dev` are tmpfs
+//!   of half the RAM, writable unless remounted.
 //! * Read-only system binds: `/usr` and the merged-/usr symlinks (`/bin`, `/lib`,
 //!   `/lib64`, `/sbin` mirrored as symlinks when they are symlinks on the host, or
 //!   read-only binds when not), `/etc/ld.so.cache`, `/etc/alternatives`,
 //!   `/etc/localtime` (try-binds: skipped if absent). Nothing from `/root`, `/home`,
 //!   `/work`, `/var`, `/run`, or the rest of `/etc` (no `/etc/passwd`, no host
-//!   secrets). With `network: true`, DNS and TLS files are added
-//!   (`/etc/resolv.conf`, `/etc/hosts`, `/etc/nsswitch.conf`, `/etc/ssl`,
-//!   `/etc/ca-certificates`).
+//!   secrets). With `network: true` (egress through the proxy), the files TLS and
+//!   name lookups read are added (`/etc/resolv.conf`, `/etc/hosts`,
+//!   `/etc/nsswitch.conf`, `/etc/ssl`, `/etc/ca-certificates`); DNS itself goes
+//!   nowhere, the proxy resolves names.
+//! * `--json-status-fd`: how the runner tells bubblewrap's own failure from the
+//!   script's exit (see [`super::process`]); the script never holds this descriptor.
 //! * Caller binds: the skill package via [`SandboxSpec::ro_bind`], a private work dir
 //!   via [`SandboxSpec::rw_bind`]; `--chdir` to the spec's `cwd`.
 //!
@@ -62,10 +72,12 @@
 //! makes `RLIMIT_NPROC` apply (it is not enforced for kuid 0, and `bwrap --uid` run as
 //! root would map the inside uid to kuid 0 outside).
 use std::ffi::OsString;
+use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::process::{execute, ExecError, ExecSpec, RunAs};
+use crate::core::limits::RUN_TMP_BYTES;
 
 /// How to build the bubblewrap sandbox. Paths are absolute; binds are
 /// `(host source, path inside the sandbox)`.
@@ -81,17 +93,30 @@ pub struct SandboxSpec {
     pub rw_binds: Vec<(PathBuf, PathBuf)>,
     /// `(target, link)`: `--symlink target link`.
     pub symlinks: Vec<(PathBuf, PathBuf)>,
-    /// Private tmpfs mounts, mounted before the caller binds (so a bind may live under one).
-    pub tmpfs: Vec<PathBuf>,
-    /// `true` keeps the host network namespace (`--share-net`); default `false`.
+    /// Private tmpfs mounts of a fixed size in bytes (`--size`), mounted
+    /// before the caller binds (so a bind may live under one).
+    pub tmpfs: Vec<(PathBuf, u64)>,
+    /// The run reaches the network through the egress proxy: the files TLS
+    /// clients need (CA certificates) are bound too. The sandbox never
+    /// shares the host's network namespace: its only way out is the
+    /// proxy's socket, bound in by the runner.
     pub network: bool,
+    /// `(descriptor, path inside)`: `--ro-bind-fd`. The descriptor (kept
+    /// open by the caller and listed in [`ExecSpec::keep_fds`]) is bound,
+    /// not a path, so the run-as uid needs no access to where it lives.
+    pub fd_binds: Vec<(RawFd, PathBuf)>,
+    /// Programs and arguments placed before the script's interpreter
+    /// (`skill-operator sandbox-init ... --`); empty for none.
+    pub wrapper: Vec<OsString>,
+    /// Set by [`super::process::execute`]: bubblewrap's `--json-status-fd`.
+    pub status_fd: Option<RawFd>,
 }
 
 /// Host directories that may be merged-/usr symlinks; mirrored as symlinks or bound read-only.
 const ROOT_LINK_CANDIDATES: &[&str] = &["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
 /// Small read-only files the dynamic loader and runtimes want.
 const ETC_RUNTIME: &[&str] = &["/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime"];
-/// Added only with `network: true`.
+/// Added only with `network: true` (egress through the proxy).
 const ETC_NETWORK: &[&str] = &["/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/ssl", "/etc/ca-certificates", "/etc/gai.conf"];
 
 impl SandboxSpec {
@@ -119,8 +144,11 @@ impl SandboxSpec {
             ro_binds_try: ETC_RUNTIME.iter().map(|p| (PathBuf::from(p), PathBuf::from(p))).collect(),
             rw_binds: Vec::new(),
             symlinks,
-            tmpfs: vec![PathBuf::from("/tmp")],
+            tmpfs: vec![(PathBuf::from("/tmp"), RUN_TMP_BYTES), (PathBuf::from("/dev/shm"), RUN_TMP_BYTES)],
             network: false,
+            fd_binds: Vec::new(),
+            wrapper: Vec::new(),
+            status_fd: None,
         }
     }
 
@@ -138,7 +166,8 @@ impl SandboxSpec {
         self
     }
 
-    /// Keep (`true`) or cut (`false`, default) the network.
+    /// Bind the files a TLS client needs (`true`: the run has egress
+    /// through the proxy); the network namespace is the sandbox's own either way.
     pub fn with_network(mut self, network: bool) -> Self {
         self.network = network;
         self
@@ -161,7 +190,8 @@ impl SandboxSpec {
             .chain(self.ro_binds_try.iter())
             .map(|(_, d)| d.as_path())
             .chain(self.symlinks.iter().map(|(_, l)| l.as_path()))
-            .chain(self.tmpfs.iter().map(|p| p.as_path()))
+            .chain(self.tmpfs.iter().map(|(p, _)| p.as_path()))
+            .chain(self.fd_binds.iter().map(|(_, p)| p.as_path()))
             .any(|d| inside.starts_with(d))
     }
 }
@@ -192,8 +222,11 @@ pub fn bwrap_args(sb: &SandboxSpec, spec: &ExecSpec) -> Result<Vec<OsString>, Ex
     for (_, link) in &sb.symlinks {
         check_abs(link, "symlink paths must be absolute")?;
     }
-    for t in &sb.tmpfs {
+    for (t, _) in &sb.tmpfs {
         check_abs(t, "tmpfs mount points must be absolute")?;
+    }
+    for (_, dest) in &sb.fd_binds {
+        check_abs(dest, "bind destinations must be absolute")?;
     }
     check_abs(&spec.cwd, "the working directory must be absolute")?;
     if !sb.covers(&spec.cwd) {
@@ -208,13 +241,18 @@ pub fn bwrap_args(sb: &SandboxSpec, spec: &ExecSpec) -> Result<Vec<OsString>, Ex
             reason: "the interpreter is not inside any bind of the sandbox; add its directory with ro_bind",
         });
     }
+    if let Some(first) = sb.wrapper.first() {
+        if !sb.covers(Path::new(first)) {
+            return Err(ExecError::SandboxPath {
+                path: PathBuf::from(first),
+                reason: "the wrapper program is not inside any bind of the sandbox",
+            });
+        }
+    }
 
     let mut a: Vec<OsString> = Vec::with_capacity(64 + 2 * spec.args.len());
     let mut push = |s: &str| a.push(OsString::from(s));
     push("--unshare-all");
-    if sb.network {
-        push("--share-net");
-    }
     push("--unshare-user");
     push("--disable-userns");
     push("--cap-drop");
@@ -235,7 +273,9 @@ pub fn bwrap_args(sb: &SandboxSpec, spec: &ExecSpec) -> Result<Vec<OsString>, Ex
     a.push("/proc".into());
     a.push("--dev".into());
     a.push("/dev".into());
-    for t in &sb.tmpfs {
+    for (t, size) in &sb.tmpfs {
+        a.push("--size".into());
+        a.push(size.to_string().into());
         a.push("--tmpfs".into());
         a.push(t.as_os_str().to_owned());
     }
@@ -253,9 +293,26 @@ pub fn bwrap_args(sb: &SandboxSpec, spec: &ExecSpec) -> Result<Vec<OsString>, Ex
     for (s, d) in &sb.rw_binds {
         pair(&mut a, "--bind", s, d);
     }
+    for (fd, d) in &sb.fd_binds {
+        a.push("--ro-bind-fd".into());
+        a.push(fd.to_string().into());
+        a.push(d.as_os_str().to_owned());
+    }
+    // Every mount point exists now: the root and /dev become read-only
+    // (they are tmpfs of half the RAM otherwise; what a run may write is
+    // /work, the sized /tmp and /dev/shm).
+    a.push("--remount-ro".into());
+    a.push("/dev".into());
+    a.push("--remount-ro".into());
+    a.push("/".into());
+    if let Some(fd) = sb.status_fd {
+        a.push("--json-status-fd".into());
+        a.push(fd.to_string().into());
+    }
     a.push("--chdir".into());
     a.push(spec.cwd.as_os_str().to_owned());
     a.push("--".into());
+    a.extend(sb.wrapper.iter().cloned());
     a.push(spec.program.as_os_str().to_owned());
     a.extend(spec.args.iter().cloned());
     Ok(a)

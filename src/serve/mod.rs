@@ -5,9 +5,11 @@
 //!
 //! - [`ServeArgs`]: the flags; [`run`]: set up and serve until the client
 //!   goes (stdio) or shutdown (HTTP).
-//! - [`http`]: the HTTP router (`/mcp`, `/healthz`) and its guards.
+//! - [`http`]: the HTTP router (`/mcp`, `/healthz`) and its guards (Host,
+//!   Origin, bearer token); [`sessions`]: the bounded session store.
 
 pub mod http;
+pub mod sessions;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -61,10 +63,39 @@ pub struct ServeArgs {
     /// Runs at the same time; a busy server says so instead of queueing.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub max_concurrent_runs: usize,
-    /// A dedicated uid for scripts when the server runs as root (default 65534).
-    /// With one run at a time, leftovers under that uid are killed after each unsandboxed run.
+    /// A dedicated uid for scripts when the server runs as root (default 65534 for sandboxed runs).
+    /// A uid other than 65534 is a range of one (see --run-as-uids).
     #[arg(long, value_name = "UID")]
     pub run_as_uid: Option<u32>,
+    /// Dedicated uids for runs, one per run (root servers): FIRST-LAST, uids nothing else uses.
+    /// Each run's work directory is 0700 to its uid while it runs, and every process left
+    /// under that uid is killed when it ends. Without a range, a root server refuses unsandboxed runs.
+    #[arg(long, value_name = "FIRST-LAST")]
+    pub run_as_uids: Option<crate::runner::uids::UidRange>,
+    /// A cgroup per run (memory, processes, CPU for the whole run): `required` refuses runs without one,
+    /// `auto` falls back to per-process limits (and says so), `off` never makes one.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub cgroup: crate::runner::cgroup::CgroupMode,
+    /// cgroup v2: a delegated directory to make run cgroups in, instead of the server's own cgroup.
+    #[arg(long, value_name = "DIR")]
+    pub cgroup_parent: Option<PathBuf>,
+    /// Addresses the egress proxy may dial although they are loopback, private or link-local
+    /// (repeatable, e.g. 10.1.2.0/24): every skill declaring a host that resolves there can reach it.
+    /// Never list this server's own address.
+    #[arg(long = "egress-allow-cidr", value_name = "CIDR")]
+    pub egress_allow_cidrs: Vec<ipnet::IpNet>,
+    /// HTTP: the bearer tokens clients must send, one per line (`TOKEN`, or `PRINCIPAL TOKEN`).
+    /// Without it a token is generated at start into <data dir>/http-token (0600) and printed once.
+    #[arg(long, value_name = "FILE")]
+    pub http_token_file: Option<PathBuf>,
+    /// HTTP: accept requests without a token (loopback binds only; every local process
+    /// can then list, read, run and delete jobs).
+    #[arg(long)]
+    pub http_no_auth: bool,
+    /// HTTP: MCP sessions held at once (2025-11-25 and older clients); the oldest idle one is
+    /// closed to make room, and a new one is refused when none is idle.
+    #[arg(long, value_name = "N", default_value_t = crate::core::limits::HTTP_SESSIONS_MAX)]
+    pub max_sessions: usize,
     /// fsync job records on every state change (survives power loss; about 4 ms per run).
     /// Without it a record is still replaced atomically, so a restart never sees a torn one.
     #[arg(long)]
@@ -112,7 +143,7 @@ pub async fn state(args: &ServeArgs) -> anyhow::Result<ServerState> {
     };
     let roots = resolve_roots(roots);
     let grants = Grants::resolve(&lookup, args.grants.as_deref());
-    let run_as = run_as_for(args.run_as_uid);
+    let run_as = run_as_for(args.run_as_uids.map(|r| r.first).or(args.run_as_uid));
     let interpreters: BTreeSet<Interpreter> =
         if args.read_only { BTreeSet::new() } else { find_interpreters(run_as).keys().copied().collect() };
     let execution = if args.read_only {
@@ -122,17 +153,18 @@ pub async fn state(args: &ServeArgs) -> anyhow::Result<ServerState> {
         if mode == ConfirmMode::Refuse && args.confirm.trim() != "refuse" {
             tracing::warn!(value = %args.confirm, "unknown --confirm value: nothing will run (refuse)");
         }
-        // SAFETY: trivial getter.
-        let is_root = unsafe { libc::geteuid() } == 0;
-        let data_dir = args.data_dir.clone().unwrap_or_else(|| default_data_dir(&lookup, is_root));
+        let data_dir = data_dir(args);
         crate::runner::executor::prepare(&data_dir)?;
-        let executor = LocalExecutor::start(LocalOptions {
-            sandbox: args.sandbox,
-            max_concurrent_runs: args.max_concurrent_runs,
-            run_as_uid: args.run_as_uid,
-            data_dir,
-            limits: JobLimits { durable: args.durable_jobs, ..JobLimits::default() },
-        });
+        let mut options = LocalOptions::new(data_dir);
+        options.sandbox = args.sandbox;
+        options.max_concurrent_runs = args.max_concurrent_runs;
+        options.run_as_uid = args.run_as_uid;
+        options.run_as_uids = args.run_as_uids;
+        options.cgroup = args.cgroup;
+        options.cgroup_parent = args.cgroup_parent.clone();
+        options.egress.allow_cidrs = args.egress_allow_cidrs.clone();
+        options.limits = JobLimits { durable: args.durable_jobs, ..JobLimits::default() };
+        let executor = LocalExecutor::start(options);
         Some(Execution::new(executor, mode))
     };
     let snapshot = tokio::task::spawn_blocking(move || Snapshot::scan(&roots, grants, interpreters)).await?;
@@ -144,16 +176,54 @@ pub async fn state(args: &ServeArgs) -> anyhow::Result<ServerState> {
     Ok(state)
 }
 
+/// The data directory `args` name (or the default one).
+fn data_dir(args: &ServeArgs) -> PathBuf {
+    let lookup = |k: &str| std::env::var(k).ok();
+    // SAFETY: trivial getter.
+    let is_root = unsafe { libc::geteuid() } == 0;
+    args.data_dir.clone().unwrap_or_else(|| default_data_dir(&lookup, is_root))
+}
+
+/// Who may call the HTTP endpoint, from the flags; a generated token is
+/// written to the data directory and printed once.
+fn http_auth(args: &ServeArgs, addr: SocketAddr) -> anyhow::Result<http::Auth> {
+    if args.http_no_auth {
+        if args.http_token_file.is_some() {
+            anyhow::bail!("--http-no-auth and --http-token-file contradict each other: give one");
+        }
+        if !addr.ip().is_loopback() {
+            return Err(http::HttpSetupError::NoAuthOffLoopback(addr).into());
+        }
+        return Ok(http::Auth::None);
+    }
+    if let Some(path) = &args.http_token_file {
+        return Ok(http::Auth::Tokens(Arc::new(http::Tokens::load(path)?)));
+    }
+    let dir = data_dir(args);
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create the data directory {} for the HTTP token", dir.display()))?;
+    let path = dir.join("http-token");
+    let (token, tokens) = http::Tokens::generate(&path)?;
+    eprintln!("skill-operator: HTTP bearer token (also in {}, mode 0600): {token}", path.display());
+    Ok(http::Auth::Tokens(Arc::new(tokens)))
+}
+
 /// `serve`: until the client closes stdio, or until shutdown over HTTP.
 pub async fn run(args: ServeArgs, shutdown: Shutdown) -> anyhow::Result<()> {
+    // Refuse a bad HTTP set-up before the scan and the start-up probes.
+    let auth = args.http.map(|addr| http_auth(&args, addr)).transpose()?;
     let state = Arc::new(state(&args).await?);
-    match args.http {
-        None => stdio(state, shutdown).await,
-        Some(addr) => {
-            let options =
-                http::HttpOptions { addr, allowed_hosts: args.allowed_hosts.clone(), allowed_origins: args.allowed_origins.clone() };
+    match (args.http, auth) {
+        (Some(addr), Some(auth)) => {
+            let options = http::HttpOptions {
+                addr,
+                allowed_hosts: args.allowed_hosts.clone(),
+                allowed_origins: args.allowed_origins.clone(),
+                auth,
+                max_sessions: args.max_sessions,
+            };
             http::serve(state, options, shutdown).await
         }
+        _ => stdio(state, shutdown).await,
     }
 }
 

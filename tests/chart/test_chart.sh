@@ -131,7 +131,7 @@ check "checks (values-min.yaml)" rendered min \
   --expect rule=controller::pods:get+list+watch \
   --expect rule=controller:networking.k8s.io:networkpolicies:get+list+watch+create+patch+delete \
   --expect rule=controller::serviceaccounts:get+create+patch \
-  --expect rule=controller::secrets:create \
+  --expect rule=controller::secrets:create+delete \
   --expect rule=controller::events:create+patch \
   --expect rule=controller:events.k8s.io:events:create+patch \
   --expect rule=controller::namespaces:get+list+watch \
@@ -149,7 +149,7 @@ check "checks (values-all.yaml)" rendered all \
   --expect pull-secret=regcred \
   --expect controller-arg=--label-namespaces \
   --expect rule=controller::namespaces:get+list+watch+patch \
-  --expect rule=controller::secrets:create+get \
+  --expect rule=controller::secrets:create+delete+get \
   --expect controller-arg=--artifact-endpoint=http://10.96.100.10:8443 \
   --expect "controller-arg=--operator-image=ghcr.io/example/skill-operator-runner@$D1" \
   --expect artifacts-arg=--insecure-registry \

@@ -47,7 +47,8 @@ mkdir -p "$OUT"
 SERVER_LOG="$OUT/server.log"
 
 # --- start the server and wait for its listening line -------------------------
-"$BIN" serve --skills "$SKILLS" --http 127.0.0.1:0 </dev/null >"$OUT/server.stdout" 2>"$SERVER_LOG" &
+# The suite sends no Authorization header: a loopback bind without a token.
+"$BIN" serve --skills "$SKILLS" --http-no-auth --http 127.0.0.1:0 </dev/null >"$OUT/server.stdout" 2>"$SERVER_LOG" &
 SERVER_PID=$!
 cleanup() {
   if kill -0 "$SERVER_PID" 2>/dev/null; then

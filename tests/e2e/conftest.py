@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import signal
 import subprocess
 import threading
@@ -23,6 +24,8 @@ import pytest
 import yaml
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = REPO_ROOT / "config" / "samples" / "skills"
@@ -95,14 +98,38 @@ def write_skill(root: Path, dirname: str, frontmatter: str, body: str = "\n# Ski
 # ------------------------------------------------------------------ processes
 
 
-class HttpServer:
-    """`skill-operator serve ... --http 127.0.0.1:0`, waited for by its listening line."""
+def token_file(path: Path, *tokens: str) -> Path:
+    """A --http-token-file: one `PRINCIPAL TOKEN` (or `TOKEN`) per line, mode 0600."""
+    path.write_text("".join(t + "\n" for t in tokens))
+    path.chmod(0o600)
+    return path
 
-    def __init__(self, binary: Path, skills_dirs: list[Path], log_path: Path):
-        args = [str(binary), "serve"]
-        for d in skills_dirs:
-            args += ["--skills", str(d)]
-        args += ["--http", "127.0.0.1:0"]
+
+class HttpServer:
+    """`skill-operator serve ... --http 127.0.0.1:0`, waited for by its listening line.
+    The endpoint needs a bearer token: the server gets `--http-token-file` with
+    `self.token` (principal `e2e`) unless `flags` already name a token file or
+    `--http-no-auth`."""
+
+    def __init__(
+        self,
+        binary: Path,
+        skills_dirs: list[Path],
+        log_path: Path,
+        flags: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        args: list[str] | None = None,
+        token: str | None = None,
+    ):
+        flags = list(flags or [])
+        if args is None:
+            args = [str(binary), "serve"]
+            for d in skills_dirs:
+                args += ["--skills", str(d)]
+        self.token = token or secrets.token_hex(16)
+        if "--http-token-file" not in flags and "--http-no-auth" not in flags:
+            flags += ["--http-token-file", str(token_file(log_path.with_suffix(".tokens"), f"e2e {self.token}"))]
+        args = [*args, *flags, "--http", "127.0.0.1:0"]
         self.args = args
         self.log_path = log_path
         self.url: str | None = None
@@ -114,6 +141,7 @@ class HttpServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
+            env=env,
             start_new_session=True,
         )
         self._reader = threading.Thread(target=self._drain, daemon=True)
@@ -161,6 +189,15 @@ class HttpServer:
         self._reader.join(timeout=2)
 
 
+@asynccontextmanager
+async def http_client(url: str, token: str | None, mode: str = "auto", **kwargs: Any) -> AsyncIterator[Client]:
+    """The real client over Streamable HTTP, sending `Authorization: Bearer <token>`."""
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    async with create_mcp_http_client(headers=headers) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode=mode, **kwargs) as client:
+            yield client
+
+
 @pytest.fixture(params=TRANSPORTS)
 def transport(request: pytest.FixtureRequest) -> str:
     return request.param
@@ -195,7 +232,7 @@ def connect(binary: Path, transport: str, mode: str, tmp_path: Path):
             try:
                 url = await anyio.to_thread.run_sync(server.wait_ready)
                 with _unwrapped(), anyio.fail_after(CLIENT_TIMEOUT):
-                    async with Client(url, mode=mode) as client:
+                    async with http_client(url, server.token, mode) as client:
                         yield client
             finally:
                 server.stop()

@@ -35,7 +35,7 @@ import pytest
 from mcp import Client, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 
-from conftest import CLIENT_TIMEOUT, HttpServer, _unwrapped
+from conftest import CLIENT_TIMEOUT, HttpServer, _unwrapped, http_client
 
 pytestmark = pytest.mark.anyio
 
@@ -91,6 +91,18 @@ def run_row(script: str, interpreter: str = "python", timeout: int = 10, env: li
     return row
 
 
+# A root server refuses unsandboxed runs without dedicated uids: every server
+# here gets a range (runs lease a uid each, sandboxed or not) unless the test
+# names its own uid or opts out.
+RUN_AS_UIDS = ["--run-as-uids", "62000-62099"]
+
+
+def uid_flags(flags: list[str] | tuple[str, ...]) -> list[str]:
+    if os.geteuid() != 0 or "--run-as-uid" in flags or "--run-as-uids" in flags or "--no-uid-range" in flags:
+        return []
+    return list(RUN_AS_UIDS)
+
+
 def server_env(extra: dict[str, str] | None) -> dict[str, str]:
     """A clean environment for the server: no host markers unless a test adds them."""
     env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "HOME": "/root", "LANG": "C.UTF-8"}
@@ -114,7 +126,8 @@ def serve(binary: Path, world: Path):
         mode: str = "auto",
         timeout: float = CLIENT_TIMEOUT,
     ) -> AsyncIterator[Client]:
-        args = ["serve", "--skills", str(world / "skills"), "--data-dir", str(world / "data"), *flags]
+        args = ["serve", "--skills", str(world / "skills"), "--data-dir", str(world / "data"), *uid_flags(flags)]
+        args += [f for f in flags if f != "--no-uid-range"]
         params = StdioServerParameters(command=str(binary), args=args, env=server_env(env), cwd=str(world))
         log_path = world / f"server-{next(counter)}.log"
         with open(log_path, "w") as errlog, _unwrapped(), anyio.fail_after(timeout):
@@ -125,27 +138,13 @@ def serve(binary: Path, world: Path):
 
 
 class FlaggedHttpServer(HttpServer):
-    """conftest's HttpServer with extra flags and an explicit environment."""
+    """conftest's HttpServer over this test's world, with extra flags and an explicit environment."""
 
-    def __init__(self, binary: Path, world: Path, flags: list[str], env: dict[str, str] | None, log_path: Path):
-        args = [str(binary), "serve", "--skills", str(world / "skills"), "--data-dir", str(world / "data")]
-        args += [*flags, "--http", "127.0.0.1:0"]
-        self.args = args
-        self.log_path = log_path
-        self.url = None
-        self._lines = []
-        self._ready = threading.Event()
-        self.proc = subprocess.Popen(
-            args,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=server_env(env),
-            start_new_session=True,
-        )
-        self._reader = threading.Thread(target=self._drain, daemon=True)
-        self._reader.start()
+    def __init__(
+        self, binary: Path, world: Path, flags: list[str], env: dict[str, str] | None, log_path: Path, token: str | None = None
+    ):
+        args = [str(binary), "serve", "--skills", str(world / "skills"), "--data-dir", str(world / "data"), *uid_flags(flags)]
+        super().__init__(binary, [], log_path, flags=flags, env=server_env(env), args=args, token=token)
 
 
 async def tool(client: Client, name: str, arguments: dict[str, Any] | None = None) -> tuple[bool, dict[str, Any]]:
@@ -715,10 +714,13 @@ async def test_hostile_scripts_fail_and_the_server_keeps_serving(serve, world, k
             # hit the process cap first is a race. What must hold: the call returns in
             # bounds and no bomb process outlives the run (checked below). The
             # waiting variant, which keeps the script alive, must end as a failure.
-            assert result["state"] in ("succeeded", "failed", "timed-out"), result
+            assert result["state"] in ("succeeded", "failed", "timed-out", "limit-exceeded"), result
         else:
-            assert result["state"] in ("failed", "timed-out"), (result["state"], result["stderr"][-500:])
-            assert result["exitCode"] != 0 or result["timedOut"] or result["signal"] is not None
+            assert result["state"] in ("failed", "timed-out", "limit-exceeded"), (result["state"], result["stderr"][-500:])
+            assert result["exitCode"] != 0 or result["timedOut"] or result["signal"] is not None or result.get("limitExceeded")
+        if kind == "waiting-fork-bomb" and "per process only" not in (await ok(client, "skill_list"))["execution"]["sandbox"]["detail"]:
+            # With a cgroup per run, the refused fork is seen and the run stopped at once.
+            assert (result["state"], result.get("limitExceeded")) == ("limit-exceeded", "pids"), result
         if kind in ("memory-hog", "disk-filler"):
             assert "allocated" not in result["stdout"] and "wrote 100 MiB" not in result["stdout"], result["stdout"]
         if kind == "disk-filler":
@@ -896,11 +898,11 @@ async def test_restart_marks_a_running_job_interrupted_and_never_reruns(serve, b
     try:
         url = await anyio.to_thread.run_sync(server.wait_ready)
         with anyio.fail_after(20):
-            async with Client(url, mode="auto") as watcher:
+            async with http_client(url, server.token) as watcher:
 
                 async def long_call() -> None:
                     try:
-                        async with Client(url, mode="auto") as runner:
+                        async with http_client(url, server.token) as runner:
                             await runner.call_tool("skill_run", {"skill": "probe", "script": script})
                     except BaseException:  # the server is killed under this call
                         pass
@@ -926,16 +928,22 @@ async def test_restart_marks_a_running_job_interrupted_and_never_reruns(serve, b
     finally:
         server.stop()
 
-    async with serve("--confirm", "auto") as client:
-        status = await ok(client, "skill_job_status", {"job": job_id})
-        assert status["state"] == "interrupted", status
-        assert status["run"]["note"] and "not re-run" in status["run"]["note"], status["run"]
-        assert status["run"]["finishedAtMs"] is None
-        await anyio.sleep(1.0)
-        log = await _read_text(client, job_id, "starts.log")
-        assert log == "started\n", f"the interrupted run was started again: {log!r}"
-        await refused(client, "skill_job_run", {"job": job_id, "script": script}, "job-already-ran")
-        assert (await ok(client, "skill_job_status", {"job": job_id}))["state"] == "interrupted"
+    # The job belongs to the HTTP principal: ask with the same token after the restart.
+    again = FlaggedHttpServer(binary, world, ["--confirm", "auto"], None, world / "http-again.log", token=server.token)
+    try:
+        url = await anyio.to_thread.run_sync(again.wait_ready)
+        async with http_client(url, again.token) as client:
+            status = await ok(client, "skill_job_status", {"job": job_id})
+            assert status["state"] == "interrupted", status
+            assert status["run"]["note"] and "not re-run" in status["run"]["note"], status["run"]
+            assert status["run"]["finishedAtMs"] is None
+            await anyio.sleep(1.0)
+            log = await _read_text(client, job_id, "starts.log")
+            assert log == "started\n", f"the interrupted run was started again: {log!r}"
+            await refused(client, "skill_job_run", {"job": job_id, "script": script}, "job-already-ran")
+            assert (await ok(client, "skill_job_status", {"job": job_id}))["state"] == "interrupted"
+    finally:
+        again.stop()
 
 
 # ----------------------------------------------------------------- 14. sandbox
@@ -954,18 +962,20 @@ async def test_sandbox_required_refuses_when_bwrap_is_unusable(serve, world):
     make_skill(world, "probe", [run_row("scripts/echo.py")], {"scripts/echo.py": ECHO_PY})
     env = {"PATH": f"{fake_bin}:/usr/local/bin:/usr/bin:/bin"}
     async with serve("--confirm", "auto", "--sandbox", "required", env=env) as client:
+        await refused(client, "skill_run", {"skill": "probe", "script": "scripts/echo.py"}, "sandbox-required")
+        assert await job_count(client) == 0, "a refused run created a job"
         listing = await ok(client, "skill_list")
         sandbox = listing["execution"]["sandbox"]
         assert sandbox["mode"] == "required" and sandbox["active"] is False, sandbox
         assert str(fake) in sandbox["detail"], sandbox
-        await refused(client, "skill_run", {"skill": "probe", "script": "scripts/echo.py"}, "sandbox-required")
-        assert await job_count(client) == 0, "a refused run created a job"
     # --sandbox auto with the same broken bwrap falls back, and says so.
     async with serve("--confirm", "ask", "--sandbox", "auto", env=env) as client:
-        sandbox = (await ok(client, "skill_list"))["execution"]["sandbox"]
-        assert sandbox["active"] is False and "does not work" in sandbox["detail"], sandbox
+        # A preview waits for the start-up self-test (skill_list may answer before it, as pending).
         preview = await ok(client, "skill_run", {"skill": "probe", "script": "scripts/echo.py"})
         assert preview["preview"]["command"]["sandbox"] == "off"
+        assert "egress is NOT enforced" not in preview["preview"]["command"]["network"], "the probe declares no egress"
+        sandbox = (await ok(client, "skill_list"))["execution"]["sandbox"]
+        assert sandbox["active"] is False and "does not work" in sandbox["detail"], sandbox
 
 
 async def test_sandbox_off_and_auto(serve, world):
@@ -1101,7 +1111,7 @@ async def test_basic_run_over_http(binary, world, mode):
     try:
         url = await anyio.to_thread.run_sync(server.wait_ready)
         with _unwrapped(), anyio.fail_after(CLIENT_TIMEOUT):
-            async with Client(url, mode=mode) as client:
+            async with http_client(url, server.token, mode) as client:
                 call = {"skill": "probe", "script": "scripts/echo.py", "args": ["over http", "$(id)"]}
                 preview = await ok(client, "skill_run", call)
                 assert preview["status"] == "confirmation-required", preview

@@ -1,62 +1,278 @@
 #!/usr/bin/env bash
-# End to end on a kind cluster: Helm install, push the Python and Node
-# sample packages, bind them in a restricted namespace, run a SkillJob of
-# each and wait for Succeeded. Gated: runs only when KUBECONFIG points at a
-# reachable cluster; otherwise it prints SKIPPED and checks nothing.
+# Real-cluster suite: runs on any cluster KUBECONFIG points at (kind, or the
+# one-node local cluster of ../shared/local-cluster). It
+#   - pushes this binary as the operator image (`skill-operator image self`),
+#   - helm-installs the chart,
+#   - pushes the Python, Node and Bash samples (and a sleeping test skill),
+#     binds them in a namespace that enforces Pod Security "restricted",
+#   - runs each sample to Succeeded and checks its stdout, runs one with a
+#     staged input, one that times out (TimedOut) and one deleted while it
+#     runs (gone within 5 s of the delete, its script stopped),
+#   - checks every run pod the API server admitted (restricted + hardening),
+#   - checks that a finished run leaves no Job, pod, Secret or NetworkPolicy.
+# The last line is "kind: N passed, N failed"; the exit status is 1 when any
+# check failed. Without a reachable cluster it prints SKIPPED (and fails
+# when SKILL_OPERATOR_REQUIRE_GATED=1).
 #
-# Needs (besides KUBECONFIG):
-#   SKILL_OPERATOR_IMAGE   this binary's image, loaded into the cluster (kind load docker-image ...)
-#   REGISTRY               host:port/repo of a registry both this machine and the cluster reach over plain HTTP
-#   PYTHON_IMAGE, NODE_IMAGE  run images (digest-pinned), default python:3.12-slim / node:22-bookworm-slim
-set -euo pipefail
+# Settings (environment):
+#   IMAGE_REGISTRY       host:port the node pulls images from, plain HTTP (default 127.0.0.1:5000)
+#   ARTIFACT_REGISTRY    host:port for packages and job artifacts, reached by this
+#                        machine and by pods, plain HTTP. Default: on the local cluster
+#                        the suite starts a docker-registry on the pod gateway
+#                        (POD_GW:5001); elsewhere it must be given.
+#   POD_GW               this machine's address on the pod network (default: lc0's)
+#   ARTIFACTS_CLUSTER_IP a free ClusterIP for the artifact endpoint (clusters without
+#                        DNS need it; default 10.0.0.50 on the local cluster, empty elsewhere)
+#   RUN_IMAGE            the run image (default IMAGE_REGISTRY/runtime:trixie) and
+#   PYTHON, NODE, BASH   its interpreter paths (default /usr/bin/python3, /usr/bin/node, /bin/bash)
+#   KEEP=1               leave the namespaces and release in place afterwards
+set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BIN="${SKILL_OPERATOR_BIN:-$ROOT/target/release/skill-operator}"
-KUBECTL="${KUBECTL:-$ROOT/target/test-deps/bin/kubectl}"
-HELM="${HELM:-$ROOT/target/test-deps/bin/helm}"
+KUBECTL="${KUBECTL:-$(command -v kubectl || echo "$ROOT/target/test-deps/bin/kubectl")}"
+HELM="${HELM:-$(command -v helm || echo "$ROOT/target/test-deps/bin/helm")}"
+PY="${PYTHON_FOR_TESTS:-python3}"
 
-if [[ -z "${KUBECONFIG:-}" ]] || ! "$KUBECTL" version --request-timeout=5s >/dev/null 2>&1; then
-  echo "kind: SKIPPED (KUBECONFIG does not point at a reachable cluster; the kind suite did not run)"
+skip() {
+  echo "kind: SKIPPED ($1; the real-cluster suite did not run)"
+  if [[ "${SKILL_OPERATOR_REQUIRE_GATED:-}" == 1 ]]; then
+    echo "kind: SKILL_OPERATOR_REQUIRE_GATED=1 requires it to run" >&2
+    exit 1
+  fi
   exit 0
+}
+[[ -n "${KUBECONFIG:-}" ]] || skip "KUBECONFIG is not set"
+"$KUBECTL" version --request-timeout=5s >/dev/null 2>&1 || skip "KUBECONFIG does not point at a reachable cluster"
+[[ -x "$BIN" ]] || { echo "kind: $BIN is missing: cargo build --release" >&2; exit 1; }
+
+PASS=0 FAIL=0
+ok() { PASS=$((PASS + 1)); echo "ok   $1"; }
+bad() { FAIL=$((FAIL + 1)); echo "FAIL $1"; }
+# check NAME COMMAND...: one line per check, never aborts the suite.
+check() {
+  local name="$1"
+  shift
+  local out
+  if out="$("$@" 2>&1)"; then ok "$name"; else bad "$name: $(printf '%s' "$out" | tail -n 3 | tr '\n' ' ')"; fi
+}
+finish() {
+  echo "kind: $PASS passed, $FAIL failed"
+  [[ $FAIL == 0 ]]
+  exit $?
+}
+
+WORK="$(mktemp -d)"
+IMAGE_REGISTRY="${IMAGE_REGISTRY:-127.0.0.1:5000}"
+# The local cluster: its kubeconfig is the one in use. Its pods reach this
+# machine at the pod bridge's gateway (which exists once a pod does).
+LOCAL=0
+if [[ "$(readlink -f "$KUBECONFIG")" == "$(readlink -f "${LOCAL_CLUSTER_HOME:-/var/lib/local-cluster}/kubeconfig" 2>/dev/null)" ]]; then LOCAL=1; fi
+POD_GW="${POD_GW:-10.88.0.1}"
+REGISTRY_PID=""
+cleanup() {
+  [[ -n "$REGISTRY_PID" ]] && kill "$REGISTRY_PID" 2>/dev/null
+  [[ -n "${WATCH_PID:-}" ]] && kill "$WATCH_PID" 2>/dev/null
+  if [[ "${KEEP:-}" != 1 ]]; then
+    "$KUBECTL" delete namespace "$NS" --wait=false >/dev/null 2>&1
+    "$HELM" uninstall "$RELEASE" -n "$OPNS" >/dev/null 2>&1
+    "$KUBECTL" delete namespace "$OPNS" --wait=false >/dev/null 2>&1
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+if [[ -z "${ARTIFACT_REGISTRY:-}" ]]; then
+  [[ $LOCAL == 1 && -n "$POD_GW" ]] || { echo "kind: set ARTIFACT_REGISTRY (host:port reached by this machine and by pods)" >&2; exit 1; }
+  ARTIFACT_REGISTRY="$POD_GW:5001"
+  mkdir -p "$WORK/registry"
+  # Bound on every address: the pod gateway appears only with the first pod.
+  # Only pods (at the gateway) and this machine (on loopback) talk to it.
+  printf 'version: 0.1\nlog: {level: error, accesslog: {disabled: true}}\nstorage: {filesystem: {rootdirectory: %s}, delete: {enabled: true}}\nhttp: {addr: "0.0.0.0:5001"}\n' \
+    "$WORK/registry" >"$WORK/registry.yml"
+  /usr/bin/docker-registry serve "$WORK/registry.yml" >"$WORK/registry.log" 2>&1 &
+  REGISTRY_PID=$!
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:5001/v2/" >/dev/null && break; sleep 0.1; done
 fi
-: "${SKILL_OPERATOR_IMAGE:?set SKILL_OPERATOR_IMAGE to this binary's image loaded into the cluster}"
-: "${REGISTRY:?set REGISTRY to host:port/repo of a plain-HTTP registry the cluster can pull from}"
-PYTHON_IMAGE="${PYTHON_IMAGE:-python:3.12-slim}"
-NODE_IMAGE="${NODE_IMAGE:-node:22-bookworm-slim}"
-NS=skills-e2e
+if [[ $LOCAL == 1 ]]; then ARTIFACTS_CLUSTER_IP="${ARTIFACTS_CLUSTER_IP-10.0.0.50}"; fi
+ARTIFACTS_CLUSTER_IP="${ARTIFACTS_CLUSTER_IP:-}"
+RUN_IMAGE="${RUN_IMAGE:-$IMAGE_REGISTRY/runtime:trixie}"
+PYTHON="${PYTHON:-/usr/bin/python3}" NODE="${NODE:-/usr/bin/node}" BASH_PATH="${BASH:-/bin/bash}"
+RELEASE=e2e OPNS=skill-e2e-system NS=skills-e2e
+K() { "$KUBECTL" -n "$NS" "$@"; }
 
-"$HELM" upgrade --install skill-operator "$ROOT/charts/skill-operator" -n skill-system --create-namespace --wait \
-  --set image.repository="${SKILL_OPERATOR_IMAGE%:*}" --set image.tag="${SKILL_OPERATOR_IMAGE##*:}" \
-  --set artifacts.registry="$REGISTRY" --set artifacts.insecureRegistry=true
+# ------------------------------------------------------------ operator image
+ref="$("$BIN" image self --registry "$IMAGE_REGISTRY/skill-operator" --plain-http 2>"$WORK/image.log" | tail -n 1)"
+digest="${ref##*@}"
+if [[ "$digest" == sha256:* ]]; then ok "image self pushed $ref"; else bad "image self: $(tail -n 3 "$WORK/image.log")"; finish; fi
 
-push() { "$BIN" package push "$ROOT/config/samples/skills/$1" --registry "$REGISTRY" --tag e2e --plain-http | grep -v '^#' ; }
-"$KUBECTL" apply -f - <<YAML
+# --------------------------------------------------------------- helm install
+helm_args=(--set "image.repository=$IMAGE_REGISTRY/skill-operator" --set "image.digest=$digest"
+  --set "artifacts.registry=$ARTIFACT_REGISTRY/skill-operator/jobs" --set artifacts.insecureRegistry=true)
+[[ -n "$ARTIFACTS_CLUSTER_IP" ]] && helm_args+=(--set "artifacts.service.clusterIP=$ARTIFACTS_CLUSTER_IP")
+check "helm install" "$HELM" upgrade --install "$RELEASE" "$ROOT/charts/skill-operator" -n "$OPNS" --create-namespace \
+  --wait --timeout 240s "${helm_args[@]}"
+[[ $FAIL == 0 ]] || { "$KUBECTL" -n "$OPNS" get pods -o wide; "$KUBECTL" -n "$OPNS" logs deploy/"$RELEASE"-skill-operator-controller --tail=20; finish; }
+
+# A namespace left by an earlier run goes first (its SkillJobs' finalizers
+# need the controller, which is up now).
+"$KUBECTL" delete namespace "$NS" --ignore-not-found --wait=true --timeout=180s >/dev/null
+"$KUBECTL" apply -f - >/dev/null <<YAML
 apiVersion: v1
 kind: Namespace
 metadata:
   name: $NS
   labels: { pod-security.kubernetes.io/enforce: restricted }
 YAML
-for spec in "csv-stats python $PYTHON_IMAGE /usr/local/bin/python3 scripts/stats.py assets/example.csv" \
-            "json-pretty node $NODE_IMAGE /usr/local/bin/node scripts/pretty.js --help"; do
-  read -r skill interpreter image path script arg <<<"$spec"
-  push "$skill" | "$KUBECTL" apply -f - -o name >/dev/null
-  pkg="$("$KUBECTL" get skillpackages -o name | grep "/$skill-" | head -n1 | cut -d/ -f2)"
-  "$KUBECTL" patch skillpackage "$pkg" --type merge -p "{\"spec\":{\"runtime\":{\"interpreter\":\"$interpreter\",\"image\":\"$image\",\"interpreterPath\":\"$path\",\"allowedScripts\":[\"$script\"]}}}"
-  "$KUBECTL" wait --for=condition=Ready "skillpackage/$pkg" --timeout=120s
-  "$KUBECTL" -n "$NS" apply -f - <<YAML
+# Every pod version the API server stores in the namespace, for the admission checks.
+"$KUBECTL" -n "$NS" get pods --watch --output-watch-events -o json >"$WORK/pods.jsonl" 2>/dev/null &
+WATCH_PID=$!
+
+# ----------------------------------------------------------- packages, bindings
+# bind SKILL_DIR INTERPRETER PATH SCRIPT: push, give it a runtime profile, bind it.
+bind() {
+  local dir="$1" interpreter="$2" path="$3" script="$4" skill pkg
+  skill="$(basename "$dir")"
+  "$BIN" package push "$dir" --registry "$ARTIFACT_REGISTRY/skills" --tag e2e --plain-http 2>>"$WORK/push.log" | grep -v '^#' >"$WORK/$skill.yaml" || return 1
+  pkg="$(awk '/^  name:/ {print $2; exit}' "$WORK/$skill.yaml")"
+  "$KUBECTL" apply -f "$WORK/$skill.yaml" >/dev/null || return 1
+  "$KUBECTL" patch skillpackage "$pkg" --type merge -p "{\"spec\":{\"runtime\":{\"interpreter\":\"$interpreter\",\"image\":\"$RUN_IMAGE\",\"interpreterPath\":\"$path\",\"allowedScripts\":[\"$script\"]}}}" >/dev/null || return 1
+  "$KUBECTL" wait --for=condition=Ready "skillpackage/$pkg" --timeout=120s >/dev/null || return 1
+  K apply -f - >/dev/null <<YAML || return 1
 apiVersion: skill-operator.dev/v1alpha1
 kind: SkillBinding
 metadata: { name: $skill }
 spec: { package: $pkg }
----
+YAML
+  K wait --for=condition=Ready "skillbinding/$skill" --timeout=60s >/dev/null
+}
+check "bind csv-stats (python)" bind "$ROOT/config/samples/skills/csv-stats" python "$PYTHON" scripts/stats.py
+check "bind json-pretty (node)" bind "$ROOT/config/samples/skills/json-pretty" node "$NODE" scripts/pretty.js
+check "bind word-count (bash)" bind "$ROOT/config/samples/skills/word-count" bash "$BASH_PATH" scripts/wc.sh
+check "bind e2e-sleep (bash)" bind "$ROOT/tests/kind/skills/e2e-sleep" bash "$BASH_PATH" scripts/sleep.sh
+
+# ------------------------------------------------------------ artifact reads
+KEY="$("$KUBECTL" -n "$OPNS" get secret "$RELEASE-skill-operator-token-key" -o jsonpath='{.data.token-key}' | base64 -d)"
+OPERATOR="operator:$(printf '/operator' | openssl dgst -sha256 -mac HMAC -macopt "key:$KEY" -r | cut -d' ' -f1)"
+if [[ -n "$ARTIFACTS_CLUSTER_IP" ]]; then
+  ENDPOINT="http://$ARTIFACTS_CLUSTER_IP:8443/v1"
+else
+  "$KUBECTL" -n "$OPNS" port-forward "svc/$RELEASE-skill-operator-artifacts" 18443:8443 >/dev/null 2>&1 &
+  ENDPOINT="http://127.0.0.1:18443/v1"
+  sleep 2
+fi
+artifact() { curl -sf -H "Authorization: Bearer $OPERATOR" "$ENDPOINT/jobs/$NS/$1"; }
+
+# ------------------------------------------------------------------- runs
+# skilljob NAME BINDING SCRIPT [TIMEOUT] -- ARGS...: create it, print its uid.
+skilljob() {
+  local name="$1" binding="$2" script="$3" timeout="${4:-}" args="" extra=""
+  shift 4
+  for a in "$@"; do args="$args\"$a\","; done
+  [[ -n "$timeout" ]] && extra="timeoutSeconds: $timeout"
+  K apply -f - >/dev/null <<YAML
 apiVersion: skill-operator.dev/v1alpha1
 kind: SkillJob
-metadata: { name: $skill-run }
-spec: { binding: $skill, script: $script, args: ["$arg"] }
+metadata: { name: $name }
+spec:
+  binding: $binding
+  script: $script
+  args: [${args%,}]
+  ${INPUTS:-}
+  $extra
 YAML
-done
-for skill in csv-stats json-pretty; do
-  "$KUBECTL" -n "$NS" wait --for=jsonpath='{.status.phase}'=Succeeded "skilljob/$skill-run" --timeout=300s
-  "$KUBECTL" -n "$NS" get skilljob "$skill-run"
-done
-echo "kind: 2 passed, 0 failed"
+  K get skilljob "$name" -o jsonpath='{.metadata.uid}'
+}
+# finished NAME: wait until the run is over (Complete=True), print the phase.
+finished() {
+  K wait --for=jsonpath='{.status.conditions[?(@.type=="Complete")].status}'=True "skilljob/$1" --timeout=240s >/dev/null
+  K get skilljob "$1" -o jsonpath='{.status.phase}'
+}
+# run_expect NAME BINDING SCRIPT PHASE NEEDLE ARGS...: run, check phase and stdout.
+run_expect() {
+  local name="$1" binding="$2" script="$3" want="$4" needle="$5" uid phase out
+  shift 5
+  uid="$(skilljob "$name" "$binding" "$script" "" "$@")" || return 1
+  phase="$(finished "$name")"
+  [[ "$phase" == "$want" ]] || { echo "phase $phase, want $want: $(K get skilljob "$name" -o jsonpath='{.status.message}')"; return 1; }
+  out="$(artifact "$uid/outputs/result/stdout")" || { echo "stdout not stored"; return 1; }
+  [[ "$out" == *"$needle"* ]] || { echo "stdout lacks $needle: ${out:0:300}"; return 1; }
+}
+check "python sample runs to Succeeded with its stdout" run_expect py csv-stats scripts/stats.py Succeeded '"rows": 6' /package/assets/example.csv
+check "bash sample runs to Succeeded with its stdout" run_expect sh word-count scripts/wc.sh Succeeded 'SKILL.md' /package/SKILL.md
+
+# A staged input: named by digest in the spec, staged through the endpoint,
+# then the annotation wakes the controller.
+staged_input() {
+  local data='{"b":1,"a":[1,2]}' digest size uid out INPUTS
+  digest="sha256:$(printf '%s' "$data" | sha256sum | cut -d' ' -f1)"
+  size="${#data}"
+  INPUTS="inputs: [{path: data.json, digest: \"$digest\", size: $size}]"
+  uid="$(skilljob node json-pretty scripts/pretty.js "" --sort-keys data.json)" || return 1
+  curl -sf -X PUT -H "Authorization: Bearer $OPERATOR" -H "Content-Type: application/octet-stream" \
+    --data-binary "$data" "$ENDPOINT/jobs/$NS/$uid/inputs/data.json" >/dev/null || { echo "staging failed"; return 1; }
+  K annotate skilljob node skill-operator.dev/inputs-staged="$digest" --overwrite >/dev/null
+  [[ "$(finished node)" == Succeeded ]] || { echo "$(K get skilljob node -o jsonpath='{.status.phase}: {.status.message}')"; return 1; }
+  out="$(artifact "$uid/outputs/result/stdout")" || return 1
+  [[ "$out" == *'"a": ['* && "$out" == *'"b": 1'* ]] || { echo "stdout: $out"; return 1; }
+  # The unchanged input is not listed as an output.
+  [[ "$(K get skilljob node -o jsonpath='{.status.outputs}')" != *data.json* ]] || { echo "the input is listed as an output"; return 1; }
+}
+check "node sample with a staged input runs to Succeeded" staged_input
+
+timed_out() {
+  skilljob slow e2e-sleep scripts/sleep.sh 3 60 >/dev/null || return 1
+  local phase
+  phase="$(finished slow)"
+  [[ "$phase" == TimedOut ]] || { echo "phase $phase: $(K get skilljob slow -o jsonpath='{.status.exitCode} {.status.message}')"; return 1; }
+}
+check "a run past its timeout is TimedOut (not Failed, exit 124)" timed_out
+
+# Deleted while it runs: the script must stop at once (the launcher kills its
+# process group on the kubelet's SIGTERM), not at its timeout or the 30 s grace.
+deleted_while_running() {
+  local uid start took_ms
+  uid="$(skilljob cancel e2e-sleep scripts/sleep.sh "" 300)" || return 1
+  K wait --for=jsonpath='{.status.phase}'=Running skilljob/cancel --timeout=120s >/dev/null || return 1
+  # The script itself has started (its first line is in the container log).
+  for _ in $(seq 200); do
+    K logs -l "skill-operator.dev/skilljob-uid=$uid" -c run 2>/dev/null | grep -q started && break
+    sleep 0.1
+  done
+  start=$(date +%s%3N)
+  K delete skilljob cancel --wait=true --timeout=60s >/dev/null || return 1
+  took_ms=$(($(date +%s%3N) - start))
+  echo "$took_ms ms from delete to gone" >>"$WORK/timings"
+  ((took_ms < 5000)) || { echo "the SkillJob took ${took_ms} ms to go"; return 1; }
+  [[ -z "$(K get pods -l "skill-operator.dev/skilljob-uid=$uid" -o name)" ]] || { echo "its pod is still there"; return 1; }
+}
+check "a SkillJob deleted while running is gone within 5 s" deleted_while_running
+
+# The finished runs left nothing behind but the SkillJobs.
+no_leftovers() {
+  local left finished
+  finished="$(K get skilljobs -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' | grep -c -E 'Succeeded|TimedOut')"
+  ((finished >= 4)) || { echo "only $finished finished runs to look at"; return 1; }
+  left="$(K get jobs,networkpolicies,secrets -l app.kubernetes.io/managed-by=skill-operator -o name 2>/dev/null)
+$(K get secrets -o name | grep -- '-token$')"
+  [[ -z "$(echo "$left" | tr -d '[:space:]')" ]] || { echo "left behind: $left"; return 1; }
+  [[ -z "$(K get pods -o name)" ]] || { echo "pods left: $(K get pods -o name)"; return 1; }
+}
+check "finished runs leave no Job, pod, Secret or NetworkPolicy" no_leftovers
+
+kill "$WATCH_PID" 2>/dev/null
+WATCH_PID=""
+check "every run pod was admitted restricted and hardened" "$PY" "$ROOT/tests/kind/check_pods.py" "$WORK/pods.jsonl" 5
+echo "kind: delete to gone: $(cat "$WORK/timings" 2>/dev/null)"
+
+# The real-node latency benchmark (benches/cluster_runs.rs), when asked for.
+if [[ "${BENCH_RUNS:-0}" -gt 0 ]]; then
+  check "bind e2e-noop-py (python)" bind "$ROOT/tests/kind/skills/e2e-noop-py" python "$PYTHON" scripts/noop.py
+  check "bind e2e-noop-js (node)" bind "$ROOT/tests/kind/skills/e2e-noop-js" node "$NODE" scripts/noop.js
+  check "bind e2e-noop-sh (bash)" bind "$ROOT/tests/kind/skills/e2e-noop-sh" bash "$BASH_PATH" scripts/noop.sh
+  if BENCH_NS="$NS" BENCH_RUNS="$BENCH_RUNS" cargo bench --locked --manifest-path "$ROOT/Cargo.toml" --bench cluster_runs 2>"$WORK/bench.log"; then
+    ok "real-node latency benchmark ($BENCH_RUNS runs per interpreter)"
+  else
+    bad "real-node latency benchmark: $(tail -n 5 "$WORK/bench.log")"
+  fi
+fi
+finish

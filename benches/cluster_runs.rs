@@ -1,0 +1,202 @@
+//! SkillJob created → script started → Succeeded, on a real node.
+//!
+//! Gated: needs `KUBECONFIG` pointing at a cluster where the operator is
+//! installed and `BENCH_NS` (default `skills-e2e`) holds the bindings
+//! `e2e-noop-py`, `e2e-noop-js` and `e2e-noop-sh` (trivial scripts, bound
+//! by `tests/kind/run.sh` when `BENCH_RUNS` is set, which then runs this).
+//! Prints SKIPPED otherwise.
+//!
+//! For each interpreter it runs `BENCH_RUNS` (default 20) SkillJobs one at a
+//! time and stamps, on this machine's clock, when each step became visible
+//! through the API (watch events: the pod created, scheduled, the fetch
+//! container done, the run container running and done, the pod done, the
+//! Job complete, the SkillJob Succeeded). Medians and p90 per step and in
+//! total. What a step costs is the gap between two stamps; a stamp is when
+//! the API server learnt of it (the kubelet reports container states in its
+//! status sync, so a step's end shows up when the next sync reports it).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use skill_operator::api::{SkillJob, SkillJobPhase};
+
+const STEPS: [&str; 8] =
+    ["pod created", "scheduled", "fetch done", "script started", "script done", "pod done", "Job complete", "Succeeded"];
+
+type Stamps = Arc<Mutex<BTreeMap<String, BTreeMap<&'static str, Instant>>>>;
+
+fn stamp(stamps: &Stamps, uid: &str, step: &'static str) {
+    stamps.lock().unwrap().entry(uid.to_string()).or_default().entry(step).or_insert_with(Instant::now);
+}
+
+fn terminated(pod: &Pod, name: &str) -> bool {
+    let s = pod.status.as_ref();
+    s.into_iter()
+        .flat_map(|s| s.init_container_statuses.iter().flatten().chain(s.container_statuses.iter().flatten()))
+        .any(|c| c.name == name && c.state.as_ref().is_some_and(|st| st.terminated.is_some()))
+}
+
+fn running(pod: &Pod, name: &str) -> bool {
+    let s = pod.status.as_ref();
+    s.into_iter()
+        .flat_map(|s| s.container_statuses.iter().flatten())
+        .any(|c| c.name == name && c.state.as_ref().is_some_and(|st| st.running.is_some() || st.terminated.is_some()))
+}
+
+/// Watch pods, Jobs and SkillJobs of the namespace and stamp every step.
+fn watch_all(client: &Client, ns: &str, stamps: Stamps) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let s = stamps.clone();
+    tokio::spawn(async move {
+        let mut w = watcher::watcher(pods, watcher::Config::default()).boxed();
+        while let Some(Ok(e)) = w.next().await {
+            let (Event::Apply(pod) | Event::InitApply(pod)) = e else { continue };
+            let Some(uid) = pod.labels().get("skill-operator.dev/skilljob-uid").cloned() else { continue };
+            stamp(&s, &uid, "pod created");
+            let scheduled = pod
+                .status
+                .as_ref()
+                .and_then(|st| st.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "PodScheduled" && c.status == "True"));
+            if scheduled {
+                stamp(&s, &uid, "scheduled");
+            }
+            if terminated(&pod, "fetch") {
+                stamp(&s, &uid, "fetch done");
+            }
+            if running(&pod, "run") {
+                stamp(&s, &uid, "script started");
+            }
+            if terminated(&pod, "run") {
+                stamp(&s, &uid, "script done");
+            }
+            if matches!(pod.status.as_ref().and_then(|st| st.phase.as_deref()), Some("Succeeded" | "Failed")) {
+                stamp(&s, &uid, "pod done");
+            }
+        }
+    });
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
+    let s = stamps.clone();
+    tokio::spawn(async move {
+        let mut w = watcher::watcher(jobs, watcher::Config::default()).boxed();
+        while let Some(Ok(e)) = w.next().await {
+            let (Event::Apply(job) | Event::InitApply(job)) = e else { continue };
+            let Some(uid) = job.labels().get("skill-operator.dev/skilljob-uid").cloned() else { continue };
+            let complete = job
+                .status
+                .as_ref()
+                .and_then(|st| st.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Complete" && c.status == "True"));
+            if complete {
+                stamp(&s, &uid, "Job complete");
+            }
+        }
+    });
+    let skilljobs: Api<SkillJob> = Api::namespaced(client.clone(), ns);
+    tokio::spawn(async move {
+        let mut w = watcher::watcher(skilljobs, watcher::Config::default()).boxed();
+        while let Some(Ok(e)) = w.next().await {
+            let (Event::Apply(sj) | Event::InitApply(sj)) = e else { continue };
+            let uid = sj.uid().unwrap_or_default();
+            if sj.status.as_ref().and_then(|s| s.phase) == Some(SkillJobPhase::Succeeded) {
+                stamp(&stamps, &uid, "Succeeded");
+            }
+        }
+    });
+}
+
+fn quantile(mut v: Vec<f64>, q: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    if std::env::var_os("KUBECONFIG").is_none() {
+        skill_operator::gated::skip("the real-node run benchmark", "KUBECONFIG is not set (tests/kind/run.sh with BENCH_RUNS runs it)");
+        return;
+    }
+    let Ok(client) = Client::try_default().await else {
+        skill_operator::gated::skip("the real-node run benchmark", "KUBECONFIG does not reach a cluster");
+        return;
+    };
+    let ns = std::env::var("BENCH_NS").unwrap_or_else(|_| "skills-e2e".into());
+    let runs: usize = std::env::var("BENCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+    let stamps: Stamps = Default::default();
+    watch_all(&client, &ns, stamps.clone());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let api: Api<SkillJob> = Api::namespaced(client.clone(), &ns);
+    println!("SkillJob created → Succeeded on the real node, {runs} runs each, one at a time (ms on this machine's clock)\n");
+    println!("| interpreter | step | median | p90 |\n|---|---|---:|---:|");
+    for (interpreter, binding, script) in [
+        ("python", "e2e-noop-py", "scripts/noop.py"),
+        ("node", "e2e-noop-js", "scripts/noop.js"),
+        ("bash", "e2e-noop-sh", "scripts/noop.sh"),
+    ] {
+        let mut per_step: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+        let mut totals = Vec::new();
+        let mut to_script = Vec::new();
+        // Run 0 warms the node (first use of this package's staged blobs and
+        // the pod sandbox for this image); it is not counted.
+        for i in 0..=runs {
+            let name = format!("bench-{binding}-{i}");
+            let sj: SkillJob = serde_json::from_value(json!({
+                "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillJob",
+                "metadata": { "name": name }, "spec": { "binding": binding, "script": script }
+            }))
+            .unwrap();
+            let start = Instant::now();
+            let created = api.create(&PostParams::default(), &sj).await.expect("create the SkillJob");
+            let uid = created.uid().unwrap_or_default();
+            let deadline = start + Duration::from_secs(120);
+            loop {
+                if stamps.lock().unwrap().get(&uid).is_some_and(|s| s.contains_key("Succeeded")) {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "{name} did not succeed within 120 s");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let s = stamps.lock().unwrap().get(&uid).cloned().unwrap_or_default();
+            let _ = api.delete(&name, &DeleteParams::default()).await;
+            if i == 0 {
+                continue;
+            }
+            let mut previous = start;
+            for step in STEPS {
+                if let Some(at) = s.get(step) {
+                    per_step.entry(step).or_default().push(at.saturating_duration_since(previous).as_secs_f64() * 1e3);
+                    previous = (*at).max(previous);
+                }
+            }
+            totals.push(s["Succeeded"].duration_since(start).as_secs_f64() * 1e3);
+            if let Some(at) = s.get("script started") {
+                to_script.push(at.duration_since(start).as_secs_f64() * 1e3);
+            }
+        }
+        for step in STEPS {
+            let v = per_step.remove(step).unwrap_or_default();
+            println!("| {interpreter} | … → {step} | {:.0} | {:.0} |", quantile(v.clone(), 0.5), quantile(v, 0.9));
+        }
+        println!(
+            "| {interpreter} | created → script started | {:.0} | {:.0} |",
+            quantile(to_script.clone(), 0.5),
+            quantile(to_script, 0.9)
+        );
+        println!(
+            "| **{interpreter}** | **created → Succeeded** | **{:.0}** | **{:.0}** |",
+            quantile(totals.clone(), 0.5),
+            quantile(totals, 0.9)
+        );
+    }
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The gated suites, run for real whenever their prerequisites are on this
+# machine (called by scripts/test.sh):
+#   - a built local cluster in LOCAL_CLUSTER_HOME (default /var/lib/local-cluster),
+#     whose scripts are in LOCAL_CLUSTER_SCRIPTS (default ../shared/local-cluster
+#     beside the checkout): it is started (up.sh) if it is not running, and
+#     tests/envtest.rs, the controller benchmark in a short mode and the
+#     real-cluster suite tests/kind/run.sh run against it; a cluster this
+#     script started is stopped again (down.sh). With the cluster present,
+#     SKILL_OPERATOR_REQUIRE_GATED=1 is set, so a suite that skips fails.
+#   - otherwise each suite prints SKIPPED and nothing is counted as passed.
+# KUBECONFIG or KUBEBUILDER_ASSETS already set win over the local cluster.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+H="${LOCAL_CLUSTER_HOME:-/var/lib/local-cluster}"
+SCRIPTS="${LOCAL_CLUSTER_SCRIPTS:-$ROOT/../shared/local-cluster}"
+started=0
+
+if [[ -z "${KUBECONFIG:-}${KUBEBUILDER_ASSETS:-}" ]]; then
+  if [[ -x "$H/assets/kube-apiserver" && -f "$H/kubeconfig" && -x "$SCRIPTS/up.sh" ]]; then
+    if ! KUBECONFIG="$H/kubeconfig" "$H/cache/bin/kubectl" version --request-timeout=5s >/dev/null 2>&1; then
+      echo "gated: starting the local cluster in $H"
+      "$SCRIPTS/up.sh" >"$ROOT/target/local-cluster-up.log" 2>&1 || { tail -n 20 "$ROOT/target/local-cluster-up.log"; exit 1; }
+      started=1
+    fi
+    export KUBECONFIG="$H/kubeconfig" KUBEBUILDER_ASSETS="$H/assets" ENVTEST_APISERVER_FLAGS=--feature-gates=WatchList=false
+    export PATH="$H/cache/bin:$PATH" SKILL_OPERATOR_REQUIRE_GATED=1
+  else
+    echo "gated: no local cluster in $H (or its scripts in $SCRIPTS): the gated suites print SKIPPED"
+  fi
+fi
+stop() { if [[ $started == 1 ]]; then "$SCRIPTS/down.sh" >/dev/null 2>&1 || true; fi; }
+trap stop EXIT
+
+cargo test --locked --test envtest -- --nocapture 2>&1 | grep -E "SKIPPED|test result|panicked|FAILED" || true
+cargo test --locked --test envtest >/dev/null
+SKILLJOBS="${GATED_BENCH_SKILLJOBS:-100}" cargo bench --locked --bench controller_throughput 2>&1 | tail -n 20
+bash "$ROOT/tests/kind/run.sh"

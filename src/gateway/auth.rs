@@ -1,0 +1,1 @@
+//! Bearer tokens verified by TokenReview, actions authorized by SubjectAccessReview.

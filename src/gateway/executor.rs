@@ -1,0 +1,1 @@
+//! The SkillJob-backed executor: `skill_run` and the job tools as SkillJobs.

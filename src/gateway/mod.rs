@@ -1,0 +1,16 @@
+//! The in-cluster MCP gateway (`skill-operator gateway`): one MCP endpoint
+//! per namespace (`/mcp/{namespace}`) serving the skills that namespace's
+//! SkillBindings bind, with `skill_run` and the job tools carried out as
+//! SkillJobs. It reuses `src/mcp` unchanged: a per-namespace
+//! [`crate::mcp::snapshot::SnapshotCell`] fed from the bindings, a
+//! Kubernetes [`crate::mcp::executor::Executor`], and an authorizer asking
+//! the API server about every caller.
+//!
+//! - [`auth`]: bearer tokens by TokenReview, actions by SubjectAccessReview;
+//! - [`catalog`]: packages pulled by digest into a bounded cache, and the
+//!   namespace's snapshot built from its bindings;
+//! - [`executor`]: the SkillJob-backed executor.
+
+pub mod auth;
+pub mod catalog;
+pub mod executor;

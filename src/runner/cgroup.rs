@@ -1,0 +1,588 @@
+//! One cgroup per run, so the run's limits hold for the run as a whole:
+//! every process and thread it starts, and the shared memory and tmpfs
+//! pages it touches, count against one memory, process and CPU budget
+//! ([`RUN_MEMORY_BYTES`], [`RUN_PIDS`], [`RUN_CPUS`]). Per-process rlimits
+//! cannot do that: `RLIMIT_DATA` does not count shared mappings, and
+//! `RLIMIT_NPROC` counts a uid, not a run.
+//!
+//! # Where the run cgroups live (what the server needs)
+//!
+//! Under a subtree the server owns: its own cgroup, as the kernel reports
+//! it in `/proc/self/cgroup`, or `--cgroup-parent` (cgroup v2).
+//!
+//! - **cgroup v2** (`cgroup2` mounted, the `memory` and `pids` controllers
+//!   available in that cgroup): the server must be able to write there,
+//!   as root or through delegation (systemd `Delegate=yes`, or a container
+//!   runtime's cgroup namespace). The kernel lets controllers be enabled
+//!   for children only in a cgroup without processes of its own, so when
+//!   the server's cgroup holds the server itself, the server first moves
+//!   itself into a `supervisor` leaf (what systemd expects of a delegated
+//!   service), then enables `+memory +pids +cpu` and creates `runs/`.
+//!   Other processes in that cgroup make this fail (EBUSY); give the
+//!   server a cgroup of its own then.
+//! - **cgroup v1** (hybrid hosts, where `memory` and `pids` hierarchies are
+//!   v1): one `skill-operator.<pid>` directory under the server's cgroup
+//!   in each of the `memory`, `pids` and (when mounted) `cpu` hierarchies;
+//!   root or a chown'ed subtree.
+//!
+//! Anything else falls back to per-process rlimits only, and says so in
+//! every preview and in `skill_list` (`--cgroup required` refuses runs
+//! instead). The fallback is never silent.
+//!
+//! # Joining
+//!
+//! The server opens the run's `cgroup.procs` files before the fork; the
+//! child writes `0` (itself) into each of them after the fork and before
+//! it drops privileges and execs ([`super::process`]). So the run is in
+//! its cgroup before it can start anything: there is no window in which a
+//! child could fork outside it, which moving a pid in after the spawn
+//! would leave.
+//!
+//! # Limits and how a hit is seen
+//!
+//! - memory: v2 `memory.max` (and `memory.swap.max` 0), v1
+//!   `memory.limit_in_bytes` (and `memory.memsw.limit_in_bytes` where swap
+//!   is accounted). Page cache, shared memory (`/dev/shm`, `memfd`,
+//!   `MAP_SHARED|MAP_ANONYMOUS`) and tmpfs pages are charged to the cgroup
+//!   of the process that touches them. A hit is the kernel's OOM kill,
+//!   counted in `memory.events` (v2) or `memory.oom_control` (v1,
+//!   `oom_kill`).
+//! - processes: `pids.max`; a refused fork is counted in `pids.events`
+//!   (`max`).
+//! - CPU: `cpu.max` (v2) or `cpu.cfs_quota_us`/`cpu.cfs_period_us` (v1):
+//!   throttling, never a failure.
+//!
+//! The runner reads these counters while the run goes on and after it
+//! ends ([`super::watch`]) and stops the whole run on the first hit.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::core::limits::{bytes_text, RUN_CPUS, RUN_CPU_PERIOD_US, RUN_MEMORY_BYTES, RUN_PIDS};
+
+/// The operator's cgroup choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum CgroupMode {
+    /// Refuse to run anything without a cgroup per run.
+    Required,
+    /// A cgroup per run when the host allows it; per-process limits otherwise (said so).
+    Auto,
+    /// Never make cgroups: per-process limits only.
+    Off,
+}
+
+impl CgroupMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CgroupMode::Required => "required",
+            CgroupMode::Auto => "auto",
+            CgroupMode::Off => "off",
+        }
+    }
+}
+
+/// The limits one run's cgroup gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunLimits {
+    pub memory_bytes: u64,
+    pub pids: u64,
+    pub cpus: u64,
+}
+
+impl Default for RunLimits {
+    fn default() -> Self {
+        RunLimits { memory_bytes: RUN_MEMORY_BYTES, pids: RUN_PIDS, cpus: RUN_CPUS }
+    }
+}
+
+impl RunLimits {
+    /// The limits in words, for previews.
+    pub fn words(&self) -> Vec<String> {
+        vec![
+            format!("memory {} for the whole run (shared memory and tmpfs included)", bytes_text(self.memory_bytes)),
+            format!("{} processes and threads", self.pids),
+            format!("{} CPU", self.cpus),
+        ]
+    }
+}
+
+/// Why the server cannot make cgroups here (the fallback's reason).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unavailable(pub String);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Layout {
+    /// `runs` is the directory run cgroups are made in.
+    V2 { runs: PathBuf },
+    /// Per hierarchy, the directory run cgroups are made in.
+    V1 { memory: PathBuf, pids: PathBuf, cpu: Option<PathBuf> },
+}
+
+/// The server's subtree of run cgroups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cgroups {
+    layout: Layout,
+    limits: RunLimits,
+}
+
+/// One entry of `/proc/self/mountinfo` that is a cgroup hierarchy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct CgroupMount {
+    /// The hierarchy path mounted there (`/` unless in a cgroup namespace view).
+    root: String,
+    mount_point: PathBuf,
+    v2: bool,
+    /// v1: the controllers of this hierarchy.
+    controllers: Vec<String>,
+}
+
+fn parse_mountinfo(text: &str) -> Vec<CgroupMount> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let Some((left, right)) = line.split_once(" - ") else { continue };
+        let fields: Vec<&str> = left.split(' ').collect();
+        let rest: Vec<&str> = right.split(' ').collect();
+        if fields.len() < 5 || rest.len() < 3 {
+            continue;
+        }
+        let fstype = rest[0];
+        if fstype != "cgroup" && fstype != "cgroup2" {
+            continue;
+        }
+        let controllers = if fstype == "cgroup" {
+            rest[2].split(',').filter(|o| !matches!(*o, "rw" | "ro") && !o.contains('=')).map(str::to_string).collect()
+        } else {
+            Vec::new()
+        };
+        out.push(CgroupMount {
+            root: unescape(fields[3]),
+            mount_point: PathBuf::from(unescape(fields[4])),
+            v2: fstype == "cgroup2",
+            controllers,
+        });
+    }
+    out
+}
+
+/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
+fn unescape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let bytes = s.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' && i + 3 < bytes.len() && bytes[i + 1..i + 4].iter().all(|b| (b'0'..=b'7').contains(b)) {
+            let v = (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
+            out.push(v as char);
+            i += 4;
+        } else {
+            out.push(bytes[i] as char);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// `/proc/self/cgroup`: (hierarchy id, controllers, path).
+fn parse_self_cgroup(text: &str) -> Vec<(String, Vec<String>, String)> {
+    text.lines()
+        .filter_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let id = parts.next()?.to_string();
+            let controllers = parts.next()?.split(',').filter(|c| !c.is_empty()).map(str::to_string).collect();
+            let path = parts.next()?.to_string();
+            Some((id, controllers, path))
+        })
+        .collect()
+}
+
+/// The directory of `path` (as `/proc/self/cgroup` names it) under `mount`.
+fn under_mount(mount: &CgroupMount, path: &str) -> Option<PathBuf> {
+    let rel =
+        if mount.root == "/" { path.trim_start_matches('/') } else { path.strip_prefix(mount.root.as_str())?.trim_start_matches('/') };
+    Some(if rel.is_empty() { mount.mount_point.clone() } else { mount.mount_point.join(rel) })
+}
+
+fn read_small(path: &Path) -> io::Result<String> {
+    let mut text = String::new();
+    File::open(path)?.take(64 * 1024).read_to_string(&mut text)?;
+    Ok(text)
+}
+
+fn write_file(path: &Path, value: &str) -> io::Result<()> {
+    fs::write(path, value).map_err(|e| io::Error::new(e.kind(), format!("write {value:?} to {}: {e}", path.display())))
+}
+
+/// `name N` from a flat-keyed cgroup file (`memory.events`, `pids.events`, `memory.oom_control`).
+fn keyed(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+}
+
+impl Cgroups {
+    /// Find and prepare the server's subtree. `parent` (cgroup v2 only)
+    /// replaces the server's own cgroup as the place runs are made in.
+    pub fn detect(parent: Option<&Path>, limits: RunLimits) -> Result<Cgroups, Unavailable> {
+        let mountinfo =
+            read_small(Path::new("/proc/self/mountinfo")).map_err(|e| Unavailable(format!("cannot read /proc/self/mountinfo: {e}")))?;
+        let own = read_small(Path::new("/proc/self/cgroup")).map_err(|e| Unavailable(format!("cannot read /proc/self/cgroup: {e}")))?;
+        let mounts = parse_mountinfo(&mountinfo);
+        let own = parse_self_cgroup(&own);
+        let mut reasons = Vec::new();
+        if let Some(parent) = parent {
+            return Self::v2_at(parent, limits, false).map_err(|e| Unavailable(format!("--cgroup-parent {}: {e}", parent.display())));
+        }
+        // v2 first: where the memory controller lives in the unified
+        // hierarchy, that is the one to use.
+        if let (Some(mount), Some((_, _, path))) = (mounts.iter().find(|m| m.v2), own.iter().find(|(id, _, _)| id == "0")) {
+            if let Some(dir) = under_mount(mount, path) {
+                match Self::v2_at(&dir, limits, true) {
+                    Ok(cg) => return Ok(cg),
+                    Err(e) => reasons.push(format!("cgroup v2 at {}: {e}", dir.display())),
+                }
+            }
+        }
+        match Self::v1(&mounts, &own, limits) {
+            Ok(cg) => Ok(cg),
+            Err(e) => {
+                reasons.push(format!("cgroup v1: {e}"));
+                Err(Unavailable(reasons.join("; ")))
+            }
+        }
+    }
+
+    fn v2_at(dir: &Path, limits: RunLimits, own: bool) -> Result<Cgroups, String> {
+        let controllers = read_small(&dir.join("cgroup.controllers")).map_err(|e| format!("not a cgroup v2 directory ({e})"))?;
+        let have: Vec<&str> = controllers.split_whitespace().collect();
+        for needed in ["memory", "pids"] {
+            if !have.contains(&needed) {
+                return Err(format!("the {needed} controller is not available here (cgroup.controllers: {:?})", controllers.trim()));
+            }
+        }
+        let wanted: Vec<&str> = ["memory", "pids", "cpu"].into_iter().filter(|c| have.contains(c)).collect();
+        let enable = wanted.iter().map(|c| format!("+{c}")).collect::<Vec<_>>().join(" ");
+        let enabled = |d: &Path| -> bool {
+            read_small(&d.join("cgroup.subtree_control"))
+                .map(|t| wanted.iter().all(|c| t.split_whitespace().any(|x| x == *c)))
+                .unwrap_or(false)
+        };
+        if !enabled(dir) {
+            // Controllers can be enabled for children only where no
+            // process lives: move ourselves into a leaf first.
+            let procs = read_small(&dir.join("cgroup.procs")).map_err(|e| format!("cannot read cgroup.procs: {e}"))?;
+            if own && !procs.trim().is_empty() {
+                let leaf = dir.join("supervisor");
+                match fs::create_dir(&leaf) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(format!("cannot create {} (the server's own leaf): {e}", leaf.display())),
+                }
+                write_file(&leaf.join("cgroup.procs"), "0").map_err(|e| format!("cannot move the server into its own leaf: {e}"))?;
+            }
+            write_file(&dir.join("cgroup.subtree_control"), &enable).map_err(|e| {
+                format!("cannot enable {enable} for child cgroups ({e}); other processes in this cgroup block it: give the server a delegated cgroup of its own")
+            })?;
+        }
+        let runs = dir.join(format!("skill-operator-runs.{}", std::process::id()));
+        match fs::create_dir(&runs) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(format!("cannot create {}: {e}", runs.display())),
+        }
+        if !enabled(&runs) {
+            write_file(&runs.join("cgroup.subtree_control"), &enable).map_err(|e| e.to_string())?;
+        }
+        sweep_stale(dir, "skill-operator-runs.");
+        let cg = Cgroups { layout: Layout::V2 { runs }, limits };
+        cg.probe()?;
+        Ok(cg)
+    }
+
+    fn v1(mounts: &[CgroupMount], own: &[(String, Vec<String>, String)], limits: RunLimits) -> Result<Cgroups, String> {
+        let place = |controller: &str| -> Result<PathBuf, String> {
+            let mount = mounts
+                .iter()
+                .find(|m| !m.v2 && m.controllers.iter().any(|c| c == controller))
+                .ok_or_else(|| format!("no {controller} hierarchy is mounted"))?;
+            let (_, _, path) = own
+                .iter()
+                .find(|(_, cs, _)| cs.iter().any(|c| c == controller))
+                .ok_or_else(|| format!("/proc/self/cgroup names no {controller} cgroup"))?;
+            let base = under_mount(mount, path).ok_or_else(|| format!("the {controller} cgroup {path} is outside its mount"))?;
+            sweep_stale(&base, "skill-operator.");
+            let ours = base.join(format!("skill-operator.{}", std::process::id()));
+            match fs::create_dir(&ours) {
+                Ok(()) => Ok(ours),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(ours),
+                Err(e) => Err(format!("cannot create {}: {e}", ours.display())),
+            }
+        };
+        let memory = place("memory")?;
+        let pids = place("pids")?;
+        let cpu = place("cpu").ok();
+        let cg = Cgroups { layout: Layout::V1 { memory, pids, cpu }, limits };
+        cg.probe()?;
+        Ok(cg)
+    }
+
+    /// Make, limit and remove one cgroup now, so a host that lets us
+    /// create directories but not set limits is found at start-up.
+    fn probe(&self) -> Result<(), String> {
+        let run = self.create("probe").map_err(|e| format!("a test cgroup could not be set up: {e}"))?;
+        run.remove();
+        Ok(())
+    }
+
+    /// `v2` or `v1`, and where, for `skill_list`.
+    pub fn describe(&self) -> String {
+        match &self.layout {
+            Layout::V2 { runs } => format!("a cgroup v2 per run under {}", runs.display()),
+            Layout::V1 { memory, pids, cpu } => format!(
+                "a cgroup v1 per run under {} and {}{}",
+                memory.display(),
+                pids.display(),
+                cpu.as_ref().map(|c| format!(" and {}", c.display())).unwrap_or_default()
+            ),
+        }
+    }
+
+    pub fn limits(&self) -> RunLimits {
+        self.limits
+    }
+
+    /// A new cgroup for one run, with its limits set and its
+    /// `cgroup.procs` files open for the child to join.
+    pub fn create(&self, name: &str) -> io::Result<RunCgroup> {
+        let l = self.limits;
+        let quota = l.cpus.saturating_mul(RUN_CPU_PERIOD_US);
+        let mut run = RunCgroup { v2: false, dirs: Vec::new(), procs: Vec::new(), memory: None, pids: None };
+        let result = (|| -> io::Result<()> {
+            match &self.layout {
+                Layout::V2 { runs } => {
+                    run.v2 = true;
+                    let dir = make_dir(&runs.join(name))?;
+                    run.dirs.push(dir.clone());
+                    write_file(&dir.join("memory.max"), &l.memory_bytes.to_string())?;
+                    // Swap would let a run hold more than memory.max.
+                    if dir.join("memory.swap.max").exists() {
+                        write_file(&dir.join("memory.swap.max"), "0")?;
+                    }
+                    write_file(&dir.join("pids.max"), &l.pids.to_string())?;
+                    if dir.join("cpu.max").exists() {
+                        write_file(&dir.join("cpu.max"), &format!("{quota} {RUN_CPU_PERIOD_US}"))?;
+                    }
+                    run.memory = Some(dir.clone());
+                    run.pids = Some(dir.clone());
+                    run.procs.push(open_procs(&dir)?);
+                }
+                Layout::V1 { memory, pids, cpu } => {
+                    let mem = make_dir(&memory.join(name))?;
+                    run.dirs.push(mem.clone());
+                    write_file(&mem.join("memory.limit_in_bytes"), &l.memory_bytes.to_string())?;
+                    // memsw (memory + swap) must be set after the memory limit, and only exists with swap accounting.
+                    if mem.join("memory.memsw.limit_in_bytes").exists() {
+                        write_file(&mem.join("memory.memsw.limit_in_bytes"), &l.memory_bytes.to_string())?;
+                    }
+                    run.procs.push(open_procs(&mem)?);
+                    run.memory = Some(mem);
+                    let pid = make_dir(&pids.join(name))?;
+                    run.dirs.push(pid.clone());
+                    write_file(&pid.join("pids.max"), &l.pids.to_string())?;
+                    run.procs.push(open_procs(&pid)?);
+                    run.pids = Some(pid);
+                    if let Some(cpu) = cpu {
+                        let c = make_dir(&cpu.join(name))?;
+                        run.dirs.push(c.clone());
+                        write_file(&c.join("cpu.cfs_period_us"), &RUN_CPU_PERIOD_US.to_string())?;
+                        write_file(&c.join("cpu.cfs_quota_us"), &quota.to_string())?;
+                        run.procs.push(open_procs(&c)?);
+                    }
+                }
+            }
+            Ok(())
+        })();
+        match result {
+            Ok(()) => Ok(run),
+            Err(e) => {
+                run.remove();
+                Err(e)
+            }
+        }
+    }
+}
+
+fn make_dir(dir: &Path) -> io::Result<PathBuf> {
+    fs::create_dir(dir).map_err(|e| io::Error::new(e.kind(), format!("create {}: {e}", dir.display())))?;
+    Ok(dir.to_path_buf())
+}
+
+fn open_procs(dir: &Path) -> io::Result<Arc<OwnedFd>> {
+    let path = dir.join("cgroup.procs");
+    let file = OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(&path)
+        .map_err(|e| io::Error::new(e.kind(), format!("open {}: {e}", path.display())))?;
+    Ok(Arc::new(file.into()))
+}
+
+/// Remove the empty run directories of servers that are gone
+/// (`<prefix><pid>` whose pid no longer exists).
+fn sweep_stale(base: &Path, prefix: &str) {
+    let Ok(entries) = fs::read_dir(base) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix(prefix).and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        if let Ok(children) = fs::read_dir(entry.path()) {
+            for child in children.flatten() {
+                if child.path().is_dir() {
+                    let _ = fs::remove_dir(child.path());
+                }
+            }
+        }
+        let _ = fs::remove_dir(entry.path());
+    }
+}
+
+/// What a run's cgroup counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Processes the kernel killed because the run passed its memory limit.
+    pub oom_kills: u64,
+    /// Forks and clones refused because the run was at its process limit.
+    pub pids_refused: u64,
+}
+
+/// One run's cgroup (a directory per v1 hierarchy, or one v2 directory).
+#[derive(Debug)]
+pub struct RunCgroup {
+    v2: bool,
+    dirs: Vec<PathBuf>,
+    /// `cgroup.procs` of each directory, open for writing (close-on-exec).
+    procs: Vec<Arc<OwnedFd>>,
+    memory: Option<PathBuf>,
+    pids: Option<PathBuf>,
+}
+
+impl RunCgroup {
+    /// The descriptors the child writes `0` into to join (see the module docs).
+    pub fn join_fds(&self) -> Vec<Arc<OwnedFd>> {
+        self.procs.clone()
+    }
+
+    /// The counters as they are now.
+    pub fn counters(&self) -> Counters {
+        let mut c = Counters::default();
+        if let Some(mem) = &self.memory {
+            let (file, key) = if self.v2 { ("memory.events", "oom_kill") } else { ("memory.oom_control", "oom_kill") };
+            c.oom_kills = read_small(&mem.join(file)).ok().and_then(|t| keyed(&t, key)).unwrap_or(0);
+        }
+        if let Some(pids) = &self.pids {
+            c.pids_refused = read_small(&pids.join("pids.events")).ok().and_then(|t| keyed(&t, "max")).unwrap_or(0);
+        }
+        c
+    }
+
+    /// Processes in the run's cgroup now.
+    pub fn members(&self) -> Vec<libc::pid_t> {
+        let mut out = Vec::new();
+        for dir in &self.dirs {
+            if let Ok(text) = read_small(&dir.join("cgroup.procs")) {
+                out.extend(text.split_whitespace().filter_map(|p| p.parse::<libc::pid_t>().ok()));
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// SIGKILL every process of the run, wherever it went (another
+    /// process group, another session). Returns how many were signalled.
+    pub fn kill_all(&self) -> usize {
+        if self.v2 {
+            if let Some(dir) = self.dirs.first() {
+                if write_file(&dir.join("cgroup.kill"), "1").is_ok() {
+                    return self.members().len();
+                }
+            }
+        }
+        // v1 (or v2 before cgroup.kill): signal every member; a fork
+        // racing this lands in the same cgroup and is caught by the
+        // caller's next call.
+        let members = self.members();
+        for pid in &members {
+            // SAFETY: plain syscall; the pid was a member of the run's cgroup.
+            unsafe { libc::kill(*pid, libc::SIGKILL) };
+        }
+        members.len()
+    }
+
+    /// Kill what is left and remove the directories. A directory that
+    /// still has processes (they take a moment to exit after SIGKILL) is
+    /// retried briefly, then left for the next start's sweep.
+    pub fn remove(self) {
+        for attempt in 0..50 {
+            self.kill_all();
+            let mut left = false;
+            for dir in self.dirs.iter().rev() {
+                match fs::remove_dir(dir) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(_) => left = true,
+                }
+            }
+            if !left {
+                return;
+            }
+            if attempt == 49 {
+                tracing::warn!(dirs = ?self.dirs, "a run's cgroup could not be removed (processes still exiting); the next start removes it");
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_and_self_cgroup() {
+        let info = "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n\
+32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct\n\
+35 31 0:32 /kubepods/x /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n\
+40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,xattr,name=systemd\n\
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n\
+50 31 0:40 / /mnt/with\\040space rw - cgroup2 cgroup2 rw\n";
+        let m = parse_mountinfo(info);
+        assert_eq!(m.len(), 5);
+        assert_eq!(m[0].controllers, vec!["cpu", "cpuacct"]);
+        assert_eq!(m[2].controllers, vec!["xattr"]);
+        assert!(m[3].v2 && m[3].mount_point == Path::new("/sys/fs/cgroup/unified"));
+        assert_eq!(m[4].mount_point, Path::new("/mnt/with space"));
+        let own = parse_self_cgroup("4:memory:/kubepods/x/pod1\n2:cpu,cpuacct:/\n0::/user.slice/s.service\n");
+        assert_eq!(own[0], ("4".into(), vec!["memory".into()], "/kubepods/x/pod1".into()));
+        assert_eq!(under_mount(&m[1], "/kubepods/x/pod1"), Some(PathBuf::from("/sys/fs/cgroup/memory/pod1")));
+        assert_eq!(under_mount(&m[1], "/elsewhere"), None);
+        assert_eq!(under_mount(&m[0], "/"), Some(PathBuf::from("/sys/fs/cgroup/cpu,cpuacct")));
+        assert_eq!(under_mount(&m[3], "/user.slice/s.service"), Some(PathBuf::from("/sys/fs/cgroup/unified/user.slice/s.service")));
+    }
+
+    #[test]
+    fn counters_parse() {
+        assert_eq!(keyed("low 0\nhigh 0\nmax 3\noom 1\noom_kill 2\n", "oom_kill"), Some(2));
+        assert_eq!(keyed("oom_kill_disable 0\nunder_oom 0\noom_kill 7\n", "oom_kill"), Some(7));
+        assert_eq!(keyed("max 12\n", "max"), Some(12));
+        assert_eq!(keyed("max_x 12\n", "max"), None);
+    }
+}
