@@ -4,8 +4,9 @@
 #   - a built local cluster in LOCAL_CLUSTER_HOME (default /var/lib/local-cluster),
 #     whose scripts are in LOCAL_CLUSTER_SCRIPTS (default ../shared/local-cluster
 #     beside the checkout): it is started (up.sh) if it is not running, and
-#     tests/envtest.rs, the controller benchmark in a short mode and the
-#     real-cluster suite tests/kind/run.sh run against it; a cluster this
+#     tests/envtest.rs, the controller benchmark in a short mode, the
+#     prepared-image suite tests/cluster_prepare.rs and the real-cluster
+#     suite tests/kind/run.sh run against it; a cluster this
 #     script started is stopped again (down.sh). With the cluster present,
 #     SKILL_OPERATOR_REQUIRE_GATED=1 is set, so a suite that skips fails.
 #   - otherwise each suite prints SKIPPED and nothing is counted as passed.
@@ -34,5 +35,12 @@ trap stop EXIT
 
 cargo test --locked --test envtest -- --nocapture 2>&1 | grep -E "SKIPPED|test result|panicked|FAILED" || true
 cargo test --locked --test envtest >/dev/null
+# One run (it builds on the node): its summary lines here, the whole log on failure.
+if cargo test --locked --test cluster_prepare -- --nocapture >"$ROOT/target/cluster_prepare.log" 2>&1; then
+  grep -E "SKIPPED|cluster_prepare:|test result" "$ROOT/target/cluster_prepare.log" || true
+else
+  tail -n 60 "$ROOT/target/cluster_prepare.log"
+  exit 1
+fi
 SKILLJOBS="${GATED_BENCH_SKILLJOBS:-100}" cargo bench --locked --bench controller_throughput 2>&1 | tail -n 20
 bash "$ROOT/tests/kind/run.sh"

@@ -199,7 +199,7 @@ fn pod_dirs(ns: &str, uid: &str) -> PodDirs {
 fn fetch_opts(env: &Env, ns: &str, uid: &str, d: &PodDirs) -> FetchOptions {
     FetchOptions {
         endpoint: env.endpoint(ns, uid),
-        package_dir: d.package.clone(),
+        package_dir: Some(d.package.clone()),
         work_dir: d.work.clone(),
         tools_dir: Some(d.tools.clone()),
         expect_package_digest: None,

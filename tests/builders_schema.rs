@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use common::*;
-use skill_operator::controller::builders::{build_job, build_network_policy, build_service_account, NetPolParams, Peer};
+use skill_operator::controller::builders::{build_build_job, build_job, build_network_policy, build_service_account, NetPolParams, Peer};
 
 const KUBERNETES_VERSIONS: [&str; 2] = ["1.34.0", "1.37.0"];
 
@@ -46,6 +46,14 @@ fn manifests() -> Vec<(String, serde_json::Value)> {
         (
             "serviceaccount".into(),
             serde_json::to_value(build_service_account("skill-runner", NS, &BTreeMap::from([("team".into(), "a".into())]))).unwrap(),
+        ),
+        ("job-prepared".into(), serde_json::to_value(build_job(&params_prepared())).unwrap()),
+        ("job-image-volume".into(), serde_json::to_value(build_job(&params_image_volume())).unwrap()),
+        ("build-job".into(), serde_json::to_value(build_build_job(&build_params())).unwrap()),
+        ("build-job-full".into(), serde_json::to_value(build_build_job(&build_params_full())).unwrap()),
+        (
+            "build-networkpolicy".into(),
+            serde_json::to_value(skill_operator::controller::builders::build_job::build_network_policy(&build_netpol_params())).unwrap(),
         ),
     ];
     for (i, p) in grid().into_iter().enumerate() {

@@ -102,11 +102,14 @@ fn k8s_objects(dir: &std::path::Path, c: &Case, reference: &str, digest: &str) -
     let catalog = discover(&[dir.join("tool")], Limits::default());
     let runtime = RuntimeProfile {
         interpreter: c.interpreter,
-        image: "img@sha256:00".into(),
+        image: Some("img@sha256:00".into()),
         interpreter_path: None,
         allowed_scripts: c.allowed.iter().map(|s| s.to_string()).collect(),
         timeout_seconds: c.ceiling,
         resources: RunResources::default(),
+        prepare: false,
+        image_mode: None,
+        dependencies: None,
     };
     let mut package = SkillPackage::new(
         "tool-1",
@@ -115,7 +118,7 @@ fn k8s_objects(dir: &std::path::Path, c: &Case, reference: &str, digest: &str) -
             runtime: Some(runtime),
         },
     );
-    package.status = Some(package_status(&package, Ok(&PackageFacts { digest: digest.into(), catalog, requirement_files: vec![] })));
+    package.status = Some(package_status(&package, Ok(&PackageFacts { digest: digest.into(), catalog, requirement_files: vec![], dependencies: Default::default() })));
     let mut binding = SkillBinding::new(
         "tool",
         SkillBindingSpec {

@@ -346,6 +346,40 @@ async fn docker_schema2_base_is_converted_to_oci() {
     assert!(rootfs.join("etc/os-release").is_file() && rootfs.join("skill/SKILL.md").is_file());
 }
 
+/// A layer of many download chunks (8 MiB that gzip cannot shrink): the
+/// verifier's hashing thread must run while the download feeds it through
+/// its bounded channel. When the thread only started after the download,
+/// verify waited forever once the channel was full (as it did on the
+/// cluster suite's 220 MB base layer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layer_of_many_chunks_verifies_without_stalling() {
+    if !have_tools("a_layer_of_many_chunks_verifies_without_stalling", TOOLS) {
+        return;
+    }
+    let reg = TestRegistry::start().await;
+    let base = push_single_base(&reg, "base/python", &[]).await;
+    let (skill, deps) = (skill_dir("big"), deps_dir());
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let noise: Vec<u8> = (0..(8 << 20) / 8)
+        .flat_map(|_| {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            x.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes()
+        })
+        .collect();
+    std::fs::write(deps.path().join("python/tinypkg/blob.bin"), &noise).unwrap();
+    let (l1, l2) = layers_for(skill.path(), deps.path());
+    assert!(l2.size > 8 << 20, "the layer stays incompressible: {} bytes", l2.size);
+    let c = compose_fresh(&reg, &spec(&base, reg.reference("apps/big"), vec![&l1, &l2])).await;
+    let report = tokio::time::timeout(std::time::Duration::from_secs(120), skill_operator::image::verify(&reg.remote(), &c.reference))
+        .await
+        .expect("verify finishes (it stalled when the hashing thread started late)")
+        .unwrap();
+    assert_eq!(report.layers, 4);
+    assert!(report.bytes > 8 << 20);
+}
+
 #[tokio::test]
 async fn a_tampered_layer_is_detected_on_verify_and_on_pull() {
     if !have_tools("a_tampered_layer_is_detected_on_verify_and_on_pull", TOOLS) {

@@ -11,6 +11,11 @@ use serde::{Deserialize, Serialize};
 use crate::core::declaration::Interpreter;
 use crate::core::problems::Problem;
 
+/// Set on a SkillPackage to prepare its run image (as `runtime.prepare: true`
+/// does); any value but `"false"` asks for it. The value is part of the
+/// attempt: changing it (`retry-2`) tries a failed preparation again.
+pub const PREPARE_ANNOTATION: &str = "skill-operator.dev/prepare";
+
 /// A skill package in the cluster's library: where it comes from (pinned by
 /// digest once resolved) and, optionally, how its scripts may run.
 #[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
@@ -25,6 +30,8 @@ use crate::core::problems::Problem;
     printcolumn = r#"{"name":"Skill","type":"string","jsonPath":".status.skillName"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Digest","type":"string","jsonPath":".status.digest","priority":1}"#,
+    printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".status.imageMode","priority":1}"#,
+    printcolumn = r#"{"name":"Image","type":"string","jsonPath":".status.image","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -68,9 +75,10 @@ pub struct OciSource {
 pub struct RuntimeProfile {
     /// The interpreter every allowed script runs with: node, python or bash.
     pub interpreter: Interpreter,
-    /// The run image (digest-pinned `image@sha256:…` preferred) holding the interpreter.
+    /// The run image (digest-pinned `image@sha256:…` preferred) holding the interpreter. With `prepare`, the base the run image is composed on (default: the controller's base for the interpreter: python:3.12-slim, node:22-bookworm-slim or debian:bookworm-slim). Required without `prepare`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 512))]
-    pub image: String,
+    pub image: Option<String>,
     /// Absolute path of the interpreter inside the image (default: /usr/local/bin/node, /usr/local/bin/python3 or /bin/bash).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interpreter_path: Option<String>,
@@ -84,6 +92,56 @@ pub struct RuntimeProfile {
     /// CPU, memory and ephemeral storage per run (requests equal limits).
     #[serde(default)]
     pub resources: RunResources,
+    /// Prepare a run image for this package (the annotation `skill-operator.dev/prepare: "true"` does the same): the base image pinned by digest, the package under /skill and its dependencies (requirements.txt: wheels only; package-lock.json: npm ci --ignore-scripts) installed by a restricted build Job, pushed to the controller's image repository. Runs then start from that image by digest and fetch no package. Readiness waits for it (conditions Preparing, Prepared, PreparationFailed).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prepare: bool,
+    /// How a prepared package reaches its runs: `composed` (one run image), `imageVolume` (the package and dependencies as a read-only image volume on the unmodified base; needs image volume support in the API server and the nodes' runtime) or `auto` (imageVolume where supported, composed elsewhere). Default: the controller's --image-mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_mode: Option<PrepareMode>,
+    /// Where the build Job installs dependencies from. Default: the controller's --pip-index-url and --npm-registry. The build pod may reach these hosts and the artifact endpoint, nothing else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependencies: Option<DependencySource>,
+}
+
+/// How a prepared package reaches its runs (see `runtime.imageMode`).
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema, clap::ValueEnum)]
+#[serde(rename_all = "camelCase")]
+#[value(rename_all = "kebab-case")]
+pub enum PrepareMode {
+    /// Image volumes where the cluster supports them, a composed image elsewhere.
+    Auto,
+    /// One run image: base + package + dependencies.
+    Composed,
+    /// The unmodified base with the package and dependencies mounted read-only from an image volume.
+    ImageVolume,
+}
+
+/// The package indexes (mirrors) the dependency build uses.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DependencySource {
+    /// A PEP 503 simple index for pip (`--index-url`), e.g. `https://pypi.example/simple`. Wheels only: a requirement without a wheel there refuses the preparation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub pip_index_url: Option<String>,
+    /// An npm registry (`--registry`), e.g. `https://npm.example/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub npm_registry: Option<String>,
+}
+
+impl SkillPackage {
+    /// Whether a run image is prepared for this package (a runtime profile
+    /// with `prepare: true`, or the annotation).
+    pub fn wants_preparation(&self) -> bool {
+        let Some(profile) = &self.spec.runtime else { return false };
+        profile.prepare || self.prepare_annotation().is_some_and(|v| v != "false")
+    }
+
+    /// The `skill-operator.dev/prepare` annotation's value.
+    pub fn prepare_annotation(&self) -> Option<&str> {
+        self.metadata.annotations.as_ref().and_then(|a| a.get(PREPARE_ANNOTATION)).map(String::as_str)
+    }
 }
 
 impl RuntimeProfile {
@@ -162,7 +220,31 @@ pub struct SkillPackageStatus {
     /// Problems found by the same discovery and frontmatter rules as the standalone server.
     #[serde(default)]
     pub problems: Vec<Problem>,
-    /// Resolved, Validated and Ready, in the standard shape.
+    /// What the package's dependency files declare (read without installing anything).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependencies: Option<DependencyPlanStatus>,
+    /// The prepared image, pinned by digest: the run image (`composed`) or the image volume (`imageVolume`). A failed preparation keeps the last good one; runs use it only while `preparation.preparedKey` equals `preparation.key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// How runs get the package: `composed` (they start from `image`), `imageVolume` (`image` mounted read-only on `baseImage`) or `fetched` (the package is fetched into every run's pod).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_mode: Option<ImageMode>,
+    /// The base `image` was prepared on, pinned by digest (the run image of `imageVolume` runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_image: Option<String>,
+    /// The digest the base reference resolved to (an index's, for a multi-platform base).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_digest: Option<String>,
+    /// The dependency lock digest `image` was built from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_digest: Option<String>,
+    /// The CycloneDX SBOM referrer attached to `image` (its manifest digest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sbom_digest: Option<String>,
+    /// Preparation bookkeeping: what `image` was made from, what is being made now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preparation: Option<PreparationStatus>,
+    /// Resolved, Validated and Ready (and Preparing, Prepared, PreparationFailed for prepared packages), in the standard shape.
     #[serde(default)]
     pub conditions: Vec<Condition>,
     /// The generation this status describes.
@@ -172,6 +254,63 @@ pub struct SkillPackageStatus {
 
 fn unknown() -> String {
     "unknown".into()
+}
+
+/// How runs get a package (`status.imageMode`).
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ImageMode {
+    /// Runs start from the composed run image `status.image`; nothing is fetched but inputs.
+    Composed,
+    /// Runs start from `status.baseImage` with `status.image` mounted read-only as an image volume.
+    ImageVolume,
+    /// The package is fetched into every run's pod from the artifact endpoint.
+    Fetched,
+}
+
+/// The package's dependency files, as planned (nothing installed).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DependencyPlanStatus {
+    /// `sha256:` over the normalised requirements.txt and the canonical package-lock.json; absent when nothing is declared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_digest: Option<String>,
+    /// A requirements.txt is installed (pip, wheels only).
+    #[serde(default)]
+    pub python: bool,
+    /// A package.json with package-lock.json is installed (npm ci --ignore-scripts --omit=dev).
+    #[serde(default)]
+    pub node: bool,
+    /// Why the files cannot be installed as they are (no lockfile, an option or URL in requirements.txt, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+}
+
+/// Preparation bookkeeping (`status.preparation`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreparationStatus {
+    /// `sha256:` of everything the wanted image depends on (package digest, base reference, dependency lock, indexes, mode, repository): a changed profile changes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// The key `status.image` was prepared for; runs use the image only while it equals `key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepared_key: Option<String>,
+    /// The package digest `status.image` holds (checked against `status.digest` before every run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub package_digest: Option<String>,
+    /// Variables the prepared dependencies need (`PYTHONPATH=/deps/python`, `NODE_PATH=/deps/node/node_modules`).
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// The dependency build Job (`namespace/name`) of the current attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_job: Option<String>,
+    /// The base of the current attempt, pinned by digest when its build started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned_base: Option<String>,
+    /// The attempt that failed (key and the `skill-operator.dev/prepare` annotation's value): it is not tried again until either changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_attempt: Option<String>,
 }
 
 /// One declared script.

@@ -88,6 +88,11 @@ pub struct OperatorConfig {
     /// would otherwise start a thousand at once, each holding its package and
     /// request buffers: a memory spike, and no faster.
     pub reconcile_concurrency: u16,
+    /// Prepared run images: repository, bases, indexes, modes, build namespace.
+    pub prepare: super::prepare::PrepareConfig,
+    /// Reconcile only SkillPackages, SkillBindings and SkillJobs with this
+    /// label selector (`key=value`): several controllers on one cluster.
+    pub selector: Option<String>,
 }
 
 /// Shared reconciler state.
@@ -101,6 +106,8 @@ pub struct Context {
     pub artifacts: Arc<dyn ArtifactStore>,
     /// Cached reads (bindings, packages, namespace checks).
     pub lookups: Arc<super::lookups::Lookups>,
+    /// Registry work of preparation ([`super::prepare::NoImages`] unless set).
+    pub images: Arc<dyn super::prepare::ImageService>,
 }
 
 impl Context {
@@ -113,7 +120,22 @@ impl Context {
     ) -> Self {
         let recorder =
             Recorder::new(client.clone(), Reporter { controller: "skill-operator".into(), instance: std::env::var("POD_NAME").ok() });
-        Context { client, recorder, metrics, config: Arc::new(config), resolver, artifacts, lookups: Default::default() }
+        Context {
+            client,
+            recorder,
+            metrics,
+            config: Arc::new(config),
+            resolver,
+            artifacts,
+            lookups: Default::default(),
+            images: Arc::new(super::prepare::NoImages),
+        }
+    }
+
+    /// The registry work preparation uses.
+    pub fn with_images(mut self, images: Arc<dyn super::prepare::ImageService>) -> Self {
+        self.images = images;
+        self
     }
 }
 
@@ -134,6 +156,8 @@ pub enum Error {
     Missing(&'static str),
     #[error("could not encode: {0}")]
     Encode(#[from] serde_json::Error),
+    #[error("prepared image: {0}")]
+    Prepare(Box<super::prepare::PrepareError>),
 }
 
 impl Error {
@@ -146,6 +170,7 @@ impl Error {
             Error::InUse(_) => "in-use",
             Error::Artifacts(e) => e.metric_label(),
             Error::Encode(_) => "encode",
+            Error::Prepare(_) => "prepare",
         }
     }
 }

@@ -11,7 +11,10 @@ use k8s_openapi::api::batch::v1::Job;
 use crate::api::binding::SkillBinding;
 use crate::api::conditions::{is_true, set_condition};
 use crate::api::job::{SkillJobPhase, SkillJobSpec};
-use crate::api::package::{DeclaredScriptStatus, SkillPackage, SkillPackageStatus};
+use crate::api::package::{
+    DeclaredScriptStatus, DependencyPlanStatus, ImageMode, PrepareMode, SkillPackage, SkillPackageStatus,
+};
+use crate::controller::builders::job::{PackageDelivery, PREPARED_ENV};
 use crate::core::catalog::Catalog;
 use crate::core::declaration::Interpreter;
 use crate::core::env::is_reserved as is_reserved_env;
@@ -27,6 +30,16 @@ pub struct PackageFacts {
     pub catalog: Catalog,
     /// Dependency files present at the package root.
     pub requirement_files: Vec<String>,
+    /// What those files declare ([`crate::image::deps::plan`]), for preparation.
+    pub dependencies: DependencyPlanStatus,
+}
+
+/// A dependency plan (or why there is none) as the status records it.
+pub fn dependency_plan_status(plan: Result<crate::image::DepsPlan, crate::image::deps::DepsError>) -> DependencyPlanStatus {
+    match plan {
+        Ok(p) => DependencyPlanStatus { lock_digest: p.lock_digest.clone(), python: p.requirements.is_some(), node: p.npm_lock, refused: None },
+        Err(e) => DependencyPlanStatus { refused: Some(e.to_string()), ..Default::default() },
+    }
 }
 
 /// Files that state a skill's dependencies.
@@ -70,6 +83,7 @@ pub fn package_status(pkg: &SkillPackage, facts: Result<&PackageFacts, &super::c
         set_condition(&mut status.conditions, "Ready", false, "InvalidPackage", why, generation);
         return status;
     };
+    status.dependencies = Some(facts.dependencies.clone());
     status.skill_name = Some(skill.name.clone());
     status.description = Some(skill.meta.description.clone());
     status.license = skill.meta.license.clone();
@@ -112,6 +126,13 @@ pub fn package_status(pkg: &SkillPackage, facts: Result<&PackageFacts, &super::c
         })
         .collect();
 
+    let prepare = pkg.wants_preparation();
+    if !prepare {
+        // Not (or no longer) prepared: runs fetch the package; the
+        // preparation conditions go (the last image stays recorded).
+        status.conditions.retain(|c| !PREPARATION_CONDITIONS.contains(&c.type_.as_str()));
+        status.image_mode = runtime.map(|_| ImageMode::Fetched);
+    }
     match runtime {
         None => set_condition(
             &mut status.conditions,
@@ -119,6 +140,14 @@ pub fn package_status(pkg: &SkillPackage, facts: Result<&PackageFacts, &super::c
             true,
             "InstructionsOnly",
             "no runtime profile: instructions and files are served, nothing runs",
+            generation,
+        ),
+        Some(profile) if profile.image.is_none() && !prepare => set_condition(
+            &mut status.conditions,
+            "Ready",
+            false,
+            "NoRunImage",
+            "runtime.image is not set: name the run image, or set runtime.prepare to compose one",
             generation,
         ),
         Some(profile) => {
@@ -140,7 +169,7 @@ pub fn package_status(pkg: &SkillPackage, facts: Result<&PackageFacts, &super::c
                 set_condition(&mut status.conditions, "Ready", false, "InvalidTimeout", "timeoutSeconds must be 1-300", generation);
             } else {
                 let runnable = status.scripts.iter().filter(|s| s.allowed).count();
-                let pinned = if profile.image.contains("@sha256:") {
+                let pinned = if prepare || profile.image.as_deref().is_some_and(|i| i.contains("@sha256:")) {
                     ""
                 } else {
                     " (the run image is not digest-pinned: pin it for reproducible runs)"
@@ -225,6 +254,8 @@ pub struct Admission {
     pub memory: String,
     pub ephemeral_storage: String,
     pub egress: bool,
+    /// Fetched at the run, or prepared (see [`delivery`]).
+    pub delivery: PackageDelivery,
 }
 
 /// Why a SkillJob may not run (yet).
@@ -238,6 +269,10 @@ pub enum AdmitRefusal {
     PackageNotFound(String),
     #[error("SkillPackage `{0}` has no runtime profile: its scripts do not run")]
     NoRuntime(String),
+    #[error("SkillPackage `{0}` names no run image")]
+    NoRunImage(String),
+    #[error("SkillPackage `{0}` has no run image prepared for its current profile yet")]
+    NotPrepared(String),
     /// The fence refused the call (the same refusal a local run gets).
     #[error(transparent)]
     Fence(#[from] Refusal),
@@ -251,6 +286,8 @@ impl AdmitRefusal {
             AdmitRefusal::BindingNotReady(_) => "BindingNotReady",
             AdmitRefusal::PackageNotFound(_) => "PackageNotFound",
             AdmitRefusal::NoRuntime(_) => "NoRuntime",
+            AdmitRefusal::NoRunImage(_) => "NoRunImage",
+            AdmitRefusal::NotPrepared(_) => "NotPrepared",
             AdmitRefusal::Fence(r) => r.reason(),
         }
     }
@@ -258,7 +295,7 @@ impl AdmitRefusal {
     /// Whether waiting may change the answer (the SkillJob stays Pending and
     /// is tried again) or not (it fails now).
     pub fn is_transient(&self) -> bool {
-        matches!(self, AdmitRefusal::BindingNotReady(_) | AdmitRefusal::PackageNotFound(_))
+        matches!(self, AdmitRefusal::BindingNotReady(_) | AdmitRefusal::PackageNotFound(_) | AdmitRefusal::NotPrepared(_))
     }
 }
 
@@ -317,11 +354,13 @@ pub fn admit(spec: &SkillJobSpec, binding: Option<&SkillBinding>, package: Optio
     let digest = pstatus.digest.clone().unwrap_or_default();
     let mut source = package.spec.source.oci.clone();
     source.reference = pinned_reference(&source.reference, &digest);
+    let (image, delivery) = delivery(package)?;
     Ok(Admission {
         skill: decision.skill.clone(),
         source,
         digest,
-        image: profile.image.clone(),
+        image,
+        delivery,
         interpreter_path: profile.interpreter_path.clone().unwrap_or_else(|| default_interpreter_path(profile.interpreter).to_string()),
         script: decision.script.to_string(),
         args: decision.args.clone(),
@@ -369,6 +408,150 @@ pub fn pinned_reference(reference: &str, digest: &str) -> String {
         _ => name,
     };
     format!("{repo}@{digest}")
+}
+
+/// The conditions preparation owns.
+pub const PREPARATION_CONDITIONS: [&str; 3] = ["Preparing", "Prepared", "PreparationFailed"];
+
+/// The mode a prepared package uses: the profile's, else the controller's;
+/// `auto` is image volumes where supported. Image volumes asked for where
+/// they are not supported are refused (`Err` says why), never quietly
+/// replaced: the admin chose them.
+pub fn image_mode(profile: Option<PrepareMode>, flag: PrepareMode, image_volumes: &Result<(), String>) -> Result<ImageMode, String> {
+    match (profile.unwrap_or(flag), image_volumes) {
+        (PrepareMode::Composed, _) => Ok(ImageMode::Composed),
+        (PrepareMode::ImageVolume, Ok(())) | (PrepareMode::Auto, Ok(())) => Ok(ImageMode::ImageVolume),
+        (PrepareMode::Auto, Err(_)) => Ok(ImageMode::Composed),
+        (PrepareMode::ImageVolume, Err(why)) => Err(why.clone()),
+    }
+}
+
+/// `--image-volumes`: whether runs may mount prepared images as volumes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ImageVolumes {
+    /// Decide from the API server's version and the nodes' runtimes.
+    Auto,
+    /// The admin says they work (a gate turned on by hand, a runtime we do not know).
+    On,
+    Off,
+}
+
+/// Whether image volumes can be used, from the API server's version and
+/// the nodes' container runtimes (`containerd://2.1.0`, `cri-o://1.31.0`;
+/// `Err` when they could not be read). Image volumes are beta since 1.33
+/// but on by default only since 1.35; containerd supports them from 2.1,
+/// CRI-O from 1.31. Every node must: a pod may land on any of them.
+pub fn image_volume_support(flag: ImageVolumes, server: Option<(u32, u32)>, runtimes: Result<&[String], String>) -> Result<(), String> {
+    match flag {
+        ImageVolumes::On => return Ok(()),
+        ImageVolumes::Off => return Err("--image-volumes=off".into()),
+        ImageVolumes::Auto => {}
+    }
+    match server {
+        None => return Err("the API server's version is unknown".into()),
+        Some(v) if v >= (1, 35) => {}
+        Some((major, minor)) if (major, minor) >= (1, 33) => {
+            return Err(format!(
+                "the API server is {major}.{minor}, where the ImageVolume gate is off by default (pass --image-volumes=on if it is turned on)"
+            ))
+        }
+        Some((major, minor)) => return Err(format!("the API server is {major}.{minor}; image volumes need 1.33 or later")),
+    }
+    let runtimes = runtimes.map_err(|why| format!("the nodes' runtimes are unknown ({why}); grant the controller `list` on nodes or pass --image-volumes=on"))?;
+    if runtimes.is_empty() {
+        return Err("no nodes to check".into());
+    }
+    for r in runtimes {
+        let (name, version) = r.split_once("://").unwrap_or((r.as_str(), ""));
+        let v: Vec<u32> = version.trim_start_matches('v').split(['.', '-', '+']).take(2).filter_map(|p| p.parse().ok()).collect();
+        let at_least = |major: u32, minor: u32| v.len() == 2 && (v[0], v[1]) >= (major, minor);
+        let ok = match name {
+            "containerd" => at_least(2, 1),
+            "cri-o" => at_least(1, 31),
+            _ => false,
+        };
+        if !ok {
+            return Err(format!("a node runs {r}, which does not mount image volumes (containerd 2.1 or CRI-O 1.31 do)"));
+        }
+    }
+    Ok(())
+}
+
+/// Sets Preparing, Prepared and PreparationFailed from a step's
+/// [`Progress`](super::prepare::Progress), and Ready with them: called only
+/// for a package whose profile allows runs, which is ready exactly when its
+/// image is prepared for the current profile (a failed or pending
+/// preparation holds it back, whatever image it had before).
+pub fn apply_preparation(status: &mut SkillPackageStatus, progress: &super::prepare::Progress, generation: Option<i64>) {
+    use super::prepare::Progress;
+    let runnable = status.scripts.iter().filter(|s| s.allowed).count();
+    let image = status.image.clone().unwrap_or_default();
+    let c = &mut status.conditions;
+    match progress {
+        Progress::Prepared { message } => {
+            set_condition(c, "Preparing", false, "Prepared", "nothing to do", generation);
+            set_condition(c, "Prepared", true, "Prepared", message.clone(), generation);
+            set_condition(c, "PreparationFailed", false, "Prepared", "the image is prepared", generation);
+            let how = match status.image_mode {
+                Some(ImageMode::ImageVolume) => format!("with the image volume {image}"),
+                _ => format!("from {image}"),
+            };
+            set_condition(c, "Ready", true, "Ready", format!("{runnable} script(s) may run {how}"), generation);
+        }
+        Progress::Preparing { reason, message } => {
+            set_condition(c, "Preparing", true, reason, message.clone(), generation);
+            set_condition(c, "Prepared", false, "Preparing", "the image is being prepared", generation);
+            set_condition(c, "PreparationFailed", false, "Preparing", "the image is being prepared", generation);
+            set_condition(c, "Ready", false, "Preparing", format!("waiting for the run image: {message}"), generation);
+        }
+        Progress::Failed { reason, message } => {
+            set_condition(c, "Preparing", false, "Failed", "the preparation failed", generation);
+            set_condition(c, "Prepared", false, reason, "the preparation failed", generation);
+            set_condition(c, "PreparationFailed", true, reason, message.clone(), generation);
+            let kept = if image.is_empty() { String::new() } else { format!(" (the last good image, {image}, is kept)") };
+            let first = message.lines().next().unwrap_or_default();
+            set_condition(c, "Ready", false, "PreparationFailed", format!("the run image could not be prepared: {first}{kept}"), generation);
+        }
+    }
+}
+
+/// How a SkillJob of `package` gets the package, and the image it starts
+/// from. A prepared package runs only from an image prepared for its
+/// current profile (the Prepared condition of this generation, the key it
+/// was made for equal to the current one) holding exactly the pinned
+/// package; anything else waits.
+pub fn delivery(package: &SkillPackage) -> Result<(String, PackageDelivery), AdmitRefusal> {
+    let name = package.metadata.name.clone().unwrap_or_default();
+    let status = package.status.clone().unwrap_or_default();
+    let profile = package.spec.runtime.as_ref().ok_or_else(|| AdmitRefusal::NoRuntime(name.clone()))?;
+    if !package.wants_preparation() {
+        let image = profile.image.clone().ok_or_else(|| AdmitRefusal::NoRunImage(name.clone()))?;
+        return Ok((image, PackageDelivery::Fetched));
+    }
+    let prepared_now = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Prepared" && c.status == "True" && c.observed_generation == package.metadata.generation);
+    let prep = status.preparation.clone().unwrap_or_default();
+    let current = prepared_now
+        && prep.key.is_some()
+        && prep.prepared_key == prep.key
+        && prep.package_digest.is_some()
+        && prep.package_digest == status.digest;
+    let not_prepared = || AdmitRefusal::NotPrepared(name.clone());
+    let image = status.image.clone().filter(|_| current).ok_or_else(not_prepared)?;
+    let env: Vec<(String, String)> = super::prepare::env_pairs(&prep.env)
+        .into_iter()
+        .filter(|(k, v)| PREPARED_ENV.iter().any(|(n, val)| n == k && val == v))
+        .collect();
+    match status.image_mode {
+        Some(ImageMode::Composed) => Ok((image, PackageDelivery::InImage { env: env.into_iter().map(|(k, _)| k).collect() })),
+        Some(ImageMode::ImageVolume) => {
+            let base = status.base_image.clone().ok_or_else(not_prepared)?;
+            Ok((base, PackageDelivery::ImageVolume { reference: image, deps: !env.is_empty(), env }))
+        }
+        _ => Err(not_prepared()),
+    }
 }
 
 /// The namespace label Pod Security admission reads.

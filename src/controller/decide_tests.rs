@@ -28,7 +28,8 @@ fn facts() -> (tempfile::TempDir, PackageFacts) {
     let t = tempfile::tempdir().unwrap();
     skill_dir(t.path());
     let catalog = discover(&[t.path().join("weather")], Limits::default());
-    (t, PackageFacts { digest: "sha256:abc".into(), catalog, requirement_files: vec!["requirements.txt".into()] })
+    let dependencies = dependency_plan_status(crate::image::deps::plan(&t.path().join("weather")));
+    (t, PackageFacts { digest: "sha256:abc".into(), catalog, requirement_files: vec!["requirements.txt".into()], dependencies })
 }
 
 fn package(runtime: Option<RuntimeProfile>) -> SkillPackage {
@@ -46,11 +47,14 @@ fn package(runtime: Option<RuntimeProfile>) -> SkillPackage {
 fn profile(allowed: &[&str]) -> RuntimeProfile {
     RuntimeProfile {
         interpreter: Interpreter::Python,
-        image: "python@sha256:0123".into(),
+        image: Some("python@sha256:0123".into()),
         interpreter_path: None,
         allowed_scripts: allowed.iter().map(|s| s.to_string()).collect(),
         timeout_seconds: Some(120),
         resources: RunResources::default(),
+        prepare: false,
+        image_mode: None,
+        dependencies: None,
     }
 }
 
@@ -111,6 +115,7 @@ fn a_package_without_a_skill_is_invalid() {
         digest: "sha256:x".into(),
         catalog: discover(&[t.path().join("empty")], Limits::default()),
         requirement_files: vec![],
+        dependencies: Default::default(),
     };
     let s = package_status(&package(None), Ok(&f));
     assert_eq!(condition(&s, "Validated"), ("False", "InvalidPackage"));
@@ -399,5 +404,229 @@ mod verdicts {
             ..Default::default()
         };
         assert_eq!(run_verdict(&oom).reason, "LimitExceeded");
+    }
+}
+
+mod preparation {
+    //! Readiness of prepared packages, the mode choice, image volume
+    //! support and what a run of a prepared package gets.
+
+    use super::*;
+    use crate::api::package::{ImageMode, PrepareMode, PreparationStatus};
+    use crate::controller::builders::job::PackageDelivery;
+    use crate::controller::prepare::Progress;
+
+    const IMAGE: &str = "127.0.0.1:5000/prepared@sha256:1111111111111111111111111111111111111111111111111111111111111111";
+    const BASE: &str = "127.0.0.1:5000/runtime@sha256:2222222222222222222222222222222222222222222222222222222222222222";
+
+    fn prepared_profile() -> RuntimeProfile {
+        RuntimeProfile { prepare: true, image: None, ..profile(&["scripts/forecast.py"]) }
+    }
+
+    /// A prepared package, as the reconciler leaves it after a good compose.
+    fn prepared(mode: ImageMode) -> (tempfile::TempDir, SkillPackage) {
+        let (t, f) = facts();
+        let mut p = package(Some(prepared_profile()));
+        let mut s = package_status(&p, Ok(&f));
+        s.image = Some(IMAGE.into());
+        s.image_mode = Some(mode);
+        s.base_image = Some(BASE.into());
+        s.preparation = Some(PreparationStatus {
+            key: Some("sha256:k1".into()),
+            prepared_key: Some("sha256:k1".into()),
+            package_digest: Some("sha256:abc".into()),
+            env: vec!["PYTHONPATH=/deps/python".into()],
+            ..Default::default()
+        });
+        apply_preparation(&mut s, &Progress::Prepared { message: "ok".into() }, Some(1));
+        p.status = Some(s);
+        (t, p)
+    }
+
+    #[test]
+    fn a_prepared_package_is_ready_and_says_from_which_image() {
+        let (_t, p) = prepared(ImageMode::Composed);
+        let s = p.status.as_ref().unwrap();
+        assert_eq!(condition(s, "Ready"), ("True", "Ready"));
+        assert_eq!(condition(s, "Prepared"), ("True", "Prepared"));
+        assert_eq!(condition(s, "Preparing").0, "False");
+        assert_eq!(condition(s, "PreparationFailed").0, "False");
+        assert!(s.conditions.iter().any(|c| c.type_ == "Ready" && c.message.contains(IMAGE)));
+    }
+
+    #[test]
+    fn preparing_holds_readiness_back() {
+        let (_t, f) = facts();
+        let p = package(Some(prepared_profile()));
+        let mut s = package_status(&p, Ok(&f));
+        assert_eq!(condition(&s, "Ready").0, "True", "the profile itself is fine");
+        apply_preparation(&mut s, &Progress::Preparing { reason: "Building", message: "the build runs".into() }, Some(1));
+        assert_eq!(condition(&s, "Ready"), ("False", "Preparing"));
+        assert_eq!(condition(&s, "Preparing"), ("True", "Building"));
+        assert_eq!(condition(&s, "Prepared").0, "False");
+    }
+
+    #[test]
+    fn a_failed_preparation_keeps_the_last_good_image_but_is_not_ready() {
+        let (_t, mut p) = prepared(ImageMode::Composed);
+        let mut s = p.status.clone().unwrap();
+        apply_preparation(&mut s, &Progress::Failed { reason: "NoWheel".into(), message: "no wheel of x\n--- tail".into() }, Some(2));
+        assert_eq!(s.image.as_deref(), Some(IMAGE), "the last good image stays recorded");
+        assert_eq!(condition(&s, "Ready"), ("False", "PreparationFailed"));
+        assert_eq!(condition(&s, "PreparationFailed"), ("True", "NoWheel"));
+        let ready = s.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+        assert!(ready.message.contains("last good image") && !ready.message.contains("tail"), "{}", ready.message);
+        p.status = Some(s);
+        p.metadata.generation = Some(2);
+        assert!(matches!(delivery(&p), Err(AdmitRefusal::NotPrepared(_))), "a failed attempt's package does not run");
+    }
+
+    #[test]
+    fn a_changed_profile_resets_readiness_until_the_image_is_prepared_for_it() {
+        let (_t, f) = facts();
+        let (_t2, mut p) = prepared(ImageMode::Composed);
+        assert!(delivery(&p).is_ok());
+        // The admin changes the profile: a new generation the preparation has not seen.
+        p.spec.runtime = Some(RuntimeProfile { image: Some("python:3.13-slim".into()), ..prepared_profile() });
+        p.metadata.generation = Some(2);
+        assert!(matches!(delivery(&p), Err(AdmitRefusal::NotPrepared(_))), "the old image must not run the new profile");
+        // Resolved again for generation 2, and the step found a new key: Preparing.
+        let mut s = package_status(&p, Ok(&f));
+        if let Some(prep) = s.preparation.as_mut() {
+            prep.key = Some("sha256:k2".into());
+        }
+        apply_preparation(&mut s, &Progress::Preparing { reason: "BuildStarted", message: "started".into() }, Some(2));
+        assert_eq!(condition(&s, "Ready"), ("False", "Preparing"));
+        p.status = Some(s);
+        assert!(matches!(delivery(&p), Err(AdmitRefusal::NotPrepared(_))));
+    }
+
+    #[test]
+    fn runs_of_a_composed_package_start_from_its_image_and_pass_the_deps_env() {
+        let (_t, p) = prepared(ImageMode::Composed);
+        let (image, d) = delivery(&p).unwrap();
+        assert_eq!(image, IMAGE);
+        assert_eq!(d, PackageDelivery::InImage { env: vec!["PYTHONPATH".into()] });
+        let a = admit(&job("scripts/forecast.py", &[], None), Some(&ready_binding(&[])), Some(&p)).unwrap();
+        assert_eq!((a.image.as_str(), &a.delivery), (IMAGE, &d));
+    }
+
+    #[test]
+    fn runs_of_an_image_volume_package_start_from_the_base() {
+        let (_t, p) = prepared(ImageMode::ImageVolume);
+        let (image, d) = delivery(&p).unwrap();
+        assert_eq!(image, BASE);
+        assert_eq!(
+            d,
+            PackageDelivery::ImageVolume {
+                reference: IMAGE.into(),
+                deps: true,
+                env: vec![("PYTHONPATH".into(), "/deps/python".into())]
+            }
+        );
+    }
+
+    #[test]
+    fn an_image_for_another_package_digest_or_key_does_not_run() {
+        let (_t, mut p) = prepared(ImageMode::Composed);
+        p.status.as_mut().unwrap().preparation.as_mut().unwrap().package_digest = Some("sha256:other".into());
+        assert!(matches!(delivery(&p), Err(AdmitRefusal::NotPrepared(_))));
+        let (_t, mut p) = prepared(ImageMode::Composed);
+        p.status.as_mut().unwrap().preparation.as_mut().unwrap().key = Some("sha256:k2".into());
+        assert!(matches!(delivery(&p), Err(AdmitRefusal::NotPrepared(_))));
+    }
+
+    #[test]
+    fn only_the_known_dependency_variables_reach_a_run() {
+        let (_t, mut p) = prepared(ImageMode::ImageVolume);
+        p.status.as_mut().unwrap().preparation.as_mut().unwrap().env =
+            vec!["PYTHONPATH=/work".into(), "LD_PRELOAD=/work/x.so".into(), "NODE_PATH=/deps/node/node_modules".into()];
+        let (_, d) = delivery(&p).unwrap();
+        assert_eq!(
+            d,
+            PackageDelivery::ImageVolume {
+                reference: IMAGE.into(),
+                deps: true,
+                env: vec![("NODE_PATH".into(), "/deps/node/node_modules".into())]
+            }
+        );
+    }
+
+    #[test]
+    fn without_prepare_runs_fetch_the_package_and_need_an_image() {
+        let (_t, p) = ready_package();
+        assert_eq!(delivery(&p).unwrap(), ("python@sha256:0123".to_string(), PackageDelivery::Fetched));
+        let (_t, f) = facts();
+        let no_image = package(Some(RuntimeProfile { image: None, ..profile(&["scripts/forecast.py"]) }));
+        let s = package_status(&no_image, Ok(&f));
+        assert_eq!(condition(&s, "Ready"), ("False", "NoRunImage"));
+        assert_eq!(s.image_mode, Some(ImageMode::Fetched));
+    }
+
+    #[test]
+    fn the_annotation_asks_for_preparation_too() {
+        let mut p = package(Some(profile(&["scripts/forecast.py"])));
+        assert!(!p.wants_preparation());
+        p.metadata.annotations = Some([(crate::api::package::PREPARE_ANNOTATION.to_string(), "true".to_string())].into());
+        assert!(p.wants_preparation());
+        p.metadata.annotations = Some([(crate::api::package::PREPARE_ANNOTATION.to_string(), "false".to_string())].into());
+        assert!(!p.wants_preparation());
+        let instructions_only = package(None);
+        assert!(!instructions_only.wants_preparation(), "nothing to prepare without a runtime");
+    }
+
+    #[test]
+    fn dropping_prepare_drops_the_preparation_conditions() {
+        let (_t, f) = facts();
+        let (_t2, mut p) = prepared(ImageMode::Composed);
+        p.spec.runtime = Some(profile(&["scripts/forecast.py"]));
+        p.metadata.generation = Some(2);
+        let s = package_status(&p, Ok(&f));
+        assert!(s.conditions.iter().all(|c| !PREPARATION_CONDITIONS.contains(&c.type_.as_str())));
+        assert_eq!(s.image_mode, Some(ImageMode::Fetched));
+    }
+
+    #[test]
+    fn the_mode_follows_the_profile_then_the_flag() {
+        let yes: Result<(), String> = Ok(());
+        let no: Result<(), String> = Err("containerd 1.6".into());
+        assert_eq!(image_mode(None, PrepareMode::Composed, &yes), Ok(ImageMode::Composed));
+        assert_eq!(image_mode(None, PrepareMode::Auto, &yes), Ok(ImageMode::ImageVolume));
+        assert_eq!(image_mode(None, PrepareMode::Auto, &no), Ok(ImageMode::Composed));
+        assert_eq!(image_mode(Some(PrepareMode::Composed), PrepareMode::ImageVolume, &yes), Ok(ImageMode::Composed));
+        assert_eq!(image_mode(Some(PrepareMode::ImageVolume), PrepareMode::Composed, &yes), Ok(ImageMode::ImageVolume));
+        assert_eq!(image_mode(Some(PrepareMode::ImageVolume), PrepareMode::Composed, &no), Err("containerd 1.6".into()));
+    }
+
+    #[test]
+    fn image_volume_support_needs_the_server_and_every_node() {
+        let rt = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let ok = rt(&["containerd://2.1.1", "cri-o://1.31.0"]);
+        assert_eq!(image_volume_support(ImageVolumes::Auto, Some((1, 35)), Ok(&ok)), Ok(()));
+        assert_eq!(image_volume_support(ImageVolumes::Auto, Some((1, 36)), Ok(&rt(&["containerd://2.2.0"]))), Ok(()));
+        // This machine's cluster: 1.36 with containerd 1.6.
+        let here = image_volume_support(ImageVolumes::Auto, Some((1, 36)), Ok(&rt(&["containerd://1.6.20"])));
+        assert!(here.as_ref().unwrap_err().contains("containerd://1.6.20"), "{here:?}");
+        assert!(image_volume_support(ImageVolumes::Auto, Some((1, 36)), Ok(&rt(&["containerd://2.2.0", "containerd://2.0.4"]))).is_err());
+        assert!(image_volume_support(ImageVolumes::Auto, Some((1, 34)), Ok(&ok)).unwrap_err().contains("off by default"));
+        assert!(image_volume_support(ImageVolumes::Auto, Some((1, 31)), Ok(&ok)).unwrap_err().contains("1.33"));
+        assert!(image_volume_support(ImageVolumes::Auto, None, Ok(&ok)).is_err());
+        assert!(image_volume_support(ImageVolumes::Auto, Some((1, 36)), Err("forbidden".into())).unwrap_err().contains("list` on nodes"));
+        assert!(image_volume_support(ImageVolumes::Auto, Some((1, 36)), Ok(&rt(&["docker://28.0"]))).is_err());
+        assert!(image_volume_support(ImageVolumes::Auto, Some((1, 36)), Ok(&[])).is_err());
+        assert_eq!(image_volume_support(ImageVolumes::On, None, Err("x".into())), Ok(()));
+        assert!(image_volume_support(ImageVolumes::Off, Some((1, 36)), Ok(&ok)).is_err());
+    }
+
+    #[test]
+    fn the_dependency_plan_is_recorded_or_refused() {
+        let (_t, f) = facts();
+        let s = package_status(&package(Some(prepared_profile())), Ok(&f));
+        let d = s.dependencies.unwrap();
+        assert!(d.python && !d.node && d.lock_digest.is_some() && d.refused.is_none());
+        let t = tempfile::tempdir().unwrap();
+        std::fs::write(t.path().join("package.json"), "{}").unwrap();
+        let refused = dependency_plan_status(crate::image::deps::plan(t.path()));
+        assert!(refused.refused.unwrap().contains("package-lock.json"));
     }
 }

@@ -99,6 +99,12 @@ impl Lookups {
             .collect()
     }
 
+    /// The bindings of `package`, per the cache: its readiness is theirs.
+    pub fn bindings_of_package(&self, package: &str) -> Vec<ObjectRef<SkillBinding>> {
+        let Some(store) = self.bindings.get() else { return Vec::new() };
+        store.state().iter().filter(|b| b.spec.package == package).map(|b| ObjectRef::from_obj(b.as_ref())).collect()
+    }
+
     /// Whether the binding is being deleted, per the cache (false when unknown).
     pub fn binding_is_deleting(&self, ns: &str, name: &str) -> bool {
         cached(&self.bindings, ObjectRef::new(name).within(ns)).is_some_and(|b| b.metadata.deletion_timestamp.is_some())

@@ -44,6 +44,8 @@ fn context() -> (Arc<Context>, Handle) {
         token_key: b"test-key".to_vec(),
         host_aliases: Default::default(),
         reconcile_concurrency: 32,
+        prepare: Default::default(),
+        selector: None,
     };
     (
         Arc::new(Context::new(client, Arc::new(Metrics::default()), config, Arc::new(NoPackages), Arc::new(super::context::NoArtifacts))),
@@ -579,3 +581,6 @@ async fn the_cancel_annotation_stops_the_run_and_records_cancelled() {
     skilljob::reconcile(Arc::new(sj), ctx).await.expect("reconcile");
     tokio::time::timeout(Duration::from_secs(15), server).await.unwrap().unwrap();
 }
+
+#[path = "prepare_mock_tests.rs"]
+mod prepare;

@@ -9,6 +9,7 @@ pub mod decide;
 pub mod lookups;
 pub mod metrics;
 pub mod package;
+pub mod prepare;
 pub mod run;
 pub mod skilljob;
 

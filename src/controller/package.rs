@@ -1,6 +1,7 @@
 //! SkillPackage reconciler: resolve the source to a digest, unpack and
 //! check the package with the same discovery rules as the standalone
-//! server, report what it holds, and refuse deletion while a binding uses it.
+//! server, report what it holds, prepare its run image when the profile
+//! asks ([`super::prepare`]), and refuse deletion while a binding uses it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,7 +12,8 @@ use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::ResourceExt;
 
 use super::context::{apply_status, Context, Error, ResolveError, Result};
-use super::decide::{package_status, PackageFacts, REQUIREMENT_FILES};
+use super::decide::{apply_preparation, dependency_plan_status, package_status, PackageFacts, REQUIREMENT_FILES};
+use crate::api::conditions::is_true;
 use crate::api::binding::SkillBinding;
 use crate::api::package::SkillPackage;
 use crate::core::discovery::{discover, Limits};
@@ -35,22 +37,43 @@ pub async fn reconcile(pkg: Arc<SkillPackage>, ctx: Arc<Context>) -> Result<Acti
 }
 
 async fn apply(pkg: &SkillPackage, ctx: &Context) -> Result<Action> {
-    let already = pkg.status.as_ref().is_some_and(|s| s.observed_generation == pkg.metadata.generation && s.digest.is_some());
-    if already {
+    let generation = pkg.metadata.generation;
+    let already = pkg.status.as_ref().is_some_and(|s| s.observed_generation == generation && s.digest.is_some());
+    let prepare = pkg.wants_preparation();
+    if already && !prepare {
         // Pinned and checked for this generation: nothing to fetch again.
         return Ok(Action::requeue(Duration::from_secs(600)));
     }
-    let facts = resolve(pkg, ctx).await;
-    let status = package_status(pkg, facts.as_ref());
-    let api: Api<SkillPackage> = Api::all(ctx.client.clone());
-    apply_status(&api, &pkg.name_any(), &status).await?;
-    Ok(match facts {
-        Ok(_) => Action::requeue(Duration::from_secs(600)),
-        // A registry that is down may come back; a package that is wrong as
-        // it is will not change until someone edits it (which wakes us).
-        Err(e) if e.is_transient() => Action::requeue(Duration::from_secs(30)),
-        Err(_) => Action::requeue(Duration::from_secs(600)),
-    })
+    let (mut status, mut next) = if already {
+        // Resolved for this generation; only the preparation moves on.
+        (pkg.status.clone().unwrap_or_default(), Duration::from_secs(600))
+    } else {
+        let facts = resolve(pkg, ctx).await;
+        let next = match &facts {
+            Ok(_) => Duration::from_secs(600),
+            // A registry that is down may come back; a package that is wrong as
+            // it is will not change until someone edits it (which wakes us).
+            Err(e) if e.is_transient() => Duration::from_secs(30),
+            Err(_) => Duration::from_secs(600),
+        };
+        (package_status(pkg, facts.as_ref()), next)
+    };
+    if prepare && is_true(&status.conditions, "Validated") && profile_ready(&status) {
+        let (progress, after) = super::prepare::step(pkg, &mut status, ctx).await?;
+        apply_preparation(&mut status, &progress, generation);
+        next = next.min(after);
+    }
+    if pkg.status.as_ref() != Some(&status) {
+        let api: Api<SkillPackage> = Api::all(ctx.client.clone());
+        apply_status(&api, &pkg.name_any(), &status).await?;
+    }
+    Ok(Action::requeue(next))
+}
+
+/// Whether the profile itself allows runs: Ready, or held back only by the
+/// preparation ([`apply_preparation`] is the one that says so).
+fn profile_ready(status: &crate::api::package::SkillPackageStatus) -> bool {
+    status.conditions.iter().any(|c| c.type_ == "Ready" && (c.status == "True" || c.reason == "Preparing" || c.reason == "PreparationFailed"))
 }
 
 /// Fetch (pinning a tag to its digest; a digest in the reference must match),
@@ -81,8 +104,10 @@ async fn resolve(pkg: &SkillPackage, ctx: &Context) -> Result<PackageFacts, Reso
         let root = dir.path().join(&name);
         std::fs::rename(&unpacked, &root)?;
         let requirement_files = REQUIREMENT_FILES.iter().filter(|f| root.join(f).is_file()).map(|f| f.to_string()).collect();
+        // Read, never installed: the plan only hashes what is declared.
+        let dependencies = dependency_plan_status(crate::image::deps::plan(&root));
         let catalog = discover(&[root], Limits::default());
-        Ok(PackageFacts { digest, catalog, requirement_files })
+        Ok(PackageFacts { digest, catalog, requirement_files, dependencies })
     })
     .await
     .map_err(|e| ResolveError::Task(e.to_string()))?

@@ -82,6 +82,123 @@ pub struct ControllerArgs {
     /// SkillJob reconciles at once (0: no limit).
     #[arg(long, default_value_t = 32)]
     pub reconcile_concurrency: u16,
+    /// Reconcile only SkillPackages, SkillBindings and SkillJobs with this label (`key=value`):
+    /// several controllers (or a test's) on one cluster.
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub selector: Option<String>,
+    #[command(flatten)]
+    pub prepare: PrepareArgs,
+}
+
+/// Prepared run images (`runtime.prepare`).
+#[derive(Debug, clap::Args)]
+pub struct PrepareArgs {
+    /// Repository prepared images are pushed to (HOST[:PORT]/REPO). Without it, preparation is refused.
+    #[arg(long, value_name = "HOST/REPO")]
+    pub image_repository: Option<String>,
+    /// Docker config JSON with credentials for the image repository and the bases' registries.
+    #[arg(long, value_name = "FILE")]
+    pub image_registry_config: Option<PathBuf>,
+    /// Base of Python packages whose profile names no image.
+    #[arg(long, value_name = "IMAGE", default_value = "python:3.12-slim")]
+    pub base_image_python: String,
+    /// Base of Node packages whose profile names no image.
+    #[arg(long, value_name = "IMAGE", default_value = "node:22-bookworm-slim")]
+    pub base_image_node: String,
+    /// Base of Bash packages whose profile names no image.
+    #[arg(long, value_name = "IMAGE", default_value = "debian:bookworm-slim")]
+    pub base_image_bash: String,
+    /// pip index (PEP 503 simple) builds install from unless the profile names one; the build pod reaches this host only.
+    #[arg(long, value_name = "URL")]
+    pub pip_index_url: Option<String>,
+    /// npm registry builds install from unless the profile names one.
+    #[arg(long, value_name = "URL")]
+    pub npm_registry: Option<String>,
+    /// Mode of profiles that name none.
+    #[arg(long, value_enum, default_value = "composed")]
+    pub image_mode: crate::api::package::PrepareMode,
+    /// Whether image volumes may be used: auto checks the API server's version and the nodes' runtimes at start.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub image_volumes: super::decide::ImageVolumes,
+    /// Namespace dependency build Jobs run in (default: --operator-namespace). It should enforce Pod Security restricted.
+    #[arg(long, value_name = "NS")]
+    pub build_namespace: Option<String>,
+    /// Platform dependencies are installed for (the build nodes'), e.g. linux/amd64 (default: the controller's).
+    #[arg(long, value_name = "OS/ARCH")]
+    pub build_platform: Option<String>,
+    /// Where layers and dependency trees are spooled (default: the temp dir); size it for the largest tree twice.
+    #[arg(long, value_name = "DIR")]
+    pub prepare_spool_dir: Option<PathBuf>,
+}
+
+/// Whether image volumes can be used, checked once at start (see
+/// [`super::decide::image_volume_support`]).
+pub async fn probe_image_volumes(client: &kube::Client, flag: super::decide::ImageVolumes) -> Result<(), String> {
+    use k8s_openapi::api::core::v1::Node;
+    if flag != super::decide::ImageVolumes::Auto {
+        return super::decide::image_volume_support(flag, None, Ok(&[]));
+    }
+    let version = client.apiserver_version().await.ok().and_then(|v| {
+        let num = |s: &str| s.trim_end_matches(|c: char| !c.is_ascii_digit()).parse::<u32>().ok();
+        Some((num(&v.major)?, num(&v.minor)?))
+    });
+    let runtimes: Result<Vec<String>, String> = Api::<Node>::all(client.clone())
+        .list(&kube::api::ListParams::default())
+        .await
+        .map(|l| {
+            l.items
+                .iter()
+                .filter_map(|n| n.status.as_ref()?.node_info.as_ref().map(|i| i.container_runtime_version.clone()))
+                .collect()
+        })
+        .map_err(|e| e.to_string());
+    super::decide::image_volume_support(flag, version, runtimes.as_deref().map_err(Clone::clone))
+}
+
+/// The preparation settings from the flags.
+async fn prepare_config(
+    a: &PrepareArgs,
+    client: &kube::Client,
+    operator_namespace: &str,
+) -> anyhow::Result<(super::prepare::PrepareConfig, Vec<(String, crate::oci::Auth)>)> {
+    use super::prepare::{BaseImages, PrepareConfig};
+    if let Some(repo) = &a.image_repository {
+        crate::image::remote::parse_ref(repo).with_context(|| format!("--image-repository {repo:?}: expected HOST[:PORT]/REPO"))?;
+        anyhow::ensure!(!repo.contains('@') && !repo.rsplit('/').next().unwrap_or("").contains(':'), "--image-repository {repo:?}: give HOST/REPO without tag or digest");
+    }
+    let build_platform = match &a.build_platform {
+        Some(p) => crate::image::Platform::parse(p)?,
+        None => crate::image::Platform::host(),
+    };
+    let image_volumes = probe_image_volumes(client, a.image_volumes).await;
+    match &image_volumes {
+        Ok(()) => tracing::info!("image volumes can be used"),
+        Err(why) => tracing::info!(%why, "image volumes are not used"),
+    }
+    let mut auths = Vec::new();
+    if let Some(path) = &a.image_registry_config {
+        let json = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let refs = [a.image_repository.as_deref(), Some(&a.base_image_python), Some(&a.base_image_node), Some(&a.base_image_bash)];
+        for r in refs.into_iter().flatten() {
+            let registry = crate::oci::registry_of(r)?;
+            let auth = crate::oci::Auth::from_docker_config(&json, &registry)?;
+            if !matches!(auth, crate::oci::Auth::Anonymous) && !auths.iter().any(|(g, _)| g == &registry) {
+                auths.push((registry, auth));
+            }
+        }
+    }
+    let config = PrepareConfig {
+        repository: a.image_repository.clone(),
+        bases: BaseImages { python: a.base_image_python.clone(), node: a.base_image_node.clone(), bash: a.base_image_bash.clone() },
+        pip_index_url: a.pip_index_url.clone(),
+        npm_registry: a.npm_registry.clone(),
+        mode: a.image_mode,
+        image_volumes,
+        build_namespace: a.build_namespace.clone().unwrap_or_else(|| operator_namespace.to_string()),
+        build_platform,
+        spool_dir: a.prepare_spool_dir.clone(),
+    };
+    Ok((config, auths))
 }
 
 /// Run pods have no DNS: a named artifact endpoint is resolved here, once,
@@ -139,6 +256,12 @@ pub async fn command(args: ControllerArgs, shutdown: crate::shutdown::Shutdown) 
         Some(port) => port,
         None => endpoint_port(&artifact_endpoint)?,
     };
+    let (prepare, auths) = prepare_config(&args.prepare, &client, &args.operator_namespace).await?;
+    let images = super::prepare::images::RegistryImages::new(
+        crate::oci::RegistryOptions { plain_http: args.plain_http_registries.clone(), ..Default::default() },
+        auths,
+        prepare.spool_dir.clone(),
+    );
     let config = OperatorConfig {
         operator_image: args.operator_image,
         artifact_endpoint,
@@ -149,11 +272,13 @@ pub async fn command(args: ControllerArgs, shutdown: crate::shutdown::Shutdown) 
         token_key,
         host_aliases,
         reconcile_concurrency: args.reconcile_concurrency,
+        prepare,
+        selector: args.selector,
     };
     // Every SkillJob pulls its pinned package: keep up to 64 MiB of them.
     let resolver = Arc::new(PinnedCache::new(Arc::new(OciResolver { plain_http: args.plain_http_registries }), 64 << 20));
     let artifacts = Arc::new(HttpArtifacts::new(&config.artifact_endpoint, &config.token_key));
-    let ctx = Arc::new(Context::new(client, Arc::new(Metrics::default()), config, resolver, artifacts));
+    let ctx = Arc::new(Context::new(client, Arc::new(Metrics::default()), config, resolver, artifacts).with_images(Arc::new(images)));
     run(ctx, args.listen, shutdown).await
 }
 
@@ -166,31 +291,50 @@ pub async fn run(ctx: Arc<Context>, listen: SocketAddr, shutdown: crate::shutdow
         anyhow::bail!("cannot list SkillPackages ({err}): install the CRDs first (`kubectl apply -f crds/` or the Helm chart)");
     }
 
-    let packages = Controller::new(Api::<SkillPackage>::all(client.clone()), watcher::Config::default());
-    let bindings = Controller::new(Api::<SkillBinding>::all(client.clone()), watcher::Config::default());
+    // With --selector, only the labelled objects are ours (children are
+    // found by the managed-by label and their owners, as always).
+    let ours = || match &ctx.config.selector {
+        Some(s) => watcher::Config::default().labels(s),
+        None => watcher::Config::default(),
+    };
+    let packages = Controller::new(Api::<SkillPackage>::all(client.clone()), ours());
+    let bindings = Controller::new(Api::<SkillBinding>::all(client.clone()), ours());
     // SkillJob reconciles read bindings and packages from these caches.
     ctx.lookups.set_stores(bindings.store(), packages.store());
+    let build_ns = ctx.config.prepare.build_namespace.clone();
     let packages = packages
         // A binding going away may unblock a package's deletion.
-        .watches(Api::<SkillBinding>::all(client.clone()), watcher::Config::default(), |b| {
-            Some(ObjectRef::<SkillPackage>::new(&b.spec.package))
-        })
+        .watches(Api::<SkillBinding>::all(client.clone()), ours(), |b| Some(ObjectRef::<SkillPackage>::new(&b.spec.package)))
+        // A build Job's progress moves its package's preparation on.
+        .watches(
+            Api::<Job>::namespaced(client.clone(), &build_ns),
+            watcher::Config::default().labels(super::builders::build_job::LABEL_BUILD),
+            |j| {
+                j.owner_references()
+                    .iter()
+                    .find(|o| o.kind == "SkillPackage" && o.controller == Some(true))
+                    .map(|o| ObjectRef::<SkillPackage>::new(&o.name))
+            },
+        )
         .graceful_shutdown_on(shutdown.wait_owned())
         .run(package::reconcile, error_policy::<SkillPackage>("SkillPackage"), ctx.clone())
         .for_each(|_| async {});
 
     let lookups = ctx.lookups.clone();
     let siblings = ctx.lookups.clone();
+    let of_package = ctx.lookups.clone();
     let bindings = bindings
         // Two bindings serving one skill name refuse each other: the first
         // must hear of the second (and of its going).
-        .watches(Api::<SkillBinding>::all(client.clone()), watcher::Config::default(), move |b| {
+        .watches(Api::<SkillBinding>::all(client.clone()), ours(), move |b| {
             b.namespace().map(|ns| siblings.sibling_bindings(&ns, &b.name_any())).unwrap_or_default()
         })
+        // A package's readiness is its bindings' (a prepared image arriving, a failed one).
+        .watches(Api::<SkillPackage>::all(client.clone()), ours(), move |p| of_package.bindings_of_package(&p.name_any()))
         // A SkillJob going away may unblock a binding's deletion. Only a
         // binding being deleted cares: waking every binding on every
         // SkillJob status change was most of the API load under a burst.
-        .watches(Api::<SkillJob>::all(client.clone()), watcher::Config::default(), move |j| {
+        .watches(Api::<SkillJob>::all(client.clone()), ours(), move |j| {
             let ns = j.namespace()?;
             lookups.binding_is_deleting(&ns, &j.spec.binding).then(|| ObjectRef::<SkillBinding>::new(&j.spec.binding).within(&ns))
         })
@@ -213,7 +357,7 @@ pub async fn run(ctx: Arc<Context>, listen: SocketAddr, shutdown: crate::shutdow
         reflector(policy_writer, watcher(Api::<NetworkPolicy>::all(client.clone()), children).modify(|p| p.managed_fields_mut().clear()))
             .default_backoff()
             .touched_objects();
-    let jobs = Controller::new(Api::<SkillJob>::all(client.clone()), watcher::Config::default())
+    let jobs = Controller::new(Api::<SkillJob>::all(client.clone()), ours())
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.config.reconcile_concurrency))
         .owns_stream(job_events)
         .owns_stream(policy_events)

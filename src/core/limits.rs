@@ -134,6 +134,25 @@ pub const JOB_RECORD_CAP: u64 = 8 * MIB;
 /// budget are listed with their size and without a digest.
 pub const OUTPUT_HASH_BUDGET: u64 = MAX_TOTAL_BYTES;
 
+// ---- preparation (prepared run images) ---------------------------------
+
+/// Wall-clock limit of the dependency build: the launcher runs `image deps`
+/// as its script, so the run ceiling applies.
+pub const BUILD_TIMEOUT_SECS: u64 = MAX_TIMEOUT_SECS;
+/// CPU of the build container (requests = limits).
+pub const BUILD_CPU: &str = "1";
+/// Memory of the build container: pip and npm resolving a large tree.
+pub const BUILD_MEMORY: &str = "1Gi";
+/// Ephemeral storage of the build container, and the size of its `/work`
+/// (the installed tree; at most [`MAX_TOTAL_BYTES`] of it comes back).
+pub const BUILD_EPHEMERAL: &str = "1Gi";
+/// Bytes of the build's stderr quoted in a `PreparationFailed` message.
+pub const BUILD_LOG_TAIL_BYTES: usize = 4 * 1024;
+/// How long a finished build Job stays (`kubectl logs` on a failed one).
+pub const BUILD_TTL_SECS: i32 = 3600;
+/// Prepared images whose package annotation a controller remembers having
+/// checked (the check before a run is one registry GET per new image).
+pub const VERIFIED_IMAGES_KEPT: usize = 1024;
 // ---- the HTTP endpoint ----------------------------------------------------
 
 /// MCP sessions (2025-11-25 and older) held at once; past it the oldest
@@ -168,6 +187,7 @@ const _: () = assert!(JOB_UPLOAD_CHUNK <= MAX_FILE_BYTES);
 const _: () = assert!(MCP_BODY_LIMIT > JOB_UPLOAD_CHUNK.div_ceil(3) * 4);
 const _: () = assert!(DEFAULT_TIMEOUT_SECS <= MAX_TIMEOUT_SECS);
 const _: () = assert!(OUTPUT_HASH_BUDGET >= MAX_TOTAL_BYTES);
+const _: () = assert!(BUILD_TIMEOUT_SECS <= MAX_TIMEOUT_SECS);
 const _: () = assert!(RUN_PIDS >= 8 && RUN_CPUS >= 1);
 
 /// Renders a byte count the way the docs write it: `1 MiB`, `256 KiB`, `8192 bytes`.

@@ -66,10 +66,16 @@ pub type Result<T, E = ImageError> = std::result::Result<T, E>;
 
 /// Runs blocking work (tar, gzip, hashing, ELF parsing) off the async
 /// workers; a panic in it is resumed here, a cancellation is an error.
-pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(r) => r,
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(e) => Err(ImageError::Task { detail: e.to_string() }),
+/// The work starts at the call, not at the first poll: a caller that feeds
+/// it through a bounded channel before awaiting it (verify) would otherwise
+/// wait forever on a full channel.
+pub(crate) fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> impl std::future::Future<Output = Result<T>> {
+    let handle = tokio::task::spawn_blocking(f);
+    async move {
+        match handle.await {
+            Ok(r) => r,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => Err(ImageError::Task { detail: e.to_string() }),
+        }
     }
 }

@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use skill_operator::controller::builders::{EnvGrant, JobParams, NetPolParams, Peer, RunResources};
+use skill_operator::controller::builders::{
+    BuildNetPolParams, BuildParams, EnvGrant, IndexAddress, JobParams, NetPolParams, PackageDelivery, Peer, RunResources,
+};
 
 pub(crate) const UID: &str = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
 pub(crate) const NAME: &str = "report-7";
@@ -183,4 +185,94 @@ pub(crate) fn netpol_params() -> NetPolParams {
 
 pub(crate) fn netpol_params_egress() -> NetPolParams {
     NetPolParams { egress_hosts: vec!["api.github.com".into(), "*.pypi.org".into()], egress_proxy: Some(proxy_peer()), ..netpol_params() }
+}
+
+// ------------------------------------------------------ prepared packages
+
+pub(crate) const PREPARED_IMAGE: &str =
+    "127.0.0.1:5000/prepared@sha256:1111111111111111111111111111111111111111111111111111111111111111";
+pub(crate) const BASE_PINNED: &str =
+    "127.0.0.1:5000/runtime@sha256:2222222222222222222222222222222222222222222222222222222222222222";
+pub(crate) const PACKAGE: &str = "weather-1";
+pub(crate) const PACKAGE_UID: &str = "99999999-8888-7777-6666-555555555555";
+pub(crate) const BUILD: &str = "skillbuild-0a1b2c3d4e5f";
+pub(crate) const BUILD_UID: &str = "build-0a1b2c3d4e5f60718293a4b5c6d7e8f9";
+
+/// A run of a package prepared as one composed image.
+pub(crate) fn params_prepared() -> JobParams {
+    JobParams { run_image: PREPARED_IMAGE.into(), delivery: PackageDelivery::InImage { env: vec!["PYTHONPATH".into()] }, ..params() }
+}
+
+/// A run of a package prepared as an image volume on its base.
+pub(crate) fn params_image_volume() -> JobParams {
+    JobParams {
+        run_image: BASE_PINNED.into(),
+        delivery: PackageDelivery::ImageVolume {
+            reference: PREPARED_IMAGE.into(),
+            deps: true,
+            env: vec![("PYTHONPATH".into(), "/deps/python".into())],
+        },
+        ..params()
+    }
+}
+
+pub(crate) fn package_owner() -> OwnerReference {
+    OwnerReference {
+        api_version: "skill-operator.dev/v1alpha1".into(),
+        kind: "SkillPackage".into(),
+        name: PACKAGE.into(),
+        uid: PACKAGE_UID.into(),
+        controller: None,
+        block_owner_deletion: None,
+    }
+}
+
+/// A dependency build from a pip index on the pod network's gateway.
+pub(crate) fn build_params() -> BuildParams {
+    BuildParams {
+        package: PACKAGE.into(),
+        name: BUILD.into(),
+        build_uid: BUILD_UID.into(),
+        namespace: "skill-system".into(),
+        owner: package_owner(),
+        base_image: BASE_PINNED.into(),
+        operator_image: OPERATOR_IMAGE.into(),
+        artifact_endpoint: ARTIFACT.into(),
+        token_secret: format!("{BUILD}-token"),
+        service_account: "skill-operator-build".into(),
+        pip_index_url: Some("http://10.88.0.1:8999/simple".into()),
+        ..Default::default()
+    }
+}
+
+/// The same with an npm registry by name (a hosts entry) and a pull secret.
+pub(crate) fn build_params_full() -> BuildParams {
+    BuildParams {
+        pip_index_url: Some("https://pypi.mirror.example/simple".into()),
+        npm_registry: Some("https://npm.mirror.example/".into()),
+        host_aliases: BTreeMap::from([
+            ("pypi.mirror.example".into(), "10.20.0.5".into()),
+            ("npm.mirror.example".into(), "10.20.0.6".into()),
+        ]),
+        image_pull_secrets: vec!["registry-creds".into()],
+        ..build_params()
+    }
+}
+
+pub(crate) fn build_netpol_params() -> BuildNetPolParams {
+    BuildNetPolParams {
+        name: BUILD.into(),
+        namespace: "skill-system".into(),
+        package: PACKAGE.into(),
+        owner: OwnerReference {
+            api_version: "batch/v1".into(),
+            kind: "Job".into(),
+            name: BUILD.into(),
+            uid: "77777777-0000-0000-0000-000000000000".into(),
+            controller: Some(true),
+            block_owner_deletion: Some(false),
+        },
+        artifact: artifact_peer(),
+        indexes: vec![IndexAddress { ip: "10.88.0.1".parse().unwrap(), port: 8999 }],
+    }
 }

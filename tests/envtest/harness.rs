@@ -166,6 +166,8 @@ pub(crate) fn spawn_controller(client: Client) -> tokio::task::JoinHandle<()> {
         token_key: b"envtest-key".to_vec(),
         host_aliases: Default::default(),
         reconcile_concurrency: 32,
+        prepare: Default::default(),
+        selector: None,
     };
     let ctx = Arc::new(Context::new(
         client,

@@ -277,8 +277,6 @@ gateway_setup() {
     sed "s/namespace: skills-demo/namespace: $ns/" "$ROOT/config/samples/k8s/agent-rbac.yaml" | "$KUBECTL" apply -f - >/dev/null || return 1
   done
   "$KUBECTL" -n "$NS" create serviceaccount nobody >/dev/null || return 1
-  ALLOWED="$("$KUBECTL" -n "$NS" create token skills-agent --duration=1h)" || return 1
-  DENIED="$("$KUBECTL" -n "$NS" create token nobody --duration=1h)" || return 1
   for _ in $(seq 60); do curl -sf "$GW/readyz" >/dev/null && return 0; sleep 1; done
   echo "the gateway at $GW never became ready"; return 1
 }
@@ -298,7 +296,10 @@ YAML
   grep -v READY "$out"
   return $rc
 }
-if [[ -n "$GATEWAY_CLUSTER_IP" ]] && check "gateway: agents, tokens, ready" gateway_setup; then
+if [[ -n "$GATEWAY_CLUSTER_IP" ]] && check "gateway: agents, namespaces, ready" gateway_setup; then
+  # Minted here, not inside a check (each check runs in a subshell).
+  ALLOWED="$("$KUBECTL" -n "$NS" create token skills-agent --duration=1h)"
+  DENIED="$("$KUBECTL" -n "$NS" create token nobody --duration=1h)"
   check "gateway: skill_list and skill_run as a SkillJob on the node (both MCP eras)" gw run
   check "gateway: 401 without or with a bad token, 403 naming the verb, RFC 9728 metadata" gw auth
   check "gateway: no other namespace, session or job reachable" gw isolation

@@ -18,8 +18,10 @@ use super::*;
 #[derive(Debug, Clone)]
 pub struct FetchOptions {
     pub endpoint: Endpoint,
-    /// Empty directory (or missing, its parent existing) for the package.
-    pub package_dir: PathBuf,
+    /// Empty directory (or missing, its parent existing) for the package;
+    /// `None` when the run's image holds the package (a prepared one):
+    /// then only the inputs and the launcher are fetched.
+    pub package_dir: Option<PathBuf>,
     /// Where input files go (an empty emptyDir in the pod).
     pub work_dir: PathBuf,
     /// Where to copy this executable as `skill-operator`; `None` to skip.
@@ -32,8 +34,8 @@ pub struct FetchOptions {
 /// What `fetch` did.
 #[derive(Debug, Clone)]
 pub struct FetchReport {
-    /// sha256 of the package bytes.
-    pub package_digest: String,
+    /// sha256 of the package bytes (`None`: no package was fetched).
+    pub package_digest: Option<String>,
     pub package_files: usize,
     /// The inputs' set digest, when any were staged.
     pub inputs_digest: Option<String>,
@@ -48,31 +50,14 @@ pub async fn fetch(opts: &FetchOptions) -> Result<FetchReport, ClientError> {
     let ep = &opts.endpoint;
     let l = opts.limits;
 
-    // 1. The package.
-    let url = ep.url("package");
-    let resp = get(&http, ep, &url).await?;
-    let announced = announced_digest(&resp, "package")?;
-    if let Some(want) = &opts.expect_package_digest {
-        if want != &announced {
-            return Err(ClientError::DigestMismatch {
-                what: "package (--package-digest)".into(),
-                expected: want.clone(),
-                actual: announced,
-            });
+    // 1. The package, unless the image holds it.
+    let (package_digest, package_files) = match &opts.package_dir {
+        Some(dir) => {
+            let (digest, files) = fetch_package(&http, opts, dir).await?;
+            (Some(digest), files)
         }
-    }
-    if resp.content_length().is_some_and(|n| n > l.max_package_bytes) {
-        return Err(ClientError::TooLarge { what: "the package".into(), limit: l.max_package_bytes });
-    }
-    let bytes = read_capped(resp, l.max_package_bytes).await?;
-    let actual = super::super::sha256_digest(&bytes);
-    if actual != announced {
-        return Err(ClientError::DigestMismatch { what: "package".into(), expected: announced, actual });
-    }
-    let dest = opts.package_dir.clone();
-    let unpacked = tokio::task::spawn_blocking(move || package::unpack(&bytes, &dest))
-        .await
-        .map_err(|e| ClientError::Protocol(format!("unpack task: {e}")))??;
+        None => (None, 0),
+    };
 
     // 2. The inputs.
     let url = ep.url("inputs");
@@ -94,7 +79,38 @@ pub async fn fetch(opts: &FetchOptions) -> Result<FetchReport, ClientError> {
         Some(dir) => Some(copy_self(dir)?),
         None => None,
     };
-    Ok(FetchReport { package_digest: actual, package_files: unpacked.len(), inputs_digest: manifest.digest, inputs: manifest.files, tools })
+    Ok(FetchReport { package_digest, package_files, inputs_digest: manifest.digest, inputs: manifest.files, tools })
+}
+
+/// Downloads, verifies and unpacks the package into `dest`: (sha256, files).
+async fn fetch_package(http: &reqwest::Client, opts: &FetchOptions, dest: &Path) -> Result<(String, usize), ClientError> {
+    let ep = &opts.endpoint;
+    let l = opts.limits;
+    let url = ep.url("package");
+    let resp = get(http, ep, &url).await?;
+    let announced = announced_digest(&resp, "package")?;
+    if let Some(want) = &opts.expect_package_digest {
+        if want != &announced {
+            return Err(ClientError::DigestMismatch {
+                what: "package (--package-digest)".into(),
+                expected: want.clone(),
+                actual: announced,
+            });
+        }
+    }
+    if resp.content_length().is_some_and(|n| n > l.max_package_bytes) {
+        return Err(ClientError::TooLarge { what: "the package".into(), limit: l.max_package_bytes });
+    }
+    let bytes = read_capped(resp, l.max_package_bytes).await?;
+    let actual = super::super::sha256_digest(&bytes);
+    if actual != announced {
+        return Err(ClientError::DigestMismatch { what: "package".into(), expected: announced, actual });
+    }
+    let dest = dest.to_path_buf();
+    let unpacked = tokio::task::spawn_blocking(move || package::unpack(&bytes, &dest))
+        .await
+        .map_err(|e| ClientError::Protocol(format!("unpack task: {e}")))??;
+    Ok((actual, unpacked.len()))
 }
 
 /// The whole inputs manifest against the caps and path rules, before any download.

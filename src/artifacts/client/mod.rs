@@ -8,7 +8,8 @@
 //! token read from a file mounted into these two containers only.
 //!
 //! # fetch
-//! 1. `GET .../package`: at most [`ArtifactLimits::max_package_bytes`]
+//! 1. `GET .../package` (skipped without `--package`: a prepared image
+//!    holds the package): at most [`ArtifactLimits::max_package_bytes`]
 //!    (checked against Content-Length, then while reading), sha256 compared
 //!    with the `X-Content-Digest` the endpoint announces (and with
 //!    `--package-digest` when given), then `package::unpack` into the
@@ -265,9 +266,9 @@ pub struct JobArgs {
 pub struct FetchArgs {
     #[command(flatten)]
     pub job: JobArgs,
-    /// Where the package is unpacked (empty).
+    /// Where the package is unpacked (empty). Omitted when the run's image holds the package (a prepared one).
     #[arg(long, value_name = "DIR")]
-    pub package: PathBuf,
+    pub package: Option<PathBuf>,
     /// Where input files go.
     #[arg(long, value_name = "DIR")]
     pub work: PathBuf,
@@ -311,7 +312,10 @@ pub async fn fetch_command(a: FetchArgs) -> Result<(), ClientError> {
     };
     match fetch(&opts).await {
         Ok(r) => {
-            eprintln!("fetched package {} ({} files) and {} inputs", r.package_digest, r.package_files, r.inputs.len());
+            match &r.package_digest {
+                Some(d) => eprintln!("fetched package {d} ({} files) and {} inputs", r.package_files, r.inputs.len()),
+                None => eprintln!("fetched {} inputs (the package is in the image)", r.inputs.len()),
+            }
             Ok(())
         }
         Err(e) => {

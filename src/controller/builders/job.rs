@@ -19,6 +19,24 @@
 //!           ro: package, tools; rw: work (workingDir), tmp, result.  No token, no SA token.
 //! ```
 //!
+//! A prepared package ([`PackageDelivery`]) changes three things and
+//! nothing else: fetch gets no `--package` (it still fetches the inputs and
+//! copies the launcher), the script runs from `/skill` instead of
+//! `/package`, and the dependencies' variables reach the launcher:
+//! - `InImage`: `run` starts from the prepared image by digest, which holds
+//!   `/skill` and `/deps` and sets `PYTHONPATH`/`NODE_PATH` in its config;
+//!   the launcher passes those names through (`--allow-env`), the values
+//!   come from the image.
+//! - `ImageVolume`: `run` starts from the unmodified base by digest; the
+//!   prepared image is an image volume (`volumes[].image`, allowed by
+//!   restricted Pod Security since 1.33) mounted read-only twice, with
+//!   `subPath: skill` at `/skill` and `subPath: deps` at `/deps`; the pod
+//!   sets the variables itself.
+//!
+//! Only `PYTHONPATH=/deps/python` and `NODE_PATH=/deps/node/node_modules`
+//! are accepted there ([`JobParams::validate`]): a value pointing at
+//! `/work` would let an input file be imported as code.
+//!
 //! fetch and upload get no /tmp and no env: with a read-only root they must
 //! write only under their mounts. The operator binary must be on the
 //! operator image's PATH as `skill-operator`.
@@ -65,7 +83,7 @@ use k8s_openapi::api::batch::v1::{
     Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, HostAlias, KeyToPath, LocalObjectReference, PodDNSConfig, PodOS,
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, HostAlias, ImageVolumeSource, KeyToPath, LocalObjectReference, PodDNSConfig, PodOS,
     PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretKeySelector, SecretVolumeSource,
     SecurityContext, Volume, VolumeMount,
 };
@@ -105,6 +123,10 @@ pub const PACKAGE_DIR: &str = "/package";
 pub const WORK_DIR: &str = "/work";
 pub const TMP_DIR: &str = "/tmp";
 pub const RESULT_DIR: &str = "/result";
+/// Where a prepared package is (in the image, or the image volume's `skill`).
+pub const SKILL_DIR: &str = "/skill";
+/// Where prepared dependencies are (the image volume's `deps`).
+pub const DEPS_DIR: &str = "/deps";
 pub const RESULT_FILE: &str = "/result/result.json";
 pub const TOKEN_DIR: &str = "/var/run/skill-operator";
 pub const TOKEN_FILE: &str = "/var/run/skill-operator/token";
@@ -119,6 +141,8 @@ pub const VOL_TMP: &str = "tmp";
 pub const VOL_RESULT: &str = "result";
 pub const VOL_TOOLS: &str = "tools";
 pub const VOL_TOKEN: &str = "token";
+/// The prepared image as an image volume.
+pub const VOL_PREPARED: &str = "prepared";
 
 /// emptyDir size limits (work is sized by the run's ephemeral quantity).
 pub const SIZE_PACKAGE: &str = "256Mi";
@@ -172,6 +196,26 @@ impl Default for RunResources {
     }
 }
 
+/// How the package reaches the run (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum PackageDelivery {
+    /// `fetch` downloads the package into `/package` at every run.
+    #[default]
+    Fetched,
+    /// `run_image` is the prepared image (digest-pinned) holding `/skill`;
+    /// `env` names the variables its config sets for the dependencies.
+    InImage { env: Vec<String> },
+    /// `run_image` is the unmodified base; `reference` (digest-pinned) is
+    /// mounted read-only at `/skill` (and at `/deps` when `deps`); `env`
+    /// sets the dependencies' variables.
+    ImageVolume { reference: String, deps: bool, env: Vec<(String, String)> },
+}
+
+/// The variables a prepared dependency tree may set, with the only values
+/// they may have.
+pub const PREPARED_ENV: [(&str, &str); 2] =
+    [("PYTHONPATH", crate::image::deps::PYTHON_PATH), ("NODE_PATH", crate::image::deps::NODE_PATH)];
+
 /// Everything [`build_job`] needs. Plain data; validate with [`JobParams::validate`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobParams {
@@ -224,6 +268,8 @@ pub struct JobParams {
     pub host_aliases: BTreeMap<String, String>,
     /// imagePullSecrets for the run and operator images.
     pub image_pull_secrets: Vec<String>,
+    /// Fetched at every run (default), or prepared.
+    pub delivery: PackageDelivery,
 }
 
 impl Default for JobParams {
@@ -253,6 +299,7 @@ impl Default for JobParams {
             allow_dns: false,
             host_aliases: BTreeMap::new(),
             image_pull_secrets: Vec::new(),
+            delivery: PackageDelivery::Fetched,
         }
     }
 }
@@ -350,7 +397,53 @@ impl JobParams {
         if let Some(proxy) = &self.egress_proxy {
             self.check_endpoint("egress_proxy", proxy)?;
         }
-        Ok(())
+        self.check_delivery()
+    }
+
+    /// A prepared package runs by digest, with only the dependency
+    /// variables the builder knows, at their fixed values.
+    fn check_delivery(&self) -> Result<()> {
+        let pinned = |field: &'static str, image: &str| {
+            if image.contains("@sha256:") {
+                Ok(())
+            } else {
+                Err(Error::InvalidImage { field, value: format!("{image} (a prepared package runs by digest: image@sha256:…)") })
+            }
+        };
+        let known = |name: &str| PREPARED_ENV.iter().any(|(n, _)| *n == name);
+        match &self.delivery {
+            PackageDelivery::Fetched => Ok(()),
+            PackageDelivery::InImage { env } => {
+                pinned("run_image", &self.run_image)?;
+                for name in env {
+                    if !known(name) {
+                        return Err(Error::InvalidEnv { name: name.clone(), problem: "is not a prepared dependency variable" });
+                    }
+                }
+                Ok(())
+            }
+            PackageDelivery::ImageVolume { reference, env, .. } => {
+                pinned("run_image", &self.run_image)?;
+                if reference.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                    return Err(Error::InvalidImage { field: "delivery.reference", value: reference.clone() });
+                }
+                pinned("delivery.reference", reference)?;
+                for (name, value) in env {
+                    if !PREPARED_ENV.iter().any(|(n, v)| n == name && v == value) {
+                        return Err(Error::InvalidEnv { name: name.clone(), problem: "is not a prepared dependency variable at its fixed value" });
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Where the script's package is in the `run` container.
+    fn package_root(&self) -> &'static str {
+        match self.delivery {
+            PackageDelivery::Fetched => PACKAGE_DIR,
+            _ => SKILL_DIR,
+        }
     }
 
     fn check_endpoint(&self, field: &'static str, url: &str) -> Result<()> {
@@ -509,7 +602,7 @@ fn pod_spec(p: &JobParams) -> PodSpec {
 }
 
 /// One HostAlias per IP, host names sorted (deterministic output).
-fn host_aliases(map: &BTreeMap<String, String>) -> Vec<HostAlias> {
+pub(super) fn host_aliases(map: &BTreeMap<String, String>) -> Vec<HostAlias> {
     let mut by_ip: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for (host, ip) in map {
         by_ip.entry(ip.as_str()).or_default().push(host.clone());
@@ -517,16 +610,21 @@ fn host_aliases(map: &BTreeMap<String, String>) -> Vec<HostAlias> {
     by_ip.into_iter().map(|(ip, hostnames)| HostAlias { ip: ip.into(), hostnames: Some(hostnames) }).collect()
 }
 
-fn runtime_default_seccomp() -> SeccompProfile {
+pub(super) fn runtime_default_seccomp() -> SeccompProfile {
     SeccompProfile { type_: "RuntimeDefault".into(), localhost_profile: None }
 }
 
 /// The locked-down container securityContext shared by all three containers.
 fn container_security(p: &JobParams) -> SecurityContext {
+    restricted_security(p.run_as_user, p.run_as_group)
+}
+
+/// Every restricted field, plus a read-only root (the build Job's too).
+pub(super) fn restricted_security(run_as_user: i64, run_as_group: i64) -> SecurityContext {
     SecurityContext {
         run_as_non_root: Some(true),
-        run_as_user: Some(p.run_as_user),
-        run_as_group: Some(p.run_as_group),
+        run_as_user: Some(run_as_user),
+        run_as_group: Some(run_as_group),
         allow_privilege_escalation: Some(false),
         privileged: Some(false),
         read_only_root_filesystem: Some(true),
@@ -537,7 +635,7 @@ fn container_security(p: &JobParams) -> SecurityContext {
 }
 
 /// requests == limits for cpu, memory and ephemeral-storage.
-fn guaranteed(cpu: &str, memory: &str, ephemeral: &str) -> ResourceRequirements {
+pub(super) fn guaranteed(cpu: &str, memory: &str, ephemeral: &str) -> ResourceRequirements {
     let map = BTreeMap::from([
         ("cpu".to_string(), Quantity(cpu.into())),
         ("ephemeral-storage".to_string(), Quantity(ephemeral.into())),
@@ -546,11 +644,11 @@ fn guaranteed(cpu: &str, memory: &str, ephemeral: &str) -> ResourceRequirements 
     ResourceRequirements { requests: Some(map.clone()), limits: Some(map), claims: None }
 }
 
-fn pull_policy(image: &str) -> String {
+pub(super) fn pull_policy(image: &str) -> String {
     if image.contains("@sha256:") { "IfNotPresent" } else { "Always" }.into()
 }
 
-fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+pub(super) fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
     VolumeMount { name: name.into(), mount_path: path.into(), read_only: Some(read_only), ..Default::default() }
 }
 
@@ -579,19 +677,18 @@ fn helper_command(p: &JobParams, sub: &str, rest: &[&str]) -> Vec<String> {
 }
 
 fn fetch_container(p: &JobParams) -> Container {
-    let command =
-        helper_command(p, "fetch", &["--package", PACKAGE_DIR, "--work", WORK_DIR, "--token-file", TOKEN_FILE, "--tools", TOOLS_DIR]);
-    helper_container(
-        p,
-        CONTAINER_FETCH,
-        command,
-        vec![
-            mount(VOL_PACKAGE, PACKAGE_DIR, false),
-            mount(VOL_WORK, WORK_DIR, false),
-            mount(VOL_TOOLS, TOOLS_DIR, false),
-            mount(VOL_TOKEN, TOKEN_DIR, true),
-        ],
-    )
+    let fetched = p.delivery == PackageDelivery::Fetched;
+    // A prepared package is in the image: fetch brings only the inputs and the launcher.
+    let package: &[&str] = if fetched { &["--package", PACKAGE_DIR] } else { &[] };
+    let rest: Vec<&str> =
+        package.iter().copied().chain(["--work", WORK_DIR, "--token-file", TOKEN_FILE, "--tools", TOOLS_DIR]).collect();
+    let command = helper_command(p, "fetch", &rest);
+    let mut mounts = Vec::new();
+    if fetched {
+        mounts.push(mount(VOL_PACKAGE, PACKAGE_DIR, false));
+    }
+    mounts.extend([mount(VOL_WORK, WORK_DIR, false), mount(VOL_TOOLS, TOOLS_DIR, false), mount(VOL_TOKEN, TOKEN_DIR, true)]);
+    helper_container(p, CONTAINER_FETCH, command, mounts)
 }
 
 fn upload_container(p: &JobParams) -> Container {
@@ -613,6 +710,9 @@ fn upload_container(p: &JobParams) -> Container {
 fn run_env(p: &JobParams) -> Vec<EnvVar> {
     let plain = |name: &str, value: &str| EnvVar { name: name.into(), value: Some(value.into()), value_from: None };
     let mut env = vec![plain("HOME", TMP_DIR), plain("TMPDIR", TMP_DIR), plain("PATH", RUN_PATH)];
+    if let PackageDelivery::ImageVolume { env: deps, .. } = &p.delivery {
+        env.extend(deps.iter().map(|(n, v)| plain(n, v)));
+    }
     if let Some(proxy) = &p.egress_proxy {
         for name in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
             env.push(plain(name, proxy));
@@ -633,14 +733,37 @@ fn run_container(p: &JobParams) -> Container {
     let env = run_env(p);
     let mut command: Vec<String> =
         [LAUNCHER, "launch", "--result", RESULT_FILE, "--timeout", &p.timeout_secs.to_string()].iter().map(|s| s.to_string()).collect();
-    for var in &env {
+    // The image's own config sets these (not the pod), so they are named
+    // here without a value: the launcher passes them through.
+    let from_image: &[String] = match &p.delivery {
+        PackageDelivery::InImage { env } => env,
+        _ => &[],
+    };
+    for name in env.iter().map(|v| &v.name).chain(from_image) {
         command.push("--allow-env".into());
-        command.push(var.name.clone());
+        command.push(name.clone());
     }
     command.push("--".into());
     command.push(p.interpreter.clone());
-    command.push(format!("{PACKAGE_DIR}/{}", p.script));
+    command.push(format!("{}/{}", p.package_root(), p.script));
     command.extend(p.args.iter().cloned());
+    let mut mounts = Vec::new();
+    match &p.delivery {
+        PackageDelivery::Fetched => mounts.push(mount(VOL_PACKAGE, PACKAGE_DIR, true)),
+        PackageDelivery::InImage { .. } => {}
+        PackageDelivery::ImageVolume { deps, .. } => {
+            mounts.push(VolumeMount { sub_path: Some("skill".into()), ..mount(VOL_PREPARED, SKILL_DIR, true) });
+            if *deps {
+                mounts.push(VolumeMount { sub_path: Some("deps".into()), ..mount(VOL_PREPARED, DEPS_DIR, true) });
+            }
+        }
+    }
+    mounts.extend([
+        mount(VOL_WORK, WORK_DIR, false),
+        mount(VOL_TMP, TMP_DIR, false),
+        mount(VOL_RESULT, RESULT_DIR, false),
+        mount(VOL_TOOLS, TOOLS_DIR, true),
+    ]);
     Container {
         name: CONTAINER_RUN.into(),
         image: Some(p.run_image.clone()),
@@ -648,13 +771,7 @@ fn run_container(p: &JobParams) -> Container {
         command: Some(command),
         working_dir: Some(WORK_DIR.into()),
         env: Some(env),
-        volume_mounts: Some(vec![
-            mount(VOL_PACKAGE, PACKAGE_DIR, true),
-            mount(VOL_WORK, WORK_DIR, false),
-            mount(VOL_TMP, TMP_DIR, false),
-            mount(VOL_RESULT, RESULT_DIR, false),
-            mount(VOL_TOOLS, TOOLS_DIR, true),
-        ]),
+        volume_mounts: Some(mounts),
         security_context: Some(container_security(p)),
         resources: Some(guaranteed(&p.resources.cpu, &p.resources.memory, &p.resources.ephemeral_storage)),
         termination_message_path: Some(TERMINATION_MESSAGE_PATH.into()),
@@ -663,7 +780,7 @@ fn run_container(p: &JobParams) -> Container {
     }
 }
 
-fn empty_dir(name: &str, size: &str) -> Volume {
+pub(super) fn empty_dir(name: &str, size: &str) -> Volume {
     Volume {
         name: name.into(),
         empty_dir: Some(EmptyDirVolumeSource { size_limit: Some(Quantity(size.into())), ..Default::default() }),
@@ -672,8 +789,19 @@ fn empty_dir(name: &str, size: &str) -> Volume {
 }
 
 fn volumes(p: &JobParams) -> Vec<Volume> {
-    vec![
-        empty_dir(VOL_PACKAGE, SIZE_PACKAGE),
+    let package = match &p.delivery {
+        PackageDelivery::Fetched => Some(empty_dir(VOL_PACKAGE, SIZE_PACKAGE)),
+        PackageDelivery::InImage { .. } => None,
+        // Read-only by nature; pulled like the run image (by digest, so once per node).
+        PackageDelivery::ImageVolume { reference, .. } => Some(Volume {
+            name: VOL_PREPARED.into(),
+            image: Some(ImageVolumeSource { reference: Some(reference.clone()), pull_policy: Some(pull_policy(reference)) }),
+            ..Default::default()
+        }),
+    };
+    package
+        .into_iter()
+        .chain([
         empty_dir(VOL_WORK, &p.resources.ephemeral_storage),
         empty_dir(VOL_TMP, SIZE_TMP),
         empty_dir(VOL_RESULT, SIZE_RESULT),
@@ -690,7 +818,8 @@ fn volumes(p: &JobParams) -> Vec<Volume> {
             }),
             ..Default::default()
         },
-    ]
+        ])
+        .collect()
 }
 
 #[cfg(test)]

@@ -12,6 +12,9 @@
 //! - [`network_policy`]: the per-job NetworkPolicy (deny all; egress only to
 //!   the artifact endpoint, plus an egress proxy when hosts are granted) and
 //!   the runner ServiceAccount.
+//! - [`build_job`]: the dependency build Job of a prepared SkillPackage
+//!   (`image deps` under the launcher in the base image) and its
+//!   NetworkPolicy (the artifact endpoint and the package indexes only).
 //! - [`pod_security`]: the "restricted" Pod Security Standard as a pure check
 //!   (`restricted_violations`) plus this project's extra rules
 //!   (`hardening_violations`).
@@ -19,11 +22,13 @@
 //! Shared here: the label keys, the validation error, and small validators
 //! (DNS names, labels, resource quantities) the builders and checks share.
 
+pub mod build_job;
 pub mod job;
 pub mod network_policy;
 pub mod pod_security;
 
-pub use job::{build_job, job_name, pod_selector_labels, EnvGrant, JobParams, RunResources};
+pub use build_job::{build_build_job, BuildNetPolParams, BuildParams, IndexAddress};
+pub use job::{build_job, job_name, pod_selector_labels, EnvGrant, JobParams, PackageDelivery, RunResources};
 pub use network_policy::{build_network_policy, build_service_account, NetPolParams, Peer};
 pub use pod_security::{hardening_violations, restricted_template_violations, restricted_violations};
 

@@ -72,7 +72,7 @@ impl Peer {
         Self::in_namespace("kube-system", BTreeMap::from([("k8s-app".into(), "kube-dns".into())]), 53)
     }
 
-    fn problem(&self) -> Option<&'static str> {
+    pub(crate) fn problem(&self) -> Option<&'static str> {
         if self.namespace_labels.is_empty() {
             Some("namespace_labels is empty (would select every namespace)")
         } else if self.pod_labels.is_empty() {
@@ -86,7 +86,7 @@ impl Peer {
         }
     }
 
-    fn to_peer(&self) -> NetworkPolicyPeer {
+    pub(crate) fn to_peer(&self) -> NetworkPolicyPeer {
         NetworkPolicyPeer {
             namespace_selector: Some(LabelSelector { match_labels: Some(self.namespace_labels.clone()), match_expressions: None }),
             pod_selector: Some(LabelSelector { match_labels: Some(self.pod_labels.clone()), match_expressions: None }),

@@ -115,6 +115,7 @@ pub(super) fn job_params(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, a: &
         allow_dns: false,
         host_aliases: ctx.config.host_aliases.clone(),
         image_pull_secrets: Vec::new(),
+        delivery: a.delivery.clone(),
     }
 }
 

@@ -1,4 +1,5 @@
-//! Step 2: stage the pinned package, make the children and create the Job.
+//! Step 2: stage the pinned package (or check the prepared image holds it),
+//! make the children and create the Job.
 
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
@@ -8,6 +9,7 @@ use super::{children, patch_status, publish, set_phase, POLL};
 use crate::api::job::{SkillJob, SkillJobPhase, SkillJobStatus};
 use crate::controller::builders::job::{build_job, job_name};
 use crate::controller::context::{Context, Error, Result};
+use crate::controller::builders::job::PackageDelivery;
 use crate::controller::decide::Admission;
 use k8s_openapi::api::batch::v1::Job;
 
@@ -22,13 +24,31 @@ pub(super) async fn start(
     let generation = sj.metadata.generation;
     let name = job_name(uid);
     // The package the pod fetches: exactly the pinned digest, staged for
-    // this job, while the children are made (independent round trips).
+    // this job, while the children are made (independent round trips). A
+    // prepared package is in its image (or image volume), pinned by digest:
+    // nothing is staged, and the image must say it holds this package.
     let stage = async {
-        let fetched = ctx.resolver.fetch(&admission.source).await?;
-        ctx.artifacts.stage_package(ns, uid, fetched.archive).await?;
+        match &admission.delivery {
+            PackageDelivery::Fetched => {
+                let fetched = ctx.resolver.fetch(&admission.source).await?;
+                ctx.artifacts.stage_package(ns, uid, fetched.archive).await?;
+            }
+            PackageDelivery::InImage { .. } => check_prepared(ctx, &admission.image, &admission.digest).await?,
+            PackageDelivery::ImageVolume { reference, .. } => check_prepared(ctx, reference, &admission.digest).await?,
+        }
         Ok::<(), Error>(())
     };
-    tokio::try_join!(children::ensure(ctx, sj, ns, uid), stage)?;
+    match tokio::try_join!(children::ensure(ctx, sj, ns, uid), stage) {
+        Ok(_) => {}
+        Err(Error::Prepare(why)) if !why.is_transient() => {
+            set_phase(&mut status, SkillJobPhase::Failed, "WrongImage", format!("the prepared image is refused: {why}"), generation);
+        patch_status(ctx, sj, &status).await?;
+            publish(ctx, sj, EventType::Warning, "WrongImage", &why.to_string()).await;
+            return Ok(Action::await_change());
+        }
+        // A registry that is down may come back: the error policy tries again.
+        Err(e) => return Err(e),
+    }
     let params = children::job_params(ctx, sj, ns, uid, admission);
     if let Err(err) = params.validate() {
         set_phase(&mut status, SkillJobPhase::Failed, "InvalidJob", format!("the Job cannot be built: {err}"), generation);
@@ -49,4 +69,11 @@ pub(super) async fn start(
     set_phase(&mut status, SkillJobPhase::Pending, "JobCreated", format!("Job {name} created"), generation);
     patch_status(ctx, sj, &status).await?;
     Ok(Action::requeue(POLL))
+}
+
+/// The prepared image's manifest must name the pinned package (one registry
+/// GET per image per controller process; the kubelet checks every layer's
+/// digest when it pulls by digest).
+async fn check_prepared(ctx: &Context, image: &str, digest: &str) -> Result<()> {
+    ctx.images.check_package(image, digest).await.map_err(|e| Error::Prepare(Box::new(e)))
 }
