@@ -27,10 +27,7 @@ pub fn golden_manifests() -> Vec<(&'static str, serde_json::Value)> {
         ("job-image-volume.json", json(&build_job(&params_image_volume()))),
         ("build-job.json", json(&build_build_job(&build_params()))),
         ("build-job-full.json", json(&build_build_job(&build_params_full()))),
-        (
-            "build-networkpolicy.json",
-            json(&skill_operator::controller::builders::build_job::build_network_policy(&build_netpol_params())),
-        ),
+        ("build-networkpolicy.json", json(&skill_operator::controller::builders::build_job::build_network_policy(&build_netpol_params()))),
     ]
 }
 

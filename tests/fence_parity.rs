@@ -97,6 +97,7 @@ fn kubernetes(dir: &std::path::Path, c: &Case) -> Verdict {
         image: Some("img@sha256:00".into()),
         interpreter_path: None,
         allowed_scripts: c.allowed.iter().map(|s| s.to_string()).collect(),
+        allowed_egress: vec![],
         timeout_seconds: c.ceiling,
         resources: RunResources::default(),
         prepare: false,
@@ -110,7 +111,10 @@ fn kubernetes(dir: &std::path::Path, c: &Case) -> Verdict {
             runtime: Some(runtime),
         },
     );
-    package.status = Some(package_status(&package, Ok(&PackageFacts { digest: "sha256:ab".into(), catalog, requirement_files: vec![], dependencies: Default::default() })));
+    package.status = Some(package_status(
+        &package,
+        Ok(&PackageFacts { digest: "sha256:ab".into(), catalog, requirement_files: vec![], dependencies: Default::default() }),
+    ));
     let mut binding = SkillBinding::new(
         "tool",
         SkillBindingSpec {
@@ -121,6 +125,7 @@ fn kubernetes(dir: &std::path::Path, c: &Case) -> Verdict {
                 .map(|n| EnvGrant { name: n.to_string(), secret_key_ref: SecretKeyRef { name: "s".into(), key: "k".into() } })
                 .collect(),
             egress: c.egress,
+            egress_hosts: None,
         },
     );
     let mut status = SkillBindingStatus::default();

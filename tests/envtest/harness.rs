@@ -168,6 +168,8 @@ pub(crate) fn spawn_controller(client: Client) -> tokio::task::JoinHandle<()> {
         reconcile_concurrency: 32,
         prepare: Default::default(),
         selector: None,
+        egress_proxy: None,
+        network_policy: Default::default(),
     };
     let ctx = Arc::new(Context::new(
         client,
