@@ -480,9 +480,11 @@ pub fn image_volume_support(flag: ImageVolumes, server: Option<(u32, u32)>, runt
     match server {
         None => return Err("the API server's version is unknown".into()),
         Some(v) if v >= (1, 35) => {}
-        Some((major, minor)) if (major, minor) >= (1, 33) => return Err(format!(
+        Some((major, minor)) if (major, minor) >= (1, 33) => {
+            return Err(format!(
             "the API server is {major}.{minor}, where the ImageVolume gate is off by default (pass --image-volumes=on if it is turned on)"
-        )),
+        ))
+        }
         Some((major, minor)) => return Err(format!("the API server is {major}.{minor}; image volumes need 1.33 or later")),
     }
     let runtimes = runtimes.map_err(|why| {

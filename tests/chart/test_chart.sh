@@ -94,7 +94,7 @@ check_fails "helm template without artifacts.registry fails closed" "artifacts.r
 check "helm template (values-min.yaml)" render min -f "$HERE/values-min.yaml"
 check "helm template (values-all.yaml)" render all -f "$HERE/values-all.yaml"
 check "helm template (gateway on, no API access for artifacts)" render variant -f "$HERE/values-min.yaml" \
-  --set gateway.enabled=true --set artifacts.rbac.getSkillJobs=false --set crds.install=false \
+  --set gateway.enabled=true --set artifacts.rbac.getSkillJobs=false --set crds.install=false --set egressProxy.enabled=false \
   --set image.tag=1.2.3
 # Different releases never share a cluster-scoped name.
 check "helm template (a second release)" "$HELM" template other "$CHART" --namespace "$NS" \
@@ -123,8 +123,12 @@ check "kubectl decodes every rendered object (values-all.yaml)" \
 rendered() { "$PY" "$HERE/check_rendered.py" "$OUT/$1.yaml" "$RELEASE" crds "${@:2}"; }
 D1=sha256:1111111111111111111111111111111111111111111111111111111111111111
 check "checks (values-min.yaml)" rendered min \
-  --expect kinds=ClusterRole,ClusterRoleBinding,CustomResourceDefinition,Deployment,Secret,Service,ServiceAccount \
+  --expect kinds=ClusterRole,ClusterRoleBinding,CustomResourceDefinition,Deployment,NetworkPolicy,Secret,Service,ServiceAccount \
   --expect rule=controller:skill-operator.dev:skilljobs:get+list+watch+patch+update \
+  --expect rule=egress-proxy:skill-operator.dev:skilljobs:get+list+watch \
+  --expect rule=egress-proxy::secrets: \
+  --expect "controller-arg=--egress-proxy=$RELEASE-skill-operator-egress-proxy.$NS.svc:3128" \
+  --expect controller-arg=--network-policy=unknown \
   --expect rule=controller:skill-operator.dev:skilljobs/status:get+patch+update \
   --expect rule=controller:skill-operator.dev:skilljobs/finalizers:update \
   --expect rule=controller:batch:jobs:get+list+watch+create+delete \
@@ -144,7 +148,9 @@ check "checks (values-min.yaml)" rendered min \
   --expect artifacts-arg=--registry=registry.example.com/skill-operator/artifacts \
   --expect token-key-secret=$RELEASE-skill-operator-token-key
 check "checks (values-all.yaml)" rendered all \
-  --expect kinds=ClusterRole,ClusterRoleBinding,CustomResourceDefinition,Deployment,Service,ServiceAccount,ServiceMonitor \
+  --expect kinds=ClusterRole,ClusterRoleBinding,CustomResourceDefinition,Deployment,NetworkPolicy,Service,ServiceAccount,ServiceMonitor \
+  --expect controller-arg=--egress-proxy=10.96.100.11:3128 \
+  --expect controller-arg=--network-policy=enforced \
   --expect image-digest=$D1 \
   --expect pull-secret=regcred \
   --expect controller-arg=--label-namespaces \
@@ -157,6 +163,7 @@ check "checks (values-all.yaml)" rendered all \
 check "checks (gateway on, artifacts without API access)" rendered variant \
   --expect kinds=ClusterRole,ClusterRoleBinding,Deployment,Secret,Service,ServiceAccount \
   --expect rule=artifacts:skill-operator.dev:skilljobs: \
+  --expect no-controller-arg=--egress-proxy \
   --expect controller-arg=--operator-image=ghcr.io/example/skill-operator:1.2.3
 check "artifacts pod has no SA token without RBAC" \
   grep -qE '^ +automountServiceAccountToken: false' <(sed -n '/^kind: Deployment/,/^---/p' "$OUT/variant.yaml" | sed -n '/name: rel-test-skill-operator-artifacts/,/containers:/p')
@@ -186,6 +193,9 @@ bad "resources.cpu: lots" --set controller.resources.cpu=lots
 bad "an unknown key (controler.replicas)" --set controler.replicas=1
 bad "podLabels overriding a selector label" --set 'artifacts.podLabels.app\.kubernetes\.io/component=x'
 bad "gateway.service.type: ExternalName" --set gateway.service.type=ExternalName
+bad "cluster.networkPolicy: maybe" --set cluster.networkPolicy=maybe
+bad "egressProxy.networkPolicy.ports: [] (nothing to serve)" --set 'egressProxy.networkPolicy.ports=null'
+bad "egressProxy.podCIDRs: a host name" --set 'egressProxy.podCIDRs[0]=pods.example' 
 
 # -------------------------------------------------------------------- samples
 check "samples: custom resources against the CRD schemas, references" \
