@@ -9,7 +9,14 @@
 #     staged input, one that times out (TimedOut) and one deleted while it
 #     runs (gone within 5 s of the delete, its script stopped),
 #   - checks every run pod the API server admitted (restricted + hardening),
-#   - checks that a finished run leaves no Job, pod, Secret or NetworkPolicy.
+#   - checks that a finished run leaves no Job, pod, Secret or NetworkPolicy,
+#   - egress: a run allowed one host (a test HTTP server on this machine at the
+#     pod gateway) reaches it through the chart's egress proxy, and a host it is
+#     not allowed (the node's address) is refused by the proxy with its 403
+#     reason in the run's stdout; its NetworkPolicy (artifact endpoint + proxy,
+#     no DNS) and the proxy's own were admitted (this cluster's CNI does not
+#     enforce them, so they are checked as objects), the pod's address was
+#     recorded, and a run without egress gets no proxy and no proxy rule.
 # The last line is "kind: N passed, N failed"; the exit status is 1 when any
 # check failed. Without a reachable cluster it prints SKIPPED (and fails
 # when SKILL_OPERATOR_REQUIRE_GATED=1).
@@ -23,6 +30,10 @@
 #   POD_GW               this machine's address on the pod network (default: lc0's)
 #   ARTIFACTS_CLUSTER_IP a free ClusterIP for the artifact endpoint (clusters without
 #                        DNS need it; default 10.0.0.50 on the local cluster, empty elsewhere)
+#   EGRESS_CLUSTER_IP    likewise for the egress proxy (default 10.0.0.51 on the local cluster)
+#   EGRESS_PORT          the port of the egress test server on this machine (default 18080)
+#   E2E_RELEASE, E2E_OPERATOR_NS, E2E_NS  release and namespaces (default e2e,
+#                        skill-e2e-system, skills-e2e): two suites on one cluster
 #   RUN_IMAGE            the run image (default IMAGE_REGISTRY/runtime:trixie) and
 #   PYTHON, NODE, BASH   its interpreter paths (default /usr/bin/python3, /usr/bin/node, /bin/bash)
 #   KEEP=1               leave the namespaces and release in place afterwards
@@ -71,9 +82,12 @@ POD_GW="${POD_GW:-10.88.0.1}"
 REGISTRY_PID=""
 cleanup() {
   [[ -n "$REGISTRY_PID" ]] && kill "$REGISTRY_PID" 2>/dev/null
+  [[ -n "${EGRESS_SERVER_PID:-}" ]] && kill "$EGRESS_SERVER_PID" 2>/dev/null
+  [[ -n "${POLICY_WATCH_PID:-}" ]] && kill "$POLICY_WATCH_PID" 2>/dev/null
   [[ -n "${WATCH_PID:-}" ]] && kill "$WATCH_PID" 2>/dev/null
   if [[ "${KEEP:-}" != 1 ]]; then
     "$KUBECTL" delete namespace "$NS" --wait=false >/dev/null 2>&1
+    "$KUBECTL" delete namespace "$NS-off" --wait=false >/dev/null 2>&1
     "$HELM" uninstall "$RELEASE" -n "$OPNS" >/dev/null 2>&1
     "$KUBECTL" delete namespace "$OPNS" --wait=false >/dev/null 2>&1
   fi
@@ -93,11 +107,16 @@ if [[ -z "${ARTIFACT_REGISTRY:-}" ]]; then
   REGISTRY_PID=$!
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:5001/v2/" >/dev/null && break; sleep 0.1; done
 fi
-if [[ $LOCAL == 1 ]]; then ARTIFACTS_CLUSTER_IP="${ARTIFACTS_CLUSTER_IP-10.0.0.50}"; fi
+if [[ $LOCAL == 1 ]]; then
+  ARTIFACTS_CLUSTER_IP="${ARTIFACTS_CLUSTER_IP-10.0.0.50}"
+  EGRESS_CLUSTER_IP="${EGRESS_CLUSTER_IP-10.0.0.51}"
+fi
 ARTIFACTS_CLUSTER_IP="${ARTIFACTS_CLUSTER_IP:-}"
+EGRESS_CLUSTER_IP="${EGRESS_CLUSTER_IP:-}"
+EGRESS_PORT="${EGRESS_PORT:-18080}"
 RUN_IMAGE="${RUN_IMAGE:-$IMAGE_REGISTRY/runtime:trixie}"
 PYTHON="${PYTHON:-/usr/bin/python3}" NODE="${NODE:-/usr/bin/node}" BASH_PATH="${BASH:-/bin/bash}"
-RELEASE=e2e OPNS=skill-e2e-system NS=skills-e2e
+RELEASE="${E2E_RELEASE:-e2e}" OPNS="${E2E_OPERATOR_NS:-skill-e2e-system}" NS="${E2E_NS:-skills-e2e}"
 K() { "$KUBECTL" -n "$NS" "$@"; }
 
 # ------------------------------------------------------------ operator image
@@ -109,6 +128,16 @@ if [[ "$digest" == sha256:* ]]; then ok "image self pushed $ref"; else bad "imag
 helm_args=(--set "image.repository=$IMAGE_REGISTRY/skill-operator" --set "image.digest=$digest"
   --set "artifacts.registry=$ARTIFACT_REGISTRY/skill-operator/jobs" --set artifacts.insecureRegistry=true)
 [[ -n "$ARTIFACTS_CLUSTER_IP" ]] && helm_args+=(--set "artifacts.service.clusterIP=$ARTIFACTS_CLUSTER_IP")
+[[ -n "$EGRESS_CLUSTER_IP" ]] && helm_args+=(--set "egressProxy.service.clusterIP=$EGRESS_CLUSTER_IP")
+# The egress test server is on this machine, a private address: the proxy may
+# dial exactly it. The cluster's CNI does not enforce NetworkPolicy (said so).
+helm_args+=(--set "egressProxy.allowCIDRs[0]=$POD_GW/32" --set cluster.networkPolicy=not-enforced)
+# CRDs installed by something else (kubectl apply) cannot be adopted by Helm:
+# bring them to this version's schema and let the release leave them alone.
+if "$KUBECTL" get crd skilljobs.skill-operator.dev -o jsonpath='{.metadata.annotations.meta\.helm\.sh/release-name}' 2>/dev/null | grep -qvx "$RELEASE" \
+  || [[ -n "$("$KUBECTL" get crd skilljobs.skill-operator.dev -o name 2>/dev/null)" && -z "$("$KUBECTL" get crd skilljobs.skill-operator.dev -o jsonpath='{.metadata.annotations.meta\.helm\.sh/release-name}')" ]]; then
+  "$KUBECTL" apply --server-side --force-conflicts -f "$ROOT/crds/" >/dev/null && helm_args+=(--set crds.install=false)
+fi
 check "helm install" "$HELM" upgrade --install "$RELEASE" "$ROOT/charts/skill-operator" -n "$OPNS" --create-namespace \
   --wait --timeout 240s "${helm_args[@]}"
 [[ $FAIL == 0 ]] || { "$KUBECTL" -n "$OPNS" get pods -o wide; "$KUBECTL" -n "$OPNS" logs deploy/"$RELEASE"-skill-operator-controller --tail=20; finish; }
@@ -126,6 +155,9 @@ YAML
 # Every pod version the API server stores in the namespace, for the admission checks.
 "$KUBECTL" -n "$NS" get pods --watch --output-watch-events -o json >"$WORK/pods.jsonl" 2>/dev/null &
 WATCH_PID=$!
+# Every NetworkPolicy version too: a run's policy is gone once its result is in.
+"$KUBECTL" -n "$NS" get networkpolicies --watch --output-watch-events -o json >"$WORK/policies.jsonl" 2>/dev/null &
+POLICY_WATCH_PID=$!
 
 # ----------------------------------------------------------- packages, bindings
 # bind SKILL_DIR INTERPRETER PATH SCRIPT: push, give it a runtime profile, bind it.
@@ -246,6 +278,117 @@ deleted_while_running() {
   [[ -z "$(K get pods -l "skill-operator.dev/skilljob-uid=$uid" -o name)" ]] || { echo "its pod is still there"; return 1; }
 }
 check "a SkillJob deleted while running is gone within 5 s" deleted_while_running
+
+# ------------------------------------------------------------------- egress
+# A test server on this machine (the pod gateway); the run's only way there is
+# the chart's egress proxy, which allows it by an IP entry (pods have no DNS).
+mkdir -p "$WORK/www"
+echo egress-ok >"$WORK/www/index.html"
+"$PY" -m http.server "$EGRESS_PORT" --bind 0.0.0.0 --directory "$WORK/www" >"$WORK/egress-server.log" 2>&1 &
+EGRESS_SERVER_PID=$!
+for _ in $(seq 50); do curl -sf "http://127.0.0.1:$EGRESS_PORT/" >/dev/null && break; sleep 0.1; done
+ALLOWED="$POD_GW:$EGRESS_PORT"
+seen_by_server() { grep -v '^127\.0\.0\.1 ' "$WORK/egress-server.log" | grep -c '"GET / HTTP'; }
+bind_egress() {
+  local dir="$ROOT/tests/kind/skills/e2e-egress" pkg
+  "$BIN" package push "$dir" --registry "$ARTIFACT_REGISTRY/skills" --tag e2e --plain-http 2>>"$WORK/push.log" | grep -v '^#' >"$WORK/e2e-egress.yaml" || return 1
+  pkg="$(awk '/^  name:/ {print $2; exit}' "$WORK/e2e-egress.yaml")"
+  "$KUBECTL" apply -f "$WORK/e2e-egress.yaml" >/dev/null || return 1
+  "$KUBECTL" patch skillpackage "$pkg" --type merge -p "{\"spec\":{\"runtime\":{\"interpreter\":\"python\",\"image\":\"$RUN_IMAGE\",\"interpreterPath\":\"$PYTHON\",\"allowedScripts\":[\"scripts/fetch.py\"],\"allowedEgress\":[\"$ALLOWED\"]}}}" >/dev/null || return 1
+  "$KUBECTL" wait --for=condition=Ready "skillpackage/$pkg" --timeout=120s >/dev/null || return 1
+  K apply -f - >/dev/null <<YAML || return 1
+apiVersion: skill-operator.dev/v1alpha1
+kind: SkillBinding
+metadata: { name: e2e-egress }
+spec: { package: $pkg, egress: true }
+YAML
+  # The same package bound without egress (another namespace: one skill name per namespace).
+  "$KUBECTL" -n "$NS-off" apply -f - >/dev/null <<YAML || return 1
+apiVersion: skill-operator.dev/v1alpha1
+kind: SkillBinding
+metadata: { name: e2e-egress-off }
+spec: { package: $pkg }
+YAML
+  K wait --for=condition=Ready skillbinding/e2e-egress --timeout=60s >/dev/null || return 1
+  [[ "$(K get skillbinding e2e-egress -o jsonpath='{.status.effectiveEgress}')" == *"$ALLOWED"* ]] || { echo "binding status: $(K get skillbinding e2e-egress -o jsonpath='{.status}')"; return 1; }
+}
+"$KUBECTL" apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: $NS-off
+  labels: { pod-security.kubernetes.io/enforce: restricted }
+YAML
+check "bind e2e-egress (python, allowed $ALLOWED)" bind_egress
+
+egress_run() {
+  local uid phase out refused="http://${NODE_IP:-192.0.2.2}:$EGRESS_PORT/"
+  uid="$(skilljob egress e2e-egress scripts/fetch.py "" "http://$ALLOWED/" "$refused")" || return 1
+  # The pod's address is recorded (sealed) for the proxy while the run is on.
+  phase="$(finished egress)"
+  [[ "$phase" == Succeeded ]] || { echo "phase $phase: $(K get skilljob egress -o jsonpath='{.status.message}')"; return 1; }
+  [[ -n "$(K get skilljob egress -o jsonpath='{.status.egress.podIP}')" ]] || { echo "no pod address recorded: $(K get skilljob egress -o jsonpath='{.status.egress}')"; return 1; }
+  [[ "$(K get skilljob egress -o jsonpath='{.status.egress.allowed}')" == *"$ALLOWED"* ]] || return 1
+  out="$(artifact "$uid/outputs/result/stdout")" || { echo "stdout not stored"; return 1; }
+  echo "$out" >"$WORK/egress-stdout"
+  [[ "$out" == *"proxy: set"* ]] || { echo "no proxy in the run's env: $out"; return 1; }
+  [[ "$out" == *"OK http://$ALLOWED/ 200 egress-ok"* ]] || { echo "the allowed host was not reached: $out"; return 1; }
+  [[ "$out" == *"REFUSED $refused 403 egress refused ("* ]] || { echo "the other host was not refused by the proxy with its reason: $out"; return 1; }
+  grep -E "^(OK|REFUSED)" <<<"$out" | sed 's/^/     run stdout: /'
+  [[ "$(seen_by_server)" == 1 ]] || { echo "the test server saw $(seen_by_server) requests, want 1 (through the proxy)"; return 1; }
+  echo "$uid" >"$WORK/egress-uid"
+}
+check "a run reaches its allowed host through the proxy; another host gets the proxy's 403 and reason" egress_run
+
+egress_off() {
+  local uid out
+  KOFF() { "$KUBECTL" -n "$NS-off" "$@"; }
+  KOFF apply -f - >/dev/null <<YAML || return 1
+apiVersion: skill-operator.dev/v1alpha1
+kind: SkillJob
+metadata: { name: egress-off }
+spec: { binding: e2e-egress-off, script: scripts/fetch.py, args: [] }
+YAML
+  uid="$(KOFF get skilljob egress-off -o jsonpath='{.metadata.uid}')" || return 1
+  KOFF wait --for=jsonpath='{.status.conditions[?(@.type=="Complete")].status}'=True skilljob/egress-off --timeout=240s >/dev/null || return 1
+  out="$(curl -sf -H "Authorization: Bearer $OPERATOR" "$ENDPOINT/jobs/$NS-off/$uid/outputs/result/stdout")" || { echo "stdout not stored"; return 1; }
+  [[ "$out" == *"proxy: none"* ]] || { echo "a run without egress got a proxy: $out"; return 1; }
+  [[ -z "$(KOFF get skilljob egress-off -o jsonpath='{.status.egress.allowed}')" ]] || { echo "an allowlist without egress"; return 1; }
+}
+check "a run whose binding does not allow egress gets no proxy (and no allowlist)" egress_off
+
+# The policies as the API server admitted them (the CNI does not enforce them).
+policies_admitted() {
+  "$PY" - "$WORK/policies.jsonl" "$(cat "$WORK/egress-uid")" <<'PYEOF' || return 1
+import json, sys
+path, uid = sys.argv[1], sys.argv[2]
+dec, text, seen = json.JSONDecoder(), open(path).read(), None
+i = 0
+while i < len(text):
+    while i < len(text) and text[i].isspace():
+        i += 1
+    if i >= len(text):
+        break
+    ev, i = dec.raw_decode(text, i)
+    obj = ev.get("object", ev)
+    if obj.get("metadata", {}).get("labels", {}).get("skill-operator.dev/skilljob-uid") == uid:
+        seen = obj
+if seen is None:
+    sys.exit("the egress run's NetworkPolicy was never admitted")
+spec = seen["spec"]
+rules = spec.get("egress") or []
+assert sorted(spec["policyTypes"]) == ["Egress", "Ingress"] and not spec.get("ingress"), spec
+assert len(rules) == 2, f"want the artifact endpoint and the proxy, got {rules}"
+proxy = rules[1]
+assert proxy["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "egress-proxy", proxy
+assert [p["port"] for p in proxy["ports"]] == [3128], proxy
+assert all(p.get("port") != 53 and p.get("protocol") == "TCP" for r in rules for p in r["ports"]), "a DNS rule"
+assert all(r.get("to") for r in rules), "an allow-all rule"
+PYEOF
+  "$KUBECTL" -n "$OPNS" get networkpolicy "$RELEASE-skill-operator-egress-proxy" -o jsonpath='{.spec.policyTypes}' | grep -q Egress \
+    || { echo "the proxy's own NetworkPolicy is missing"; return 1; }
+}
+check "the egress run's NetworkPolicy (artifact endpoint + proxy, no DNS) and the proxy's own were admitted" policies_admitted
 
 # The finished runs left nothing behind but the SkillJobs.
 no_leftovers() {
