@@ -83,6 +83,7 @@ REGISTRY_PID=""
 cleanup() {
   [[ -n "$REGISTRY_PID" ]] && kill "$REGISTRY_PID" 2>/dev/null
   [[ -n "${EGRESS_SERVER_PID:-}" ]] && kill "$EGRESS_SERVER_PID" 2>/dev/null
+  [[ -n "${EGRESS_PROXY_PID:-}" ]] && kill "$EGRESS_PROXY_PID" 2>/dev/null
   [[ -n "${POLICY_WATCH_PID:-}" ]] && kill "$POLICY_WATCH_PID" 2>/dev/null
   [[ -n "${WATCH_PID:-}" ]] && kill "$WATCH_PID" 2>/dev/null
   if [[ "${KEEP:-}" != 1 ]]; then
@@ -129,9 +130,15 @@ helm_args=(--set "image.repository=$IMAGE_REGISTRY/skill-operator" --set "image.
   --set "artifacts.registry=$ARTIFACT_REGISTRY/skill-operator/jobs" --set artifacts.insecureRegistry=true)
 [[ -n "$ARTIFACTS_CLUSTER_IP" ]] && helm_args+=(--set "artifacts.service.clusterIP=$ARTIFACTS_CLUSTER_IP")
 [[ -n "$EGRESS_CLUSTER_IP" ]] && helm_args+=(--set "egressProxy.service.clusterIP=$EGRESS_CLUSTER_IP")
-# The egress test server is on this machine, a private address: the proxy may
-# dial exactly it. The cluster's CNI does not enforce NetworkPolicy (said so).
-helm_args+=(--set "egressProxy.allowCIDRs[0]=$POD_GW/32" --set cluster.networkPolicy=not-enforced)
+# Runs reach the egress proxy as a process on this machine (at the pod gateway):
+# this cluster masquerades a pod reaching a Service on its own bridge, which
+# would hide the pod's address the proxy checks credentials against. The
+# chart's proxy is installed as well (its pod, RBAC and policy are checked).
+# The egress test server is on this machine too, a private address the proxy
+# may dial on purpose. The cluster's CNI does not enforce NetworkPolicy (said so).
+EGRESS_PROXY_PORT="${EGRESS_PROXY_PORT:-13128}"
+helm_args+=(--set "egressProxy.allowCIDRs[0]=$POD_GW/32" --set cluster.networkPolicy=not-enforced
+  --set "egressProxy.addressOverride=$POD_GW:$EGRESS_PROXY_PORT")
 # CRDs installed by something else (kubectl apply) cannot be adopted by Helm:
 # bring them to this version's schema and let the release leave them alone.
 if "$KUBECTL" get crd skilljobs.skill-operator.dev -o jsonpath='{.metadata.annotations.meta\.helm\.sh/release-name}' 2>/dev/null | grep -qvx "$RELEASE" \
@@ -282,6 +289,12 @@ check "a SkillJob deleted while running is gone within 5 s" deleted_while_runnin
 # ------------------------------------------------------------------- egress
 # A test server on this machine (the pod gateway); the run's only way there is
 # the chart's egress proxy, which allows it by an IP entry (pods have no DNS).
+printf '%s' "$KEY" >"$WORK/token-key"
+"$BIN" egress-proxy --listen "$POD_GW:$EGRESS_PROXY_PORT" --token-key-file "$WORK/token-key" --watch-skilljobs \
+  --allow-cidr "$POD_GW/32" >"$WORK/egress-proxy.log" 2>&1 &
+EGRESS_PROXY_PID=$!
+for _ in $(seq 100); do grep -q "SkillJobs listed" "$WORK/egress-proxy.log" && break; sleep 0.1; done
+check "the egress proxy (host process) watches SkillJobs" grep -q "SkillJobs listed" "$WORK/egress-proxy.log"
 mkdir -p "$WORK/www"
 echo egress-ok >"$WORK/www/index.html"
 "$PY" -m http.server "$EGRESS_PORT" --bind 0.0.0.0 --directory "$WORK/www" >"$WORK/egress-server.log" 2>&1 &
