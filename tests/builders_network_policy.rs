@@ -256,8 +256,12 @@ fn property_never_dns_never_allow_all_exactly_the_expected_peers() {
     for seed in 0..2000u64 {
         let mut g = Gen(seed);
         let hosts: Vec<String> = (0..g.below(4)).map(|_| (*g.pick(&HOSTS)).to_string()).collect();
-        let proxy = (g.below(3) > 0).then(|| Peer::in_namespace(*g.pick(&namespaces), g.pick(&labels).clone(), 1 + g.below(65535) as i32));
-        let artifact = Peer::in_namespace(*g.pick(&namespaces), g.pick(&labels).clone(), 1 + g.below(65535) as i32);
+        let peer = |g: &mut Gen| {
+            let namespace: &&str = g.pick(&namespaces);
+            Peer::in_namespace(namespace, g.pick(&labels).clone(), 1 + g.below(65535) as i32)
+        };
+        let proxy = (g.below(3) > 0).then(|| peer(&mut g));
+        let artifact = peer(&mut g);
         let p = NetPolParams { egress_hosts: hosts.clone(), egress_proxy: proxy.clone(), artifact: artifact.clone(), ..netpol_params() };
         let np = build_network_policy(&p);
         assert_no_wildcards(&np);

@@ -130,7 +130,7 @@ async fn a_run_reaches_its_allowed_host_from_its_own_pod_only() {
         "the SkillBinding to be Ready",
     )
     .await;
-    assert_eq!(bstatus.effective_egress, [allowed_entry.clone()], "narrowed to one host; other.test is not in the narrowing");
+    assert_eq!(bstatus.effective_egress, std::slice::from_ref(&allowed_entry), "narrowed to one host; other.test is not in the narrowing");
     assert_eq!(bstatus.dropped_egress.len(), 1, "{:?}", bstatus.dropped_egress);
     assert!(bstatus.dropped_egress[0].contains("evil.test"), "a narrowing entry that would widen is dropped and said");
 

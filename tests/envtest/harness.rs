@@ -155,12 +155,14 @@ impl PackageResolver for SamplePackage {
     }
 }
 
+#[allow(dead_code)] // each suite uses one of the two
 pub(crate) fn spawn_controller(client: Client) -> tokio::task::JoinHandle<()> {
     spawn_controller_with(client, "csv-stats", |_| {})
 }
 
 /// The controller serving the sample `sample` for every package, its
 /// configuration adjusted by `tweak`.
+#[allow(dead_code)]
 pub(crate) fn spawn_controller_with(
     client: Client,
     sample: &'static str,
