@@ -150,7 +150,6 @@ pub async fn run(args: ProxyArgs, shutdown: impl Future<Output = ()>) -> Result<
         watcher = Some(tokio::spawn(watch_jobs(registry.clone(), path.clone())));
     }
     if args.watch_skilljobs {
-        crate::oci::install_crypto_provider();
         let client = kube::Client::try_default().await.map_err(CommandError::Kube)?;
         let mut config = kube::runtime::watcher::Config::default();
         if let Some(selector) = &args.skilljob_selector {

@@ -340,7 +340,7 @@ egress_run() {
   # The pod's address is recorded (sealed) for the proxy while the run is on.
   phase="$(finished egress)"
   [[ "$phase" == Succeeded ]] || { echo "phase $phase: $(K get skilljob egress -o jsonpath='{.status.message}')"; return 1; }
-  [[ -n "$(K get skilljob egress -o jsonpath='{.status.egress.podIP}')" ]] || { echo "no pod address recorded: $(K get skilljob egress -o jsonpath='{.status.egress}')"; return 1; }
+  [[ -n "$(K get skilljob egress -o jsonpath='{.status.egress.podIp}')" ]] || { echo "no pod address recorded: $(K get skilljob egress -o jsonpath='{.status.egress}')"; return 1; }
   [[ "$(K get skilljob egress -o jsonpath='{.status.egress.allowed}')" == *"$ALLOWED"* ]] || return 1
   out="$(artifact "$uid/outputs/result/stdout")" || { echo "stdout not stored"; return 1; }
   echo "$out" >"$WORK/egress-stdout"
