@@ -118,6 +118,10 @@ EGRESS_PORT="${EGRESS_PORT:-18080}"
 RUN_IMAGE="${RUN_IMAGE:-$IMAGE_REGISTRY/runtime:trixie}"
 PYTHON="${PYTHON:-/usr/bin/python3}" NODE="${NODE:-/usr/bin/node}" BASH_PATH="${BASH:-/bin/bash}"
 RELEASE="${E2E_RELEASE:-e2e}" OPNS="${E2E_OPERATOR_NS:-skill-e2e-system}" NS="${E2E_NS:-skills-e2e}"
+# SkillPackages are cluster-scoped and named by digest: a second suite (another
+# registry, so another source) needs its own names.
+PKG_SUFFIX=""
+[[ "$RELEASE" != e2e ]] && PKG_SUFFIX="-$RELEASE"
 K() { "$KUBECTL" -n "$NS" "$@"; }
 
 # ------------------------------------------------------------ operator image
@@ -171,7 +175,8 @@ POLICY_WATCH_PID=$!
 bind() {
   local dir="$1" interpreter="$2" path="$3" script="$4" skill pkg
   skill="$(basename "$dir")"
-  "$BIN" package push "$dir" --registry "$ARTIFACT_REGISTRY/skills" --tag e2e --plain-http 2>>"$WORK/push.log" | grep -v '^#' >"$WORK/$skill.yaml" || return 1
+  "$BIN" package push "$dir" --registry "$ARTIFACT_REGISTRY/skills" --tag e2e --plain-http 2>>"$WORK/push.log" | grep -v '^#' \
+    | sed "0,/^  name: /s/^\(  name: .*\)$/\1$PKG_SUFFIX/" >"$WORK/$skill.yaml" || return 1
   pkg="$(awk '/^  name:/ {print $2; exit}' "$WORK/$skill.yaml")"
   "$KUBECTL" apply -f "$WORK/$skill.yaml" >/dev/null || return 1
   "$KUBECTL" patch skillpackage "$pkg" --type merge -p "{\"spec\":{\"runtime\":{\"interpreter\":\"$interpreter\",\"image\":\"$RUN_IMAGE\",\"interpreterPath\":\"$path\",\"allowedScripts\":[\"$script\"]}}}" >/dev/null || return 1
@@ -304,7 +309,8 @@ ALLOWED="$POD_GW:$EGRESS_PORT"
 seen_by_server() { grep -v '^127\.0\.0\.1 ' "$WORK/egress-server.log" | grep -c '"GET / HTTP'; }
 bind_egress() {
   local dir="$ROOT/tests/kind/skills/e2e-egress" pkg
-  "$BIN" package push "$dir" --registry "$ARTIFACT_REGISTRY/skills" --tag e2e --plain-http 2>>"$WORK/push.log" | grep -v '^#' >"$WORK/e2e-egress.yaml" || return 1
+  "$BIN" package push "$dir" --registry "$ARTIFACT_REGISTRY/skills" --tag e2e --plain-http 2>>"$WORK/push.log" | grep -v '^#' \
+    | sed "0,/^  name: /s/^\(  name: .*\)$/\1$PKG_SUFFIX/" >"$WORK/e2e-egress.yaml" || return 1
   pkg="$(awk '/^  name:/ {print $2; exit}' "$WORK/e2e-egress.yaml")"
   "$KUBECTL" apply -f "$WORK/e2e-egress.yaml" >/dev/null || return 1
   "$KUBECTL" patch skillpackage "$pkg" --type merge -p "{\"spec\":{\"runtime\":{\"interpreter\":\"python\",\"image\":\"$RUN_IMAGE\",\"interpreterPath\":\"$PYTHON\",\"allowedScripts\":[\"scripts/fetch.py\"],\"allowedEgress\":[\"$ALLOWED\"]}}}" >/dev/null || return 1
