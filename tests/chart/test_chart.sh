@@ -129,6 +129,7 @@ check "checks (values-min.yaml)" rendered min \
   --expect rule=egress-proxy::secrets: \
   --expect "controller-arg=--egress-proxy=$RELEASE-skill-operator-egress-proxy.$NS.svc:3128" \
   --expect controller-arg=--network-policy=unknown \
+  --expect controller-arg=--egress-proxy-pod-port=3128 \
   --expect rule=controller:skill-operator.dev:skilljobs/status:get+patch+update \
   --expect rule=controller:skill-operator.dev:skilljobs/finalizers:update \
   --expect rule=controller:batch:jobs:get+list+watch+create+delete \
