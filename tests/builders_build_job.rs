@@ -221,7 +221,8 @@ fn prepared_runs_refuse_tags_and_foreign_environment() {
     p.delivery = PackageDelivery::InImage { env: vec!["LD_PRELOAD".into()] };
     assert!(matches!(p.validate(), Err(Error::InvalidEnv { .. })));
     let mut p = params_image_volume();
-    p.delivery = PackageDelivery::ImageVolume { reference: PREPARED_IMAGE.into(), deps: true, env: vec![("PYTHONPATH".into(), "/work".into())] };
+    p.delivery =
+        PackageDelivery::ImageVolume { reference: PREPARED_IMAGE.into(), deps: true, env: vec![("PYTHONPATH".into(), "/work".into())] };
     assert!(matches!(p.validate(), Err(Error::InvalidEnv { .. })), "PYTHONPATH=/work would import an input as code");
     let mut p = params_image_volume();
     p.delivery = PackageDelivery::ImageVolume { reference: "127.0.0.1:5000/prepared:x".into(), deps: false, env: vec![] };

@@ -22,15 +22,14 @@ pub fn golden_manifests() -> Vec<(&'static str, serde_json::Value)> {
             "networkpolicy-egress-dns.json",
             json(&build_network_policy(&NetPolParams { dns: Some(Peer::kube_dns()), ..netpol_params_egress() })),
         ),
+        // What the controller builds for a run with egress: the proxy, never DNS.
+        ("networkpolicy-egress.json", json(&build_network_policy(&netpol_params_egress()))),
         ("serviceaccount.json", json(&build_service_account("skill-runner", NS, &BTreeMap::from([("team".into(), "a".into())])))),
         ("job-prepared.json", json(&build_job(&params_prepared()))),
         ("job-image-volume.json", json(&build_job(&params_image_volume()))),
         ("build-job.json", json(&build_build_job(&build_params()))),
         ("build-job-full.json", json(&build_build_job(&build_params_full()))),
-        (
-            "build-networkpolicy.json",
-            json(&skill_operator::controller::builders::build_job::build_network_policy(&build_netpol_params())),
-        ),
+        ("build-networkpolicy.json", json(&skill_operator::controller::builders::build_job::build_network_policy(&build_netpol_params()))),
     ]
 }
 

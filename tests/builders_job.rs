@@ -76,7 +76,21 @@ fn grid_secrets_reach_run_only_through_secret_key_ref() {
         let job = build_job(&p);
         let run = container(pod(&job), CONTAINER_RUN);
         let env = run.env.as_ref().unwrap();
-        let fixed = ["HOME", "TMPDIR", "PATH", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"];
+        let fixed = [
+            "HOME",
+            "TMPDIR",
+            "PATH",
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "PIP_PROXY",
+            "npm_config_https_proxy",
+            "npm_config_proxy",
+            "NO_PROXY",
+            "no_proxy",
+            "NODE_USE_ENV_PROXY",
+        ];
         for var in env {
             if fixed.contains(&var.name.as_str()) {
                 assert!(var.value_from.is_none() && var.value.is_some(), "{}", var.name);
@@ -373,7 +387,47 @@ fn run_allow_env_lists_exactly_the_container_env() {
     let allowed: Vec<&str> = cmd[..sep].windows(2).filter(|w| w[0] == "--allow-env").map(|w| w[1]).collect();
     let env: Vec<&str> = run.env.iter().flatten().map(|e| e.name.as_str()).collect();
     assert_eq!(allowed, env);
-    assert_eq!(env, ["HOME", "TMPDIR", "PATH", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "GITHUB_TOKEN", "API_BASE"]);
+    assert_eq!(
+        env,
+        [
+            "HOME",
+            "TMPDIR",
+            "PATH",
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "PIP_PROXY",
+            "npm_config_https_proxy",
+            "npm_config_proxy",
+            "NO_PROXY",
+            "no_proxy",
+            "NODE_USE_ENV_PROXY",
+            "GITHUB_TOKEN",
+            "API_BASE"
+        ]
+    );
+}
+
+#[test]
+fn egress_gives_every_proxy_variable_and_bypasses_nothing() {
+    let job = build_job(&params_full());
+    let run = container(pod(&job), CONTAINER_RUN);
+    let value = |name: &str| run.env.iter().flatten().find(|e| e.name == name).and_then(|e| e.value.clone());
+    for name in skill_operator::controller::builders::job::PROXY_URL_ENV {
+        assert_eq!(value(name).as_deref(), Some(PROXY), "{name}");
+    }
+    assert_eq!(value("NO_PROXY").as_deref(), Some(""));
+    assert_eq!(value("no_proxy").as_deref(), Some(""));
+    assert_eq!(value("NODE_USE_ENV_PROXY").as_deref(), Some("1"));
+    // Without egress: none of them, and no egress label on the pod.
+    let plain = build_job(&params());
+    let run = container(pod(&plain), CONTAINER_RUN);
+    for e in run.env.iter().flatten() {
+        assert!(!e.name.to_ascii_lowercase().contains("proxy") && e.name != "NODE_USE_ENV_PROXY", "{}", e.name);
+    }
+    let labels = plain.spec.unwrap().template.metadata.unwrap().labels.unwrap();
+    assert!(!labels.contains_key(skill_operator::controller::builders::LABEL_EGRESS));
 }
 
 #[test]
@@ -614,7 +668,10 @@ fn job_and_pod_labels() {
     ]);
     assert_eq!(job.metadata.labels.as_ref(), Some(&expected));
     let tmeta = job.spec.unwrap().template.metadata.unwrap();
-    assert_eq!(tmeta.labels.as_ref(), Some(&expected));
+    // The pods of a run with egress also say so (the controller watches them for their address).
+    let mut pod_expected = expected.clone();
+    pod_expected.insert(skill_operator::controller::builders::LABEL_EGRESS.to_string(), "true".to_string());
+    assert_eq!(tmeta.labels.as_ref(), Some(&pod_expected));
     assert_eq!(tmeta.annotations.unwrap()["kubectl.kubernetes.io/default-container"], "run");
 }
 

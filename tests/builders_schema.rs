@@ -39,6 +39,7 @@ fn manifests() -> Vec<(String, serde_json::Value)> {
         ("job-minimal".into(), serde_json::to_value(build_job(&params())).unwrap()),
         ("job-full".into(), serde_json::to_value(build_job(&params_full())).unwrap()),
         ("netpol-minimal".into(), serde_json::to_value(build_network_policy(&netpol_params())).unwrap()),
+        ("netpol-egress".into(), serde_json::to_value(build_network_policy(&netpol_params_egress())).unwrap()),
         (
             "netpol-egress-dns".into(),
             serde_json::to_value(build_network_policy(&NetPolParams { dns: Some(Peer::kube_dns()), ..netpol_params_egress() })).unwrap(),

@@ -105,6 +105,7 @@ fn k8s_objects(dir: &std::path::Path, c: &Case, reference: &str, digest: &str) -
         image: Some("img@sha256:00".into()),
         interpreter_path: None,
         allowed_scripts: c.allowed.iter().map(|s| s.to_string()).collect(),
+        allowed_egress: vec![],
         timeout_seconds: c.ceiling,
         resources: RunResources::default(),
         prepare: false,
@@ -118,7 +119,10 @@ fn k8s_objects(dir: &std::path::Path, c: &Case, reference: &str, digest: &str) -
             runtime: Some(runtime),
         },
     );
-    package.status = Some(package_status(&package, Ok(&PackageFacts { digest: digest.into(), catalog, requirement_files: vec![], dependencies: Default::default() })));
+    package.status = Some(package_status(
+        &package,
+        Ok(&PackageFacts { digest: digest.into(), catalog, requirement_files: vec![], dependencies: Default::default() }),
+    ));
     let mut binding = SkillBinding::new(
         "tool",
         SkillBindingSpec {
@@ -129,6 +133,7 @@ fn k8s_objects(dir: &std::path::Path, c: &Case, reference: &str, digest: &str) -
                 .map(|n| EnvGrant { name: n.to_string(), secret_key_ref: SecretKeyRef { name: "s".into(), key: "k".into() } })
                 .collect(),
             egress: c.egress,
+            egress_hosts: None,
         },
     );
     let mut status = SkillBindingStatus::default();

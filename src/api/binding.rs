@@ -33,9 +33,13 @@ pub struct SkillBindingSpec {
     /// is reported and not handed over.
     #[serde(default)]
     pub env: Vec<EnvGrant>,
-    /// Let runs reach the hosts the skill declares (through the egress proxy).
+    /// Let runs reach the hosts the package's runtime profile allows (`runtime.allowedEgress`), through the egress proxy only. False (the default): no network.
     #[serde(default)]
     pub egress: bool,
+    /// Narrow the allowed hosts for this binding's runs (same form as `runtime.allowedEgress`). It never widens: an entry (or port) the profile does not allow is dropped and reported in `status.droppedEgress`. Absent: every allowed host; empty: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub egress_hosts: Option<Vec<String>>,
 }
 
 /// One granted variable.
@@ -74,6 +78,15 @@ pub struct SkillBindingStatus {
     /// Granted variables no allowed script asked for: reported, not handed over.
     #[serde(default)]
     pub ignored_env: Vec<String>,
+    /// Hosts the skill proposes (its `mcp-host.egress`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub proposed_egress: Vec<String>,
+    /// What this binding's runs may reach: the profile's allowed hosts ∩ `spec.egressHosts`, and only with `spec.egress`. Empty: no network.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub effective_egress: Vec<String>,
+    /// Narrowing entries that would have widened the profile's list (or did not parse): dropped, with why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped_egress: Vec<String>,
     /// Ready (and why not), in the standard shape.
     #[serde(default)]
     pub conditions: Vec<Condition>,

@@ -22,7 +22,24 @@ pub fn set_condition(
     message: impl Into<String>,
     generation: Option<i64>,
 ) {
-    let status = if ok { "True" } else { "False" }.to_string();
+    set_condition_status(conditions, type_, Some(ok), reason, message, generation)
+}
+
+/// [`set_condition`] with `Unknown` for `None`.
+pub fn set_condition_status(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    ok: Option<bool>,
+    reason: &str,
+    message: impl Into<String>,
+    generation: Option<i64>,
+) {
+    let status = match ok {
+        Some(true) => "True",
+        Some(false) => "False",
+        None => "Unknown",
+    }
+    .to_string();
     let message = message.into();
     if let Some(existing) = conditions.iter_mut().find(|c| c.type_ == type_) {
         if existing.status != status {

@@ -138,6 +138,9 @@ pub struct SkillJobStatus {
     /// The Kubernetes Job that runs it (named from this SkillJob's UID).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_name: Option<String>,
+    /// The run's network: what the skill proposed, what it may reach, and the pod address the egress proxy accepts its credential from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<JobEgress>,
     /// A sentence a person can act on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -147,4 +150,24 @@ pub struct SkillJobStatus {
     /// The generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+/// A SkillJob's network (`status.egress`). The egress proxy serves a job
+/// from this record alone: its allowlist, and the one source address its
+/// credential is accepted from, sealed by the controller.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobEgress {
+    /// Hosts the skill proposes (its `mcp-host.egress`).
+    #[serde(default)]
+    pub proposed: Vec<String>,
+    /// The effective allowlist (the profile's allowed hosts ∩ the binding's narrowing), `host:ports`. Empty: no network at all (no proxy, no rule).
+    #[serde(default)]
+    pub allowed: Vec<String>,
+    /// The run pod's address, recorded once the pod has one: the proxy refuses this job's credential from any other address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_ip: Option<String>,
+    /// The controller's MAC over namespace, uid, `allowed` and `podIP`: the proxy ignores a record that does not verify (a status written by anyone but the controller).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seal: Option<String>,
 }

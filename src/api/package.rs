@@ -85,6 +85,10 @@ pub struct RuntimeProfile {
     /// Scripts allowed to run; each must be declared by the skill's mcp-host block.
     #[serde(default)]
     pub allowed_scripts: Vec<String>,
+    /// Hosts runs may reach, through the egress proxy only: `host[:port,...]`, `*.suffix[:ports]` (IDNs as punycode or Unicode) or an IP literal (`203.0.113.7`, `[2001:db8::1]`), port 443 unless ports are listed. The skill's own `mcp-host.egress` is only its author's proposal: nothing it names is reachable unless listed here. Empty (the default): no network at all. A binding may narrow this list, never widen it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256))]
+    pub allowed_egress: Vec<String>,
     /// Ceiling on a run's wall-clock limit in seconds (1-300); without it the declaration's timeout stands (60 when it names none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 300))]
@@ -211,9 +215,15 @@ pub struct SkillPackageStatus {
     /// Scripts the skill declares, with what each asks for.
     #[serde(default)]
     pub scripts: Vec<DeclaredScriptStatus>,
-    /// Hosts the skill proposes to reach (its `mcp-host.egress`).
+    /// Hosts the skill proposes to reach (its `mcp-host.egress`): a proposal, reachable only where `runtime.allowedEgress` allows.
     #[serde(default)]
     pub egress: Vec<String>,
+    /// The hosts the runtime profile allows (`runtime.allowedEgress`, normalised: `host:ports`). Empty: runs get no network.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_egress: Vec<String>,
+    /// Proposed hosts (or ports) the profile does not allow, each with why: runs that need them will see the proxy refuse them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress_not_allowed: Vec<String>,
     /// Dependency requirements: `unknown` unless the package states them (requirements.txt, package-lock.json).
     #[serde(default = "unknown")]
     pub requirements: String,

@@ -61,6 +61,9 @@ async fn apply(binding: &SkillBinding, ctx: &Context) -> Result<Action> {
         digest: d.digest,
         effective_env: d.effective_env,
         ignored_env: d.ignored_env.clone(),
+        proposed_egress: d.proposed_egress.clone(),
+        effective_egress: crate::controller::egress::texts(&d.egress.effective),
+        dropped_egress: d.egress.dropped.clone(),
         observed_generation: generation,
         conditions: std::mem::take(&mut status.conditions),
     };

@@ -93,6 +93,22 @@ pub struct OperatorConfig {
     /// Reconcile only SkillPackages, SkillBindings and SkillJobs with this
     /// label selector (`key=value`): several controllers on one cluster.
     pub selector: Option<String>,
+    /// The egress proxy runs reach the network through. `None`: no run is
+    /// given any network (a run whose binding grants hosts fails, saying so).
+    pub egress_proxy: Option<EgressProxyTarget>,
+    /// Whether the CNI enforces NetworkPolicy, as the admin states it.
+    pub network_policy: super::egress::NetworkPolicyEnforcement,
+}
+
+/// Where runs reach the egress proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EgressProxyTarget {
+    /// `ip:port` the pods connect to (the Service's ClusterIP: pods have no DNS).
+    pub address: String,
+    /// The proxy pods' namespace and labels, and their port: the NetworkPolicy peer.
+    pub namespace: String,
+    pub pod_labels: std::collections::BTreeMap<String, String>,
+    pub pod_port: u16,
 }
 
 /// Shared reconciler state.
@@ -158,6 +174,8 @@ pub enum Error {
     Encode(#[from] serde_json::Error),
     #[error("prepared image: {0}")]
     Prepare(Box<super::prepare::PrepareError>),
+    #[error("the run's NetworkPolicy cannot be built: {0}")]
+    Policy(#[from] super::builders::Error),
 }
 
 impl Error {
@@ -171,6 +189,7 @@ impl Error {
             Error::Artifacts(e) => e.metric_label(),
             Error::Encode(_) => "encode",
             Error::Prepare(_) => "prepare",
+            Error::Policy(_) => "policy",
         }
     }
 }

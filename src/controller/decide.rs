@@ -11,9 +11,7 @@ use k8s_openapi::api::batch::v1::Job;
 use crate::api::binding::SkillBinding;
 use crate::api::conditions::{is_true, set_condition};
 use crate::api::job::{SkillJobPhase, SkillJobSpec};
-use crate::api::package::{
-    DeclaredScriptStatus, DependencyPlanStatus, ImageMode, PrepareMode, SkillPackage, SkillPackageStatus,
-};
+use crate::api::package::{DeclaredScriptStatus, DependencyPlanStatus, ImageMode, PrepareMode, SkillPackage, SkillPackageStatus};
 use crate::controller::builders::job::{PackageDelivery, PREPARED_ENV};
 use crate::core::catalog::Catalog;
 use crate::core::declaration::Interpreter;
@@ -37,7 +35,9 @@ pub struct PackageFacts {
 /// A dependency plan (or why there is none) as the status records it.
 pub fn dependency_plan_status(plan: Result<crate::image::DepsPlan, crate::image::deps::DepsError>) -> DependencyPlanStatus {
     match plan {
-        Ok(p) => DependencyPlanStatus { lock_digest: p.lock_digest.clone(), python: p.requirements.is_some(), node: p.npm_lock, refused: None },
+        Ok(p) => {
+            DependencyPlanStatus { lock_digest: p.lock_digest.clone(), python: p.requirements.is_some(), node: p.npm_lock, refused: None }
+        }
         Err(e) => DependencyPlanStatus { refused: Some(e.to_string()), ..Default::default() },
     }
 }
@@ -103,6 +103,10 @@ pub fn package_status(pkg: &SkillPackage, facts: Result<&PackageFacts, &super::c
 
     let runtime = pkg.spec.runtime.as_ref();
     status.egress = skill.egress.clone();
+    let allowed = super::egress::allowed(runtime);
+    let allowed_list = allowed.clone().unwrap_or_default();
+    status.allowed_egress = super::egress::texts(&allowed_list);
+    status.egress_not_allowed = super::egress::not_allowed(&skill.egress, &allowed_list);
     let facts = SkillFacts::from(skill);
     status.scripts = skill
         .scripts
@@ -153,7 +157,9 @@ pub fn package_status(pkg: &SkillPackage, facts: Result<&PackageFacts, &super::c
         Some(profile) => {
             let declared: BTreeSet<&str> = skill.scripts.iter().map(|s| s.decl.script.as_str()).collect();
             let undeclared: Vec<&str> = profile.allowed_scripts.iter().map(String::as_str).filter(|s| !declared.contains(s)).collect();
-            if !undeclared.is_empty() {
+            if let Err(why) = &allowed {
+                set_condition(&mut status.conditions, "Ready", false, "InvalidEgress", why.clone(), generation);
+            } else if !undeclared.is_empty() {
                 set_condition(
                     &mut status.conditions,
                     "Ready",
@@ -196,12 +202,24 @@ pub struct BindingDecision {
     pub digest: Option<String>,
     pub effective_env: Vec<String>,
     pub ignored_env: Vec<String>,
+    /// What the binding's runs may reach (see [`super::egress`]).
+    pub egress: super::egress::BindingEgress,
+    /// The skill's proposal.
+    pub proposed_egress: Vec<String>,
 }
 
 /// Decide a binding from its package and the skill names other bindings in
 /// the namespace serve (`(binding name, skill name)`).
 pub fn binding_decision(binding: &SkillBinding, package: Option<&SkillPackage>, siblings: &[(String, String)]) -> BindingDecision {
-    let mut d = BindingDecision { ready: Ok(()), skill_name: None, digest: None, effective_env: vec![], ignored_env: vec![] };
+    let mut d = BindingDecision {
+        ready: Ok(()),
+        skill_name: None,
+        digest: None,
+        effective_env: vec![],
+        ignored_env: vec![],
+        egress: Default::default(),
+        proposed_egress: vec![],
+    };
     let Some(package) = package else {
         d.ready = Err(("PackageNotFound".into(), format!("no SkillPackage named `{}`", binding.spec.package)));
         return d;
@@ -209,6 +227,8 @@ pub fn binding_decision(binding: &SkillBinding, package: Option<&SkillPackage>, 
     let status = package.status.clone().unwrap_or_default();
     d.skill_name = status.skill_name.clone();
     d.digest = status.digest.clone();
+    d.proposed_egress = status.egress.clone();
+    d.egress = super::egress::binding_egress(binding, package);
     let requested: BTreeSet<&str> = status.scripts.iter().filter(|s| s.allowed).flat_map(|s| s.env.iter().map(String::as_str)).collect();
     for grant in &binding.spec.env {
         if requested.contains(grant.name.as_str()) && !is_reserved_env(&grant.name) {
@@ -254,6 +274,10 @@ pub struct Admission {
     pub memory: String,
     pub ephemeral_storage: String,
     pub egress: bool,
+    /// The effective allowlist (`host:ports`); empty: no network at all.
+    pub egress_allowed: Vec<String>,
+    /// The skill's proposal, for the status.
+    pub egress_proposed: Vec<String>,
     /// Fetched at the run, or prepared (see [`delivery`]).
     pub delivery: PackageDelivery,
 }
@@ -355,7 +379,13 @@ pub fn admit(spec: &SkillJobSpec, binding: Option<&SkillBinding>, package: Optio
     let mut source = package.spec.source.oci.clone();
     source.reference = pinned_reference(&source.reference, &digest);
     let (image, delivery) = delivery(package)?;
+    // The fence grants the network only to a skill that proposes some and a
+    // binding that says egress: true; what it may reach is the profile's.
+    let egress_allowed =
+        if decision.egress_granted { super::egress::texts(&super::egress::binding_egress(binding, package).effective) } else { Vec::new() };
     Ok(Admission {
+        egress_allowed,
+        egress_proposed: pstatus.egress.clone(),
         skill: decision.skill.clone(),
         source,
         digest,
@@ -452,12 +482,14 @@ pub fn image_volume_support(flag: ImageVolumes, server: Option<(u32, u32)>, runt
         Some(v) if v >= (1, 35) => {}
         Some((major, minor)) if (major, minor) >= (1, 33) => {
             return Err(format!(
-                "the API server is {major}.{minor}, where the ImageVolume gate is off by default (pass --image-volumes=on if it is turned on)"
-            ))
+            "the API server is {major}.{minor}, where the ImageVolume gate is off by default (pass --image-volumes=on if it is turned on)"
+        ))
         }
         Some((major, minor)) => return Err(format!("the API server is {major}.{minor}; image volumes need 1.33 or later")),
     }
-    let runtimes = runtimes.map_err(|why| format!("the nodes' runtimes are unknown ({why}); grant the controller `list` on nodes or pass --image-volumes=on"))?;
+    let runtimes = runtimes.map_err(|why| {
+        format!("the nodes' runtimes are unknown ({why}); grant the controller `list` on nodes or pass --image-volumes=on")
+    })?;
     if runtimes.is_empty() {
         return Err("no nodes to check".into());
     }
@@ -510,7 +542,14 @@ pub fn apply_preparation(status: &mut SkillPackageStatus, progress: &super::prep
             set_condition(c, "PreparationFailed", true, reason, message.clone(), generation);
             let kept = if image.is_empty() { String::new() } else { format!(" (the last good image, {image}, is kept)") };
             let first = message.lines().next().unwrap_or_default();
-            set_condition(c, "Ready", false, "PreparationFailed", format!("the run image could not be prepared: {first}{kept}"), generation);
+            set_condition(
+                c,
+                "Ready",
+                false,
+                "PreparationFailed",
+                format!("the run image could not be prepared: {first}{kept}"),
+                generation,
+            );
         }
     }
 }
@@ -540,10 +579,8 @@ pub fn delivery(package: &SkillPackage) -> Result<(String, PackageDelivery), Adm
         && prep.package_digest == status.digest;
     let not_prepared = || AdmitRefusal::NotPrepared(name.clone());
     let image = status.image.clone().filter(|_| current).ok_or_else(not_prepared)?;
-    let env: Vec<(String, String)> = super::prepare::env_pairs(&prep.env)
-        .into_iter()
-        .filter(|(k, v)| PREPARED_ENV.iter().any(|(n, val)| n == k && val == v))
-        .collect();
+    let env: Vec<(String, String)> =
+        super::prepare::env_pairs(&prep.env).into_iter().filter(|(k, v)| PREPARED_ENV.iter().any(|(n, val)| n == k && val == v)).collect();
     match status.image_mode {
         Some(ImageMode::Composed) => Ok((image, PackageDelivery::InImage { env: env.into_iter().map(|(k, _)| k).collect() })),
         Some(ImageMode::ImageVolume) => {

@@ -50,6 +50,7 @@ fn profile(allowed: &[&str]) -> RuntimeProfile {
         image: Some("python@sha256:0123".into()),
         interpreter_path: None,
         allowed_scripts: allowed.iter().map(|s| s.to_string()).collect(),
+        allowed_egress: vec![],
         timeout_seconds: Some(120),
         resources: RunResources::default(),
         prepare: false,
@@ -150,6 +151,7 @@ fn binding(name: &str, grants: &[&str]) -> SkillBinding {
                 .map(|g| EnvGrant { name: g.to_string(), secret_key_ref: SecretKeyRef { name: "s".into(), key: g.to_lowercase() } })
                 .collect(),
             egress: false,
+            egress_hosts: None,
         },
     );
     b.metadata.namespace = Some("team".into());
@@ -412,7 +414,7 @@ mod preparation {
     //! support and what a run of a prepared package gets.
 
     use super::*;
-    use crate::api::package::{ImageMode, PrepareMode, PreparationStatus};
+    use crate::api::package::{ImageMode, PreparationStatus, PrepareMode};
     use crate::controller::builders::job::PackageDelivery;
     use crate::controller::prepare::Progress;
 
@@ -518,11 +520,7 @@ mod preparation {
         assert_eq!(image, BASE);
         assert_eq!(
             d,
-            PackageDelivery::ImageVolume {
-                reference: IMAGE.into(),
-                deps: true,
-                env: vec![("PYTHONPATH".into(), "/deps/python".into())]
-            }
+            PackageDelivery::ImageVolume { reference: IMAGE.into(), deps: true, env: vec![("PYTHONPATH".into(), "/deps/python".into())] }
         );
     }
 

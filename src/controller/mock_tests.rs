@@ -46,6 +46,8 @@ fn context() -> (Arc<Context>, Handle) {
         reconcile_concurrency: 32,
         prepare: Default::default(),
         selector: None,
+        egress_proxy: None,
+        network_policy: Default::default(),
     };
     (
         Arc::new(Context::new(client, Arc::new(Metrics::default()), config, Arc::new(NoPackages), Arc::new(super::context::NoArtifacts))),

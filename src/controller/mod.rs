@@ -6,6 +6,7 @@ pub mod binding;
 pub mod builders;
 pub mod context;
 pub mod decide;
+pub mod egress;
 pub mod lookups;
 pub mod metrics;
 pub mod package;

@@ -13,8 +13,8 @@ use kube::ResourceExt;
 
 use super::context::{apply_status, Context, Error, ResolveError, Result};
 use super::decide::{apply_preparation, dependency_plan_status, package_status, PackageFacts, REQUIREMENT_FILES};
-use crate::api::conditions::is_true;
 use crate::api::binding::SkillBinding;
+use crate::api::conditions::is_true;
 use crate::api::package::SkillPackage;
 use crate::core::discovery::{discover, Limits};
 
@@ -73,7 +73,10 @@ async fn apply(pkg: &SkillPackage, ctx: &Context) -> Result<Action> {
 /// Whether the profile itself allows runs: Ready, or held back only by the
 /// preparation ([`apply_preparation`] is the one that says so).
 fn profile_ready(status: &crate::api::package::SkillPackageStatus) -> bool {
-    status.conditions.iter().any(|c| c.type_ == "Ready" && (c.status == "True" || c.reason == "Preparing" || c.reason == "PreparationFailed"))
+    status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Ready" && (c.status == "True" || c.reason == "Preparing" || c.reason == "PreparationFailed"))
 }
 
 /// Fetch (pinning a tag to its digest; a digest in the reference must match),

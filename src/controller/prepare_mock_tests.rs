@@ -81,10 +81,12 @@ impl ArtifactStore for FakeArtifacts {
     }
     fn output_file<'a>(&'a self, _: &'a str, _: &'a str, path: &'a str) -> BoxFuture<'a, Result<Vec<u8>, ArtifactError>> {
         Box::pin(async move {
-            self.outputs
-                .as_ref()
-                .and_then(|(_, f)| f.get(path).cloned())
-                .ok_or_else(|| ArtifactError::Refused { what: path.into(), status: 404, code: None, body: String::new() })
+            self.outputs.as_ref().and_then(|(_, f)| f.get(path).cloned()).ok_or_else(|| ArtifactError::Refused {
+                what: path.into(),
+                status: 404,
+                code: None,
+                body: String::new(),
+            })
         })
     }
 }
@@ -105,7 +107,10 @@ fn build_outputs(uid: &str, exit: i32) -> (OutputManifest, BTreeMap<String, Vec<
         namespace: "skill-system".into(),
         uid: uid.into(),
         complete: true,
-        files: files.iter().map(|(p, b)| SetFile { path: p.clone(), size: b.len() as u64, digest: crate::artifacts::sha256_digest(b) }).collect(),
+        files: files
+            .iter()
+            .map(|(p, b)| SetFile { path: p.clone(), size: b.len() as u64, digest: crate::artifacts::sha256_digest(b) })
+            .collect(),
         skipped: vec![],
         skipped_omitted: 0,
     };
@@ -115,7 +120,10 @@ fn build_outputs(uid: &str, exit: i32) -> (OutputManifest, BTreeMap<String, Vec<
 /// The package archive the resolver hands out, under the pinned digest.
 struct PinnedPackage;
 impl PackageResolver for PinnedPackage {
-    fn fetch<'a>(&'a self, source: &'a crate::api::package::OciSource) -> BoxFuture<'a, Result<FetchedPackage, crate::controller::context::ResolveError>> {
+    fn fetch<'a>(
+        &'a self,
+        source: &'a crate::api::package::OciSource,
+    ) -> BoxFuture<'a, Result<FetchedPackage, crate::controller::context::ResolveError>> {
         Box::pin(async move {
             assert!(source.reference.ends_with("@sha256:abc"), "fetched by the pinned digest: {}", source.reference);
             Ok(FetchedPackage { digest: "sha256:abc".into(), archive: vec![1, 2, 3] })
@@ -183,7 +191,9 @@ fn build_job_object(name: &str, state: &str) -> Value {
     let status = match state {
         "running" => json!({ "active": 1 }),
         "complete" => json!({ "succeeded": 1, "conditions": [{ "type": "Complete", "status": "True" }] }),
-        _ => json!({ "failed": 1, "conditions": [{ "type": "Failed", "status": "True", "reason": "PodFailurePolicy", "message": "build exited 1" }] }),
+        _ => {
+            json!({ "failed": 1, "conditions": [{ "type": "Failed", "status": "True", "reason": "PodFailurePolicy", "message": "build exited 1" }] })
+        }
     };
     json!({ "apiVersion": "batch/v1", "kind": "Job",
             "metadata": { "name": name, "namespace": "skill-system", "uid": "77777777-0000-0000-0000-000000000000",
@@ -195,7 +205,8 @@ fn build_job_object(name: &str, state: &str) -> Value {
 }
 
 fn conflict() -> Response<Body> {
-    let status = json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "AlreadyExists", "code": 409, "message": "exists" });
+    let status =
+        json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "AlreadyExists", "code": 409, "message": "exists" });
     Response::builder().status(409).body(Body::from(serde_json::to_vec(&status).unwrap())).unwrap()
 }
 
@@ -356,7 +367,10 @@ async fn a_failed_build_records_why_and_keeps_the_last_good_image() {
     let s = &status["status"];
     let (failed, reason, message) = condition(s, "PreparationFailed");
     assert_eq!((failed.as_str(), reason.as_str()), ("True", "NoWheel"));
-    assert!(message.contains("exited 1") && message.contains("--- build log (tail) ---") && message.contains("no wheel of sdistonly"), "{message}");
+    assert!(
+        message.contains("exited 1") && message.contains("--- build log (tail) ---") && message.contains("no wheel of sdistonly"),
+        "{message}"
+    );
     assert_eq!(s["image"], OLD_IMAGE, "the last good image is kept");
     assert_eq!(condition(s, "Ready").1, "PreparationFailed");
     assert!(s["preparation"]["failedAttempt"].as_str().is_some());
@@ -400,7 +414,8 @@ fn prepared_package_value() -> Value {
     s["image"] = json!(IMAGE);
     s["imageMode"] = json!("composed");
     s["baseImage"] = json!(BASE_PINNED);
-    s["preparation"] = json!({ "key": "sha256:k", "preparedKey": "sha256:k", "packageDigest": "sha256:abc", "env": ["PYTHONPATH=/deps/python"] });
+    s["preparation"] =
+        json!({ "key": "sha256:k", "preparedKey": "sha256:k", "packageDigest": "sha256:abc", "env": ["PYTHONPATH=/deps/python"] });
     s["conditions"] = json!([
         { "type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1 },
         { "type": "Prepared", "status": "True", "reason": "Prepared", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1 }

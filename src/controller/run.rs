@@ -15,6 +15,7 @@ use axum::routing::get;
 use axum::Router;
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
@@ -22,7 +23,7 @@ use kube::runtime::reflector::{self, reflector, ObjectRef};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
 
-use super::builders::{LABEL_MANAGED_BY, MANAGED_BY};
+use super::builders::{LABEL_EGRESS, LABEL_MANAGED_BY, MANAGED_BY};
 use super::context::{Context, Error};
 use super::{binding, package, skilljob};
 use crate::api::binding::SkillBinding;
@@ -88,6 +89,55 @@ pub struct ControllerArgs {
     pub selector: Option<String>,
     #[command(flatten)]
     pub prepare: PrepareArgs,
+    #[command(flatten)]
+    pub egress: EgressArgs,
+}
+
+/// The egress proxy runs reach allowed hosts through, and the CNI's part.
+#[derive(Debug, clap::Args)]
+pub struct EgressArgs {
+    /// HOST:PORT of the egress proxy Service for run pods (an IP, or a name resolved here once: pods have no DNS). Without it no run gets any network.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub egress_proxy: Option<String>,
+    /// Namespace of the egress proxy pods (default: --operator-namespace).
+    #[arg(long, value_name = "NS", requires = "egress_proxy")]
+    pub egress_proxy_namespace: Option<String>,
+    /// Labels of the egress proxy pods, `key=value` (repeatable; at least one with --egress-proxy).
+    #[arg(long = "egress-proxy-pod-label", value_name = "KEY=VALUE", requires = "egress_proxy")]
+    pub egress_proxy_pod_labels: Vec<String>,
+    /// The port the proxy pods listen on, when it is not --egress-proxy's (a Service mapping another port).
+    #[arg(long, value_name = "PORT", requires = "egress_proxy")]
+    pub egress_proxy_pod_port: Option<u16>,
+    /// Whether the cluster's CNI enforces NetworkPolicy; every SkillJob shows it as its NetworkPolicyEnforced condition.
+    #[arg(long, value_enum, default_value = "unknown")]
+    pub network_policy: super::egress::NetworkPolicyEnforcement,
+}
+
+fn label_pairs(flag: &str, pairs: &[String]) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    let mut labels = std::collections::BTreeMap::new();
+    for pair in pairs {
+        let (k, v) = pair.split_once('=').with_context(|| format!("{flag} {pair:?}: use key=value"))?;
+        labels.insert(k.to_string(), v.to_string());
+    }
+    Ok(labels)
+}
+
+/// The proxy as run pods reach it: an `ip:port`, resolved here once.
+async fn egress_target(a: &EgressArgs, operator_namespace: &str) -> anyhow::Result<Option<super::context::EgressProxyTarget>> {
+    let Some(proxy) = &a.egress_proxy else { return Ok(None) };
+    let addr = tokio::net::lookup_host(proxy.as_str())
+        .await
+        .with_context(|| format!("--egress-proxy {proxy:?}: expected HOST:PORT that resolves here"))?
+        .next()
+        .with_context(|| format!("--egress-proxy {proxy:?} has no address"))?;
+    let pod_labels = label_pairs("--egress-proxy-pod-label", &a.egress_proxy_pod_labels)?;
+    anyhow::ensure!(!pod_labels.is_empty(), "--egress-proxy needs --egress-proxy-pod-label (the NetworkPolicy peer of runs with egress)");
+    Ok(Some(super::context::EgressProxyTarget {
+        address: addr.to_string(),
+        namespace: a.egress_proxy_namespace.clone().unwrap_or_else(|| operator_namespace.to_string()),
+        pod_labels,
+        pod_port: a.egress_proxy_pod_port.unwrap_or(addr.port()),
+    }))
 }
 
 /// Prepared run images (`runtime.prepare`).
@@ -146,10 +196,7 @@ pub async fn probe_image_volumes(client: &kube::Client, flag: super::decide::Ima
         .list(&kube::api::ListParams::default())
         .await
         .map(|l| {
-            l.items
-                .iter()
-                .filter_map(|n| n.status.as_ref()?.node_info.as_ref().map(|i| i.container_runtime_version.clone()))
-                .collect()
+            l.items.iter().filter_map(|n| n.status.as_ref()?.node_info.as_ref().map(|i| i.container_runtime_version.clone())).collect()
         })
         .map_err(|e| e.to_string());
     super::decide::image_volume_support(flag, version, runtimes.as_deref().map_err(Clone::clone))
@@ -164,7 +211,10 @@ async fn prepare_config(
     use super::prepare::{BaseImages, PrepareConfig};
     if let Some(repo) = &a.image_repository {
         crate::image::remote::parse_ref(repo).with_context(|| format!("--image-repository {repo:?}: expected HOST[:PORT]/REPO"))?;
-        anyhow::ensure!(!repo.contains('@') && !repo.rsplit('/').next().unwrap_or("").contains(':'), "--image-repository {repo:?}: give HOST/REPO without tag or digest");
+        anyhow::ensure!(
+            !repo.contains('@') && !repo.rsplit('/').next().unwrap_or("").contains(':'),
+            "--image-repository {repo:?}: give HOST/REPO without tag or digest"
+        );
     }
     let build_platform = match &a.build_platform {
         Some(p) => crate::image::Platform::parse(p)?,
@@ -257,6 +307,7 @@ pub async fn command(args: ControllerArgs, shutdown: crate::shutdown::Shutdown) 
         None => endpoint_port(&artifact_endpoint)?,
     };
     let (prepare, auths) = prepare_config(&args.prepare, &client, &args.operator_namespace).await?;
+    let egress_proxy = egress_target(&args.egress, &args.operator_namespace).await?;
     let images = super::prepare::images::RegistryImages::new(
         crate::oci::RegistryOptions { plain_http: args.plain_http_registries.clone(), ..Default::default() },
         auths,
@@ -274,6 +325,8 @@ pub async fn command(args: ControllerArgs, shutdown: crate::shutdown::Shutdown) 
         reconcile_concurrency: args.reconcile_concurrency,
         prepare,
         selector: args.selector,
+        egress_proxy,
+        network_policy: args.egress.network_policy,
     };
     // Every SkillJob pulls its pinned package: keep up to 64 MiB of them.
     let resolver = Arc::new(PinnedCache::new(Arc::new(OciResolver { plain_http: args.plain_http_registries }), 64 << 20));
@@ -357,10 +410,27 @@ pub async fn run(ctx: Arc<Context>, listen: SocketAddr, shutdown: crate::shutdow
         reflector(policy_writer, watcher(Api::<NetworkPolicy>::all(client.clone()), children).modify(|p| p.managed_fields_mut().clear()))
             .default_backoff()
             .touched_objects();
+    // Pods of runs with egress: their address must reach the proxy before
+    // the script starts, so the pod's own events wake its SkillJob (through
+    // the owning Job in the cache: pod labels are the creator's to write).
+    let egress_pods = watcher(
+        Api::<Pod>::all(client.clone()),
+        watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_EGRESS}=true")),
+    )
+    .default_backoff()
+    .applied_objects();
+    let owners = ctx.lookups.clone();
     let jobs = Controller::new(Api::<SkillJob>::all(client.clone()), ours())
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.config.reconcile_concurrency))
         .owns_stream(job_events)
         .owns_stream(policy_events)
+        .watches_stream(egress_pods, move |pod: Pod| {
+            let ns = pod.namespace()?;
+            let job = pod.owner_references().iter().find(|o| o.kind == "Job" && o.controller == Some(true))?.name.clone();
+            let job = owners.cached_job(&ns, &job)?;
+            let owner = job.owner_references().iter().find(|o| o.kind == "SkillJob" && o.controller == Some(true))?.name.clone();
+            Some(ObjectRef::<SkillJob>::new(&owner).within(&ns))
+        })
         .graceful_shutdown_on(shutdown.wait_owned())
         .run(skilljob::reconcile, error_policy::<SkillJob>("SkillJob"), ctx.clone())
         .for_each(|_| async {});

@@ -29,6 +29,12 @@ pub struct ProxyArgs {
     /// The jobs: JSON {"jobs": [{"namespace", "uid", "source", "allow", "limits"}]}, re-read when it changes.
     #[arg(long, value_name = "FILE")]
     pub jobs: Option<PathBuf>,
+    /// Serve the SkillJobs the controller sealed (watches SkillJobs in every namespace; needs get/list/watch on skilljobs).
+    #[arg(long, conflicts_with = "jobs")]
+    pub watch_skilljobs: bool,
+    /// With --watch-skilljobs: only SkillJobs with this label (`key=value`), like the controller's --selector.
+    #[arg(long, value_name = "KEY=VALUE", requires = "watch_skilljobs")]
+    pub skilljob_selector: Option<String>,
     /// Never dial this range (repeatable): the cluster's pod and service CIDRs.
     #[arg(long = "deny-cidr", value_name = "CIDR")]
     pub deny_cidrs: Vec<IpNet>,
@@ -126,6 +132,8 @@ pub enum CommandError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot reach the Kubernetes API for --watch-skilljobs (in-cluster config or KUBECONFIG): {0}")]
+    Kube(#[source] kube::Error),
     #[error("the proxy stopped: {0}")]
     Serve(#[source] std::io::Error),
 }
@@ -140,6 +148,15 @@ pub async fn run(args: ProxyArgs, shutdown: impl Future<Output = ()>) -> Result<
     if let Some(path) = &args.jobs {
         registry.load_file(path)?;
         watcher = Some(tokio::spawn(watch_jobs(registry.clone(), path.clone())));
+    }
+    if args.watch_skilljobs {
+        let client = kube::Client::try_default().await.map_err(CommandError::Kube)?;
+        let mut config = kube::runtime::watcher::Config::default();
+        if let Some(selector) = &args.skilljob_selector {
+            config = config.labels(selector);
+        }
+        let api = kube::Api::<crate::api::job::SkillJob>::all(client);
+        watcher = Some(tokio::spawn(super::cluster::watch(api, config, registry.clone(), key.clone())));
     }
     let proxy = Proxy::new(args.config(key), Arc::new(registry.clone()), Arc::new(SystemResolver))?;
     let listener = tokio::net::TcpListener::bind(args.listen).await.map_err(|source| CommandError::Listen { addr: args.listen, source })?;

@@ -18,6 +18,8 @@
 //! - [`config`]: every bound in one place; [`refusal`]: reason codes.
 //! - `head`, `splice`, `proxy`, `server`: request heads, byte moving,
 //!   the per-request sequence, the listeners.
+//! - [`cluster`]: in the cluster, the jobs are the SkillJobs the controller
+//!   sealed (watched; the pod address and allowlist from their status).
 //! - [`forward`]: the TCP → unix-socket relay for a sandbox.
 //! - [`metrics`]; `command`: the `egress-proxy` subcommand.
 //!
@@ -56,6 +58,7 @@
 
 pub mod addr;
 pub mod allowlist;
+pub mod cluster;
 mod command;
 pub mod config;
 pub mod forward;

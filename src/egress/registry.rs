@@ -184,6 +184,11 @@ impl MemoryRegistry {
         *jobs = next;
     }
 
+    /// A job's current spec (a copy).
+    pub fn job_spec(&self, id: &JobId) -> Option<JobSpec> {
+        self.jobs.read().unwrap_or_else(|poisoned| poisoned.into_inner()).get(id).map(|e| e.spec.clone())
+    }
+
     pub fn len(&self) -> usize {
         self.jobs.read().unwrap_or_else(|poisoned| poisoned.into_inner()).len()
     }

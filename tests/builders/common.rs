@@ -189,10 +189,8 @@ pub(crate) fn netpol_params_egress() -> NetPolParams {
 
 // ------------------------------------------------------ prepared packages
 
-pub(crate) const PREPARED_IMAGE: &str =
-    "127.0.0.1:5000/prepared@sha256:1111111111111111111111111111111111111111111111111111111111111111";
-pub(crate) const BASE_PINNED: &str =
-    "127.0.0.1:5000/runtime@sha256:2222222222222222222222222222222222222222222222222222222222222222";
+pub(crate) const PREPARED_IMAGE: &str = "127.0.0.1:5000/prepared@sha256:1111111111111111111111111111111111111111111111111111111111111111";
+pub(crate) const BASE_PINNED: &str = "127.0.0.1:5000/runtime@sha256:2222222222222222222222222222222222222222222222222222222222222222";
 pub(crate) const PACKAGE: &str = "weather-1";
 pub(crate) const PACKAGE_UID: &str = "99999999-8888-7777-6666-555555555555";
 pub(crate) const BUILD: &str = "skillbuild-0a1b2c3d4e5f";

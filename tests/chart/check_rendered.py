@@ -47,7 +47,7 @@ RESTRICTED_VOLUMES = {
     "persistentVolumeClaim", "projected", "secret", "image",
 }
 # Components whose pods may carry a ServiceAccount token (they call the API).
-API_COMPONENTS = {"controller", "artifacts", "gateway"}
+API_COMPONENTS = {"controller", "artifacts", "gateway", "egress-proxy"}
 
 failures = []
 passes = []
@@ -249,6 +249,42 @@ def _(objs, value):
 
 
 gateway_checks.register(expect)
+INTERNAL_V4 = {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16", "127.0.0.0/8"}
+INTERNAL_V6 = {"fc00::/7", "fe80::/10", "::1/128"}
+
+
+def proxy_policy_problems(policy, deploy):
+    problems = []
+    spec = policy["spec"]
+    if spec["podSelector"]["matchLabels"] != deploy["spec"]["selector"]["matchLabels"]:
+        problems.append("the policy does not select the proxy pods")
+    if sorted(spec.get("policyTypes") or []) != ["Egress", "Ingress"]:
+        problems.append(f"policyTypes {spec.get('policyTypes')}")
+    args = args_of(deploy)
+    denied = {a.split("=", 1)[1] for a in args if a.startswith("--deny-cidr=")}
+    for rule in spec.get("ingress") or []:
+        if not rule.get("from") or not rule.get("ports"):
+            problems.append(f"an ingress rule open to everything: {rule}")
+    for rule in spec.get("egress") or []:
+        to, ports = rule.get("to"), rule.get("ports")
+        if not to or not ports:
+            problems.append(f"an egress rule without peers or ports (allow-all): {rule}")
+            continue
+        port_numbers = {p.get("port") for p in ports}
+        for peer in to:
+            if "ipBlock" in peer:
+                block = peer["ipBlock"]
+                if block["cidr"] in ("0.0.0.0/0", "::/0"):
+                    v6 = ":" in block["cidr"]
+                    need = (INTERNAL_V6 if v6 else INTERNAL_V4) | {c for c in denied if (":" in c) == v6}
+                    missing = need - set(block.get("except") or [])
+                    if missing:
+                        problems.append(f"{block['cidr']} does not except {sorted(missing)}")
+                    if 53 in port_numbers:
+                        problems.append("DNS to the internet")
+            elif port_numbers != {53}:
+                problems.append(f"an in-cluster peer other than DNS: {peer} on {sorted(port_numbers)}")
+    return problems
 
 
 def main():
@@ -315,7 +351,26 @@ def main():
             peer.append(f"artifacts container ports {ports}, want [8443] (the runs' NetworkPolicy port)")
     else:
         peer.append("controller or artifacts Deployment missing")
+    # The egress proxy: the runs' second peer, when deployed.
+    if "egress-proxy" in deps and "controller" in deps:
+        flags = dict(a.split("=", 1)[1].split("=", 1) for a in args_of(deps["controller"])
+                     if a.startswith("--egress-proxy-pod-label="))
+        proxy = deps["egress-proxy"]
+        if flags != proxy["spec"]["selector"]["matchLabels"]:
+            peer.append(f"--egress-proxy-pod-label {flags} != egress-proxy selector {proxy['spec']['selector']['matchLabels']}")
+        ports = [p["containerPort"] for p in proxy["spec"]["template"]["spec"]["containers"][0]["ports"]]
+        if ports[:1] != [3128]:
+            peer.append(f"egress-proxy container ports {ports}, want 3128 first (the runs' NetworkPolicy port)")
+    elif any(a.startswith("--egress-proxy=") for a in args_of(deps.get("controller", {"spec": {"template": {"spec": {"containers": [{}]}}}}))):
+        peer.append("the controller names an egress proxy that is not deployed")
     check("peer-labels", peer)
+
+    # The proxy's own NetworkPolicy: internet only (public addresses, the
+    # pod/service ranges excepted), DNS pods, the API server; nothing else.
+    policies = [o for o in objs if o["kind"] == "NetworkPolicy"
+                and (o["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "egress-proxy"]
+    if "egress-proxy" in deps and policies:
+        check("egress-proxy-policy", proxy_policy_problems(policies[0], deps["egress-proxy"]))
 
     monitors = [o for o in objs if o["kind"] == "ServiceMonitor"]
     sm = []

@@ -102,7 +102,7 @@ check_fails "helm template without artifacts.registry fails closed" "artifacts.r
 check "helm template (values-min.yaml)" render min -f "$HERE/values-min.yaml"
 check "helm template (values-all.yaml)" render all -f "$HERE/values-all.yaml"
 check "helm template (gateway on, no API access for artifacts)" render variant -f "$HERE/values-min.yaml" \
-  --set gateway.enabled=true --set artifacts.rbac.getSkillJobs=false --set crds.install=false \
+  --set gateway.enabled=true --set artifacts.rbac.getSkillJobs=false --set crds.install=false --set egressProxy.enabled=false \
   --set image.tag=1.2.3
 check "helm template (gateway off)" render gw-off -f "$HERE/values-min.yaml" --set gateway.enabled=false
 check "helm template (gateway: 1 replica, no NetworkPolicy)" render gw-one -f "$HERE/values-min.yaml" \
@@ -145,6 +145,11 @@ D1=sha256:1111111111111111111111111111111111111111111111111111111111111111
 check "checks (values-min.yaml)" rendered min \
   --expect kinds=ClusterRole,ClusterRoleBinding,CustomResourceDefinition,Deployment,NetworkPolicy,PodDisruptionBudget,Role,RoleBinding,Secret,Service,ServiceAccount \
   --expect rule=controller:skill-operator.dev:skilljobs:get+list+watch+patch+update \
+  --expect rule=egress-proxy:skill-operator.dev:skilljobs:get+list+watch \
+  --expect rule=egress-proxy::secrets: \
+  --expect "controller-arg=--egress-proxy=$RELEASE-skill-operator-egress-proxy.$NS.svc:3128" \
+  --expect controller-arg=--network-policy=unknown \
+  --expect controller-arg=--egress-proxy-pod-port=3128 \
   --expect rule=controller:skill-operator.dev:skilljobs/status:get+patch+update \
   --expect rule=controller:skill-operator.dev:skilljobs/finalizers:update \
   --expect rule=controller:batch:jobs:get+list+watch+create+delete \
@@ -172,6 +177,8 @@ check "checks (values-min.yaml)" rendered min \
   --expect no-gateway-arg=--authorization-server --expect no-gateway-arg=--plain-http-registry
 check "checks (values-all.yaml)" rendered all \
   --expect kinds=ClusterRole,ClusterRoleBinding,CustomResourceDefinition,Deployment,NetworkPolicy,PodDisruptionBudget,Role,RoleBinding,Service,ServiceAccount,ServiceMonitor \
+  --expect controller-arg=--egress-proxy=10.96.100.11:3128 \
+  --expect controller-arg=--network-policy=enforced \
   --expect image-digest=$D1 \
   --expect pull-secret=regcred \
   --expect controller-arg=--label-namespaces \
@@ -194,9 +201,10 @@ check "checks (values-all.yaml)" rendered all \
 check "checks (gateway on, artifacts without API access)" rendered variant \
   --expect kinds=ClusterRole,ClusterRoleBinding,Deployment,NetworkPolicy,PodDisruptionBudget,Role,RoleBinding,Secret,Service,ServiceAccount \
   --expect rule=artifacts:skill-operator.dev:skilljobs: \
+  --expect no-controller-arg=--egress-proxy \
   --expect controller-arg=--operator-image=ghcr.io/example/skill-operator:1.2.3
 check "checks (gateway off)" rendered gw-off --expect gateway=absent \
-  --expect kinds=ClusterRole,ClusterRoleBinding,CustomResourceDefinition,Deployment,Secret,Service,ServiceAccount
+  --expect kinds=ClusterRole,ClusterRoleBinding,CustomResourceDefinition,Deployment,NetworkPolicy,Secret,Service,ServiceAccount
 check "checks (gateway: 1 replica, no NetworkPolicy)" rendered gw-one \
   --expect gateway-pdb=absent --expect gateway-netpol=absent
 check "checks (tests/kind/run.sh's local-cluster values)" rendered kind \
@@ -310,6 +318,9 @@ bad 'gateway.auth.allowAnonymous: "yes"' --set-string gateway.auth.allowAnonymou
 bad "gateway.auth.publicUrl without a scheme" --set gateway.auth.publicUrl=mcp.example.com
 bad "gateway.networkPolicy.apiServer.cidrs: a host name" --set 'gateway.networkPolicy.apiServer.cidrs[0]=api.example'
 bad "gateway.networkPolicy.registries: a rule without ports" --set 'gateway.networkPolicy.registries[0].cidr=10.0.0.1/32'
+bad "cluster.networkPolicy: maybe" --set cluster.networkPolicy=maybe
+bad "egressProxy.networkPolicy.ports: [] (nothing to serve)" --set 'egressProxy.networkPolicy.ports=null'
+bad "egressProxy.podCIDRs: a host name" --set 'egressProxy.podCIDRs[0]=pods.example' 
 
 # -------------------------------------------------------------------- samples
 check "samples: custom resources against the CRD schemas, references" \

@@ -139,8 +139,8 @@ pub(crate) async fn install_crds(client: &Client) {
     .await;
 }
 
-/// Serves the csv-stats sample as the package behind any reference.
-struct SamplePackage;
+/// Serves one sample skill (`config/samples/skills/<name>`) as the package behind any reference.
+struct SamplePackage(&'static str);
 
 impl PackageResolver for SamplePackage {
     fn fetch<'a>(
@@ -148,15 +148,27 @@ impl PackageResolver for SamplePackage {
         _: &'a skill_operator::api::package::OciSource,
     ) -> BoxFuture<'a, Result<FetchedPackage, skill_operator::controller::context::ResolveError>> {
         Box::pin(async {
-            let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/samples/skills/csv-stats");
+            let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/samples/skills").join(self.0);
             let archive = skill_operator::core::package::build_from_dir(&dir)?;
             Ok(FetchedPackage { digest: skill_operator::core::package::digest(&archive), archive })
         })
     }
 }
 
+#[allow(dead_code)] // each suite uses one of the two
 pub(crate) fn spawn_controller(client: Client) -> tokio::task::JoinHandle<()> {
-    let config = OperatorConfig {
+    spawn_controller_with(client, "csv-stats", |_| {})
+}
+
+/// The controller serving the sample `sample` for every package, its
+/// configuration adjusted by `tweak`.
+#[allow(dead_code)]
+pub(crate) fn spawn_controller_with(
+    client: Client,
+    sample: &'static str,
+    tweak: impl FnOnce(&mut OperatorConfig),
+) -> tokio::task::JoinHandle<()> {
+    let mut config = OperatorConfig {
         operator_image: "registry.local/skill-operator@sha256:0000000000000000000000000000000000000000000000000000000000000000".into(),
         artifact_endpoint: "http://10.0.0.10:8443".into(),
         artifact_port: 8443,
@@ -168,12 +180,15 @@ pub(crate) fn spawn_controller(client: Client) -> tokio::task::JoinHandle<()> {
         reconcile_concurrency: 32,
         prepare: Default::default(),
         selector: None,
+        egress_proxy: None,
+        network_policy: Default::default(),
     };
+    tweak(&mut config);
     let ctx = Arc::new(Context::new(
         client,
         Arc::new(Metrics::default()),
         config,
-        Arc::new(SamplePackage),
+        Arc::new(SamplePackage(sample)),
         Arc::new(skill_operator::controller::context::NoArtifacts),
     ));
     tokio::spawn(async move {

@@ -9,7 +9,14 @@
 #     staged input, one that times out (TimedOut) and one deleted while it
 #     runs (gone within 5 s of the delete, its script stopped),
 #   - checks every run pod the API server admitted (restricted + hardening),
-#   - checks that a finished run leaves no Job, pod, Secret or NetworkPolicy.
+#   - checks that a finished run leaves no Job, pod, Secret or NetworkPolicy,
+#   - egress: a run allowed one host (a test HTTP server on this machine at the
+#     pod gateway) reaches it through the chart's egress proxy, and a host it is
+#     not allowed (the node's address) is refused by the proxy with its 403
+#     reason in the run's stdout; its NetworkPolicy (artifact endpoint + proxy,
+#     no DNS) and the proxy's own were admitted (this cluster's CNI does not
+#     enforce them, so they are checked as objects), the pod's address was
+#     recorded, and a run without egress gets no proxy and no proxy rule.
 # The last line is "kind: N passed, N failed"; the exit status is 1 when any
 # check failed. Without a reachable cluster it prints SKIPPED (and fails
 # when SKILL_OPERATOR_REQUIRE_GATED=1).
@@ -24,7 +31,11 @@
 #   ARTIFACTS_CLUSTER_IP a free ClusterIP for the artifact endpoint (clusters without
 #                        DNS need it; default 10.0.0.50 on the local cluster, empty elsewhere)
 #   GATEWAY_CLUSTER_IP   a free ClusterIP for the gateway, which this machine reaches
-#                        (default 10.0.0.51 on the local cluster; empty: gateway checks not run)
+#                        (default 10.0.0.52 on the local cluster; empty: gateway checks not run)
+#   EGRESS_CLUSTER_IP    likewise for the egress proxy (default 10.0.0.51 on the local cluster)
+#   EGRESS_PORT          the port of the egress test server on this machine (default 18080)
+#   E2E_RELEASE, E2E_OPERATOR_NS, E2E_NS  release and namespaces (default e2e,
+#                        skill-e2e-system, skills-e2e): two suites on one cluster
 #   RUN_IMAGE            the run image (default IMAGE_REGISTRY/runtime:trixie) and
 #   PYTHON, NODE, BASH   its interpreter paths (default /usr/bin/python3, /usr/bin/node, /bin/bash)
 #   KEEP=1               leave the namespaces and release in place afterwards
@@ -73,9 +84,13 @@ POD_GW="${POD_GW:-10.88.0.1}"
 REGISTRY_PID=""
 cleanup() {
   [[ -n "$REGISTRY_PID" ]] && kill "$REGISTRY_PID" 2>/dev/null
+  [[ -n "${EGRESS_SERVER_PID:-}" ]] && kill "$EGRESS_SERVER_PID" 2>/dev/null
+  [[ -n "${EGRESS_PROXY_PID:-}" ]] && kill "$EGRESS_PROXY_PID" 2>/dev/null
+  [[ -n "${POLICY_WATCH_PID:-}" ]] && kill "$POLICY_WATCH_PID" 2>/dev/null
   [[ -n "${WATCH_PID:-}" ]] && kill "$WATCH_PID" 2>/dev/null
   if [[ "${KEEP:-}" != 1 ]]; then
     "$KUBECTL" delete namespace "$NS" "$NS-empty" --wait=false >/dev/null 2>&1
+    "$KUBECTL" delete namespace "$NS-off" --wait=false >/dev/null 2>&1
     "$HELM" uninstall "$RELEASE" -n "$OPNS" >/dev/null 2>&1
     "$KUBECTL" delete namespace "$OPNS" --wait=false >/dev/null 2>&1
   fi
@@ -95,13 +110,22 @@ if [[ -z "${ARTIFACT_REGISTRY:-}" ]]; then
   REGISTRY_PID=$!
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:5001/v2/" >/dev/null && break; sleep 0.1; done
 fi
-if [[ $LOCAL == 1 ]]; then ARTIFACTS_CLUSTER_IP="${ARTIFACTS_CLUSTER_IP-10.0.0.50}"; fi
+if [[ $LOCAL == 1 ]]; then
+  ARTIFACTS_CLUSTER_IP="${ARTIFACTS_CLUSTER_IP-10.0.0.50}"
+  EGRESS_CLUSTER_IP="${EGRESS_CLUSTER_IP-10.0.0.51}"
+fi
 ARTIFACTS_CLUSTER_IP="${ARTIFACTS_CLUSTER_IP:-}"
-if [[ $LOCAL == 1 ]]; then GATEWAY_CLUSTER_IP="${GATEWAY_CLUSTER_IP-10.0.0.51}"; fi
+if [[ $LOCAL == 1 ]]; then GATEWAY_CLUSTER_IP="${GATEWAY_CLUSTER_IP-10.0.0.52}"; fi
 GATEWAY_CLUSTER_IP="${GATEWAY_CLUSTER_IP:-}"
+EGRESS_CLUSTER_IP="${EGRESS_CLUSTER_IP:-}"
+EGRESS_PORT="${EGRESS_PORT:-18080}"
 RUN_IMAGE="${RUN_IMAGE:-$IMAGE_REGISTRY/runtime:trixie}"
 PYTHON="${PYTHON:-/usr/bin/python3}" NODE="${NODE:-/usr/bin/node}" BASH_PATH="${BASH:-/bin/bash}"
-RELEASE=e2e OPNS=skill-e2e-system NS=skills-e2e
+RELEASE="${E2E_RELEASE:-e2e}" OPNS="${E2E_OPERATOR_NS:-skill-e2e-system}" NS="${E2E_NS:-skills-e2e}"
+# SkillPackages are cluster-scoped and named by digest: a second suite (another
+# registry, so another source) needs its own names.
+PKG_SUFFIX=""
+[[ "$RELEASE" != e2e ]] && PKG_SUFFIX="-$RELEASE"
 K() { "$KUBECTL" -n "$NS" "$@"; }
 
 # ------------------------------------------------------------ operator image
@@ -123,6 +147,22 @@ for crd in skillpackages skillbindings skilljobs; do
     "$KUBECTL" annotate crd "$crd.skill-operator.dev" meta.helm.sh/release-name="$RELEASE" meta.helm.sh/release-namespace="$OPNS" --overwrite >/dev/null
   fi
 done
+[[ -n "$EGRESS_CLUSTER_IP" ]] && helm_args+=(--set "egressProxy.service.clusterIP=$EGRESS_CLUSTER_IP")
+# Runs reach the egress proxy as a process on this machine (at the pod gateway):
+# this cluster masquerades a pod reaching a Service on its own bridge, which
+# would hide the pod's address the proxy checks credentials against. The
+# chart's proxy is installed as well (its pod, RBAC and policy are checked).
+# The egress test server is on this machine too, a private address the proxy
+# may dial on purpose. The cluster's CNI does not enforce NetworkPolicy (said so).
+EGRESS_PROXY_PORT="${EGRESS_PROXY_PORT:-13128}"
+helm_args+=(--set "egressProxy.allowCIDRs[0]=$POD_GW/32" --set cluster.networkPolicy=not-enforced
+  --set "egressProxy.addressOverride=$POD_GW:$EGRESS_PROXY_PORT")
+# CRDs installed by something else (kubectl apply) cannot be adopted by Helm:
+# bring them to this version's schema and let the release leave them alone.
+if "$KUBECTL" get crd skilljobs.skill-operator.dev -o jsonpath='{.metadata.annotations.meta\.helm\.sh/release-name}' 2>/dev/null | grep -qvx "$RELEASE" \
+  || [[ -n "$("$KUBECTL" get crd skilljobs.skill-operator.dev -o name 2>/dev/null)" && -z "$("$KUBECTL" get crd skilljobs.skill-operator.dev -o jsonpath='{.metadata.annotations.meta\.helm\.sh/release-name}')" ]]; then
+  "$KUBECTL" apply --server-side --force-conflicts -f "$ROOT/crds/" >/dev/null && helm_args+=(--set crds.install=false)
+fi
 check "helm install" "$HELM" upgrade --install "$RELEASE" "$ROOT/charts/skill-operator" -n "$OPNS" --create-namespace --force-conflicts \
   --wait --timeout 240s "${helm_args[@]}"
 [[ $FAIL == 0 ]] || { "$KUBECTL" -n "$OPNS" get pods -o wide; "$KUBECTL" -n "$OPNS" logs deploy/"$RELEASE"-skill-operator-controller --tail=20; finish; }
@@ -140,13 +180,17 @@ YAML
 # Every pod version the API server stores in the namespace, for the admission checks.
 "$KUBECTL" -n "$NS" get pods --watch --output-watch-events -o json >"$WORK/pods.jsonl" 2>/dev/null &
 WATCH_PID=$!
+# Every NetworkPolicy version too: a run's policy is gone once its result is in.
+"$KUBECTL" -n "$NS" get networkpolicies --watch --output-watch-events -o json >"$WORK/policies.jsonl" 2>/dev/null &
+POLICY_WATCH_PID=$!
 
 # ----------------------------------------------------------- packages, bindings
 # bind SKILL_DIR INTERPRETER PATH SCRIPT: push, give it a runtime profile, bind it.
 bind() {
   local dir="$1" interpreter="$2" path="$3" script="$4" skill pkg
   skill="$(basename "$dir")"
-  "$BIN" package push "$dir" --registry "$ARTIFACT_REGISTRY/skills" --tag e2e --plain-http 2>>"$WORK/push.log" | grep -v '^#' >"$WORK/$skill.yaml" || return 1
+  "$BIN" package push "$dir" --registry "$ARTIFACT_REGISTRY/skills" --tag e2e --plain-http 2>>"$WORK/push.log" | grep -v '^#' \
+    | sed "0,/^  name: /s/^\(  name: .*\)$/\1$PKG_SUFFIX/" >"$WORK/$skill.yaml" || return 1
   pkg="$(awk '/^  name:/ {print $2; exit}' "$WORK/$skill.yaml")"
   "$KUBECTL" apply -f "$WORK/$skill.yaml" >/dev/null || return 1
   "$KUBECTL" patch skillpackage "$pkg" --type merge -p "{\"spec\":{\"runtime\":{\"interpreter\":\"$interpreter\",\"image\":\"$RUN_IMAGE\",\"interpreterPath\":\"$path\",\"allowedScripts\":[\"$script\"]}}}" >/dev/null || return 1
@@ -280,7 +324,7 @@ gateway_setup() {
   for _ in $(seq 60); do curl -sf "$GW/readyz" >/dev/null && return 0; sleep 1; done
   echo "the gateway at $GW never became ready"; return 1
 }
-gw() { "$PY" "$ROOT/tests/kind/gateway_client.py" "$1" "$GW" "$NS" "$NS2" "$ALLOWED" "$DENIED"; }
+gw() { "$ROOT/target/test-deps/venv/bin/python" "$ROOT/tests/kind/gateway_client.py" "$1" "$GW" "$NS" "$NS2" "$ALLOWED" "$DENIED"; }
 gateway_bind() {
   local out="$WORK/gw-bind.out"
   gw bind >"$out" 2>&1 &
@@ -305,6 +349,125 @@ if [[ -n "$GATEWAY_CLUSTER_IP" ]] && check "gateway: agents, namespaces, ready" 
   check "gateway: no other namespace, session or job reachable" gw isolation
   check "gateway: a new binding brings the tools with list_changed" gateway_bind
 fi
+# ------------------------------------------------------------------- egress
+# A test server on this machine (the pod gateway); the run's only way there is
+# the chart's egress proxy, which allows it by an IP entry (pods have no DNS).
+printf '%s' "$KEY" >"$WORK/token-key"
+SKILL_OPERATOR_LOG=info "$BIN" egress-proxy --listen "$POD_GW:$EGRESS_PROXY_PORT" --token-key-file "$WORK/token-key" --watch-skilljobs \
+  --allow-cidr "$POD_GW/32" >"$WORK/egress-proxy.log" 2>&1 &
+EGRESS_PROXY_PID=$!
+for _ in $(seq 100); do grep -q "SkillJobs listed" "$WORK/egress-proxy.log" && break; sleep 0.1; done
+check "the egress proxy (host process) watches SkillJobs" grep -q "SkillJobs listed" "$WORK/egress-proxy.log"
+mkdir -p "$WORK/www"
+echo egress-ok >"$WORK/www/index.html"
+"$PY" -m http.server "$EGRESS_PORT" --bind 0.0.0.0 --directory "$WORK/www" >"$WORK/egress-server.log" 2>&1 &
+EGRESS_SERVER_PID=$!
+for _ in $(seq 50); do curl -sf "http://127.0.0.1:$EGRESS_PORT/" >/dev/null && break; sleep 0.1; done
+ALLOWED="$POD_GW:$EGRESS_PORT"
+seen_by_server() { grep -v '^127\.0\.0\.1 ' "$WORK/egress-server.log" | grep -c '"GET / HTTP'; }
+bind_egress() {
+  local dir="$ROOT/tests/kind/skills/e2e-egress" pkg
+  "$BIN" package push "$dir" --registry "$ARTIFACT_REGISTRY/skills" --tag e2e --plain-http 2>>"$WORK/push.log" | grep -v '^#' \
+    | sed "0,/^  name: /s/^\(  name: .*\)$/\1$PKG_SUFFIX/" >"$WORK/e2e-egress.yaml" || return 1
+  pkg="$(awk '/^  name:/ {print $2; exit}' "$WORK/e2e-egress.yaml")"
+  "$KUBECTL" apply -f "$WORK/e2e-egress.yaml" >/dev/null || return 1
+  "$KUBECTL" patch skillpackage "$pkg" --type merge -p "{\"spec\":{\"runtime\":{\"interpreter\":\"python\",\"image\":\"$RUN_IMAGE\",\"interpreterPath\":\"$PYTHON\",\"allowedScripts\":[\"scripts/fetch.py\"],\"allowedEgress\":[\"$ALLOWED\"]}}}" >/dev/null || return 1
+  "$KUBECTL" wait --for=condition=Ready "skillpackage/$pkg" --timeout=120s >/dev/null || return 1
+  K apply -f - >/dev/null <<YAML || return 1
+apiVersion: skill-operator.dev/v1alpha1
+kind: SkillBinding
+metadata: { name: e2e-egress }
+spec: { package: $pkg, egress: true }
+YAML
+  # The same package bound without egress (another namespace: one skill name per namespace).
+  "$KUBECTL" -n "$NS-off" apply -f - >/dev/null <<YAML || return 1
+apiVersion: skill-operator.dev/v1alpha1
+kind: SkillBinding
+metadata: { name: e2e-egress-off }
+spec: { package: $pkg }
+YAML
+  K wait --for=condition=Ready skillbinding/e2e-egress --timeout=60s >/dev/null || return 1
+  [[ "$(K get skillbinding e2e-egress -o jsonpath='{.status.effectiveEgress}')" == *"$ALLOWED"* ]] || { echo "binding status: $(K get skillbinding e2e-egress -o jsonpath='{.status}')"; return 1; }
+}
+"$KUBECTL" apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: $NS-off
+  labels: { pod-security.kubernetes.io/enforce: restricted }
+YAML
+check "bind e2e-egress (python, allowed $ALLOWED)" bind_egress
+
+egress_run() {
+  local uid phase out refused="http://${NODE_IP:-192.0.2.2}:$EGRESS_PORT/"
+  uid="$(skilljob egress e2e-egress scripts/fetch.py "" "http://$ALLOWED/" "$refused")" || return 1
+  # The pod's address is recorded (sealed) for the proxy while the run is on.
+  phase="$(finished egress)"
+  [[ "$phase" == Succeeded ]] || { echo "phase $phase: $(K get skilljob egress -o jsonpath='{.status.message}')"; return 1; }
+  [[ -n "$(K get skilljob egress -o jsonpath='{.status.egress.podIp}')" ]] || { echo "no pod address recorded: $(K get skilljob egress -o jsonpath='{.status.egress}')"; return 1; }
+  [[ "$(K get skilljob egress -o jsonpath='{.status.egress.allowed}')" == *"$ALLOWED"* ]] || return 1
+  out="$(artifact "$uid/outputs/result/stdout")" || { echo "stdout not stored"; return 1; }
+  echo "$out" >"$WORK/egress-stdout"
+  [[ "$out" == *"proxy: set"* ]] || { echo "no proxy in the run's env: $out"; return 1; }
+  [[ "$out" == *"OK http://$ALLOWED/ 200 egress-ok"* ]] || { echo "the allowed host was not reached: $out"; return 1; }
+  [[ "$out" == *"REFUSED $refused 403 egress refused ("* ]] || { echo "the other host was not refused by the proxy with its reason: $out"; return 1; }
+  grep -E "^(OK|REFUSED)" <<<"$out" | sed 's/^/     run stdout: /'
+  [[ "$(seen_by_server)" == 1 ]] || { echo "the test server saw $(seen_by_server) requests, want 1 (through the proxy)"; return 1; }
+  echo "$uid" >"$WORK/egress-uid"
+}
+check "a run reaches its allowed host through the proxy; another host gets the proxy's 403 and reason" egress_run
+
+egress_off() {
+  local uid out
+  KOFF() { "$KUBECTL" -n "$NS-off" "$@"; }
+  KOFF apply -f - >/dev/null <<YAML || return 1
+apiVersion: skill-operator.dev/v1alpha1
+kind: SkillJob
+metadata: { name: egress-off }
+spec: { binding: e2e-egress-off, script: scripts/fetch.py, args: [] }
+YAML
+  uid="$(KOFF get skilljob egress-off -o jsonpath='{.metadata.uid}')" || return 1
+  KOFF wait --for=jsonpath='{.status.conditions[?(@.type=="Complete")].status}'=True skilljob/egress-off --timeout=240s >/dev/null || return 1
+  out="$(curl -sf -H "Authorization: Bearer $OPERATOR" "$ENDPOINT/jobs/$NS-off/$uid/outputs/result/stdout")" || { echo "stdout not stored"; return 1; }
+  [[ "$out" == *"proxy: none"* ]] || { echo "a run without egress got a proxy: $out"; return 1; }
+  local allowed
+  allowed="$(KOFF get skilljob egress-off -o jsonpath='{.status.egress.allowed}')"
+  [[ -z "$allowed" || "$allowed" == "[]" ]] || { echo "an allowlist without egress: $allowed"; return 1; }
+}
+check "a run whose binding does not allow egress gets no proxy (and no allowlist)" egress_off
+
+# The policies as the API server admitted them (the CNI does not enforce them).
+policies_admitted() {
+  "$PY" - "$WORK/policies.jsonl" "$(cat "$WORK/egress-uid")" <<'PYEOF' || return 1
+import json, sys
+path, uid = sys.argv[1], sys.argv[2]
+dec, text, seen = json.JSONDecoder(), open(path).read(), None
+i = 0
+while i < len(text):
+    while i < len(text) and text[i].isspace():
+        i += 1
+    if i >= len(text):
+        break
+    ev, i = dec.raw_decode(text, i)
+    obj = ev.get("object", ev)
+    if obj.get("metadata", {}).get("labels", {}).get("skill-operator.dev/skilljob-uid") == uid:
+        seen = obj
+if seen is None:
+    sys.exit("the egress run's NetworkPolicy was never admitted")
+spec = seen["spec"]
+rules = spec.get("egress") or []
+assert sorted(spec["policyTypes"]) == ["Egress", "Ingress"] and not spec.get("ingress"), spec
+assert len(rules) == 2, f"want the artifact endpoint and the proxy, got {rules}"
+proxy = rules[1]
+assert proxy["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "egress-proxy", proxy
+assert [p["port"] for p in proxy["ports"]] == [3128], proxy
+assert all(p.get("port") != 53 and p.get("protocol") == "TCP" for r in rules for p in r["ports"]), "a DNS rule"
+assert all(r.get("to") for r in rules), "an allow-all rule"
+PYEOF
+  "$KUBECTL" -n "$OPNS" get networkpolicy "$RELEASE-skill-operator-egress-proxy" -o jsonpath='{.spec.policyTypes}' | grep -q Egress \
+    || { echo "the proxy's own NetworkPolicy is missing"; return 1; }
+}
+check "the egress run's NetworkPolicy (artifact endpoint + proxy, no DNS) and the proxy's own were admitted" policies_admitted
 
 # The finished runs left nothing behind but the SkillJobs.
 no_leftovers() {

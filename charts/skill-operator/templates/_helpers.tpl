@@ -141,3 +141,15 @@ affinity:
 {{- define "skill-operator.registry" -}}
 {{- required "artifacts.registry is required: the OCI repository (host/repo) where job inputs and outputs are stored, e.g. --set artifacts.registry=registry.example.com/skill-operator/artifacts" .Values.artifacts.registry -}}
 {{- end -}}
+
+{{/* The egress proxy Service name, and the address run pods get (HOST:PORT). */}}
+{{- define "skill-operator.egressProxyService" -}}
+{{- printf "%s-egress-proxy" (include "skill-operator.fullname" .) -}}
+{{- end -}}
+{{- define "skill-operator.egressProxyAddress" -}}
+{{- if .Values.egressProxy.service.clusterIP -}}
+{{- printf "%s:3128" .Values.egressProxy.service.clusterIP -}}
+{{- else -}}
+{{- printf "%s.%s.svc:3128" (include "skill-operator.egressProxyService" .) .Release.Namespace -}}
+{{- end -}}
+{{- end -}}

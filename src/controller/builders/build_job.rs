@@ -53,15 +53,17 @@ use k8s_openapi::api::core::v1::{
     Container, EnvVar, KeyToPath, LocalObjectReference, PodDNSConfig, PodOS, PodSecurityContext, PodSpec, PodTemplateSpec,
     SecretVolumeSource, Volume,
 };
-use k8s_openapi::api::networking::v1::{IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec};
+use k8s_openapi::api::networking::v1::{
+    IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::job::{
-    empty_dir, guaranteed, host_aliases, mount, pull_policy, restricted_security, runtime_default_seccomp, RunResources,
-    CONTAINER_FETCH, CONTAINER_UPLOAD, DEADLINE_SLACK_SECS, LAUNCHER, OPERATOR_BIN, PACKAGE_DIR, RESULT_DIR, RESULT_FILE,
-    RUN_PATH, SIZE_PACKAGE, SIZE_RESULT, SIZE_TMP, SIZE_TOOLS, TERMINATION_GRACE_SECS, TERMINATION_MESSAGE_PATH, TMP_DIR,
-    TOKEN_DIR, TOKEN_FILE, TOKEN_SECRET_KEY, TOOLS_DIR, VOL_PACKAGE, VOL_RESULT, VOL_TMP, VOL_TOKEN, VOL_TOOLS, VOL_WORK, WORK_DIR,
+    empty_dir, guaranteed, host_aliases, mount, pull_policy, restricted_security, runtime_default_seccomp, RunResources, CONTAINER_FETCH,
+    CONTAINER_UPLOAD, DEADLINE_SLACK_SECS, LAUNCHER, OPERATOR_BIN, PACKAGE_DIR, RESULT_DIR, RESULT_FILE, RUN_PATH, SIZE_PACKAGE,
+    SIZE_RESULT, SIZE_TMP, SIZE_TOOLS, TERMINATION_GRACE_SECS, TERMINATION_MESSAGE_PATH, TMP_DIR, TOKEN_DIR, TOKEN_FILE, TOKEN_SECRET_KEY,
+    TOOLS_DIR, VOL_PACKAGE, VOL_RESULT, VOL_TMP, VOL_TOKEN, VOL_TOOLS, VOL_WORK, WORK_DIR,
 };
 use super::network_policy::Peer;
 use super::{
@@ -159,7 +161,10 @@ impl BuildParams {
         require_label_name("name", &self.name)?;
         require_label_name("namespace", &self.namespace)?;
         crate::artifacts::check_uid(&self.build_uid).map_err(|_| Error::InvalidUid(self.build_uid.clone()))?;
-        if self.owner.kind != "SkillPackage" || self.owner.name != self.package || self.owner.uid.is_empty() || self.owner.api_version.is_empty()
+        if self.owner.kind != "SkillPackage"
+            || self.owner.name != self.package
+            || self.owner.uid.is_empty()
+            || self.owner.api_version.is_empty()
         {
             return Err(Error::OwnerMismatch {
                 name: self.package.clone(),

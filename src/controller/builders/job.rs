@@ -83,9 +83,9 @@ use k8s_openapi::api::batch::v1::{
     Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, HostAlias, ImageVolumeSource, KeyToPath, LocalObjectReference, PodDNSConfig, PodOS,
-    PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretKeySelector, SecretVolumeSource,
-    SecurityContext, Volume, VolumeMount,
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, HostAlias, ImageVolumeSource, KeyToPath, LocalObjectReference,
+    PodDNSConfig, PodOS, PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretKeySelector,
+    SecretVolumeSource, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -155,6 +155,11 @@ pub const HELPER_CPU: &str = "100m";
 pub const HELPER_MEMORY: &str = "128Mi";
 pub const HELPER_EPHEMERAL: &str = "512Mi";
 
+/// Variables a run with egress gets the proxy URL in (curl, Python, Go,
+/// Node with NODE_USE_ENV_PROXY, pip, npm).
+pub const PROXY_URL_ENV: [&str; 7] =
+    ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "PIP_PROXY", "npm_config_https_proxy", "npm_config_proxy"];
+
 /// The run container's fixed PATH.
 pub const RUN_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -213,8 +218,7 @@ pub enum PackageDelivery {
 
 /// The variables a prepared dependency tree may set, with the only values
 /// they may have.
-pub const PREPARED_ENV: [(&str, &str); 2] =
-    [("PYTHONPATH", crate::image::deps::PYTHON_PATH), ("NODE_PATH", crate::image::deps::NODE_PATH)];
+pub const PREPARED_ENV: [(&str, &str); 2] = [("PYTHONPATH", crate::image::deps::PYTHON_PATH), ("NODE_PATH", crate::image::deps::NODE_PATH)];
 
 /// Everything [`build_job`] needs. Plain data; validate with [`JobParams::validate`].
 #[derive(Debug, Clone, PartialEq)]
@@ -430,7 +434,10 @@ impl JobParams {
                 pinned("delivery.reference", reference)?;
                 for (name, value) in env {
                     if !PREPARED_ENV.iter().any(|(n, v)| n == name && v == value) {
-                        return Err(Error::InvalidEnv { name: name.clone(), problem: "is not a prepared dependency variable at its fixed value" });
+                        return Err(Error::InvalidEnv {
+                            name: name.clone(),
+                            problem: "is not a prepared dependency variable at its fixed value",
+                        });
                     }
                 }
                 Ok(())
@@ -512,9 +519,13 @@ pub(crate) fn controller_owner(owner: &OwnerReference) -> OwnerReference {
 /// assumes.
 pub fn build_job(p: &JobParams) -> Job {
     let labels = object_labels(&p.labels, &p.skilljob_name, &p.skilljob_uid);
+    let mut pod_labels = labels.clone();
+    if p.egress_proxy.is_some() {
+        pod_labels.insert(super::LABEL_EGRESS.into(), "true".into());
+    }
     let template = PodTemplateSpec {
         metadata: Some(ObjectMeta {
-            labels: Some(labels.clone()),
+            labels: Some(pod_labels),
             annotations: Some(BTreeMap::from([("kubectl.kubernetes.io/default-container".to_string(), CONTAINER_RUN.to_string())])),
             ..Default::default()
         }),
@@ -680,8 +691,7 @@ fn fetch_container(p: &JobParams) -> Container {
     let fetched = p.delivery == PackageDelivery::Fetched;
     // A prepared package is in the image: fetch brings only the inputs and the launcher.
     let package: &[&str] = if fetched { &["--package", PACKAGE_DIR] } else { &[] };
-    let rest: Vec<&str> =
-        package.iter().copied().chain(["--work", WORK_DIR, "--token-file", TOKEN_FILE, "--tools", TOOLS_DIR]).collect();
+    let rest: Vec<&str> = package.iter().copied().chain(["--work", WORK_DIR, "--token-file", TOKEN_FILE, "--tools", TOOLS_DIR]).collect();
     let command = helper_command(p, "fetch", &rest);
     let mut mounts = Vec::new();
     if fetched {
@@ -714,9 +724,14 @@ fn run_env(p: &JobParams) -> Vec<EnvVar> {
         env.extend(deps.iter().map(|(n, v)| plain(n, v)));
     }
     if let Some(proxy) = &p.egress_proxy {
-        for name in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+        for name in PROXY_URL_ENV {
             env.push(plain(name, proxy));
         }
+        // Nothing bypasses the proxy; Node's built-in fetch reads the
+        // variables only with NODE_USE_ENV_PROXY (Node >= 22.21 / 24).
+        env.push(plain("NO_PROXY", ""));
+        env.push(plain("no_proxy", ""));
+        env.push(plain("NODE_USE_ENV_PROXY", "1"));
     }
     env.extend(p.env.iter().map(|g| EnvVar {
         name: g.name.clone(),
@@ -802,22 +817,22 @@ fn volumes(p: &JobParams) -> Vec<Volume> {
     package
         .into_iter()
         .chain([
-        empty_dir(VOL_WORK, &p.resources.ephemeral_storage),
-        empty_dir(VOL_TMP, SIZE_TMP),
-        empty_dir(VOL_RESULT, SIZE_RESULT),
-        empty_dir(VOL_TOOLS, SIZE_TOOLS),
-        Volume {
-            name: VOL_TOKEN.into(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(p.token_secret.clone()),
-                items: Some(vec![KeyToPath { key: TOKEN_SECRET_KEY.into(), path: TOKEN_SECRET_KEY.into(), ..Default::default() }]),
-                // r--r-----: readable by the fsGroup (= run_as_group) only.
-                default_mode: Some(0o440),
-                optional: Some(false),
+            empty_dir(VOL_WORK, &p.resources.ephemeral_storage),
+            empty_dir(VOL_TMP, SIZE_TMP),
+            empty_dir(VOL_RESULT, SIZE_RESULT),
+            empty_dir(VOL_TOOLS, SIZE_TOOLS),
+            Volume {
+                name: VOL_TOKEN.into(),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some(p.token_secret.clone()),
+                    items: Some(vec![KeyToPath { key: TOKEN_SECRET_KEY.into(), path: TOKEN_SECRET_KEY.into(), ..Default::default() }]),
+                    // r--r-----: readable by the fsGroup (= run_as_group) only.
+                    default_mode: Some(0o440),
+                    optional: Some(false),
+                    ..Default::default()
+                }),
                 ..Default::default()
-            }),
-            ..Default::default()
-        },
+            },
         ])
         .collect()
 }

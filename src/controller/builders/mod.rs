@@ -47,8 +47,13 @@ pub const LABEL_SKILLJOB: &str = "skill-operator.dev/skilljob";
 /// select on (always a valid label value, unique per SkillJob).
 pub const LABEL_SKILLJOB_UID: &str = "skill-operator.dev/skilljob-uid";
 
+/// On the pods of a run that reaches the network through the egress proxy
+/// (value `"true"`): the controller watches these pods to record their
+/// address for the proxy as soon as they have one.
+pub const LABEL_EGRESS: &str = "skill-operator.dev/egress";
+
 /// Label keys the builders set themselves; callers may not supply them.
-pub const RESERVED_LABELS: [&str; 3] = [LABEL_MANAGED_BY, LABEL_SKILLJOB, LABEL_SKILLJOB_UID];
+pub const RESERVED_LABELS: [&str; 4] = [LABEL_MANAGED_BY, LABEL_SKILLJOB, LABEL_SKILLJOB_UID, LABEL_EGRESS];
 
 /// Why a set of builder parameters was refused. One variant per rule, each
 /// naming the offending field so the SkillJob status can say what to fix.

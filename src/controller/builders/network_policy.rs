@@ -162,6 +162,9 @@ impl NetPolParams {
 
 /// A host name or `*.`-wildcard host name, optionally with `:port`.
 fn is_egress_host(s: &str) -> bool {
+    if s.parse::<std::net::IpAddr>().is_ok() {
+        return true;
+    }
     let (host, port) = match s.rsplit_once(':') {
         Some((h, p)) => (h, Some(p)),
         None => (s, None),

@@ -55,7 +55,8 @@ pub(crate) async fn advance(
         // A build that finished while this controller was away, and whose
         // Job has since gone (its TTL), left its files: use them.
         if prep.pinned_base.is_some() && ctx.artifacts.outputs(&ns, &b.uid).await?.is_some() {
-            let collected = outputs::collect(ctx.artifacts.as_ref(), &ns, &b.uid, &b.lock_digest, ctx.config.prepare.spool_dir.as_deref()).await?;
+            let collected =
+                outputs::collect(ctx.artifacts.as_ref(), &ns, &b.uid, &b.lock_digest, ctx.config.prepare.spool_dir.as_deref()).await?;
             let done = compose::compose(pkg, status, want, Some(collected), ctx).await?;
             finish(ctx, &ns, b).await;
             return Ok(done);
@@ -70,7 +71,8 @@ pub(crate) async fn advance(
     status.preparation.get_or_insert_with(Default::default).pinned_base = Some(pinned);
     match job_phase(&job) {
         SkillJobPhase::Succeeded => {
-            let collected = outputs::collect(ctx.artifacts.as_ref(), &ns, &b.uid, &b.lock_digest, ctx.config.prepare.spool_dir.as_deref()).await?;
+            let collected =
+                outputs::collect(ctx.artifacts.as_ref(), &ns, &b.uid, &b.lock_digest, ctx.config.prepare.spool_dir.as_deref()).await?;
             if collected.skipped_links > 0 {
                 tracing::info!(build = %b.name, links = collected.skipped_links, "symlinks of the dependency tree were not carried");
             }

@@ -115,12 +115,8 @@ async fn compose_on(
     spool: Option<PathBuf>,
 ) -> Result<PreparedImage, PrepareError> {
     let opts = LayerOptions { spool_dir: spool.clone(), ..Default::default() };
-    let skill = layer::from_package_archive(
-        std::io::Cursor::new(&req.archive),
-        SKILL_PREFIX,
-        "skill-operator: skill package at /skill",
-        &opts,
-    )?;
+    let skill =
+        layer::from_package_archive(std::io::Cursor::new(&req.archive), SKILL_PREFIX, "skill-operator: skill package at /skill", &opts)?;
     let deps_layer = match &req.deps {
         Some((dir, _)) => Some(layer::from_dir(dir, DEPS_PREFIX, &[], "skill-operator: dependencies at /deps", &opts)?),
         None => None,

@@ -63,10 +63,11 @@ pub async fn collect(
     }
     let skipped_links = check_skipped(&manifest)?;
     let report_bytes = artifacts.output_file(ns, uid, OUTPUT_REPORT).await?;
-    let listed = manifest.files.iter().find(|f| f.path == OUTPUT_REPORT).ok_or_else(|| PrepareError::Outputs(format!("no {OUTPUT_REPORT}")))?;
+    let listed =
+        manifest.files.iter().find(|f| f.path == OUTPUT_REPORT).ok_or_else(|| PrepareError::Outputs(format!("no {OUTPUT_REPORT}")))?;
     check_content(OUTPUT_REPORT, &report_bytes, listed.size, &listed.digest)?;
-    let report: DepsReport =
-        serde_json::from_slice(&report_bytes).map_err(|e| PrepareError::Outputs(format!("{OUTPUT_REPORT} is not a dependency report: {e}")))?;
+    let report: DepsReport = serde_json::from_slice(&report_bytes)
+        .map_err(|e| PrepareError::Outputs(format!("{OUTPUT_REPORT} is not a dependency report: {e}")))?;
     if report.lock_digest.as_deref() != Some(lock_digest) {
         return Err(PrepareError::Outputs(format!(
             "the build installed for lock {:?}, the package declares {lock_digest}",
@@ -214,7 +215,13 @@ pub fn classify(result: &LaunchResult, tail: &str) -> &'static str {
 }
 
 /// Why a failed build Job failed, from what it stored (or its own condition).
-pub async fn failure(artifacts: &dyn ArtifactStore, ns: &str, uid: &str, job_name: &str, job_condition: Option<(String, String)>) -> PrepareError {
+pub async fn failure(
+    artifacts: &dyn ArtifactStore,
+    ns: &str,
+    uid: &str,
+    job_name: &str,
+    job_condition: Option<(String, String)>,
+) -> PrepareError {
     let deadline = job_condition.as_ref().is_some_and(|(r, _)| r == "DeadlineExceeded");
     let stored = matches!(artifacts.outputs(ns, uid).await, Ok(Some(_)));
     if stored {

@@ -78,7 +78,8 @@ pub fn wanted(pkg: &SkillPackage, status: &SkillPackageStatus, cfg: &PrepareConf
     let build = build.map(|(lock_digest, pip_index_url, npm_registry)| {
         // The build's own identity: what the installed tree depends on, and
         // the attempt (a retry must not find the failed Job of the last one).
-        let id = hex(&format!("{package_digest}\n{lock_digest}\n{base}\n{pip_index_url:?}\n{npm_registry:?}\n{platforms:?}\n{attempt_tag}\n"));
+        let id =
+            hex(&format!("{package_digest}\n{lock_digest}\n{base}\n{pip_index_url:?}\n{npm_registry:?}\n{platforms:?}\n{attempt_tag}\n"));
         Build { name: format!("skillbuild-{}", &id[..12]), uid: format!("build-{}", &id[..32]), lock_digest, pip_index_url, npm_registry }
     });
     let skill = status.skill_name.clone().unwrap_or_else(|| "skill".into());

@@ -26,6 +26,7 @@ fn profile() -> RuntimeProfile {
         image: Some("127.0.0.1:5000/runtime:trixie".into()),
         interpreter_path: Some("/usr/bin/python3".into()),
         allowed_scripts: vec!["scripts/a.py".into()],
+        allowed_egress: vec![],
         timeout_seconds: Some(60),
         resources: RunResources::default(),
         prepare: true,
@@ -78,7 +79,8 @@ fn the_key_covers_what_the_image_is_made_of_and_nothing_else() {
     assert_eq!(same.key, base.key);
     assert_eq!(same.build, base.build, "the same inputs name the same build");
     // The base, the index, the mode and the package digest do.
-    let other_base = wanted(&pkg(RuntimeProfile { image: Some("127.0.0.1:5000/python:3.13".into()), ..profile() }), &status(true), &config());
+    let other_base =
+        wanted(&pkg(RuntimeProfile { image: Some("127.0.0.1:5000/python:3.13".into()), ..profile() }), &status(true), &config());
     let other_index = wanted(
         &pkg(RuntimeProfile {
             dependencies: Some(DependencySource { pip_index_url: Some("http://10.88.0.1:9000/simple".into()), npm_registry: None }),
@@ -151,7 +153,8 @@ fn refusals_come_before_anything_runs() {
     c.pip_index_url = Some("http://10.88.0.1:8999/simple".into());
     assert!(wanted(&no_index, &status(true), &c).is_ok());
     let mut refused = status(true);
-    refused.dependencies = Some(DependencyPlanStatus { refused: Some("requirements.txt line \"-e .\": options".into()), ..Default::default() });
+    refused.dependencies =
+        Some(DependencyPlanStatus { refused: Some("requirements.txt line \"-e .\": options".into()), ..Default::default() });
     assert!(matches!(wanted(&pkg(profile()), &refused, &config()), Err(PrepareError::Refused(_))));
     let volumes = pkg(RuntimeProfile { image_mode: Some(PrepareMode::ImageVolume), ..profile() });
     let e = wanted(&volumes, &status(true), &config()).unwrap_err();
@@ -170,7 +173,8 @@ fn the_base_defaults_to_the_interpreter_s() {
 
 #[test]
 fn transient_errors_are_retried_refusals_are_not() {
-    let unreachable = PrepareError::Artifacts(crate::controller::context::ArtifactError::Unreachable { what: "x".into(), detail: "y".into() });
+    let unreachable =
+        PrepareError::Artifacts(crate::controller::context::ArtifactError::Unreachable { what: "x".into(), detail: "y".into() });
     assert!(unreachable.is_transient());
     assert!(!PrepareError::NoRepository.is_transient());
     assert!(!PrepareError::Build { reason: "NoWheel", message: "x".into() }.is_transient());

@@ -29,8 +29,9 @@ pub(super) fn token_secret_name(uid: &str) -> String {
     format!("{}-token", job_name(uid))
 }
 
-/// ServiceAccount (no RBAC), token Secret and NetworkPolicy, created or applied idempotently.
-pub(super) async fn ensure(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str) -> Result<()> {
+/// ServiceAccount (no RBAC), token Secret and NetworkPolicy, created or
+/// applied idempotently. `egress` is the run's effective allowlist.
+pub(super) async fn ensure(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, egress: &[String]) -> Result<()> {
     if !ctx.lookups.service_account_applied(ns) {
         let accounts: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), ns);
         let sa = build_service_account(RUN_SERVICE_ACCOUNT, ns, &labels());
@@ -55,14 +56,15 @@ pub(super) async fn ensure(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str) ->
         Err(kube::Error::Api(status)) if status.code == 409 => {}
         Err(e) => return Err(e.into()),
     }
-    ensure_policy(ctx, sj, ns, uid).await
+    ensure_policy(ctx, sj, ns, uid, egress).await
 }
 
 /// A run's NetworkPolicy never changes (its SkillJob is immutable), so it
 /// is created, not applied: a create costs the API server less than a
 /// server-side apply, and one that exists already answers 409.
-pub(super) async fn ensure_policy(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str) -> Result<()> {
-    let Some(policy) = policy_for(ctx, sj, ns, uid) else { return Ok(()) };
+pub(super) async fn ensure_policy(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, egress: &[String]) -> Result<()> {
+    // A policy that cannot be built is an error, never a run without one.
+    let policy = policy_for(ctx, sj, ns, uid, egress)?;
     let policies: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), ns);
     match policies.create(&PostParams::default(), &policy).await {
         Ok(_) => Ok(()),
@@ -71,7 +73,9 @@ pub(super) async fn ensure_policy(ctx: &Context, sj: &SkillJob, ns: &str, uid: &
     }
 }
 
-fn policy_for(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str) -> Option<NetworkPolicy> {
+/// Egress to the artifact endpoint always; to the proxy pods only when the
+/// run may reach some host. Never DNS.
+fn policy_for(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, egress: &[String]) -> Result<NetworkPolicy> {
     let params = NetPolParams {
         skilljob_name: sj.name_any(),
         namespace: ns.to_string(),
@@ -83,12 +87,36 @@ fn policy_for(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str) -> Option<Netwo
             ctx.config.operator_pod_labels.clone(),
             i32::from(ctx.config.artifact_port),
         ),
-        egress_hosts: Vec::new(),
-        egress_proxy: None,
+        egress_hosts: egress.iter().map(|e| policy_host(e)).collect(),
+        egress_proxy: ctx
+            .config
+            .egress_proxy
+            .as_ref()
+            .filter(|_| !egress.is_empty())
+            .map(|p| Peer::in_namespace(&p.namespace, p.pod_labels.clone(), i32::from(p.pod_port))),
         dns: None,
     };
-    params.validate().ok()?;
-    Some(build_network_policy(&params))
+    params.validate()?;
+    Ok(build_network_policy(&params))
+}
+
+/// An allowlist entry as the policy's annotation shows it: `host:port`
+/// (the first port; the annotation is for people, the proxy holds the list),
+/// IP entries without brackets.
+fn policy_host(entry: &str) -> String {
+    let (host, ports) = entry.rsplit_once(':').unwrap_or((entry, ""));
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    match ports.split(',').next().filter(|p| !p.is_empty()) {
+        Some(port) if !host.contains(':') => format!("{host}:{port}"),
+        _ => host.to_string(),
+    }
+}
+
+/// The proxy variables' value for a run allowed `egress`: the proxy URL
+/// with the job's credential, or `None` (no network).
+pub(super) fn proxy_url(ctx: &Context, ns: &str, uid: &str, egress: &[String]) -> Option<String> {
+    let proxy = ctx.config.egress_proxy.as_ref().filter(|_| !egress.is_empty())?;
+    Some(crate::egress::proxy_url(&proxy.address, &ctx.config.token_key, &crate::egress::JobId::new(ns, uid)))
 }
 
 pub(super) fn job_params(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, a: &Admission) -> JobParams {
@@ -111,7 +139,7 @@ pub(super) fn job_params(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, a: &
         run_as_user: 65532,
         run_as_group: 65532,
         labels: labels(),
-        egress_proxy: None,
+        egress_proxy: proxy_url(ctx, ns, uid, &a.egress_allowed),
         allow_dns: false,
         host_aliases: ctx.config.host_aliases.clone(),
         image_pull_secrets: Vec::new(),

@@ -35,8 +35,9 @@ pub(super) async fn observe(sj: &SkillJob, ctx: &Context, ns: &str, uid: &str, j
         admit::check_namespace(ctx, ns, &mut status, generation).await?;
     }
     status.job_name = Some(name.clone());
+    let allowed = status.egress.as_ref().map(|e| e.allowed.clone()).unwrap_or_default();
     if !ctx.lookups.has_network_policy(ns, &name) {
-        children::ensure_policy(ctx, sj, ns, uid).await?;
+        children::ensure_policy(ctx, sj, ns, uid, &allowed).await?;
     }
     if status.started_at.is_none() {
         status.started_at = job.status.as_ref().and_then(|s| s.start_time.clone());
@@ -48,10 +49,12 @@ pub(super) async fn observe(sj: &SkillJob, ctx: &Context, ns: &str, uid: &str, j
         SkillJobPhase::Pending
             if status.phase == Some(SkillJobPhase::Pending) && sj.status.as_ref().is_some_and(|s| s.job_name.is_some()) =>
         {
+            record_pod_address(ctx, ns, uid, &mut status).await?;
             patch_status(ctx, sj, &status).await?;
             Ok(Action::requeue(POLL))
         }
         SkillJobPhase::Pending | SkillJobPhase::Running => {
+            record_pod_address(ctx, ns, uid, &mut status).await?;
             let running = phase == SkillJobPhase::Running;
             let (reason, doing) = if running { ("Running", "running") } else { ("Pending", "starting") };
             set_phase(&mut status, phase, reason, format!("Job {name} is {doing}"), generation);
@@ -103,12 +106,47 @@ async fn finished(sj: &SkillJob, ctx: &Context, ns: &str, uid: &str, job: &Job, 
     status.exit_code = verdict.exit_code;
     status.signal = verdict.signal;
     status.finished_at = job.status.as_ref().and_then(|s| s.completion_time.clone()).or_else(|| Some(crate::api::conditions::now()));
-    set_phase(&mut status, verdict.phase, verdict.reason, verdict.message, generation);
+    let mut message = verdict.message;
+    if matches!(verdict.phase, SkillJobPhase::Failed | SkillJobPhase::TimedOut) {
+        let (allowed, proposed) = status.egress.as_ref().map(|e| (e.allowed.as_slice(), e.proposed.as_slice())).unwrap_or_default();
+        if let Some(note) = crate::controller::egress::failure_note(allowed, proposed) {
+            message = format!("{message}; {note}");
+        }
+    }
+    set_phase(&mut status, verdict.phase, verdict.reason, message, generation);
     patch_status(ctx, sj, &status).await?;
     // The result is recorded: the Job, its pod, the token Secret and the
     // NetworkPolicy have done their work (and count against quotas).
     children::delete_all(ctx, ns, uid).await?;
     Ok(Action::await_change())
+}
+
+/// A run with egress: once its one pod has an address, record it with the
+/// controller's seal, so the proxy accepts the job's credential from that
+/// address alone. Two live pods carrying the run's labels (someone made a
+/// look-alike) record nothing: the proxy then serves neither.
+async fn record_pod_address(ctx: &Context, ns: &str, uid: &str, status: &mut SkillJobStatus) -> Result<()> {
+    let Some(egress) = status.egress.as_mut().filter(|e| !e.allowed.is_empty() && e.pod_ip.is_none()) else { return Ok(()) };
+    let pods = children::pods(ctx, ns, uid).await?;
+    let live: Vec<&Pod> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded") | Some("Failed")))
+        .collect();
+    if live.len() > 1 {
+        tracing::warn!(
+            namespace = ns,
+            uid,
+            pods = live.len(),
+            "more than one live pod carries this run's labels; no address recorded for the egress proxy"
+        );
+        return Ok(());
+    }
+    let Some(ip) = live.first().and_then(|p| p.status.as_ref()?.pod_ip.clone()) else { return Ok(()) };
+    let job = crate::egress::JobId::new(ns, uid);
+    egress.seal = Some(crate::egress::cluster::seal(&ctx.config.token_key, &job, &ip, &egress.allowed));
+    egress.pod_ip = Some(ip);
+    Ok(())
 }
 
 /// A run stopped on request (the cancel annotation), its pod gone.

@@ -6,10 +6,10 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
 use super::{children, patch_status, publish, set_phase, POLL};
-use crate::api::job::{SkillJob, SkillJobPhase, SkillJobStatus};
+use crate::api::job::{JobEgress, SkillJob, SkillJobPhase, SkillJobStatus};
+use crate::controller::builders::job::PackageDelivery;
 use crate::controller::builders::job::{build_job, job_name};
 use crate::controller::context::{Context, Error, Result};
-use crate::controller::builders::job::PackageDelivery;
 use crate::controller::decide::Admission;
 use k8s_openapi::api::batch::v1::Job;
 
@@ -23,6 +23,22 @@ pub(super) async fn start(
 ) -> Result<Action> {
     let generation = sj.metadata.generation;
     let name = job_name(uid);
+    let egress = &admission.egress_allowed;
+    if !egress.is_empty() && ctx.config.egress_proxy.is_none() {
+        // NetworkPolicy cannot name hosts: without the proxy there is
+        // nothing to enforce the allowlist with, so no network rather than all.
+        let why = format!(
+            "the binding allows egress to {} but the controller has no egress proxy (--egress-proxy): refusing to run rather than to open the network",
+            egress.join(", ")
+        );
+        set_phase(&mut status, SkillJobPhase::Failed, "NoEgressProxy", why.clone(), generation);
+        patch_status(ctx, sj, &status).await?;
+        publish(ctx, sj, EventType::Warning, "NoEgressProxy", &why).await;
+        return Ok(Action::await_change());
+    }
+    if !egress.is_empty() || !admission.egress_proposed.is_empty() {
+        status.egress = Some(JobEgress { proposed: admission.egress_proposed.clone(), allowed: egress.clone(), pod_ip: None, seal: None });
+    }
     // The package the pod fetches: exactly the pinned digest, staged for
     // this job, while the children are made (independent round trips). A
     // prepared package is in its image (or image volume), pinned by digest:
@@ -38,11 +54,11 @@ pub(super) async fn start(
         }
         Ok::<(), Error>(())
     };
-    match tokio::try_join!(children::ensure(ctx, sj, ns, uid), stage) {
+    match tokio::try_join!(children::ensure(ctx, sj, ns, uid, egress), stage) {
         Ok(_) => {}
         Err(Error::Prepare(why)) if !why.is_transient() => {
             set_phase(&mut status, SkillJobPhase::Failed, "WrongImage", format!("the prepared image is refused: {why}"), generation);
-        patch_status(ctx, sj, &status).await?;
+            patch_status(ctx, sj, &status).await?;
             publish(ctx, sj, EventType::Warning, "WrongImage", &why.to_string()).await;
             return Ok(Action::await_change());
         }
@@ -66,6 +82,8 @@ pub(super) async fn start(
         Err(e) => return Err(e.into()),
     }
     status.job_name = Some(name.clone());
+    let (enforced, reason, message) = crate::controller::egress::enforcement_condition(ctx.config.network_policy);
+    crate::api::conditions::set_condition_status(&mut status.conditions, "NetworkPolicyEnforced", enforced, reason, message, generation);
     set_phase(&mut status, SkillJobPhase::Pending, "JobCreated", format!("Job {name} created"), generation);
     patch_status(ctx, sj, &status).await?;
     Ok(Action::requeue(POLL))
