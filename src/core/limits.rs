@@ -178,6 +178,9 @@ pub const GATEWAY_SESSIONS_PER_NAMESPACE: usize = 1_024;
 /// Quiet time after a binding or package change before the namespaces it
 /// touches are rebuilt (a `kubectl apply` of many bindings is one rebuild).
 pub const GATEWAY_REBUILD_DEBOUNCE: Duration = Duration::from_millis(200);
+/// How often a client polling an MCP task (`tasks/get`) is asked to poll:
+/// a run lasts seconds to minutes, and each poll reads its SkillJob.
+pub const TASK_POLL_INTERVAL: Duration = Duration::from_secs(2);
 
 // The caps that must agree, checked when the crate compiles: a job's
 // outputs fit what a package may ship, inline inputs are one upload call,

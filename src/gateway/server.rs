@@ -146,8 +146,8 @@ impl Backend for ClusterBackend {
         let mut options = KubeOptions::new(namespace, self.gateway_namespace.clone());
         options.on_disconnect = self.on_disconnect;
         let bindings = Arc::new(StoreBindings { stores, namespace: namespace.to_string() });
-        let executor = KubeExecutor::new(self.client.clone(), self.artifacts.clone(), bindings, options);
-        Some(Execution::new(Arc::new(executor), self.mode).with_confirmations(self.confirmations.clone(), namespace))
+        let executor = Arc::new(KubeExecutor::new(self.client.clone(), self.artifacts.clone(), bindings, options));
+        Some(Execution::new(executor.clone(), self.mode).with_confirmations(self.confirmations.clone(), namespace).with_tasks(executor))
     }
 
     fn authorizer(&self, namespace: &str) -> Option<Arc<dyn Authorize>> {

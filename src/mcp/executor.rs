@@ -183,3 +183,46 @@ pub trait Executor: Send + Sync {
     /// The caller's jobs, newest first.
     async fn list(&self, caller: &Caller) -> Result<Vec<JobRecord>, ToolError>;
 }
+
+/// A task's state in the MCP Tasks sense (SEP-2663).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskState {
+    /// Accepted, starting or running (or a cancel still stopping it).
+    Working,
+    /// The run ended with a result (whatever the script's exit code).
+    Completed,
+    /// Cancelled, and the run has stopped.
+    Cancelled,
+    /// No result can be shown (the message says why).
+    Failed,
+}
+
+/// A run carried out as an MCP task, as `tasks/get` shows it.
+#[derive(Debug, Clone)]
+pub struct TaskView {
+    /// The task id the client polls with.
+    pub id: String,
+    pub state: TaskState,
+    /// The backend's sentence about the run.
+    pub message: Option<String>,
+    /// The run's result, once it is `Completed`.
+    pub report: Option<RunReport>,
+    /// RFC 3339 timestamps.
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// A backend that can run `skill_run` as an MCP task: the run is created
+/// and the call answers at once; the client polls for the result. Bound to
+/// the caller like [`Executor`]: another principal's task is reported
+/// missing (`job-not-found`), never shown.
+#[async_trait::async_trait]
+pub trait Tasks: Send + Sync {
+    /// Start the run of a confirmed plan in a new job holding exactly
+    /// `inputs`; `key` is the confirmation's ([`RunControl::key`]): a
+    /// retried call finds the first task instead of starting a second.
+    async fn submit(&self, caller: &Caller, plan: RunPlan, inputs: Vec<(String, Vec<u8>)>, key: &str) -> Result<TaskView, ToolError>;
+    async fn status(&self, caller: &Caller, id: &str) -> Result<TaskView, ToolError>;
+    /// Ask the run to stop; cancelling a finished task changes nothing.
+    async fn cancel(&self, caller: &Caller, id: &str) -> Result<(), ToolError>;
+}

@@ -10,6 +10,7 @@ pub mod notify;
 pub mod run;
 pub mod snapshot;
 pub mod state;
+pub mod tasks;
 pub mod tools;
 pub mod uri;
 
@@ -19,10 +20,11 @@ mod seam_tests;
 use std::sync::{Arc, OnceLock};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
-    GetSkillRequestParams, GetSkillResult, Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-    ListSkillsResult, ListToolsResult, PaginatedRequestParams, Prompt, PromptMessage, ReadResourceRequestParams, ReadResourceResponse,
-    ReadResourceResult, Resource, ResourceContents, ResourceTemplate, Role, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock, GetPromptRequestParams, GetPromptResponse,
+    GetPromptResult, GetSkillRequestParams, GetSkillResult, GetTaskParams, GetTaskResult, Implementation, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListSkillsResult, ListToolsResult, PaginatedRequestParams, Prompt, PromptMessage,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, ResourceTemplate, Role,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -152,6 +154,7 @@ fn tool_error(err: &ToolError) -> CallToolResult {
 fn run_reply(reply: Result<run::RunReply, ToolError>) -> CallToolResponse {
     match reply {
         Ok(run::RunReply::InputRequired(question)) => CallToolResponse::InputRequired(question),
+        Ok(run::RunReply::Task(task)) => CallToolResponse::Task(task),
         Ok(run::RunReply::Json(value)) => shape(Ok::<_, ToolError>(value)).into(),
         Err(err) => tool_error(&err).into(),
     }
@@ -168,6 +171,7 @@ impl SkillServer {
             asker: Asker::from_context(context),
             progress: None,
             cancel: context.ct.clone(),
+            tasks: context.client_capabilities().is_some_and(|caps| caps.supports_tasks()),
         };
         let args = request.arguments;
         macro_rules! tool {
@@ -234,18 +238,27 @@ fn cursor(request: &Option<PaginatedRequestParams>) -> Option<&str> {
     request.as_ref().and_then(|r| r.cursor.as_deref())
 }
 
+/// What this server declares: the tasks extension only when its execution
+/// has a tasks backend.
+fn capabilities(state: &ServerState) -> ServerCapabilities {
+    let builder = ServerCapabilities::builder()
+        .enable_tools()
+        .enable_tool_list_changed()
+        .enable_prompts()
+        .enable_prompts_list_changed()
+        .enable_resources()
+        .enable_resources_list_changed()
+        .enable_skills();
+    if tasks::backend(state).is_some() {
+        builder.enable_tasks().build()
+    } else {
+        builder.build()
+    }
+}
+
 impl ServerHandler for SkillServer {
     fn get_info(&self) -> ServerConfig {
-        let capabilities = ServerCapabilities::builder()
-            .enable_tools()
-            .enable_tool_list_changed()
-            .enable_prompts()
-            .enable_prompts_list_changed()
-            .enable_resources()
-            .enable_resources_list_changed()
-            .enable_skills()
-            .build();
-        ServerConfig::new(capabilities)
+        ServerConfig::new(capabilities(&self.state))
             .with_server_info(Implementation::new("skill-operator", env!("CARGO_PKG_VERSION")))
             .with_instructions(instructions(&self.state))
     }
@@ -272,6 +285,14 @@ impl ServerHandler for SkillServer {
 
     async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
         self.call(request, &context).await
+    }
+
+    async fn get_task(&self, request: GetTaskParams, context: RequestContext<RoleServer>) -> Result<GetTaskResult, McpError> {
+        tasks::get(&self.state, &caller_of(&context), &request.task_id).await
+    }
+
+    async fn cancel_task(&self, request: CancelTaskParams, context: RequestContext<RoleServer>) -> Result<(), McpError> {
+        tasks::cancel(&self.state, &caller_of(&context), &request.task_id).await
     }
 
     async fn list_prompts(

@@ -41,6 +41,8 @@ fn execution(state: &ServerState) -> Result<&Execution, ToolError> {
 pub enum RunReply {
     Json(Value),
     InputRequired(rmcp::model::InputRequiredResult),
+    /// The confirmed run goes on as an MCP task ([`super::tasks`]).
+    Task(rmcp::model::CreateTaskResult),
 }
 
 /// Everything a run tool gets from the request besides its arguments.
@@ -52,6 +54,8 @@ pub struct CallContext {
     pub progress: Option<ProgressSink>,
     /// Cancelled when the request is (a cancel notification, a closed stream).
     pub cancel: tokio_util::sync::CancellationToken,
+    /// The client declared the tasks extension (SEP-2663) for this request.
+    pub tasks: bool,
 }
 
 impl CallContext {
@@ -121,6 +125,11 @@ impl RunResult {
             note: report.note,
         }
     }
+}
+
+/// A finished run as `skill_run` returns it (and `tasks/get` once its task completed).
+pub fn result_json(report: RunReport) -> Result<Value, ToolError> {
+    to_json(RunResult::from_report(report))
 }
 
 fn plan_for(snap: &Snapshot, skill: &str, script: &str, args: &[String]) -> Result<RunPlan, ToolError> {
@@ -207,8 +216,13 @@ pub async fn skill_run(state: &ServerState, snap: &Snapshot, input: SkillRunInpu
         Gate::Ask(question) => Ok(RunReply::InputRequired(question)),
         Gate::Run { key } => {
             let inputs = decoded.into_iter().map(|(p, _, b)| (p, b)).collect();
+            // Only after the gate: a task client confirms exactly as any other.
+            if let (true, Some(tasks)) = (cx.tasks, exec.tasks.as_ref()) {
+                let view = tasks.submit(&cx.caller, plan, inputs, &key).await?;
+                return Ok(RunReply::Task(super::tasks::created(&view)));
+            }
             let report = exec.executor.run_new(&cx.caller, plan, inputs, cx.control(key)).await?;
-            Ok(RunReply::Json(to_json(RunResult::from_report(report))?))
+            Ok(RunReply::Json(result_json(report)?))
         }
     }
 }
@@ -290,7 +304,7 @@ pub async fn job_run(state: &ServerState, snap: &Snapshot, input: JobRunInput, c
             // The inputs the person confirmed, checked again when the run starts.
             let confirmed = record.inputs.iter().map(|f| (f.path.clone(), f.sha256.clone())).collect();
             let report = exec.executor.run(&cx.caller, &record.id, plan, confirmed, cx.control(key)).await?;
-            Ok(RunReply::Json(to_json(RunResult::from_report(report))?))
+            Ok(RunReply::Json(result_json(report)?))
         }
     }
 }

@@ -26,10 +26,25 @@ type FakeJob = (JobRecord, Vec<(String, Vec<u8>)>);
 /// A run: script, args, the (path, digest) inputs it was confirmed with.
 type FakeRun = (String, Vec<String>, Vec<(String, String)>);
 
+/// A task: its owner, the job it runs in, the confirmed plan and inputs,
+/// and what `status` shows.
+struct FakeTask {
+    owner: String,
+    job: String,
+    plan: RunPlan,
+    confirmed: Vec<(String, String)>,
+    state: TaskState,
+    message: Option<String>,
+    report: Option<RunReport>,
+}
+
 #[derive(Default)]
 struct FakeJobs {
     jobs: HashMap<String, FakeJob>,
     runs: Vec<FakeRun>,
+    tasks: HashMap<String, FakeTask>,
+    /// The task ids `cancel` was called for, after the ownership check.
+    cancels: Vec<String>,
 }
 
 /// Runs "succeed" at once with the script path as stdout.
@@ -178,6 +193,75 @@ impl Executor for FakeExecutor {
     }
 }
 
+impl FakeExecutor {
+    /// The task's run ends: the same result a synchronous run of its plan gives.
+    fn complete(&self, id: &str) {
+        let (job, plan, confirmed) = {
+            let g = self.0.lock().unwrap();
+            let t = &g.tasks[id];
+            (t.job.clone(), t.plan.clone(), t.confirmed.clone())
+        };
+        let report = self.finish(&job, &plan, confirmed).unwrap();
+        let mut g = self.0.lock().unwrap();
+        let t = g.tasks.get_mut(id).unwrap();
+        (t.state, t.report) = (TaskState::Completed, Some(report));
+    }
+
+    fn set(&self, id: &str, state: TaskState, message: &str) {
+        let mut g = self.0.lock().unwrap();
+        let t = g.tasks.get_mut(id).unwrap();
+        (t.state, t.message) = (state, Some(message.to_string()));
+    }
+
+    fn owned_task(&self, caller: &Caller, id: &str) -> Result<TaskView, ToolError> {
+        let g = self.0.lock().unwrap();
+        match g.tasks.get(id) {
+            Some(t) if t.owner == caller.principal => Ok(TaskView {
+                id: id.to_string(),
+                state: t.state,
+                message: t.message.clone(),
+                report: t.report.clone(),
+                created_at: "2026-01-01T00:00:00Z".into(),
+                updated_at: "2026-01-01T00:00:01Z".into(),
+            }),
+            _ => Err(JobError::NotFound(id.into()).into()),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Tasks for FakeExecutor {
+    async fn submit(&self, caller: &Caller, plan: RunPlan, inputs: Vec<(String, Vec<u8>)>, key: &str) -> Result<TaskView, ToolError> {
+        let record = self.create(caller, &plan.skill).await?;
+        let mut confirmed = vec![];
+        for (p, b) in inputs {
+            confirmed.push((p.clone(), crate::core::package::digest(&b)));
+            self.upload(caller, &record.id, &p, 0, b).await?;
+        }
+        let id = format!("task-{key}");
+        let task = FakeTask {
+            owner: caller.principal.clone(),
+            job: record.id,
+            plan,
+            confirmed,
+            state: TaskState::Working,
+            message: Some("accepted".into()),
+            report: None,
+        };
+        self.0.lock().unwrap().tasks.insert(id.clone(), task);
+        self.owned_task(caller, &id)
+    }
+    async fn status(&self, caller: &Caller, id: &str) -> Result<TaskView, ToolError> {
+        self.owned_task(caller, id)
+    }
+    async fn cancel(&self, caller: &Caller, id: &str) -> Result<(), ToolError> {
+        self.owned_task(caller, id)?;
+        self.0.lock().unwrap().cancels.push(id.to_string());
+        self.set(id, TaskState::Cancelled, "cancelled by the caller");
+        Ok(())
+    }
+}
+
 fn server(mode: ConfirmMode) -> (tempfile::TempDir, Arc<FakeExecutor>, ServerState) {
     let t = tempfile::tempdir().unwrap();
     let s = t.path().join("tool");
@@ -202,6 +286,7 @@ fn json(reply: RunReply) -> Value {
     match reply {
         RunReply::Json(v) => v,
         RunReply::InputRequired(_) => panic!("no question expected"),
+        RunReply::Task(t) => panic!("no task expected: {t:?}"),
     }
 }
 
@@ -336,4 +421,181 @@ fn tools_only_when_bound_hides_every_tool_until_a_skill_is_served() {
     // The standalone server always offers its tools, even over an empty root.
     let standalone = ServerState::new(scan(empty.path()));
     assert!(!super::offered_tools(&standalone).is_empty());
+}
+
+// ---------- MCP Tasks ----------
+
+fn scan(root: &std::path::Path) -> Snapshot {
+    Snapshot::scan(&[root.to_path_buf()], Grants::resolve(&|_| None, None), [Interpreter::Python].into())
+}
+
+/// A server whose execution runs `skill_run` as tasks through the fake.
+fn task_server(mode: ConfirmMode) -> (tempfile::TempDir, Arc<FakeExecutor>, ServerState) {
+    let (t, fake, mut state) = server(mode);
+    let exec = state.execution.take().unwrap().with_tasks(fake.clone());
+    (t, fake, state.with_execution(exec))
+}
+
+fn task_cx(principal: &str) -> CallContext {
+    CallContext { tasks: true, ..cx(principal) }
+}
+
+/// The `CallToolResult` a reply becomes on the wire, as JSON.
+fn wire(reply: Result<RunReply, ToolError>) -> Value {
+    match super::run_reply(reply) {
+        rmcp::model::CallToolResponse::Complete(r) => serde_json::to_value(r).unwrap(),
+        other => panic!("a tool result expected: {other:?}"),
+    }
+}
+
+/// Preview the call, then confirm it with the preview's token.
+async fn confirmed(state: &ServerState, cx: &CallContext) -> Result<RunReply, ToolError> {
+    let snap = state.snapshot();
+    let preview = json(run::skill_run(state, &snap, run_input(None, &["x"]), cx).await.unwrap());
+    assert_eq!(preview["status"], "confirmation-required");
+    let token = preview["token"].as_str().unwrap().to_string();
+    run::skill_run(state, &snap, run_input(Some(&token), &["x"]), cx).await
+}
+
+fn task_id(reply: RunReply) -> String {
+    match reply {
+        RunReply::Task(t) => {
+            assert_eq!(t.task.status, rmcp::model::TaskStatus::Working);
+            assert!(t.task.poll_interval_ms.is_some_and(|ms| ms > 0));
+            t.task.task_id
+        }
+        other => panic!("a task expected: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_task_client_gets_a_task_only_after_the_confirmation() {
+    let (_t, fake, state) = task_server(ConfirmMode::Ask);
+    let snap = state.snapshot();
+    // The first call is the preview, for a task client too: nothing is submitted.
+    let preview = json(run::skill_run(&state, &snap, run_input(None, &["x"]), &task_cx("alice")).await.unwrap());
+    assert_eq!(preview["status"], "confirmation-required");
+    assert!(fake.0.lock().unwrap().tasks.is_empty() && fake.0.lock().unwrap().jobs.is_empty(), "a preview submits nothing");
+    // A wrong token is refused before any task exists.
+    let forged = run::skill_run(&state, &snap, run_input(Some("forged"), &["x"]), &task_cx("alice")).await.unwrap_err();
+    assert!(!forged.code.is_empty());
+    assert!(fake.0.lock().unwrap().tasks.is_empty());
+    // Confirmed: a task at once, its run not carried out by the call.
+    let token = preview["token"].as_str().unwrap().to_string();
+    let id = task_id(run::skill_run(&state, &snap, run_input(Some(&token), &["x"]), &task_cx("alice")).await.unwrap());
+    let g = fake.0.lock().unwrap();
+    assert!(g.runs.is_empty(), "the call returned before the run");
+    assert_eq!(g.tasks[&id].confirmed, vec![("in.txt".to_string(), crate::core::package::digest(b"hello"))]);
+    assert_eq!(g.tasks[&id].plan.args, vec!["x".to_string()]);
+}
+
+#[tokio::test]
+async fn without_the_client_capability_or_a_tasks_backend_the_call_runs_to_its_end() {
+    // A client that did not declare tasks, on a server with a tasks backend.
+    let (_t, fake, state) = task_server(ConfirmMode::Ask);
+    let done = json(confirmed(&state, &cx("alice")).await.unwrap());
+    assert_eq!(done["status"], "completed");
+    assert!(fake.0.lock().unwrap().tasks.is_empty());
+    // A task client on a server without one (the standalone server's case).
+    let (_t2, fake2, plain) = server(ConfirmMode::Ask);
+    let done = json(confirmed(&plain, &task_cx("alice")).await.unwrap());
+    assert_eq!(done["status"], "completed");
+    assert_eq!(fake2.0.lock().unwrap().runs.len(), 1);
+}
+
+#[tokio::test]
+async fn a_completed_task_carries_the_result_the_call_would_have_returned() {
+    // The same call on two fresh servers: synchronous on one, as a task on the other.
+    let (_t1, _f1, sync) = task_server(ConfirmMode::Ask);
+    let expected = wire(confirmed(&sync, &cx("alice")).await);
+    let (_t2, fake, tasks) = task_server(ConfirmMode::Ask);
+    let id = task_id(confirmed(&tasks, &task_cx("alice")).await.unwrap());
+    let alice = Caller::named("alice");
+    let working = super::tasks::get(&tasks, &alice, &id).await.unwrap();
+    assert_eq!(working.task.payload, rmcp::model::TaskPayload::Working);
+    assert_eq!(working.task.task.status_message.as_deref(), Some("accepted"));
+    fake.complete(&id);
+    let done = super::tasks::get(&tasks, &alice, &id).await.unwrap();
+    let rmcp::model::TaskPayload::Completed { result } = done.task.payload else { panic!("completed expected: {done:?}") };
+    assert_eq!(serde_json::to_string(&Value::Object(result)).unwrap(), serde_json::to_string(&expected).unwrap());
+    assert_eq!(expected["structuredContent"]["stdout"], "scripts/a.py", "the compared result is a real run's");
+}
+
+#[tokio::test]
+async fn failed_and_cancelled_tasks_say_so() {
+    let (_t, fake, state) = task_server(ConfirmMode::Auto);
+    let alice = Caller::named("alice");
+    let id = task_id(run::skill_run(&state, &state.snapshot(), run_input(None, &[]), &task_cx("alice")).await.unwrap());
+    fake.set(&id, TaskState::Failed, "the pod did not confirm it stopped");
+    let failed = super::tasks::get(&state, &alice, &id).await.unwrap();
+    let rmcp::model::TaskPayload::Failed { error } = failed.task.payload else { panic!("failed expected: {failed:?}") };
+    assert_eq!(error["message"], "the pod did not confirm it stopped");
+    assert_eq!(failed.task.task.status, rmcp::model::TaskStatus::Failed);
+    // Cancel calls through to the backend; the next get shows it.
+    fake.set(&id, TaskState::Working, "running");
+    super::tasks::cancel(&state, &alice, &id).await.unwrap();
+    assert_eq!(fake.0.lock().unwrap().cancels, vec![id.clone()]);
+    let cancelled = super::tasks::get(&state, &alice, &id).await.unwrap();
+    assert_eq!(cancelled.task.payload, rmcp::model::TaskPayload::Cancelled);
+}
+
+#[tokio::test]
+async fn another_principals_task_is_as_unknown_as_a_made_up_one() {
+    let (_t, fake, state) = task_server(ConfirmMode::Auto);
+    let id = task_id(run::skill_run(&state, &state.snapshot(), run_input(None, &[]), &task_cx("alice")).await.unwrap());
+    let mallory = Caller::named("mallory");
+    let unknown = |id: &str| rmcp::ErrorData::invalid_params(format!("unknown task: {id}"), None);
+    assert_eq!(super::tasks::get(&state, &mallory, &id).await.unwrap_err(), unknown(&id));
+    assert_eq!(super::tasks::get(&state, &mallory, "task-made-up").await.unwrap_err(), unknown("task-made-up"));
+    assert_eq!(super::tasks::cancel(&state, &mallory, &id).await.unwrap_err(), unknown(&id));
+    assert!(fake.0.lock().unwrap().cancels.is_empty(), "mallory's cancel never reached alice's task");
+    assert!(super::tasks::get(&state, &Caller::named("alice"), &id).await.is_ok());
+}
+
+/// Allows everything but one action.
+struct Deny(super::state::Action);
+
+#[async_trait::async_trait]
+impl super::state::Authorize for Deny {
+    async fn authorize(&self, _caller: &Caller, action: super::state::Action) -> Result<(), ToolError> {
+        if action == self.0 {
+            return Err(ToolError::new(super::error::codes::FORBIDDEN, format!("{action:?} is not allowed")));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn tasks_get_needs_read_jobs_and_tasks_cancel_needs_delete_jobs() {
+    use super::state::Action;
+    let (t, fake, state) = task_server(ConfirmMode::Auto);
+    let id = task_id(run::skill_run(&state, &state.snapshot(), run_input(None, &[]), &task_cx("alice")).await.unwrap());
+    let alice = Caller::named("alice");
+    // The same backend, behind an authorizer that refuses one action.
+    let with = |action| {
+        let exec = Execution::new(fake.clone(), ConfirmMode::Auto).with_tasks(fake.clone());
+        ServerState::new(scan(t.path())).with_execution(exec).with_authorizer(Arc::new(Deny(action)))
+    };
+    let no_read = with(Action::ReadJobs);
+    let err = super::tasks::get(&no_read, &alice, &id).await.unwrap_err();
+    assert_eq!((err.code, err.data), (rmcp::model::ErrorCode::INVALID_REQUEST, Some(serde_json::json!({"code": "forbidden"}))));
+    assert!(super::tasks::cancel(&no_read, &alice, &id).await.is_ok(), "cancel is not a read");
+    let no_delete = with(Action::DeleteJobs);
+    fake.set(&id, TaskState::Working, "running");
+    fake.0.lock().unwrap().cancels.clear();
+    assert_eq!(super::tasks::cancel(&no_delete, &alice, &id).await.unwrap_err().code, rmcp::model::ErrorCode::INVALID_REQUEST);
+    assert!(fake.0.lock().unwrap().cancels.is_empty(), "a refused cancel never reaches the backend");
+    assert!(super::tasks::get(&no_delete, &alice, &id).await.is_ok());
+}
+
+#[test]
+fn the_tasks_extension_is_advertised_only_with_a_tasks_backend() {
+    let (t, _f, plain) = server(ConfirmMode::Ask);
+    assert!(!super::capabilities(&plain).supports_tasks());
+    let reader = ServerState::new(scan(t.path()));
+    assert!(!super::capabilities(&reader).supports_tasks());
+    let (_t2, _f2, tasks) = task_server(ConfirmMode::Ask);
+    let caps = super::capabilities(&tasks);
+    assert!(caps.supports_tasks());
+    assert!(caps.skills().is_some() && caps.tools.is_some(), "the other capabilities stay");
 }

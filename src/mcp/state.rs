@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::core::confirm::{ConfirmMode, ConfirmStore, Confirmations};
 
 use super::error::ToolError;
-use super::executor::{Caller, Executor};
+use super::executor::{Caller, Executor, Tasks};
 use super::snapshot::{Snapshot, SnapshotCell};
 
 /// What a request wants to do, as an authorizer sees it. Every tool maps
@@ -53,18 +53,27 @@ pub struct Execution {
     /// What a token is bound to besides the call and the caller: the
     /// gateway's namespace (empty for the standalone server).
     pub scope: String,
+    /// `Some`: `skill_run` can answer a client that declared the tasks
+    /// extension with a task (and the server advertises it).
+    pub tasks: Option<Arc<dyn Tasks>>,
 }
 
 impl Execution {
     /// Tokens kept in this process's memory.
     pub fn new(executor: Arc<dyn Executor>, mode: ConfirmMode) -> Self {
-        Execution { executor, confirmations: Arc::new(Confirmations::default()), mode, scope: String::new() }
+        Execution { executor, confirmations: Arc::new(Confirmations::default()), mode, scope: String::new(), tasks: None }
     }
 
     /// Tokens from `store`, bound to `scope`.
     pub fn with_confirmations(mut self, store: Arc<dyn ConfirmStore>, scope: impl Into<String>) -> Self {
         self.confirmations = store;
         self.scope = scope.into();
+        self
+    }
+
+    /// Runs `skill_run` as an MCP task for clients that declared the tasks extension.
+    pub fn with_tasks(mut self, tasks: Arc<dyn Tasks>) -> Self {
+        self.tasks = Some(tasks);
         self
     }
 }

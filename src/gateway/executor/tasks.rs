@@ -4,16 +4,19 @@
 //! namespace and the caller), and its state is the SkillJob's, so any
 //! replica answers `tasks/get` and a gateway restart loses no task.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
 use super::error::{ExecError, Result};
 use super::names::{is_job_id, run_name};
 use super::record::{self, is_finished};
 use super::KubeExecutor;
+use crate::api::job::SkillJob;
 use crate::api::job::SkillJobPhase;
 use crate::core::fence::RunPlan;
 use crate::jobs::JobError;
-use crate::mcp::executor::{Caller, RunReport};
+use crate::mcp::error::ToolError;
+use crate::mcp::executor::{self as seam, Caller, RunReport, TaskView, Tasks};
 
 /// A task's state in the MCP sense.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +39,23 @@ pub struct TaskStatus {
     pub message: Option<String>,
     /// The run's result, once it is `Completed` or `Cancelled`.
     pub report: Option<RunReport>,
+    /// When the SkillJob was written, and when its run last moved (RFC 3339).
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// The SkillJob's creation time, and the latest of its start, end and
+/// condition changes.
+fn times(sj: &SkillJob) -> (String, String) {
+    let created = sj.metadata.creation_timestamp.as_ref().map(|t| t.0).unwrap_or_else(k8s_openapi::jiff::Timestamp::now);
+    let status = sj.status.as_ref();
+    let moved = status
+        .into_iter()
+        .flat_map(|s| s.started_at.iter().chain(s.finished_at.iter()).chain(s.conditions.iter().map(|c| &c.last_transition_time)))
+        .map(|t: &Time| t.0)
+        .max()
+        .map_or(created, |t| t.max(created));
+    (created.to_string(), moved.to_string())
 }
 
 impl KubeExecutor {
@@ -58,12 +78,13 @@ impl KubeExecutor {
     pub async fn task_status(&self, caller: &Caller, name: &str) -> Result<TaskStatus> {
         let sj = self.task(caller, name).await?;
         let message = sj.status.as_ref().and_then(|s| s.message.clone());
+        let (created_at, updated_at) = times(&sj);
         if !is_finished(&sj) {
-            return Ok(TaskStatus { state: TaskState::Working, message, report: None });
+            return Ok(TaskStatus { state: TaskState::Working, message, report: None, created_at, updated_at });
         }
         let phase = sj.status.as_ref().and_then(|s| s.phase);
         if phase == Some(SkillJobPhase::Locked) {
-            return Ok(TaskStatus { state: TaskState::Failed, message, report: None });
+            return Ok(TaskStatus { state: TaskState::Failed, message, report: None, created_at, updated_at });
         }
         let (outcome, outputs) = self.results(&sj).await?;
         let mut stdout = self.stream(&sj, "stdout").await?.unwrap_or_default();
@@ -79,7 +100,7 @@ impl KubeExecutor {
         let note = rec.run.as_ref().and_then(|r| r.note.clone());
         let report = RunReport { record: rec, stdout, stderr, outputs, command: self.command_of(&sj), note };
         let state = if phase == Some(SkillJobPhase::Cancelled) { TaskState::Cancelled } else { TaskState::Completed };
-        Ok(TaskStatus { state, message, report: Some(report) })
+        Ok(TaskStatus { state, message, report: Some(report), created_at, updated_at })
     }
 
     /// Cancel the task's run (the controller deletes its pod; the phase
@@ -93,5 +114,37 @@ impl KubeExecutor {
             ExecError::Kube { source, .. } if super::error::is_status(&source, 404) => JobError::NotFound(name.to_string()).into(),
             other => other,
         })
+    }
+}
+
+/// The MCP seam's view of a task: the same states, the report only once
+/// the run completed (a cancelled task carries no result in MCP).
+fn view(id: String, status: TaskStatus) -> TaskView {
+    let state = match status.state {
+        TaskState::Working => seam::TaskState::Working,
+        TaskState::Completed => seam::TaskState::Completed,
+        TaskState::Cancelled => seam::TaskState::Cancelled,
+        TaskState::Failed => seam::TaskState::Failed,
+    };
+    let report = if status.state == TaskState::Completed { status.report } else { None };
+    TaskView { id, state, message: status.message, report, created_at: status.created_at, updated_at: status.updated_at }
+}
+
+#[async_trait::async_trait]
+impl Tasks for KubeExecutor {
+    async fn submit(&self, caller: &Caller, plan: RunPlan, inputs: Vec<(String, Vec<u8>)>, key: &str) -> Result<TaskView, ToolError> {
+        let name = run_name(&self.options.namespace, &caller.principal, key);
+        let sj = self.submit_named(caller, &plan, &inputs, &name).await?;
+        let (created_at, updated_at) = times(&sj);
+        let message = sj.status.as_ref().and_then(|s| s.message.clone());
+        Ok(TaskView { id: sj.name_any(), state: seam::TaskState::Working, message, report: None, created_at, updated_at })
+    }
+
+    async fn status(&self, caller: &Caller, id: &str) -> Result<TaskView, ToolError> {
+        Ok(view(id.to_string(), self.task_status(caller, id).await?))
+    }
+
+    async fn cancel(&self, caller: &Caller, id: &str) -> Result<(), ToolError> {
+        Ok(self.task_cancel(caller, id).await?)
     }
 }
