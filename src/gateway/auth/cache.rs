@@ -202,8 +202,8 @@ mod tests {
 
     use super::*;
 
-    fn answer(value: u32, ttl: u64) -> impl Future<Output = Fetched<u32>> {
-        async move { Fetched { value, ttl: Some(Duration::from_secs(ttl)), refusal: false } }
+    async fn answer(value: u32, ttl: u64) -> Fetched<u32> {
+        Fetched { value, ttl: Some(Duration::from_secs(ttl)), refusal: false }
     }
 
     #[tokio::test(start_paused = true)]
