@@ -81,7 +81,8 @@ fn main() {
             },
         );
         let catalog = discover(&[dir], Limits::default());
-        p.status = Some(package_status(&p, Ok(&PackageFacts { digest, catalog, requirement_files: vec![] })));
+        p.status =
+            Some(package_status(&p, Ok(&PackageFacts { digest, catalog, requirement_files: vec![], dependencies: Default::default() })));
         packages.insert(format!("{name}-1"), p);
     }
     let bindings = |over: usize| -> Vec<SkillBinding> {
@@ -89,7 +90,7 @@ fn main() {
             .map(|i| {
                 SkillBinding::new(
                     &format!("binding-{i:03}"),
-                    SkillBindingSpec { package: format!("skill-{:03}-1", i % over), env: vec![], egress: false },
+                    SkillBindingSpec { package: format!("skill-{:03}-1", i % over), env: vec![], egress: false, egress_hosts: None },
                 )
             })
             .collect()

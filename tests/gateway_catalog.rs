@@ -82,18 +82,25 @@ fn package(name: &str, host: &str, pushed: &Pushed, root: &Path, skill: &str, ru
         },
     );
     let catalog = discover(&[root.join(skill)], Limits::default());
-    p.status = Some(package_status(&p, Ok(&PackageFacts { digest: pushed.digest.clone(), catalog, requirement_files: vec![] })));
+    p.status = Some(package_status(
+        &p,
+        Ok(&PackageFacts { digest: pushed.digest.clone(), catalog, requirement_files: vec![], dependencies: Default::default() }),
+    ));
     p
 }
 
 fn runtime(interpreter: Interpreter, allowed: &[&str]) -> RuntimeProfile {
     RuntimeProfile {
         interpreter,
-        image: "img@sha256:00".into(),
+        image: Some("img@sha256:00".into()),
         interpreter_path: None,
         allowed_scripts: allowed.iter().map(|s| s.to_string()).collect(),
+        allowed_egress: Vec::new(),
         timeout_seconds: None,
         resources: RunResources::default(),
+        prepare: false,
+        image_mode: None,
+        dependencies: None,
     }
 }
 
@@ -107,6 +114,7 @@ fn binding(name: &str, package: &str, env: &[&str], egress: bool) -> SkillBindin
                 .map(|n| EnvGrant { name: n.to_string(), secret_key_ref: SecretKeyRef { name: "creds".into(), key: n.to_lowercase() } })
                 .collect(),
             egress,
+            egress_hosts: None,
         },
     )
 }
@@ -373,7 +381,10 @@ async fn a_leased_digest_is_not_evicted() {
     let mut p = SkillPackage::new("alpha-1", SkillPackageSpec { source: PackageSource { oci: pkgs[0].0.clone() }, runtime: None });
     let t = alpha();
     let catalog = discover(&[t.path().join("alpha")], Limits::default());
-    p.status = Some(package_status(&p, Ok(&PackageFacts { digest: pkgs[0].1.clone(), catalog, requirement_files: vec![] })));
+    p.status = Some(package_status(
+        &p,
+        Ok(&PackageFacts { digest: pkgs[0].1.clone(), catalog, requirement_files: vec![], dependencies: Default::default() }),
+    ));
     let snap = NamespaceCatalog::build("ns", &[binding("a", "alpha-1", &[], false)], &packages(vec![p]), &cache).await;
     assert_eq!(snap.catalog.names(), vec!["alpha"]);
     let beta = cache.acquire(&pkgs[1].0, &pkgs[1].1).await.unwrap();

@@ -324,6 +324,8 @@ impl Stack {
                 ..Default::default()
             },
             selector: Some(format!("{TEST_LABEL}={id}")),
+            egress_proxy: None,
+            network_policy: Default::default(),
         };
         let artifacts = Arc::new(HttpArtifacts::new(&endpoint, &key));
         let resolver = Arc::new(PinnedCache::new(Arc::new(OciResolver { plain_http: vec![REGISTRY.into()] }), 64 << 20));

@@ -288,6 +288,10 @@ pub(crate) async fn setup(what: &str) -> Option<Setup> {
         token_key: KEY.to_vec(),
         host_aliases: Default::default(),
         reconcile_concurrency: 4,
+        prepare: Default::default(),
+        selector: None,
+        egress_proxy: None,
+        network_policy: Default::default(),
     };
     let artifacts = Arc::new(HttpArtifacts::new(&endpoint, KEY));
     let ctx = Arc::new(Context::new(client.clone(), Arc::new(Metrics::default()), config, Arc::new(EchoPackage), artifacts.clone()));

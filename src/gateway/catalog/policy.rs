@@ -212,6 +212,7 @@ mod tests {
                     .map(|n| EnvGrant { name: n.to_string(), secret_key_ref: SecretKeyRef { name: "s".into(), key: "k".into() } })
                     .collect(),
                 egress: false,
+                egress_hosts: None,
             },
         );
         BoundSkill::new(b, format!("{name}-pkg"), "sha256:00".into(), runtime)
