@@ -151,7 +151,7 @@ fn http_case(skills: usize, requests_per_client: usize, clients: usize) {
     let dir = tempfile::tempdir().unwrap();
     corpus(dir.path(), skills);
     let mut child = Command::new(BIN)
-        .args(["serve", "--http", "127.0.0.1:0", "--skills"])
+        .args(["serve", "--http", "127.0.0.1:0", "--http-no-auth", "--skills"])
         .arg(dir.path())
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -238,3 +238,11 @@ impl ArtifactStore for NoArtifacts {
         Box::pin(async { Ok(()) })
     }
 }
+
+/// The endpoint's versioned API base (`…/v1`), whether or not the flag named it.
+pub fn versioned_endpoint(endpoint: &str) -> String {
+    match endpoint.trim_end_matches('/') {
+        e if e.ends_with("/v1") => e.to_string(),
+        e => format!("{e}/v1"),
+    }
+}

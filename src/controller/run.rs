@@ -298,10 +298,7 @@ pub async fn command(args: ControllerArgs, shutdown: crate::shutdown::Shutdown) 
     let client = kube::Client::try_default().await.context("cannot reach the Kubernetes API (in-cluster config or KUBECONFIG)")?;
     let host_aliases = endpoint_aliases(&args.artifact_endpoint).await?;
     // Pods call the endpoint's versioned API.
-    let artifact_endpoint = match args.artifact_endpoint.trim_end_matches('/') {
-        e if e.ends_with("/v1") => e.to_string(),
-        e => format!("{e}/v1"),
-    };
+    let artifact_endpoint = crate::artifacts::operator::versioned_endpoint(&args.artifact_endpoint);
     let artifact_port = match args.artifact_pod_port {
         Some(port) => port,
         None => endpoint_port(&artifact_endpoint)?,

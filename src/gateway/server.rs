@@ -181,7 +181,7 @@ pub async fn command(args: GatewayArgs, shutdown: Shutdown) -> anyhow::Result<()
         client: client.clone(),
         stores: std::sync::OnceLock::new(),
         cache,
-        artifacts: Arc::new(HttpArtifacts::new(&args.artifact_endpoint, &token_key)),
+        artifacts: Arc::new(HttpArtifacts::new(&crate::artifacts::operator::versioned_endpoint(&args.artifact_endpoint), &token_key)),
         confirmations: Arc::new(SignedConfirmations::new(&confirmation_key(&token_key), TOKEN_TTL)),
         auth: Some(authenticator.clone()),
         mode,

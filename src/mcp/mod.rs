@@ -154,7 +154,7 @@ fn tool_error(err: &ToolError) -> CallToolResult {
 fn run_reply(reply: Result<run::RunReply, ToolError>) -> CallToolResponse {
     match reply {
         Ok(run::RunReply::InputRequired(question)) => CallToolResponse::InputRequired(question),
-        Ok(run::RunReply::Task(task)) => CallToolResponse::Task(task),
+        Ok(run::RunReply::Task(view)) => CallToolResponse::Task(tasks::created(&view)),
         Ok(run::RunReply::Json(value)) => shape(Ok::<_, ToolError>(value)).into(),
         Err(err) => tool_error(&err).into(),
     }

@@ -459,7 +459,8 @@ async fn confirmed(state: &ServerState, cx: &CallContext) -> Result<RunReply, To
 
 fn task_id(reply: RunReply) -> String {
     match reply {
-        RunReply::Task(t) => {
+        RunReply::Task(view) => {
+            let t = super::tasks::created(&view);
             assert_eq!(t.task.status, rmcp::model::TaskStatus::Working);
             assert!(t.task.poll_interval_ms.is_some_and(|ms| ms > 0));
             t.task.task_id

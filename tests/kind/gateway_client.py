@@ -20,7 +20,7 @@ import subprocess
 import sys
 from typing import Any
 
-import httpx
+import httpx2 as httpx  # the mcp client ships httpx2
 from mcp import Client, types
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -169,5 +169,8 @@ if __name__ == "__main__":
         print(err)
         sys.exit(1)
     except Exception as err:  # a crash is a failed check, with its reason
-        print(f"{type(err).__name__}: {err}")
+        leaves = [err]
+        while any(isinstance(e, BaseExceptionGroup) for e in leaves):
+            leaves = [x for e in leaves for x in (e.exceptions if isinstance(e, BaseExceptionGroup) else [e])]
+        print("; ".join(f"{type(e).__name__}: {e}" for e in leaves))
         sys.exit(1)

@@ -137,7 +137,8 @@ if [[ "$digest" == sha256:* ]]; then ok "image self pushed $ref"; else bad "imag
 helm_args=(--set "image.repository=$IMAGE_REGISTRY/skill-operator" --set "image.digest=$digest"
   --set "artifacts.registry=$ARTIFACT_REGISTRY/skill-operator/jobs" --set artifacts.insecureRegistry=true)
 [[ -n "$ARTIFACTS_CLUSTER_IP" ]] && helm_args+=(--set "artifacts.service.clusterIP=$ARTIFACTS_CLUSTER_IP")
-[[ -n "$GATEWAY_CLUSTER_IP" ]] && helm_args+=(--set gateway.enabled=true --set "gateway.service.clusterIP=$GATEWAY_CLUSTER_IP" --set "gateway.allowedHosts={$GATEWAY_CLUSTER_IP}")
+[[ -n "$GATEWAY_CLUSTER_IP" ]] && helm_args+=(--set gateway.enabled=true --set "gateway.service.clusterIP=$GATEWAY_CLUSTER_IP" --set "gateway.allowedHosts={$GATEWAY_CLUSTER_IP}"
+  --set gateway.replicas=1 --set gateway.resources.cpu=100m)  # a 2-core node also runs 1-CPU run pods
 [[ -z "$GATEWAY_CLUSTER_IP" ]] && helm_args+=(--set gateway.enabled=false)
 # CRDs another suite applied on this cluster (envtest-style tests apply them
 # directly) are adopted by the release instead of failing the install.
@@ -320,6 +321,8 @@ gateway_setup() {
   for ns in "$NS" "$NS2"; do
     sed "s/namespace: skills-demo/namespace: $ns/" "$ROOT/config/samples/k8s/agent-rbac.yaml" | "$KUBECTL" apply -f - >/dev/null || return 1
   done
+  # The agent of $NS may use the gateway in $NS2 too (the sample's Role, bound to it there).
+  "$KUBECTL" -n "$NS2" create rolebinding skills-agent-of-ns --role=skills-agent --serviceaccount="$NS:skills-agent" >/dev/null || return 1
   "$KUBECTL" -n "$NS" create serviceaccount nobody >/dev/null || return 1
   for _ in $(seq 60); do curl -sf "$GW/readyz" >/dev/null && return 0; sleep 1; done
   echo "the gateway at $GW never became ready"; return 1
