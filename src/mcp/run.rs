@@ -42,7 +42,7 @@ pub enum RunReply {
     Json(Value),
     InputRequired(rmcp::model::InputRequiredResult),
     /// The confirmed run goes on as an MCP task ([`super::tasks`] answers for it).
-    Task(super::executor::TaskView),
+    Task(Box<super::executor::TaskView>),
 }
 
 /// Everything a run tool gets from the request besides its arguments.
@@ -219,7 +219,7 @@ pub async fn skill_run(state: &ServerState, snap: &Snapshot, input: SkillRunInpu
             // Only after the gate: a task client confirms exactly as any other.
             if let (true, Some(tasks)) = (cx.tasks, exec.tasks.as_ref()) {
                 let view = tasks.submit(&cx.caller, plan, inputs, &key).await?;
-                return Ok(RunReply::Task(view));
+                return Ok(RunReply::Task(Box::new(view)));
             }
             let report = exec.executor.run_new(&cx.caller, plan, inputs, cx.control(key)).await?;
             Ok(RunReply::Json(result_json(report)?))
