@@ -349,8 +349,8 @@ if [[ -n "$GATEWAY_CLUSTER_IP" ]] && check "gateway: agents, namespaces, ready" 
   DENIED="$("$KUBECTL" -n "$NS" create token nobody --duration=1h)"
   check "gateway: skill_list and skill_run as a SkillJob on the node (both MCP eras)" gw run
   check "gateway: 401 without or with a bad token, 403 naming the verb, RFC 9728 metadata" gw auth
-  check "gateway: no other namespace, session or job reachable" gw isolation
   check "gateway: a new binding brings the tools with list_changed" gateway_bind
+  check "gateway: no other namespace, session or job reachable" gw isolation
 fi
 # ------------------------------------------------------------------- egress
 # A test server on this machine (the pod gateway); the run's only way there is
