@@ -89,8 +89,9 @@ cleanup() {
   [[ -n "${POLICY_WATCH_PID:-}" ]] && kill "$POLICY_WATCH_PID" 2>/dev/null
   [[ -n "${WATCH_PID:-}" ]] && kill "$WATCH_PID" 2>/dev/null
   if [[ "${KEEP:-}" != 1 ]]; then
-    "$KUBECTL" delete namespace "$NS" "$NS-empty" --wait=false >/dev/null 2>&1
-    "$KUBECTL" delete namespace "$NS-off" --wait=false >/dev/null 2>&1
+    # The namespaces go while the controller is still up: their SkillJobs'
+    # finalizers need it, or the namespaces hang in Terminating for the next run.
+    "$KUBECTL" delete namespace "$NS" "$NS-empty" "$NS-off" --ignore-not-found --wait=true --timeout=120s >/dev/null 2>&1
     "$HELM" uninstall "$RELEASE" -n "$OPNS" >/dev/null 2>&1
     "$KUBECTL" delete namespace "$OPNS" --wait=false >/dev/null 2>&1
   fi
