@@ -33,14 +33,17 @@ fi
 stop() { if [[ $started == 1 ]]; then "$SCRIPTS/down.sh" >/dev/null 2>&1 || true; fi; }
 trap stop EXIT
 
-cargo test --locked --test envtest -- --nocapture 2>&1 | grep -E "SKIPPED|test result|panicked|FAILED" || true
-cargo test --locked --test envtest >/dev/null
-# One run (it builds on the node): its summary lines here, the whole log on failure.
-if cargo test --locked --test cluster_prepare -- --nocapture >"$ROOT/target/cluster_prepare.log" 2>&1; then
-  grep -E "SKIPPED|cluster_prepare:|test result" "$ROOT/target/cluster_prepare.log" || true
-else
-  tail -n 60 "$ROOT/target/cluster_prepare.log"
-  exit 1
-fi
+# suite NAME: one run of a gated cargo test; its summary lines here, the
+# whole log tail on failure.
+suite() {
+  if cargo test --locked --test "$1" -- --nocapture >"$ROOT/target/$1.log" 2>&1; then
+    grep -E "SKIPPED|$1:|test result" "$ROOT/target/$1.log" || true
+  else
+    tail -n 60 "$ROOT/target/$1.log"
+    exit 1
+  fi
+}
+for s in envtest envtest_egress gateway_auth gateway_catalog gateway_executor cluster_prepare; do suite "$s"; done
+bash "$ROOT/tests/chart/cluster_rbac.sh"
 SKILLJOBS="${GATED_BENCH_SKILLJOBS:-100}" cargo bench --locked --bench controller_throughput 2>&1 | tail -n 20
 bash "$ROOT/tests/kind/run.sh"
