@@ -19,6 +19,11 @@
 //!    (every timed request is a cache hit after the first; the review
 //!    counts are printed to show it), the standalone server with its
 //!    bearer token. Rows with authentication off on both sides always run.
+//!    The listeners are plain `axum::serve` on a `TcpListener`, as both
+//!    servers' own (`serve::http::serve`, `gateway::server::command`):
+//!    TCP_NODELAY off. `BENCH_NODELAY=1` sets it on the accepted sockets
+//!    (both sides alike), to see what Nagle's algorithm costs the small
+//!    SSE writes of an answer on a keep-alive connection.
 //! 2. **fan-out**: 1,000 legacy sessions on one namespace, each with its
 //!    GET SSE stream open; one binding change (the namespace's snapshot
 //!    rebuilt by `Namespaces::refresh` and swapped in); the time from the
@@ -28,8 +33,9 @@
 //!    hosts only the gateway (router, `Namespaces`, package cache, its
 //!    listener); this process serves 100 namespaces × 10 bindings through
 //!    it once each (initialize, tools/list, skill_list; the sessions stay
-//!    open), and the child reports its VmRSS (and VmHWM) from
-//!    /proc/self/status before the first namespace and after the last.
+//!    open), and the child reports its VmRSS (VmHWM, RssAnon, RssFile)
+//!    from /proc/self/status before the first namespace, with every
+//!    snapshot built, after the last was served, and after `malloc_trim`.
 //!
 //! Why no API server behind the gateway: its `Backend` here builds each
 //! namespace's snapshot with the real catalog code (`NamespaceCatalog::
@@ -44,6 +50,8 @@
 //! Without `--bench` (e.g. the debug binary run directly) or with
 //! `GATEWAY_LISTING_QUICK=1` it runs a quick pass: shorter windows, fewer
 //! sessions and triggers; its figures check the wiring, not the goals.
+//! `BENCH_PARTS` (comma-separated: listing, fan-out, memory) runs a part
+//! alone; `BENCH_CLIENTS` and `BENCH_SESSIONS` change the counts.
 //! `skill_run` overhead is `benches/gateway_runs.rs`.
 
 #[path = "support/kube_caller.rs"]
@@ -90,6 +98,12 @@ const LIST_CHANGED: &[u8] = b"notifications/tools/list_changed";
 const STANDALONE_TOKEN: &str = "bench-0123456789abcdef0123456789";
 /// Set (to the packages file) in the child of the memory measurement.
 const RSS_CHILD: &str = "GATEWAY_LISTING_RSS_CHILD";
+
+/// Whether `BENCH_PARTS` (comma-separated: listing, fan-out, memory;
+/// default all) selects `name`.
+fn part(name: &str) -> bool {
+    std::env::var("BENCH_PARTS").map_or(true, |parts| parts.split(',').any(|p| p.trim() == name))
+}
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).filter(|n| *n > 0).unwrap_or(default)
@@ -219,8 +233,20 @@ fn gateway_app(backend: Arc<Bound>, max_sessions: usize, shutdown: &Shutdown) ->
 async fn listen(app: Router) -> std::net::SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    tokio::spawn(serve_on(listener, app));
     addr
+}
+
+async fn serve_on(listener: tokio::net::TcpListener, app: Router) {
+    use axum::serve::ListenerExt;
+    if std::env::var_os("BENCH_NODELAY").is_some() {
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        let _ = axum::serve(listener, app).await;
+    } else {
+        let _ = axum::serve(listener, app).await;
+    }
 }
 
 // ---------------------------------------------------------------- client
@@ -535,16 +561,34 @@ fn rss_child(packages_file: &str) {
         backend.set(&rss_namespace(i), bindings(rss_skills(i)));
     }
     let shutdown = Shutdown::new();
-    let (_namespaces, app) = gateway_app(backend, skill_operator::core::limits::GATEWAY_SESSIONS_PER_NAMESPACE, &shutdown);
+    let (namespaces, app) = gateway_app(backend, skill_operator::core::limits::GATEWAY_SESSIONS_PER_NAMESPACE, &shutdown);
     let addr = rt.block_on(listen(app));
     let mut out = std::io::stdout();
-    writeln!(out, "addr {addr}").unwrap();
-    writeln!(out, "before {} {}", status_kib("VmRSS:"), status_kib("VmHWM:")).unwrap();
-    out.flush().unwrap();
+    let mut report = |what: &str| {
+        let fields = ["VmRSS:", "VmHWM:", "RssAnon:", "RssFile:"].map(status_kib);
+        writeln!(out, "{what} {} {} {} {}", fields[0], fields[1], fields[2], fields[3]).unwrap();
+        out.flush().unwrap();
+    };
+    println!("addr {addr}");
+    report("before");
+    // What a first request to each does (`Namespaces::get`), before any
+    // session: the snapshot's share apart from the serving's.
+    rt.block_on(async {
+        for i in 0..RSS_NAMESPACES {
+            namespaces.get(&rss_namespace(i)).await.unwrap();
+        }
+    });
+    report("built");
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).unwrap();
-    writeln!(out, "after {} {}", status_kib("VmRSS:"), status_kib("VmHWM:")).unwrap();
-    out.flush().unwrap();
+    report("after");
+    // How much of it is the allocator's free memory not yet returned.
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free heap pages.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+    report("trimmed");
     line.clear();
     let _ = std::io::stdin().read_line(&mut line);
     shutdown.trigger();
@@ -571,6 +615,7 @@ fn memory(client: &tokio::runtime::Runtime, fx: &Fixture) {
     };
     let addr = read("addr ")[0].clone();
     let before = read("before ");
+    let built = read("built ");
     let served = client.block_on(async {
         let http = http_client();
         let mut sessions = Vec::new();
@@ -589,14 +634,29 @@ fn memory(client: &tokio::runtime::Runtime, fx: &Fixture) {
     writeln!(stdin, "measure").unwrap();
     stdin.flush().unwrap();
     let after = read("after ");
+    let trimmed = read("trimmed ");
     drop(stdin);
     let _ = child.wait();
     let mib = |kib: &str| kib.parse::<f64>().unwrap() / 1024.0;
-    let (rss0, rss1, hwm1) = (mib(&before[0]), mib(&after[0]), mib(&after[1]));
+    // VmRSS, VmHWM, RssAnon, RssFile in MiB.
+    let [before, built, after, trimmed] = [before, built, after, trimmed].map(|v| [0, 1, 2, 3].map(|i| mib(&v[i])));
     println!(
-        "gateway RSS, {RSS_NAMESPACES} namespaces x {RSS_BINDINGS} bindings (a child process hosting only the gateway; {served} sessions open): {rss1:.1} MiB after every namespace was built and served once, {rss0:.1} MiB before (+{:.1} MiB), peak {hwm1:.1} MiB (goal <= 60 MiB: {})",
-        rss1 - rss0,
-        verdict(rss1 <= 60.0)
+        "gateway RSS, {RSS_NAMESPACES} namespaces x {RSS_BINDINGS} bindings (a child process hosting only the gateway; {served} sessions open): {:.1} MiB after every namespace was built and served once (anonymous {:.1} + file-backed {:.1}), {:.1} MiB before (+{:.1} MiB), peak {:.1} MiB (goal <= 60 MiB: {})",
+        after[0],
+        after[2],
+        after[3],
+        before[0],
+        after[0] - before[0],
+        after[1],
+        verdict(after[0] <= 60.0)
+    );
+    let step = |v: &[f64; 4]| format!("{:.1} MiB (anonymous {:.1})", v[0], v[2]);
+    println!(
+        "  RSS steps: {} at start, {} with the {RSS_NAMESPACES} snapshots built (no session yet), {} served once each, {} after malloc_trim; file-backed pages are mostly the binary's code (larger in a debug build)",
+        step(&before),
+        step(&built),
+        step(&after),
+        step(&trimmed)
     );
 }
 
@@ -705,7 +765,7 @@ fn run(server: &tokio::runtime::Runtime, client: &tokio::runtime::Runtime, s: &S
         let addr = listener.local_addr().unwrap();
         let options = HttpOptions { addr, allowed_hosts: vec![], allowed_origins: vec![], auth, max_sessions: 1024 };
         let app = standalone::router(state.clone(), &options, &shutdown);
-        server.spawn(async move { axum::serve(listener, app).await });
+        server.spawn(serve_on(listener, app));
         format!("http://{addr}/mcp")
     };
     // The gateway: a namespace with the same 100 skills as 100 bindings.
@@ -728,33 +788,39 @@ fn run(server: &tokio::runtime::Runtime, client: &tokio::runtime::Runtime, s: &S
         format!("http://{}/mcp/{ns}", served.0)
     };
 
-    if let Some(a) = &fx.auth {
-        let gateway = Endpoint { url: gateway_at(Some(a)), token: Some(a.token.clone()) };
-        let standalone = Endpoint {
-            url: standalone_at(Auth::Tokens(Arc::new(Tokens::single("bench", STANDALONE_TOKEN)))),
-            token: Some(STANDALONE_TOKEN.into()),
-        };
-        let before = a.authenticator.stats();
-        listing(client, s, &gateway, &standalone, "auth on: TokenReview cache hit vs bearer token");
-        let after = a.authenticator.stats();
-        println!(
-            "  auth during those rows: {} TokenReview(s), {} SubjectAccessReview(s) sent; {} token and {} decision cache hits",
-            after.token_reviews - before.token_reviews,
-            after.access_reviews - before.access_reviews,
-            after.token_cache_hits - before.token_cache_hits,
-            after.access_cache_hits - before.access_cache_hits
-        );
-    } else {
-        skill_operator::gated::skip(
-            "the listing rows with auth on",
-            "KUBECONFIG is not set (the gateway's TokenReview needs an API server)",
-        );
+    if part("listing") {
+        if let Some(a) = &fx.auth {
+            let gateway = Endpoint { url: gateway_at(Some(a)), token: Some(a.token.clone()) };
+            let standalone = Endpoint {
+                url: standalone_at(Auth::Tokens(Arc::new(Tokens::single("bench", STANDALONE_TOKEN)))),
+                token: Some(STANDALONE_TOKEN.into()),
+            };
+            let before = a.authenticator.stats();
+            listing(client, s, &gateway, &standalone, "auth on: TokenReview cache hit vs bearer token");
+            let after = a.authenticator.stats();
+            println!(
+                "  auth during those rows: {} TokenReview(s), {} SubjectAccessReview(s) sent; {} token and {} decision cache hits",
+                after.token_reviews - before.token_reviews,
+                after.access_reviews - before.access_reviews,
+                after.token_cache_hits - before.token_cache_hits,
+                after.access_cache_hits - before.access_cache_hits
+            );
+        } else {
+            skill_operator::gated::skip(
+                "the listing rows with auth on",
+                "KUBECONFIG is not set (the gateway's TokenReview needs an API server)",
+            );
+        }
+        let gateway = Endpoint { url: gateway_at(None), token: None };
+        let standalone = Endpoint { url: standalone_at(Auth::None), token: None };
+        listing(client, s, &gateway, &standalone, "auth off on both");
     }
-    let gateway = Endpoint { url: gateway_at(None), token: None };
-    let standalone = Endpoint { url: standalone_at(Auth::None), token: None };
-    listing(client, s, &gateway, &standalone, "auth off on both");
 
-    fan_out(server, client, s, fx);
-    memory(client, fx);
+    if part("fan-out") {
+        fan_out(server, client, s, fx);
+    }
+    if part("memory") {
+        memory(client, fx);
+    }
     shutdown.trigger();
 }
