@@ -77,7 +77,7 @@ use skill_operator::controller::decide::{package_status, PackageFacts};
 use skill_operator::core::declaration::Interpreter;
 use skill_operator::core::discovery::{discover, Limits};
 use skill_operator::core::grants::Grants;
-use skill_operator::core::limits::GATEWAY_NAMESPACES_MAX;
+use skill_operator::core::limits::{GATEWAY_NAMESPACES_MAX, GATEWAY_SESSIONS_PER_NAMESPACE};
 use skill_operator::gateway::auth::{self, AuthConfig, Authenticator};
 use skill_operator::gateway::catalog::{CacheOptions, NamespaceCatalog, PackageCache};
 use skill_operator::gateway::http::{router as gateway_router, Readiness};
@@ -399,6 +399,16 @@ struct Settings {
 /// without auth; rows alternate between them round by round.
 fn listing(client: &tokio::runtime::Runtime, s: &Settings, gateway: &Endpoint, standalone: &Endpoint, label: &str) {
     for (method, body) in [("tools/list", TOOLS_LIST), ("skill_list", SKILL_LIST)] {
+        // The answers' sizes: what each side serialises per request.
+        let sizes = client.block_on(async {
+            let http = http_client();
+            let mut sizes = Vec::new();
+            for e in [gateway, standalone] {
+                let session = e.session(&http).await;
+                sizes.push(e.call(&http, &session, body).await.len() as f64 / 1024.0);
+            }
+            sizes
+        });
         let (mut gw, mut sa) = (Vec::new(), Vec::new());
         for _ in 0..s.rounds {
             sa.push(client.block_on(load(standalone, body, s.clients, s.warm, s.timed)));
@@ -407,11 +417,13 @@ fn listing(client: &tokio::runtime::Runtime, s: &Settings, gateway: &Endpoint, s
         let (gw, sa) = (Figures::of(gw), Figures::of(sa));
         let ratio = gw.rps / sa.rps;
         println!(
-            "gateway {method} ({label}): {} vs standalone {} ({ratio:.2}x, goal >= 0.8x: {}; standalone goal >= 10,000 req/s: {})",
+            "gateway {method} ({label}): {} vs standalone {} ({ratio:.2}x, goal >= 0.8x: {}; standalone goal >= 10,000 req/s: {}); answers {:.1} KiB vs {:.1} KiB",
             gw.text(),
             sa.text(),
             verdict(ratio >= 0.8),
-            verdict(sa.rps >= 10_000.0)
+            verdict(sa.rps >= 10_000.0),
+            sizes[0],
+            sizes[1]
         );
     }
 }
@@ -429,7 +441,10 @@ fn fan_out(server: &tokio::runtime::Runtime, client: &tokio::runtime::Runtime, s
         auth: fx.auth.as_ref().map(|a| a.authenticator.clone()),
     });
     backend.set(namespace_path, bindings(0..100));
-    let (namespaces, app) = gateway_app(backend.clone(), s.sessions + 8, &shutdown);
+    // The default per-namespace cap holds the 1,000 (a larger
+    // BENCH_SESSIONS raises it).
+    let cap = GATEWAY_SESSIONS_PER_NAMESPACE.max(s.sessions);
+    let (namespaces, app) = gateway_app(backend.clone(), cap, &shutdown);
     let addr = server.block_on(listen(app));
     let endpoint = Endpoint { url: format!("http://{addr}/mcp/{namespace_path}"), token: fx.auth.as_ref().map(|a| a.token.clone()) };
     let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel::<Instant>();
@@ -515,7 +530,7 @@ fn fan_out(server: &tokio::runtime::Runtime, client: &tokio::runtime::Runtime, s
     }
     let last = median(to_last);
     println!(
-        "list_changed fan-out to {opened} sessions ({sessions_held} held): last session after {last:.1} ms, median session {:.1} ms, of which the snapshot rebuild {:.1} ms; medians of {} triggers (goal <= 100 ms to the last: {})",
+        "list_changed fan-out to {opened} sessions ({sessions_held} held, cap {cap}): last session after {last:.1} ms, median session {:.1} ms, of which the snapshot rebuild {:.1} ms; medians of {} triggers (goal <= 100 ms to the last: {})",
         median(to_median),
         median(rebuilds),
         s.triggers,
@@ -561,7 +576,7 @@ fn rss_child(packages_file: &str) {
         backend.set(&rss_namespace(i), bindings(rss_skills(i)));
     }
     let shutdown = Shutdown::new();
-    let (namespaces, app) = gateway_app(backend, skill_operator::core::limits::GATEWAY_SESSIONS_PER_NAMESPACE, &shutdown);
+    let (namespaces, app) = gateway_app(backend, GATEWAY_SESSIONS_PER_NAMESPACE, &shutdown);
     let addr = rt.block_on(listen(app));
     let mut out = std::io::stdout();
     let mut report = |what: &str| {
