@@ -77,7 +77,7 @@ use skill_operator::controller::decide::{package_status, PackageFacts};
 use skill_operator::core::declaration::Interpreter;
 use skill_operator::core::discovery::{discover, Limits};
 use skill_operator::core::grants::Grants;
-use skill_operator::core::limits::{GATEWAY_NAMESPACES_MAX, GATEWAY_SESSIONS_PER_NAMESPACE};
+use skill_operator::core::limits::{GATEWAY_NAMESPACES_MAX, GATEWAY_SESSIONS_PER_NAMESPACE, HTTP_SESSIONS_MAX};
 use skill_operator::gateway::auth::{self, AuthConfig, Authenticator};
 use skill_operator::gateway::catalog::{CacheOptions, NamespaceCatalog, PackageCache};
 use skill_operator::gateway::http::{router as gateway_router, Readiness};
@@ -778,7 +778,7 @@ fn run(server: &tokio::runtime::Runtime, client: &tokio::runtime::Runtime, s: &S
     let standalone_at = |auth: Auth| {
         let listener = server.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
         let addr = listener.local_addr().unwrap();
-        let options = HttpOptions { addr, allowed_hosts: vec![], allowed_origins: vec![], auth, max_sessions: 1024 };
+        let options = HttpOptions { addr, allowed_hosts: vec![], allowed_origins: vec![], auth, max_sessions: HTTP_SESSIONS_MAX };
         let app = standalone::router(state.clone(), &options, &shutdown);
         server.spawn(serve_on(listener, app));
         format!("http://{addr}/mcp")
@@ -793,7 +793,7 @@ fn run(server: &tokio::runtime::Runtime, client: &tokio::runtime::Runtime, s: &S
         });
         let ns = auth.map(|a| a.namespace.clone()).unwrap_or_else(|| "bench".into());
         backend.set(&ns, bindings(0..100));
-        let (namespaces, app) = gateway_app(backend, 1024, &shutdown);
+        let (namespaces, app) = gateway_app(backend, GATEWAY_SESSIONS_PER_NAMESPACE, &shutdown);
         let served = server.block_on(async {
             let addr = listen(app).await;
             let ns = namespaces.get(&ns).await.unwrap();
