@@ -237,9 +237,14 @@ async fn listen(app: Router) -> std::net::SocketAddr {
     addr
 }
 
+/// `BENCH_NODELAY`: TCP_NODELAY on every accepted socket (see the module docs).
+fn nodelay() -> bool {
+    std::env::var_os("BENCH_NODELAY").is_some()
+}
+
 async fn serve_on(listener: tokio::net::TcpListener, app: Router) {
     use axum::serve::ListenerExt;
-    if std::env::var_os("BENCH_NODELAY").is_some() {
+    if nodelay() {
         let listener = listener.tap_io(|tcp| {
             let _ = tcp.set_nodelay(true);
         });
@@ -734,12 +739,17 @@ fn main() {
     let mut fx = Fixture { dir, cache, packages, auth };
 
     println!(
-        "gateway listing benchmark ({} build, {}): {} keep-alive clients, {} round(s) of {:.1} s per row, 2 server + 2 client worker threads",
+        "gateway listing benchmark ({} build, {}): {} keep-alive clients, {} round(s) of {:.1} s per row, 2 server + 2 client worker threads; {}",
         if cfg!(debug_assertions) { "debug" } else { "release" },
         if s.quick { "quick pass: figures check the wiring, not the goals" } else { "full" },
         s.clients,
         s.rounds,
-        s.timed.as_secs_f64()
+        s.timed.as_secs_f64(),
+        if nodelay() {
+            "TCP_NODELAY set on both servers' sockets (BENCH_NODELAY)"
+        } else {
+            "listeners as both servers' own: TCP_NODELAY off (BENCH_NODELAY=1 sets it)"
+        }
     );
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&server, &client, &s, &fx, &skills)));
     if let Some(a) = fx.auth.take() {
