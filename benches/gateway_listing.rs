@@ -661,7 +661,7 @@ fn memory(client: &tokio::runtime::Runtime, fx: &Fixture) {
     // VmRSS, VmHWM, RssAnon, RssFile in MiB.
     let [before, built, after, trimmed] = [before, built, after, trimmed].map(|v| [0, 1, 2, 3].map(|i| mib(&v[i])));
     println!(
-        "gateway RSS, {RSS_NAMESPACES} namespaces x {RSS_BINDINGS} bindings (a child process hosting only the gateway; {served} sessions open): {:.1} MiB after every namespace was built and served once (anonymous {:.1} + file-backed {:.1}), {:.1} MiB before (+{:.1} MiB), peak {:.1} MiB (goal <= 60 MiB: {})",
+        "gateway RSS, {RSS_NAMESPACES} namespaces x {RSS_BINDINGS} bindings (a child process hosting only the gateway, auth off; {served} sessions open): {:.1} MiB after every namespace was built and served once (anonymous {:.1} + file-backed {:.1}), {:.1} MiB before (+{:.1} MiB), peak {:.1} MiB (goal <= 60 MiB: {})",
         after[0],
         after[2],
         after[3],
