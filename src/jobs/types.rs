@@ -233,6 +233,9 @@ pub struct Chunk {
     pub size: u64,
     /// `offset + data.len() >= size`: nothing more to read.
     pub eof: bool,
+    /// Where the whole file can be downloaded in one request instead (the
+    /// gateway's file route, for files over one MCP call's worth).
+    pub download: Option<String>,
 }
 
 /// A job directory [`JobStore::open`] could not load.

@@ -347,6 +347,10 @@ pub struct JobChunk {
     pub returned: u64,
     pub size: u64,
     pub eof: bool,
+    /// Where the whole file can be downloaded in one authenticated GET
+    /// (the gateway, for files over one call's worth).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub download: Option<String>,
 }
 
 impl JobChunk {
@@ -357,7 +361,17 @@ impl JobChunk {
             Ok(text) => ("base64", base64::engine::general_purpose::STANDARD.encode(text.as_bytes())),
             Err(err) => ("base64", base64::engine::general_purpose::STANDARD.encode(err.as_bytes())),
         };
-        JobChunk { job, target, encoding, content, offset: chunk.offset, returned, size: chunk.size, eof: chunk.eof }
+        JobChunk {
+            job,
+            target,
+            encoding,
+            content,
+            offset: chunk.offset,
+            returned,
+            size: chunk.size,
+            eof: chunk.eof,
+            download: chunk.download,
+        }
     }
 }
 

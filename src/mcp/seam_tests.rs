@@ -181,7 +181,7 @@ impl Executor for FakeExecutor {
             ReadTarget::Stdout => record.run.map(|r| r.script.into_bytes()).unwrap_or_default(),
             _ => vec![],
         };
-        Ok(Chunk { size: data.len() as u64, data, offset, eof: true })
+        Ok(Chunk { size: data.len() as u64, data, offset, eof: true, download: None })
     }
     async fn delete(&self, caller: &Caller, job: &str) -> Result<(), ToolError> {
         self.owned(caller, job)?;
