@@ -432,6 +432,13 @@ async fn uploads_and_reads_keep_the_job_store_limits() {
     }
     assert_eq!(exec.read(&alice, &id, ReadTarget::Stdout, 0, 9).await.unwrap_err().code, "job-read-too-large");
     silent(&mut handle).await;
+    // Too large for one call: the refusals name the file route, which takes the whole file.
+    let err = exec.upload(&alice, &id, "dir/b c.txt", 0, vec![b'x'; 5]).await.unwrap_err();
+    assert!(err.message.contains(&format!("PUT it whole (up to 32 MiB) to /files/{NS}/{id}/dir/b%20c.txt")), "{}", err.message);
+    let err = exec.read(&alice, &id, ReadTarget::File("out.bin".into()), 0, 9).await.unwrap_err();
+    assert_eq!(err.code, "job-read-too-large");
+    assert!(err.message.contains(&format!("GET the whole file (up to 32 MiB) from /files/{NS}/{id}/out.bin")), "{}", err.message);
+    silent(&mut handle).await;
 
     // Refused against the draft's record (nothing staged).
     // (draft state, its inputs, upload path, offset, bytes, the refusal)

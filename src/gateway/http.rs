@@ -198,7 +198,7 @@ mod tests {
         // Declared over the limit: refused before anything reads it.
         let (status, body) = send(app(true), initialize("team-a", Body::empty(), Some(MCP_BODY_LIMIT + 1))).await;
         assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
-        assert!(body.contains("skill_job_upload"));
+        assert!(body.contains("skill_job_upload") && body.contains("/files/team-a/<job>/<path>"), "{body}");
         // At the limit it is read (and answered by the MCP service).
         let mut padded = INIT.to_string();
         padded.push_str(&" ".repeat(MCP_BODY_LIMIT as usize - INIT.len()));
