@@ -9,11 +9,18 @@
 //!   pod on the node, the artifact endpoint and its registry real too; a
 //!   draft job uploaded in chunks and run; and an executor of namespace A
 //!   asked for namespace B's job finds nothing. See [`cluster`].
+//! - Gated, through the gateway's HTTP router with real ServiceAccount
+//!   tokens: MCP Tasks (a task client gets a task, `tasks/get` reads the
+//!   SkillJob while its pod runs, `tasks/cancel` stops it, the task id is
+//!   nothing on another namespace's path or for another caller) and the
+//!   file route (a 3 MiB input up, the script's copy down). See [`over_http`].
 
 #[path = "gateway_executor/cluster.rs"]
 mod cluster;
 #[path = "oci/common.rs"]
 mod oci_common;
+#[path = "gateway_executor/over_http.rs"]
+mod over_http;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -397,6 +404,11 @@ async fn a_silent_wait_sends_a_heartbeat_every_interval() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_on_the_real_cluster() {
     cluster::runs_on_the_real_cluster().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_and_files_over_http_on_the_real_cluster() {
+    over_http::tasks_and_files_over_http_on_the_real_cluster().await;
 }
 
 /// A draft's record as the gateway stores it (a ConfigMap in its namespace).
