@@ -44,6 +44,12 @@ use skill_operator::mcp::executor::{Caller, Executor, RunControl};
 
 use crate::oci_common::TestRegistry;
 
+/// The executor suite's namespaces (the default prefix, [`setup`]): the
+/// run-overhead bench names them too.
+pub(crate) const NS_A: &str = "gw-exec-a";
+pub(crate) const NS_GW: &str = "gw-exec-system";
+const DEFAULT_PREFIX: &str = "gw-exec";
+
 /// The names one run of a suite uses, all starting with its prefix, so
 /// two suites sharing the cluster never touch each other's objects.
 #[derive(Debug, Clone)]
@@ -252,7 +258,14 @@ impl Setup {
 
 /// Everything a run through the executor needs on the cluster, or `None`
 /// (SKIPPED printed) when there is no cluster to use.
-pub(crate) async fn setup(what: &str, prefix: &str) -> Option<Setup> {
+pub(crate) async fn setup(what: &str) -> Option<Setup> {
+    let n = Names::new(DEFAULT_PREFIX);
+    assert_eq!((n.a.as_str(), n.gw.as_str()), (NS_A, NS_GW), "the names the bench uses are the default prefix's");
+    setup_named(what, DEFAULT_PREFIX).await
+}
+
+/// [`setup`], every name starting with `prefix`.
+pub(crate) async fn setup_named(what: &str, prefix: &str) -> Option<Setup> {
     let n = Names::new(prefix);
     if std::env::var_os("KUBECONFIG").is_none() {
         skill_operator::gated::skip(what, "KUBECONFIG is not set");
@@ -357,7 +370,7 @@ pub(crate) async fn setup(what: &str, prefix: &str) -> Option<Setup> {
 }
 
 pub(crate) async fn runs_on_the_real_cluster() {
-    let Some(setup) = setup("the gateway executor on a real cluster", "gw-exec").await else { return };
+    let Some(setup) = setup("the gateway executor on a real cluster").await else { return };
     let n = setup.names.clone();
     let (client, artifacts, bindings) = (setup.client.clone(), setup.artifacts.clone(), setup.bindings.clone());
     let exec_a = KubeExecutor::new(client.clone(), artifacts.clone(), bindings.clone(), KubeOptions::new(n.a.as_str(), n.gw.as_str()));

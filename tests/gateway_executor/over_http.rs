@@ -2,7 +2,7 @@
 //! the file route, through the gateway's own router and auth gate served
 //! on loopback, with real ServiceAccount tokens (TokenRequest) checked by
 //! real TokenReviews and SubjectAccessReviews, real SkillJobs run by the
-//! in-process controller in real pods ([`super::cluster::setup`], names
+//! in-process controller in real pods ([`super::cluster::setup_named`], names
 //! `gwfiles-…`).
 //!
 //! The client is raw JSON-RPC over HTTP (reqwest; this crate's rmcp has no
@@ -39,7 +39,7 @@ use skill_operator::mcp::executor::{Caller, Executor, RunControl};
 use skill_operator::mcp::snapshot::Snapshot;
 use skill_operator::mcp::state::{Authorize, Execution};
 
-use super::cluster::{plan, script_running, setup, wait_for, Names, ECHO_SH, SKILL, SKILL_MD};
+use super::cluster::{plan, script_running, setup_named, wait_for, Names, ECHO_SH, SKILL, SKILL_MD};
 
 const TASKS: &str = "io.modelcontextprotocol/tasks";
 const ERA: &str = "2025-11-25";
@@ -220,7 +220,7 @@ fn pattern(n: usize) -> Vec<u8> {
 }
 
 pub(crate) async fn tasks_and_files_over_http_on_the_real_cluster() {
-    let Some(setup) = setup("MCP tasks and the file route through the gateway on a real cluster", "gwfiles").await else { return };
+    let Some(setup) = setup_named("MCP tasks and the file route through the gateway on a real cluster", "gwfiles").await else { return };
     let n: Names = setup.names.clone();
     let client = setup.client.clone();
 
