@@ -211,6 +211,23 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_file_route_is_namespaced_and_waits_for_the_sync() {
+        let get = |uri: &str| axum::http::Request::get(uri).body(Body::empty()).unwrap();
+        let (status, body) = send(app(false), get("/files/team-a/skj-1/out.txt")).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        let (status, body) = send(app(true), get("/files/Team_A/skj-1/out.txt")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert!(body.contains("bad-namespace"), "{body}");
+        // A namespace whose backend runs no jobs has no files to serve.
+        let (status, body) = send(app(true), get("/files/team-a/skj-1/out.txt")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert!(body.contains("no-execution"), "{body}");
+        // Only GET and PUT.
+        let delete = axum::http::Request::delete("/files/team-a/skj-1/out.txt").body(Body::empty()).unwrap();
+        assert_eq!(send(app(true), delete).await.0, StatusCode::METHOD_NOT_ALLOWED);
+    }
+
+    #[tokio::test]
     async fn a_legacy_session_belongs_to_its_namespace() {
         let app = app(true);
         let response = app.clone().oneshot(initialize("team-a", Body::from(INIT), None)).await.unwrap();
