@@ -376,6 +376,17 @@ async fn a_finished_runs_output_comes_down_whole_and_the_mcp_read_points_to_it()
         let chunk = read.await.unwrap().unwrap();
         assert_eq!(chunk.download, download, "{path}");
     }
+    // So does the job's output listing (skill_job_status, and a run's result).
+    let status = tokio::spawn({
+        let (exec, alice, job) = (exec.clone(), alice.clone(), job.clone());
+        async move { exec.status(&alice, &job).await }
+    });
+    let (_, reply) = next(&mut env.api).await;
+    reply.send_response(ok(finished_run(&job, ALICE, "Succeeded")));
+    let listing = status.await.unwrap().unwrap().outputs.expect("a finished job lists its outputs");
+    let downloads: Vec<(&str, Option<&str>)> = listing.files.iter().map(|f| (f.path.as_str(), f.download.as_deref())).collect();
+    let route = format!("/files/{NS}/{job}/big.bin");
+    assert_eq!(downloads, vec![("big.bin", Some(route.as_str())), ("small.txt", None)]);
     // A read over the chunk limit names the route too.
     let err = exec.read(&alice, &job, ReadTarget::File("big.bin".into()), 0, 256 * 1024 + 1).await.unwrap_err();
     assert_eq!(err.code, "job-read-too-large");

@@ -176,6 +176,10 @@ pub struct OutputFile {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub sha256: String,
     pub input: InputMatch,
+    /// Where the whole file can be downloaded in one request (the
+    /// gateway's file route, for files over one MCP call's worth).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub download: Option<String>,
 }
 
 /// Why an entry under `work/` is not listed as a file.

@@ -361,6 +361,10 @@ pub(crate) async fn tasks_and_files_over_http_on_the_real_cluster() {
         a.call("tools/call", json!({ "name": "skill_job_read", "arguments": { "job": draft_id, "path": "big.out", "limit": 16 } })).await;
     let download = read["result"]["structuredContent"]["download"].as_str().unwrap_or_else(|| panic!("a download URL: {read}"));
     assert_eq!(download, format!("/files/{}/{draft_id}/big.out", n.a));
+    let status = a.call("tools/call", json!({ "name": "skill_job_status", "arguments": { "job": draft_id } })).await;
+    let files = status["result"]["structuredContent"]["outputs"]["files"].as_array().unwrap_or_else(|| panic!("outputs: {status}"));
+    let out = files.iter().find(|f| f["path"] == "big.out").unwrap_or_else(|| panic!("big.out listed: {status}"));
+    assert_eq!(out["download"], download, "the listing names the route for a file over one call's worth");
 
     server.abort();
     setup.teardown().await;
