@@ -83,15 +83,20 @@ if [[ "$(readlink -f "$KUBECONFIG")" == "$(readlink -f "${LOCAL_CLUSTER_HOME:-/v
 POD_GW="${POD_GW:-10.88.0.1}"
 REGISTRY_PID=""
 cleanup() {
+  [[ -n "${WATCH_PID:-}" ]] && kill "$WATCH_PID" 2>/dev/null
+  if [[ "${KEEP:-}" != 1 ]]; then
+    # The namespaces go first, while the controller, the artifact endpoint
+    # and the registry behind it are still up: their SkillJobs' finalizers
+    # delete each job's artifacts there, or the namespaces hang in
+    # Terminating for the next run.
+    "$KUBECTL" delete namespace "$NS" "$NS-empty" "$NS-off" --ignore-not-found --wait=true --timeout=120s >/dev/null 2>&1 ||
+      echo "kind: the test namespaces did not go within 120 s (SkillJob finalizers?)" >&2
+  fi
   [[ -n "$REGISTRY_PID" ]] && kill "$REGISTRY_PID" 2>/dev/null
   [[ -n "${EGRESS_SERVER_PID:-}" ]] && kill "$EGRESS_SERVER_PID" 2>/dev/null
   [[ -n "${EGRESS_PROXY_PID:-}" ]] && kill "$EGRESS_PROXY_PID" 2>/dev/null
   [[ -n "${POLICY_WATCH_PID:-}" ]] && kill "$POLICY_WATCH_PID" 2>/dev/null
-  [[ -n "${WATCH_PID:-}" ]] && kill "$WATCH_PID" 2>/dev/null
   if [[ "${KEEP:-}" != 1 ]]; then
-    # The namespaces go while the controller is still up: their SkillJobs'
-    # finalizers need it, or the namespaces hang in Terminating for the next run.
-    "$KUBECTL" delete namespace "$NS" "$NS-empty" "$NS-off" --ignore-not-found --wait=true --timeout=120s >/dev/null 2>&1
     "$HELM" uninstall "$RELEASE" -n "$OPNS" >/dev/null 2>&1
     "$KUBECTL" delete namespace "$OPNS" --wait=false >/dev/null 2>&1
   fi
