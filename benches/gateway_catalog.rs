@@ -16,7 +16,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use skill_operator::api::binding::{SkillBinding, SkillBindingSpec};
+use skill_operator::api::binding::{SkillBinding, SkillBindingSpec, SkillBindingStatus};
+use skill_operator::api::conditions::set_condition;
 use skill_operator::api::package::{OciSource, PackageSource, SkillPackage, SkillPackageSpec};
 use skill_operator::controller::decide::{package_status, PackageFacts};
 use skill_operator::core::declaration::Interpreter;
@@ -88,10 +89,15 @@ fn main() {
     let bindings = |over: usize| -> Vec<SkillBinding> {
         (0..100)
             .map(|i| {
-                SkillBinding::new(
+                let mut b = SkillBinding::new(
                     &format!("binding-{i:03}"),
                     SkillBindingSpec { package: format!("skill-{:03}-1", i % over), env: vec![], egress: false, egress_hosts: None },
-                )
+                );
+                // The gateway serves only bindings the controller called Ready.
+                let mut status = SkillBindingStatus::default();
+                set_condition(&mut status.conditions, "Ready", true, "Bound", "bound", None);
+                b.status = Some(status);
+                b
             })
             .collect()
     };

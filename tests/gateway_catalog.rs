@@ -23,7 +23,9 @@ use skill_operator::core::declaration::Interpreter;
 use skill_operator::core::discovery::{discover, Limits};
 use skill_operator::core::grants::Grants;
 use skill_operator::core::problems::{Problem, Reason};
-use skill_operator::gateway::catalog::{CacheError, CacheOptions, NamespaceCatalog, PackageCache, StaticSecrets};
+use skill_operator::gateway::catalog::{
+    binding_verdict, CacheError, CacheOptions, NamespaceCatalog, PackageCache, ServedIndex, StaticSecrets,
+};
 use skill_operator::mcp::snapshot::Snapshot;
 use skill_operator::mcp::tools::{skill_load, SkillLoadInput};
 use skill_operator::oci::SkillConfig;
@@ -104,8 +106,31 @@ fn runtime(interpreter: Interpreter, allowed: &[&str]) -> RuntimeProfile {
     }
 }
 
+/// A binding as the controller leaves one it found nothing wrong with
+/// (Ready for its generation); [`decided`] applies the controller's real verdict.
 fn binding(name: &str, package: &str, env: &[&str], egress: bool) -> SkillBinding {
-    SkillBinding::new(
+    let mut b = undecided(name, package, env, egress);
+    let mut status = skill_operator::api::binding::SkillBindingStatus::default();
+    skill_operator::api::conditions::set_condition(&mut status.conditions, "Ready", true, "Bound", "bound", b.metadata.generation);
+    b.status = Some(status);
+    b
+}
+
+/// `b` with the status the controller's binding reconciler writes when it
+/// sees `others` in the namespace (`binding_decision`, `binding_status`).
+fn decided(mut b: SkillBinding, pkgs: &BTreeMap<String, SkillPackage>, others: &[&SkillBinding]) -> SkillBinding {
+    let siblings: Vec<(String, String)> = others
+        .iter()
+        .filter_map(|o| Some((o.metadata.name.clone()?, pkgs.get(&o.spec.package)?.status.as_ref()?.skill_name.clone()?)))
+        .collect();
+    let d = skill_operator::controller::decide::binding_decision(&b, pkgs.get(&b.spec.package), &siblings);
+    b.status = Some(skill_operator::controller::binding::binding_status(&b, &d));
+    b
+}
+
+/// A binding the controller has not looked at (no status), at generation 1.
+fn undecided(name: &str, package: &str, env: &[&str], egress: bool) -> SkillBinding {
+    let mut b = SkillBinding::new(
         name,
         SkillBindingSpec {
             package: package.into(),
@@ -116,7 +141,9 @@ fn binding(name: &str, package: &str, env: &[&str], egress: bool) -> SkillBindin
             egress,
             egress_hosts: None,
         },
-    )
+    );
+    b.metadata.generation = Some(1);
+    b
 }
 
 fn cache(dir: &Path) -> PackageCache {
@@ -174,7 +201,7 @@ async fn three_bindings_over_two_packages_serve_what_serve_serves() {
     let dir = tempfile::tempdir().unwrap();
     let cache = cache(dir.path());
     let built = NamespaceCatalog::build_served("team-a", &bindings, &pkgs, &cache).await;
-    assert_eq!(built.skills["alpha"].binding, "a-alpha", "of two bindings of one skill, the first by name serves it");
+    assert_eq!(built.skills["alpha"].binding, "a-alpha", "of two bindings of one skill both Ready, the first by name serves it");
     assert_eq!(built.skills["alpha"].digest, pa.digest);
     assert_eq!((built.skills["beta"].binding.as_str(), built.skills["beta"].package.as_str()), ("b-beta", "beta-1"));
     let snap = built.snapshot;
@@ -223,6 +250,61 @@ async fn three_bindings_over_two_packages_serve_what_serve_serves() {
     assert!(note.contains("`beta` (SkillPackage beta-1)") && note.starts_with("some skills run nothing"), "{note}");
     assert_eq!(snap.policy.interpreters(), [Interpreter::Python].into());
     assert_eq!(cache.stats().entries, 2, "one entry per digest, not per binding");
+}
+
+#[tokio::test]
+async fn the_controllers_verdict_decides_which_binding_serves_and_runs() {
+    let reg = TestRegistry::start().await;
+    let a = alpha();
+    let pa = push(&reg, a.path(), "alpha").await;
+    let pkgs =
+        packages(vec![package("alpha-1", &reg.addr, &pa, a.path(), "alpha", Some(runtime(Interpreter::Python, &["scripts/run.py"])))]);
+    let dir = tempfile::tempdir().unwrap();
+    let cache = cache(dir.path());
+    let index = std::sync::Arc::new(ServedIndex::default());
+    let runs = index.namespace("team");
+
+    // `z-first` came first and was called Ready; `a-second` (sorting first by
+    // name) came later and the controller refused it as a duplicate.
+    let first = decided(undecided("z-first", "alpha-1", &["API_KEY"], false), &pkgs, &[]);
+    let second = decided(undecided("a-second", "alpha-1", &[], false), &pkgs, &[&first]);
+    assert_eq!(binding_verdict(&first), Ok(()));
+    assert_eq!(binding_verdict(&second).unwrap_err().0, Reason::DuplicateName);
+    let snap = index.build("team", &[second.clone(), first.clone()], &pkgs, &cache).await;
+    assert_eq!(snap.catalog.names(), vec!["alpha"]);
+    assert_eq!(runs.binding_of("alpha").as_deref(), Some("z-first"), "a run names the binding the snapshot serves");
+    let alpha = snap.catalog.get("alpha").unwrap();
+    assert_eq!(format!("{:?}", snap.status(alpha, &alpha.scripts[0])), "Runnable { env: [\"API_KEY\"] }", "z-first's grant applies");
+    let dup: Vec<&Problem> = snap.problems.iter().filter(|p| p.path == "skillbinding/a-second").collect();
+    assert_eq!(dup.len(), 1, "{:?}", snap.problems);
+    assert!(dup[0].reason == Reason::DuplicateName && dup[0].detail.contains("z-first"), "{:?}", dup[0]);
+    assert_eq!(index.binding_of("elsewhere", "alpha"), None, "another namespace's build is its own");
+
+    // The controller catches up with `z-first` too: both refused, nothing served, nothing to run.
+    let first_refused = decided(first.clone(), &pkgs, &[&second]);
+    assert!(binding_verdict(&first_refused).is_err());
+    let snap = index.build("team", &[second.clone(), first_refused], &pkgs, &cache).await;
+    assert!(snap.catalog.skills.is_empty(), "{:?}", snap.catalog.names());
+    assert_eq!(runs.binding_of("alpha"), None);
+
+    // `a-second` alone again (z-first deleted): the controller's next verdict serves it.
+    let second_alone = decided(second.clone(), &pkgs, &[]);
+    let snap = index.build("team", std::slice::from_ref(&second_alone), &pkgs, &cache).await;
+    assert_eq!(snap.catalog.names(), vec!["alpha"]);
+    assert_eq!(runs.binding_of("alpha").as_deref(), Some("a-second"));
+
+    // Its spec edited (generation 2) and not yet re-checked: its old verdict does not carry over.
+    let mut edited = second_alone.clone();
+    edited.metadata.generation = Some(2);
+    edited.spec.env.clear();
+    let snap = index.build("team", std::slice::from_ref(&edited), &pkgs, &cache).await;
+    assert!(snap.catalog.skills.is_empty());
+    assert!(snap.problems.iter().any(|p| p.path == "skillbinding/a-second" && p.detail.contains("generation 2")), "{:?}", snap.problems);
+    assert_eq!(runs.binding_of("alpha"), None);
+    // Nor does a binding the controller never looked at serve.
+    let snap = index.build("team", &[undecided("fresh", "alpha-1", &[], false)], &pkgs, &cache).await;
+    assert!(snap.catalog.skills.is_empty());
+    assert!(snap.problems.iter().any(|p| p.path == "skillbinding/fresh" && p.detail.contains("not decided")), "{:?}", snap.problems);
 }
 
 #[tokio::test]
@@ -491,11 +573,14 @@ async fn unchanged_inputs_keep_their_fingerprint_and_snapshot() {
     let fp = |b: &[SkillBinding], p: &BTreeMap<String, SkillPackage>| NamespaceCatalog::fingerprint("ns", b, p);
     let first = NamespaceCatalog::build("ns", &bindings, &pkgs, &cache).await;
 
-    // Saved again: a new resourceVersion and generation, a status, the same spec.
+    // Saved again: a new resourceVersion and generation, the controller's
+    // same verdict on it written again (a new transition time), the same spec.
     let mut resaved = bindings.clone();
     resaved[0].metadata.resource_version = Some("999".into());
     resaved[0].metadata.generation = Some(7);
-    resaved[0].status = Some(Default::default());
+    let ready = &mut resaved[0].status.as_mut().unwrap().conditions[0];
+    ready.observed_generation = Some(7);
+    ready.last_transition_time = serde_json::from_value(serde_json::json!("2030-01-01T00:00:00Z")).unwrap();
     assert_eq!(fp(&resaved, &pkgs), fp(&bindings, &pkgs));
     let second = NamespaceCatalog::build("ns", &resaved, &pkgs, &cache).await;
     assert!(first.same_as(&second), "an unchanged binding saved again must not notify anyone");
@@ -509,8 +594,17 @@ async fn unchanged_inputs_keep_their_fingerprint_and_snapshot() {
     moved.get_mut("alpha-1").unwrap().status.as_mut().unwrap().digest = Some(pb.digest.clone());
     let mut ceiling = pkgs.clone();
     ceiling.get_mut("alpha-1").unwrap().spec.runtime.as_mut().unwrap().timeout_seconds = Some(5);
-    for (what, b, p) in [("egress", &egress, &pkgs), ("env", &env, &pkgs), ("digest", &bindings, &moved), ("profile", &bindings, &ceiling)]
-    {
+    let mut refused = bindings.clone();
+    let verdict = &mut refused[0].status.as_mut().unwrap().conditions[0];
+    verdict.status = "False".into();
+    verdict.reason = "DuplicateSkillName".into();
+    for (what, b, p) in [
+        ("egress", &egress, &pkgs),
+        ("env", &env, &pkgs),
+        ("digest", &bindings, &moved),
+        ("profile", &bindings, &ceiling),
+        ("verdict", &refused, &pkgs),
+    ] {
         assert_ne!(fp(b, p), fp(&bindings, &pkgs), "{what} changed, the fingerprint did not");
         let changed = NamespaceCatalog::build("ns", b, p, &cache).await;
         assert!(!first.same_as(&changed), "{what} changed, the snapshot compares equal");

@@ -9,11 +9,18 @@
 //!   pod on the node, the artifact endpoint and its registry real too; a
 //!   draft job uploaded in chunks and run; and an executor of namespace A
 //!   asked for namespace B's job finds nothing. See [`cluster`].
+//! - Gated, through the gateway's HTTP router with real ServiceAccount
+//!   tokens: MCP Tasks (a task client gets a task, `tasks/get` reads the
+//!   SkillJob while its pod runs, `tasks/cancel` stops it, the task id is
+//!   nothing on another namespace's path or for another caller) and the
+//!   file route (a 3 MiB input up, the script's copy down). See [`over_http`].
 
 #[path = "gateway_executor/cluster.rs"]
 mod cluster;
 #[path = "oci/common.rs"]
 mod oci_common;
+#[path = "gateway_executor/over_http.rs"]
+mod over_http;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -399,6 +406,11 @@ async fn runs_on_the_real_cluster() {
     cluster::runs_on_the_real_cluster().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_and_files_over_http_on_the_real_cluster() {
+    over_http::tasks_and_files_over_http_on_the_real_cluster().await;
+}
+
 /// A draft's record as the gateway stores it (a ConfigMap in its namespace).
 fn draft_config_map(id: &str, state: &str, inputs: &[(&str, u64)]) -> Value {
     let inputs: Vec<Value> = inputs.iter().map(|(p, n)| json!({ "path": p, "size": n, "sha256": "sha256:00" })).collect();
@@ -431,6 +443,13 @@ async fn uploads_and_reads_keep_the_job_store_limits() {
         silent(&mut handle).await;
     }
     assert_eq!(exec.read(&alice, &id, ReadTarget::Stdout, 0, 9).await.unwrap_err().code, "job-read-too-large");
+    silent(&mut handle).await;
+    // Too large for one call: the refusals name the file route, which takes the whole file.
+    let err = exec.upload(&alice, &id, "dir/b c.txt", 0, vec![b'x'; 5]).await.unwrap_err();
+    assert!(err.message.contains(&format!("PUT it whole (up to 32 MiB) to /files/{NS}/{id}/dir/b%20c.txt")), "{}", err.message);
+    let err = exec.read(&alice, &id, ReadTarget::File("out.bin".into()), 0, 9).await.unwrap_err();
+    assert_eq!(err.code, "job-read-too-large");
+    assert!(err.message.contains(&format!("GET the whole file (up to 32 MiB) from /files/{NS}/{id}/out.bin")), "{}", err.message);
     silent(&mut handle).await;
 
     // Refused against the draft's record (nothing staged).

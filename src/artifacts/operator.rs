@@ -131,9 +131,33 @@ impl HttpArtifacts {
         path: &str,
         bytes: Vec<u8>,
     ) -> Result<crate::artifacts::SetFile, ArtifactError> {
+        let size = bytes.len() as u64;
+        self.stage_input_stream(namespace, uid, path, size, reqwest::Body::from(bytes)).await
+    }
+
+    /// [`Self::stage_input`] from a body of exactly `size` bytes, sent as it
+    /// arrives (the gateway's file route: up to 32 MiB never held whole).
+    /// The length is declared, so a body that ends early or runs long is
+    /// cut off and the endpoint stores nothing.
+    pub async fn stage_input_stream(
+        &self,
+        namespace: &str,
+        uid: &str,
+        path: &str,
+        size: u64,
+        body: reqwest::Body,
+    ) -> Result<crate::artifacts::SetFile, ArtifactError> {
         let what = format!("stage input {path}");
         let url = self.file_url(namespace, uid, "inputs", path)?;
-        let response = self.http.put(url).header("Authorization", &self.bearer).body(bytes).send().await;
+        let response = self
+            .http
+            .put(url)
+            .header("Authorization", &self.bearer)
+            .header(reqwest::header::CONTENT_LENGTH, size)
+            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+            .body(body)
+            .send()
+            .await;
         let response = Self::answer(response, &what).await?;
         #[derive(serde::Deserialize)]
         struct Staged {
@@ -151,6 +175,19 @@ impl HttpArtifacts {
         let url = self.file_url(namespace, uid, "inputs", path)?;
         let response = Self::answer(self.http.get(url).header("Authorization", &self.bearer).send().await, &what).await?;
         Ok(response.bytes().await.map_err(|e| unreachable(&what, &e))?.to_vec())
+    }
+
+    /// One stored output file as the endpoint's answer, its body not read
+    /// yet (to stream on; its `Content-Length` and `X-Content-Digest` are
+    /// the file's); `None` when the run stored no such file.
+    pub async fn output_response(&self, namespace: &str, uid: &str, path: &str) -> Result<Option<reqwest::Response>, ArtifactError> {
+        let what = format!("read {path}");
+        let url = self.file_url(namespace, uid, "outputs", path)?;
+        match Self::answer(self.http.get(url).header("Authorization", &self.bearer).send().await, &what).await {
+            Ok(response) => Ok(Some(response)),
+            Err(ArtifactError::Refused { status: 404, .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// One stored output file's bytes (`result/stdout`, `work/<path>`);

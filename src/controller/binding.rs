@@ -11,7 +11,7 @@ use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::ResourceExt;
 
 use super::context::{apply_status, Context, Error, Result};
-use super::decide::binding_decision;
+use super::decide::{binding_decision, BindingDecision};
 use crate::api::binding::{SkillBinding, SkillBindingStatus};
 use crate::api::conditions::set_condition;
 use crate::api::job::SkillJob;
@@ -54,18 +54,26 @@ async fn apply(binding: &SkillBinding, ctx: &Context) -> Result<Action> {
         }
     }
     let d = binding_decision(binding, package.as_ref(), &siblings);
+    let status = binding_status(binding, &d);
+    apply_status(&bindings, &binding.name_any(), &status).await?;
+    Ok(Action::requeue(if d.ready.is_ok() { Duration::from_secs(300) } else { Duration::from_secs(20) }))
+}
+
+/// The status a binding gets for decision `d`: what it resolves to and its
+/// `Ready` verdict for its current generation (the gateway serves a binding
+/// only on that verdict).
+pub fn binding_status(binding: &SkillBinding, d: &BindingDecision) -> SkillBindingStatus {
     let generation = binding.metadata.generation;
-    let mut status = binding.status.clone().unwrap_or_default();
-    status = SkillBindingStatus {
-        skill_name: d.skill_name,
-        digest: d.digest,
-        effective_env: d.effective_env,
+    let mut status = SkillBindingStatus {
+        skill_name: d.skill_name.clone(),
+        digest: d.digest.clone(),
+        effective_env: d.effective_env.clone(),
         ignored_env: d.ignored_env.clone(),
         proposed_egress: d.proposed_egress.clone(),
         effective_egress: crate::controller::egress::texts(&d.egress.effective),
         dropped_egress: d.egress.dropped.clone(),
         observed_generation: generation,
-        conditions: std::mem::take(&mut status.conditions),
+        conditions: binding.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default(),
     };
     match &d.ready {
         Ok(()) => {
@@ -85,8 +93,7 @@ async fn apply(binding: &SkillBinding, ctx: &Context) -> Result<Action> {
         }
         Err((reason, message)) => set_condition(&mut status.conditions, "Ready", false, reason, message.clone(), generation),
     }
-    apply_status(&bindings, &binding.name_any(), &status).await?;
-    Ok(Action::requeue(if d.ready.is_ok() { Duration::from_secs(300) } else { Duration::from_secs(20) }))
+    status
 }
 
 async fn cleanup(binding: &SkillBinding, ctx: &Context) -> Result<Action> {

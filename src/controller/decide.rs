@@ -208,6 +208,10 @@ pub struct BindingDecision {
     pub proposed_egress: Vec<String>,
 }
 
+/// The `Ready` reason of a binding refused because another binding in its
+/// namespace serves the same skill name.
+pub const DUPLICATE_SKILL_NAME: &str = "DuplicateSkillName";
+
 /// Decide a binding from its package and the skill names other bindings in
 /// the namespace serve (`(binding name, skill name)`).
 pub fn binding_decision(binding: &SkillBinding, package: Option<&SkillPackage>, siblings: &[(String, String)]) -> BindingDecision {
@@ -249,7 +253,7 @@ pub fn binding_decision(binding: &SkillBinding, package: Option<&SkillPackage>, 
     let clashes: Vec<&str> = siblings.iter().filter(|(b, s)| b != &own && s == name).map(|(b, _)| b.as_str()).collect();
     if !clashes.is_empty() {
         d.ready = Err((
-            "DuplicateSkillName".into(),
+            DUPLICATE_SKILL_NAME.into(),
             format!("skill `{name}` is also bound by {} in this namespace; both are refused until one goes", clashes.join(", ")),
         ));
     }

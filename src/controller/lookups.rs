@@ -29,6 +29,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::Client;
 
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 
 use crate::api::binding::SkillBinding;
@@ -45,6 +46,7 @@ pub struct Lookups {
     packages: OnceLock<Store<SkillPackage>>,
     jobs: OnceLock<Store<Job>>,
     network_policies: OnceLock<Store<NetworkPolicy>>,
+    pods: OnceLock<Store<Pod>>,
     restricted_namespaces: Remembered,
     service_accounts: Remembered,
 }
@@ -58,6 +60,22 @@ impl Lookups {
     pub fn set_child_stores(&self, jobs: Store<Job>, network_policies: Store<NetworkPolicy>) {
         let _ = self.jobs.set(jobs);
         let _ = self.network_policies.set(network_policies);
+    }
+
+    pub fn set_pod_store(&self, pods: Store<Pod>) {
+        let _ = self.pods.set(pods);
+    }
+
+    /// The cached pods the Job with UID `job_uid` controls (pod labels are
+    /// anyone's to copy; the controlling owner is the Job controller's
+    /// word). `None` without a cache.
+    pub fn cached_pods_of_job(&self, ns: &str, job_uid: &str) -> Option<Vec<Pod>> {
+        let store = self.pods.get()?;
+        let owned = |p: &Pod| {
+            p.metadata.namespace.as_deref() == Some(ns)
+                && p.metadata.owner_references.iter().flatten().any(|o| o.uid == job_uid && o.controller == Some(true))
+        };
+        Some(store.state().iter().filter(|p| owned(p)).map(|p| Pod::clone(p)).collect())
     }
 
     /// The Job `name` in `ns`: the cached copy, else the API's answer (so

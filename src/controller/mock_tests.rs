@@ -586,3 +586,105 @@ async fn the_cancel_annotation_stops_the_run_and_records_cancelled() {
 
 #[path = "prepare_mock_tests.rs"]
 mod prepare;
+
+const JOB_UID: &str = "1f1e1d1c-1b1a-1918-1716-151413121110";
+
+/// The run's Job as the Job controller shows it while its pod is active.
+fn running_job() -> Job {
+    let name = super::builders::job::job_name(UID);
+    let owner = started_skilljob().controller_owner_ref(&()).unwrap();
+    serde_json::from_value(json!({ "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": { "name": name, "namespace": "team", "uid": JOB_UID, "ownerReferences": [owner] },
+        "status": { "active": 1 } }))
+    .unwrap()
+}
+
+/// The run's pod, controlled by the Job with `owner_uid`, whose run
+/// container has exited 0 while the upload sidecar is still up.
+fn pod_after_the_script(owner_uid: &str) -> k8s_openapi::api::core::v1::Pod {
+    let name = super::builders::job::job_name(UID);
+    serde_json::from_value(json!({ "apiVersion": "v1", "kind": "Pod",
+        "metadata": { "name": format!("{name}-abcde"), "namespace": "team",
+                      "ownerReferences": [{ "apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": owner_uid, "controller": true }] },
+        "status": { "phase": "Running",
+            "initContainerStatuses": [
+                { "name": "fetch", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+                  "state": { "terminated": { "exitCode": 0 } } },
+                { "name": "upload", "image": "i", "imageID": "", "ready": true, "restartCount": 0, "state": { "running": {} } }],
+            "containerStatuses": [
+                { "name": "run", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+                  "state": { "terminated": { "exitCode": 0, "finishedAt": "2026-01-01T00:00:05Z" } } }] } }))
+    .unwrap()
+}
+
+/// Caches as the controller's reflectors hold them: the running Job and `pod`.
+fn caches_with(ctx: &Context, pod: k8s_openapi::api::core::v1::Pod) {
+    let (jobs, policies) = job_cache(running_job());
+    ctx.lookups.set_child_stores(jobs, policies);
+    let (pods, mut writer) = kube::runtime::reflector::store();
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(pod));
+    ctx.lookups.set_pod_store(pods);
+}
+
+#[tokio::test]
+async fn a_run_whose_script_ended_and_outputs_are_stored_is_recorded_before_its_job_completes() {
+    // The Job still says active (the sidecar is up, the Job controller has
+    // not caught up): the verdict comes from the run container's end and
+    // the stored outputs, and the run's children go at once.
+    let (plain, mut handle) = context();
+    let ctx = Arc::new(Context { artifacts: Arc::new(StoredOutputs), ..(*plain).clone() });
+    drop(plain);
+    caches_with(&ctx, pod_after_the_script(JOB_UID));
+    let name = super::builders::job::job_name(UID);
+    let server = tokio::spawn(async move {
+        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
+        let status =
+            expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        let s = &status["status"];
+        assert_eq!(s["phase"], "Succeeded", "{s}");
+        assert_eq!(s["exitCode"], 0);
+        assert_eq!(s["finishedAt"], "2026-01-01T00:00:05Z", "when the run container ended, not when the Job did");
+        assert_eq!(s["stdout"]["size"], 2621440);
+        let deleted = expect_unordered(&mut handle, 3, |_, _| deleted()).await;
+        assert!(deleted.contains(&("DELETE".to_string(), format!("/apis/batch/v1/namespaces/team/jobs/{name}"))), "{deleted:?}");
+        no_more_calls(&mut handle).await;
+    });
+    let action = skilljob::reconcile(Arc::new(started_skilljob()), ctx).await.expect("reconcile");
+    assert_eq!(action, kube::runtime::controller::Action::await_change());
+    tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_run_whose_outputs_are_not_stored_yet_is_looked_at_again_soon_and_not_recorded() {
+    // The script has ended but the sidecar has not stored anything yet (or
+    // withheld a cancelled result): no verdict from the pod alone.
+    let (ctx, mut handle) = context();
+    caches_with(&ctx, pod_after_the_script(JOB_UID));
+    let server = tokio::spawn(async move {
+        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
+        no_more_calls(&mut handle).await;
+    });
+    let action = skilljob::reconcile(Arc::new(started_skilljob()), ctx).await.expect("reconcile");
+    assert_eq!(action, kube::runtime::controller::Action::requeue(Duration::from_millis(250)));
+    tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_look_alike_pod_does_not_end_a_run() {
+    // Same labels and name, but not controlled by the run's Job: it says
+    // nothing about the run, which stays Running until its own pod ends.
+    let (plain, mut handle) = context();
+    let ctx = Arc::new(Context { artifacts: Arc::new(StoredOutputs), ..(*plain).clone() });
+    drop(plain);
+    caches_with(&ctx, pod_after_the_script("99999999-9999-9999-9999-999999999999"));
+    let server = tokio::spawn(async move {
+        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
+        let status =
+            expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        assert_eq!(status["status"]["phase"], "Running");
+        no_more_calls(&mut handle).await;
+    });
+    let action = skilljob::reconcile(Arc::new(started_skilljob()), ctx).await.expect("reconcile");
+    assert_eq!(action, kube::runtime::controller::Action::requeue(Duration::from_secs(10)));
+    tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
+}

@@ -23,7 +23,7 @@ use kube::runtime::reflector::{self, reflector, ObjectRef};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
 
-use super::builders::{LABEL_EGRESS, LABEL_MANAGED_BY, MANAGED_BY};
+use super::builders::{LABEL_MANAGED_BY, MANAGED_BY};
 use super::context::{Context, Error};
 use super::{binding, package, skilljob};
 use crate::api::binding::SkillBinding;
@@ -407,21 +407,25 @@ pub async fn run(ctx: Arc<Context>, listen: SocketAddr, shutdown: crate::shutdow
         reflector(policy_writer, watcher(Api::<NetworkPolicy>::all(client.clone()), children).modify(|p| p.managed_fields_mut().clear()))
             .default_backoff()
             .touched_objects();
-    // Pods of runs with egress: their address must reach the proxy before
-    // the script starts, so the pod's own events wake its SkillJob (through
-    // the owning Job in the cache: pod labels are the creator's to write).
-    let egress_pods = watcher(
-        Api::<Pod>::all(client.clone()),
-        watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_EGRESS}=true")),
+    // Pods of runs: their events wake the SkillJob (through the owning Job
+    // in the cache: pod labels are the creator's to write), so the verdict
+    // follows the run container's end instead of the Job's completion, and
+    // a run with egress records its address before the script starts.
+    let (pod_store, pod_writer) = reflector::store::<Pod>();
+    ctx.lookups.set_pod_store(pod_store);
+    let run_pods = reflector(
+        pod_writer,
+        watcher(Api::<Pod>::all(client.clone()), watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}")))
+            .modify(|p| p.managed_fields_mut().clear()),
     )
     .default_backoff()
-    .applied_objects();
+    .touched_objects();
     let owners = ctx.lookups.clone();
     let jobs = Controller::new(Api::<SkillJob>::all(client.clone()), ours())
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.config.reconcile_concurrency))
         .owns_stream(job_events)
         .owns_stream(policy_events)
-        .watches_stream(egress_pods, move |pod: Pod| {
+        .watches_stream(run_pods, move |pod: Pod| {
             let ns = pod.namespace()?;
             let job = pod.owner_references().iter().find(|o| o.kind == "Job" && o.controller == Some(true))?.name.clone();
             let job = owners.cached_job(&ns, &job)?;

@@ -178,6 +178,11 @@ pub const GATEWAY_SESSIONS_PER_NAMESPACE: usize = 1_024;
 /// Quiet time after a binding or package change before the namespaces it
 /// touches are rebuilt (a `kubectl apply` of many bindings is one rebuild).
 pub const GATEWAY_REBUILD_DEBOUNCE: Duration = Duration::from_millis(200);
+/// The largest file the gateway's file route (`/files/{namespace}/{job}/{path}`)
+/// moves in one request, up or down: the per-file cap of a job's inputs and
+/// outputs. Files over [`JOB_UPLOAD_CHUNK`] need it (an MCP call carries at
+/// most that much).
+pub const FILE_ROUTE_BYTES: u64 = MAX_FILE_BYTES;
 /// How often a client polling an MCP task (`tasks/get`) is asked to poll:
 /// a run lasts seconds to minutes, and each poll reads its SkillJob.
 pub const TASK_POLL_INTERVAL: Duration = Duration::from_secs(2);
@@ -187,6 +192,7 @@ pub const TASK_POLL_INTERVAL: Duration = Duration::from_secs(2);
 // the default timeout is under the ceiling.
 const _: () = assert!(MAX_FILE_BYTES <= MAX_TOTAL_BYTES);
 const _: () = assert!(JOB_UPLOAD_CHUNK <= MAX_FILE_BYTES);
+const _: () = assert!(FILE_ROUTE_BYTES > JOB_UPLOAD_CHUNK && FILE_ROUTE_BYTES <= MAX_FILE_BYTES);
 const _: () = assert!(MCP_BODY_LIMIT > JOB_UPLOAD_CHUNK.div_ceil(3) * 4);
 const _: () = assert!(DEFAULT_TIMEOUT_SECS <= MAX_TIMEOUT_SECS);
 const _: () = assert!(OUTPUT_HASH_BUDGET >= MAX_TOTAL_BYTES);

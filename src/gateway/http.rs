@@ -1,7 +1,8 @@
 //! The gateway's HTTP surface: `/mcp/{namespace}` (both MCP eras, each
-//! namespace its own service and session store), `/healthz`, `/readyz`
-//! and `/metrics`. Authentication is a layer the caller puts on the MCP
-//! routes ([`router`] takes it), so this module only routes.
+//! namespace its own service and session store), the file route
+//! `/files/{namespace}/{job}/{*path}` ([`super::files`]), `/healthz`,
+//! `/readyz` and `/metrics`. Authentication is a layer the caller puts on
+//! the namespaced routes ([`router`] takes it), so this module only routes.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -13,10 +14,11 @@ use axum::routing::{any, get};
 use axum::Router;
 use tower::ServiceExt;
 
-use crate::core::limits::{bytes_text, JOB_UPLOAD_CHUNK, MCP_BODY_LIMIT};
+use crate::core::limits::{bytes_text, FILE_ROUTE_BYTES, JOB_UPLOAD_CHUNK, MCP_BODY_LIMIT};
 use crate::serve::http::{opens_session, sessions_full};
 
-use super::namespaces::{NamespaceError, Namespaces};
+use super::files::{files, FILES_PREFIX};
+use super::namespaces::{Namespace, NamespaceError, Namespaces};
 
 /// The route parameter every namespaced route names (the auth layer reads it).
 pub const NAMESPACE_PARAM: &str = "namespace";
@@ -36,32 +38,41 @@ impl Readiness {
 
 /// What the routes share.
 #[derive(Clone)]
-struct Shared {
+pub(super) struct Shared {
     namespaces: Arc<Namespaces>,
     ready: Readiness,
     metrics: Arc<dyn Fn() -> String + Send + Sync>,
 }
 
-fn json_error(status: StatusCode, code: &str, message: String) -> Response {
+pub(super) fn json_error(status: StatusCode, code: &str, message: String) -> Response {
     (status, axum::Json(serde_json::json!({ "error": { "code": code, "message": message } }))).into_response()
 }
 
-async fn mcp(State(shared): State<Shared>, Path(namespace): Path<String>, request: Request) -> Response {
+/// The namespace a request names, or the answer when it cannot be served
+/// (not synced yet, not a namespace name, too many namespaces).
+pub(super) async fn namespace_or_refusal(shared: &Shared, namespace: &str) -> Result<Arc<Namespace>, Response> {
     if !shared.ready.is_ready() {
-        return json_error(
+        return Err(json_error(
             StatusCode::SERVICE_UNAVAILABLE,
             "not-ready",
             "the gateway is still reading the cluster's bindings; retry in a moment".into(),
-        );
+        ));
     }
-    let ns = match shared.namespaces.get(&namespace).await {
-        Ok(ns) => ns,
-        Err(err @ NamespaceError::BadName(_)) => return json_error(StatusCode::NOT_FOUND, "bad-namespace", err.to_string()),
+    match shared.namespaces.get(namespace).await {
+        Ok(ns) => Ok(ns),
+        Err(err @ NamespaceError::BadName(_)) => Err(json_error(StatusCode::NOT_FOUND, "bad-namespace", err.to_string())),
         Err(err @ NamespaceError::Full { .. }) => {
             let mut response = json_error(StatusCode::SERVICE_UNAVAILABLE, "namespaces-full", err.to_string());
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-            return response;
+            Err(response)
         }
+    }
+}
+
+async fn mcp(State(shared): State<Shared>, Path(namespace): Path<String>, request: Request) -> Response {
+    let ns = match namespace_or_refusal(&shared, &namespace).await {
+        Ok(ns) => ns,
+        Err(response) => return response,
     };
     if opens_session(&request) && ns.sessions.is_full() {
         return sessions_full(ns.sessions.max());
@@ -74,9 +85,10 @@ async fn mcp(State(shared): State<Shared>, Path(namespace): Path<String>, reques
             StatusCode::PAYLOAD_TOO_LARGE,
             "body-too-large",
             format!(
-                "an MCP request body may be at most {}: upload files in chunks of {} (skill_job_upload with an offset)",
+                "an MCP request body may be at most {}: upload files in chunks of {} (skill_job_upload with an offset), or PUT a file of up to {} whole to {FILES_PREFIX}/{namespace}/<job>/<path> with your bearer token",
                 bytes_text(MCP_BODY_LIMIT),
-                bytes_text(JOB_UPLOAD_CHUNK)
+                bytes_text(JOB_UPLOAD_CHUNK),
+                bytes_text(FILE_ROUTE_BYTES)
             ),
         );
     }
@@ -88,8 +100,9 @@ async fn mcp(State(shared): State<Shared>, Path(namespace): Path<String>, reques
     }
 }
 
-/// The routes. `gate` wraps the namespaced MCP routes only (the health
-/// routes stay open): the auth middleware, or the identity in tests.
+/// The routes. `gate` wraps the namespaced routes only (`/mcp/…` and
+/// `/files/…`; the health routes stay open): the auth middleware, or the
+/// identity in tests.
 pub fn router<L>(namespaces: Arc<Namespaces>, ready: Readiness, metrics: Arc<dyn Fn() -> String + Send + Sync>, gate: L) -> Router
 where
     L: tower::Layer<axum::routing::Route> + Clone + Send + Sync + 'static,
@@ -99,7 +112,13 @@ where
 {
     let shared = Shared { namespaces, ready: ready.clone(), metrics };
     let path = format!("/mcp/{{{NAMESPACE_PARAM}}}");
-    let mcp_routes = Router::new().route(&path, any(mcp)).route(&format!("{path}/"), any(mcp)).route_layer(gate).with_state(shared.clone());
+    let files_path = format!("{FILES_PREFIX}/{{{NAMESPACE_PARAM}}}/{{job}}/{{*path}}");
+    let mcp_routes = Router::new()
+        .route(&path, any(mcp))
+        .route(&format!("{path}/"), any(mcp))
+        .route(&files_path, get(files).put(files))
+        .route_layer(gate)
+        .with_state(shared.clone());
     let open = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route(
@@ -179,7 +198,7 @@ mod tests {
         // Declared over the limit: refused before anything reads it.
         let (status, body) = send(app(true), initialize("team-a", Body::empty(), Some(MCP_BODY_LIMIT + 1))).await;
         assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
-        assert!(body.contains("skill_job_upload"));
+        assert!(body.contains("skill_job_upload") && body.contains("/files/team-a/<job>/<path>"), "{body}");
         // At the limit it is read (and answered by the MCP service).
         let mut padded = INIT.to_string();
         padded.push_str(&" ".repeat(MCP_BODY_LIMIT as usize - INIT.len()));
@@ -189,6 +208,23 @@ mod tests {
         let chunks = futures::stream::iter(vec![Ok::<_, std::io::Error>(bytes::Bytes::from(vec![b' '; MCP_BODY_LIMIT as usize + 1]))]);
         let (status, _) = send(app(true), initialize("team-a", Body::from_stream(chunks), None)).await;
         assert_ne!(status, StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn the_file_route_is_namespaced_and_waits_for_the_sync() {
+        let get = |uri: &str| axum::http::Request::get(uri).body(Body::empty()).unwrap();
+        let (status, body) = send(app(false), get("/files/team-a/skj-1/out.txt")).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        let (status, body) = send(app(true), get("/files/Team_A/skj-1/out.txt")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert!(body.contains("bad-namespace"), "{body}");
+        // A namespace whose backend runs no jobs has no files to serve.
+        let (status, body) = send(app(true), get("/files/team-a/skj-1/out.txt")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert!(body.contains("no-execution"), "{body}");
+        // Only GET and PUT.
+        let delete = axum::http::Request::delete("/files/team-a/skj-1/out.txt").body(Body::empty()).unwrap();
+        assert_eq!(send(app(true), delete).await.0, StatusCode::METHOD_NOT_ALLOWED);
     }
 
     #[tokio::test]

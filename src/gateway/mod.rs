@@ -9,11 +9,13 @@
 //! - [`auth`]: bearer tokens by TokenReview, actions by SubjectAccessReview;
 //! - [`catalog`]: packages pulled by digest into a bounded cache, and the
 //!   namespace's snapshot built from its bindings;
-//! - [`executor`]: the SkillJob-backed executor.
+//! - [`executor`]: the SkillJob-backed executor;
+//! - [`files`]: the file route, for job files too large for an MCP call.
 
 pub mod auth;
 pub mod catalog;
 pub mod executor;
+pub mod files;
 pub mod http;
 pub mod metrics;
 pub mod namespaces;

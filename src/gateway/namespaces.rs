@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
+use super::files::JobFiles;
 use crate::mcp::snapshot::Snapshot;
 use crate::mcp::state::{Authorize, Execution, ServerState};
 use crate::mcp::SkillServer;
@@ -25,6 +26,10 @@ pub trait Backend: Send + Sync {
     fn execution(&self, namespace: &str) -> Option<Execution>;
     /// Who may do what there (`None` only in tests and anonymous mode).
     fn authorizer(&self, namespace: &str) -> Option<Arc<dyn Authorize>>;
+    /// The file route's jobs there (`None`: the route finds no jobs).
+    fn files(&self, _namespace: &str) -> Option<Arc<dyn JobFiles>> {
+        None
+    }
 }
 
 /// Why a namespace cannot be served.
@@ -42,6 +47,8 @@ pub struct Namespace {
     pub state: Arc<ServerState>,
     pub service: StreamableHttpService<SkillServer, BoundedSessions>,
     pub sessions: Arc<BoundedSessions>,
+    /// The file route's jobs ([`Backend::files`]).
+    pub files: Option<Arc<dyn JobFiles>>,
 }
 
 /// How every namespace's MCP service is set up.
@@ -111,7 +118,8 @@ impl Namespaces {
         let sessions = Arc::new(BoundedSessions::new(self.options.max_sessions));
         let server = SkillServer::new(state.clone());
         let service = StreamableHttpService::new(move || Ok(server.clone()), sessions.clone(), self.options.http.clone());
-        let ns = Arc::new(Namespace { name: name.to_string(), state, service, sessions });
+        let files = self.backend.files(name);
+        let ns = Arc::new(Namespace { name: name.to_string(), state, service, sessions, files });
         self.held().insert(name.to_string(), ns.clone());
         tracing::info!(namespace = name, "serving a new namespace");
         Ok(ns)

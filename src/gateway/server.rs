@@ -1,7 +1,7 @@
 //! `skill-operator gateway`: the flags, the cluster wiring of every
 //! namespace ([`ClusterBackend`]: snapshots from the reflector stores and
-//! the package cache, runs as SkillJobs, callers asked of the API server)
-//! and the listener.
+//! the package cache, runs and the file route as SkillJobs, callers asked
+//! of the API server) and the listener.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -23,8 +23,9 @@ use crate::mcp::state::{Authorize, Execution};
 use crate::shutdown::Shutdown;
 
 use super::auth::{AuthArgs, Authenticator};
-use super::catalog::{CacheOptions, KubeSecrets, NamespaceCatalog, PackageCache};
-use super::executor::{KubeExecutor, KubeOptions, OnDisconnect, SkillBindings};
+use super::catalog::{CacheOptions, KubeSecrets, PackageCache, ServedIndex};
+use super::executor::{KubeExecutor, KubeOptions, OnDisconnect};
+use super::files::JobFiles;
 use super::http::{router, Readiness};
 use super::namespaces::{Backend, Namespaces, ServiceOptions};
 use super::watch::{self, Stores};
@@ -90,35 +91,26 @@ pub struct ClusterBackend {
     client: kube::Client,
     stores: std::sync::OnceLock<Stores>,
     cache: Arc<PackageCache>,
+    /// Which binding each namespace's last build serves each skill from.
+    served: Arc<ServedIndex>,
     artifacts: Arc<HttpArtifacts>,
     confirmations: Arc<SignedConfirmations>,
     auth: Option<Authenticator>,
     mode: ConfirmMode,
     on_disconnect: OnDisconnect,
     gateway_namespace: String,
+    /// `--public-url` (empty: none), for the file route URLs messages name.
+    public_base: String,
 }
 
-/// Which binding serves a skill in one namespace, read from the store at
-/// each run (the snapshot may have changed since the namespace was made).
-struct StoreBindings {
-    stores: Stores,
-    namespace: String,
-}
-
-impl SkillBindings for StoreBindings {
-    fn binding_of(&self, skill: &str) -> Option<String> {
-        // The catalog keeps the first binding by name when two serve one skill.
-        let mut names: Vec<String> = self
-            .stores
-            .bindings
-            .state()
-            .iter()
-            .filter(|b| b.namespace().as_deref() == Some(self.namespace.as_str()))
-            .filter(|b| b.status.as_ref().and_then(|s| s.skill_name.as_deref()) == Some(skill))
-            .map(|b| b.name_any())
-            .collect();
-        names.sort();
-        names.into_iter().next()
+impl ClusterBackend {
+    /// The SkillJob executor of `namespace` (once the watches are running).
+    fn executor(&self, namespace: &str) -> Option<Arc<KubeExecutor>> {
+        self.stores.get()?;
+        let mut options = KubeOptions::new(namespace, self.gateway_namespace.clone());
+        options.on_disconnect = self.on_disconnect;
+        options.public_base = self.public_base.clone();
+        Some(Arc::new(KubeExecutor::new(self.client.clone(), self.artifacts.clone(), self.served.namespace(namespace), options)))
     }
 }
 
@@ -127,7 +119,7 @@ impl Backend for ClusterBackend {
     async fn snapshot(&self, namespace: &str) -> Snapshot {
         // Set right after the watches start, before anything is served.
         let Some(stores) = self.stores.get() else {
-            return NamespaceCatalog::build(namespace, &[], &BTreeMap::new(), &self.cache).await;
+            return self.served.build(namespace, &[], &BTreeMap::new(), &self.cache).await;
         };
         let bindings: Vec<SkillBinding> = stores
             .bindings
@@ -138,16 +130,16 @@ impl Backend for ClusterBackend {
             .collect();
         let packages: BTreeMap<String, SkillPackage> =
             stores.packages.state().iter().map(|p| (p.name_any(), SkillPackage::clone(p))).collect();
-        NamespaceCatalog::build(namespace, &bindings, &packages, &self.cache).await
+        self.served.build(namespace, &bindings, &packages, &self.cache).await
     }
 
     fn execution(&self, namespace: &str) -> Option<Execution> {
-        let stores = self.stores.get()?.clone();
-        let mut options = KubeOptions::new(namespace, self.gateway_namespace.clone());
-        options.on_disconnect = self.on_disconnect;
-        let bindings = Arc::new(StoreBindings { stores, namespace: namespace.to_string() });
-        let executor = Arc::new(KubeExecutor::new(self.client.clone(), self.artifacts.clone(), bindings, options));
+        let executor = self.executor(namespace)?;
         Some(Execution::new(executor.clone(), self.mode).with_confirmations(self.confirmations.clone(), namespace).with_tasks(executor))
+    }
+
+    fn files(&self, namespace: &str) -> Option<Arc<dyn JobFiles>> {
+        Some(self.executor(namespace)?)
     }
 
     fn authorizer(&self, namespace: &str) -> Option<Arc<dyn Authorize>> {
@@ -176,17 +168,20 @@ pub async fn command(args: GatewayArgs, shutdown: Shutdown) -> anyhow::Result<()
         cache_options.secrets = Some(Arc::new(KubeSecrets::new(client.clone(), ns)));
     }
     let cache = Arc::new(PackageCache::new(cache_options).context("cannot set up the package cache")?);
+    let public_base = auth_config.public_base.clone().unwrap_or_default();
     let authenticator = Authenticator::new(client.clone(), auth_config);
     let backend = Arc::new(ClusterBackend {
         client: client.clone(),
         stores: std::sync::OnceLock::new(),
         cache,
+        served: Arc::default(),
         artifacts: Arc::new(HttpArtifacts::new(&crate::artifacts::operator::versioned_endpoint(&args.artifact_endpoint), &token_key)),
         confirmations: Arc::new(SignedConfirmations::new(&confirmation_key(&token_key), TOKEN_TTL)),
         auth: Some(authenticator.clone()),
         mode,
         on_disconnect: args.on_disconnect,
         gateway_namespace: args.namespace.clone(),
+        public_base,
     });
 
     let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into(), "[::1]".into()];

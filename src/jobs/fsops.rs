@@ -119,14 +119,14 @@ pub(super) fn hash_regular(path: &Path, meta: &fs::Metadata) -> Result<(u64, Str
 pub(super) fn read_chunk(mut file: File, offset: u64, limit: u64) -> io::Result<Chunk> {
     let size = file.metadata()?.len();
     if offset >= size {
-        return Ok(Chunk { data: Vec::new(), offset, size, eof: true });
+        return Ok(Chunk { data: Vec::new(), offset, size, eof: true, download: None });
     }
     let want = limit.min(size - offset);
     file.seek(SeekFrom::Start(offset))?;
     let mut data = Vec::with_capacity(want as usize);
     file.take(want).read_to_end(&mut data)?;
     let eof = offset + data.len() as u64 >= size;
-    Ok(Chunk { data, offset, size, eof })
+    Ok(Chunk { data, offset, size, eof, download: None })
 }
 
 /// Create the missing parent directories of `rel` under `work`, refusing any

@@ -143,7 +143,13 @@ impl JobStore {
                     if meta.len() > budget {
                         // Past the budget: listed by size only, never read.
                         listing.total_bytes += meta.len();
-                        listing.files.push(OutputFile { path: rel, size: meta.len(), sha256: String::new(), input: InputMatch::Unhashed });
+                        listing.files.push(OutputFile {
+                            path: rel,
+                            size: meta.len(),
+                            sha256: String::new(),
+                            input: InputMatch::Unhashed,
+                            download: None,
+                        });
                         continue;
                     }
                     match hash_regular(&entry_path, &meta) {
@@ -155,7 +161,7 @@ impl JobStore {
                                 Some(_) => InputMatch::Changed,
                             };
                             listing.total_bytes += size;
-                            listing.files.push(OutputFile { path: rel, size, sha256, input });
+                            listing.files.push(OutputFile { path: rel, size, sha256, input, download: None });
                         }
                         Err(reason) => skip(&mut listing, cap, rel, SkipKind::Unreadable, reason),
                     }

@@ -713,7 +713,7 @@ fn reads_at_and_past_the_end() {
     assert_eq!((last.data.as_slice(), last.eof), (&b"89"[..], true));
     for offset in [10, 11, u64::MAX] {
         let chunk = store.read(&id, f(), offset, 8).unwrap();
-        assert_eq!(chunk, Chunk { data: vec![], offset, size: 10, eof: true });
+        assert_eq!(chunk, Chunk { data: vec![], offset, size: 10, eof: true, download: None });
     }
     let exact = store.read(&id, f(), 2, 8).unwrap();
     assert_eq!((exact.data.as_slice(), exact.eof), (&b"23456789"[..], true));

@@ -176,6 +176,10 @@ pub struct OutputFile {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub sha256: String,
     pub input: InputMatch,
+    /// Where the whole file can be downloaded in one request (the
+    /// gateway's file route, for files over one MCP call's worth).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub download: Option<String>,
 }
 
 /// Why an entry under `work/` is not listed as a file.
@@ -233,6 +237,9 @@ pub struct Chunk {
     pub size: u64,
     /// `offset + data.len() >= size`: nothing more to read.
     pub eof: bool,
+    /// Where the whole file can be downloaded in one request instead (the
+    /// gateway's file route, for files over one MCP call's worth).
+    pub download: Option<String>,
 }
 
 /// A job directory [`JobStore::open`] could not load.

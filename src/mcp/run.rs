@@ -282,7 +282,11 @@ pub struct JobRunInput {
 pub async fn job_run(state: &ServerState, snap: &Snapshot, input: JobRunInput, cx: &CallContext) -> Result<RunReply, ToolError> {
     let exec = execution(state)?;
     let record = exec.executor.get(&cx.caller, &input.job).await?;
-    if record.state != JobState::Created {
+    // A job that has started runs again only as a retry of its confirmed
+    // call (the same token, checked by the gate below): the gateway's
+    // executor then attaches to the SkillJob that call started, and a store
+    // that remembers tokens refuses the reuse. Without a token it already ran.
+    if record.state != JobState::Created && input.confirm.is_none() {
         return Err(crate::jobs::JobError::AlreadyRan { id: record.id, state: record.state }.into());
     }
     let plan = plan_for(snap, &record.skill, &input.script, &input.args)?;
@@ -347,6 +351,10 @@ pub struct JobChunk {
     pub returned: u64,
     pub size: u64,
     pub eof: bool,
+    /// Where the whole file can be downloaded in one authenticated GET
+    /// (the gateway, for files over one call's worth).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub download: Option<String>,
 }
 
 impl JobChunk {
@@ -357,7 +365,17 @@ impl JobChunk {
             Ok(text) => ("base64", base64::engine::general_purpose::STANDARD.encode(text.as_bytes())),
             Err(err) => ("base64", base64::engine::general_purpose::STANDARD.encode(err.as_bytes())),
         };
-        JobChunk { job, target, encoding, content, offset: chunk.offset, returned, size: chunk.size, eof: chunk.eof }
+        JobChunk {
+            job,
+            target,
+            encoding,
+            content,
+            offset: chunk.offset,
+            returned,
+            size: chunk.size,
+            eof: chunk.eof,
+            download: chunk.download,
+        }
     }
 }
 

@@ -181,7 +181,7 @@ impl Executor for FakeExecutor {
             ReadTarget::Stdout => record.run.map(|r| r.script.into_bytes()).unwrap_or_default(),
             _ => vec![],
         };
-        Ok(Chunk { size: data.len() as u64, data, offset, eof: true })
+        Ok(Chunk { size: data.len() as u64, data, offset, eof: true, download: None })
     }
     async fn delete(&self, caller: &Caller, job: &str) -> Result<(), ToolError> {
         self.owned(caller, job)?;
@@ -599,4 +599,38 @@ fn the_tasks_extension_is_advertised_only_with_a_tasks_backend() {
     let caps = super::capabilities(&tasks);
     assert!(caps.supports_tasks());
     assert!(caps.skills().is_some() && caps.tools.is_some(), "the other capabilities stay");
+}
+
+#[tokio::test]
+async fn a_retried_job_run_reaches_the_executor_only_with_its_token() {
+    // Signed tokens (the gateway's) are not remembered: a retry of the
+    // confirmed call redeems again and reaches the executor, which attaches
+    // to the run that call started; a call without the token is refused.
+    let (t, fake, _) = server(ConfirmMode::Ask);
+    let signed =
+        Arc::new(crate::core::confirm::SignedConfirmations::new(b"seam-test-key-of-32-bytes-or-more!", crate::core::confirm::TOKEN_TTL));
+    let exec = Execution::new(fake.clone(), ConfirmMode::Ask).with_confirmations(signed, "team");
+    let state = ServerState::new(scan(t.path())).with_execution(exec);
+    let snap = state.snapshot();
+    let job = run::job_create(&state, &snap, serde_json::from_value(serde_json::json!({"skill": "tool"})).unwrap(), &cx("alice"))
+        .await
+        .unwrap()
+        .id;
+    let call = |confirm: Option<String>| {
+        serde_json::from_value::<run::JobRunInput>(serde_json::json!({"job": job, "script": "scripts/a.py", "confirm": confirm})).unwrap()
+    };
+    let preview = json(run::job_run(&state, &snap, call(None), &cx("alice")).await.unwrap());
+    let token = preview["token"].as_str().unwrap().to_string();
+    json(run::job_run(&state, &snap, call(Some(token.clone())), &cx("alice")).await.unwrap());
+    json(run::job_run(&state, &snap, call(Some(token)), &cx("alice")).await.unwrap());
+    assert_eq!(fake.0.lock().unwrap().runs.len(), 2, "the retry reached the executor");
+    let refused = run::job_run(&state, &snap, call(None), &cx("alice")).await.unwrap_err();
+    assert_eq!(refused.code, "job-already-ran", "{refused:?}");
+    // Another call (other args) with that token is not the confirmed one.
+    let other = serde_json::from_value::<run::JobRunInput>(
+        serde_json::json!({"job": job, "script": "scripts/a.py", "args": ["x"], "confirm": preview["token"]}),
+    )
+    .unwrap();
+    assert_eq!(run::job_run(&state, &snap, other, &cx("alice")).await.unwrap_err().code, "call-changed");
+    assert_eq!(fake.0.lock().unwrap().runs.len(), 2);
 }

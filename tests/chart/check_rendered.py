@@ -242,9 +242,9 @@ def _(objs, value):
     out = []
     for comp in ("controller", "artifacts"):
         vols = deployments(objs)[comp]["spec"]["template"]["spec"]["volumes"]
-        names = [v["secret"]["secretName"] for v in vols if "secret" in v]
+        names = [v["secret"]["secretName"] for v in vols if v["name"] == "token-key" and "secret" in v]
         if names != [value]:
-            out.append(f"{comp}: secret volumes {names}, want [{value}]")
+            out.append(f"{comp}: token-key volume from secrets {names}, want [{value}]")
     return out
 
 

@@ -116,6 +116,11 @@ check "helm template (tests/kind/run.sh's local-cluster values)" render kind "${
 check_fails "helm template refuses gateway.cache.maxBytes beyond the cache volume" "exceeds the cache volume" \
   "$HELM" template "$RELEASE" "$CHART" --namespace "$NS" -f "$HERE/values-min.yaml" \
   --set gateway.cache.sizeMiB=64 --set gateway.cache.maxBytes=67108865
+check_fails "the values schema refuses an unknown controller.prepare.imageMode" "imageMode" \
+  "$HELM" template "$RELEASE" "$CHART" --namespace "$NS" -f "$HERE/values-min.yaml" --set controller.prepare.imageMode=docker
+check_fails "the values schema refuses an image repository with a tag" "imageRepository" \
+  "$HELM" template "$RELEASE" "$CHART" --namespace "$NS" -f "$HERE/values-min.yaml" \
+  --set controller.prepare.imageRepository=registry.example.com/skills:latest
 # Different releases never share a cluster-scoped name.
 check "helm template (a second release)" "$HELM" template other "$CHART" --namespace "$NS" \
   -f "$HERE/values-min.yaml" --output-dir "$OUT/other"
@@ -163,6 +168,10 @@ check "checks (values-min.yaml)" rendered min \
   --expect rule=artifacts:skill-operator.dev:skilljobs:get \
   --expect rule=artifacts::secrets: \
   --expect no-controller-arg=--label-namespaces \
+  --expect no-controller-arg=--image-repository --expect no-controller-arg=--image-registry-config \
+  --expect controller-arg=--image-mode=composed --expect controller-arg=--image-volumes=auto \
+  --expect "controller-arg=--build-namespace=$NS" --expect controller-arg=--base-image-python=python:3.12-slim \
+  --expect no-controller-arg=--plain-http-registry --expect rule=controller::nodes: \
   --expect "controller-arg=--artifact-endpoint=http://$RELEASE-skill-operator-artifacts.$NS.svc:8443" \
   --expect "controller-arg=--operator-namespace=$NS" \
   --expect controller-arg=--token-key-file=/var/run/skill-operator/key/token-key \
@@ -183,6 +192,12 @@ check "checks (values-all.yaml)" rendered all \
   --expect pull-secret=regcred \
   --expect controller-arg=--label-namespaces \
   --expect rule=controller::namespaces:get+list+watch+patch \
+  --expect controller-arg=--image-repository=registry.example.com:5000/skills/prepared \
+  --expect controller-arg=--image-registry-config=/var/run/skill-operator/registry/config.json \
+  --expect controller-arg=--image-mode=image-volume --expect controller-arg=--image-volumes=auto \
+  --expect controller-arg=--build-namespace=skill-builds --expect controller-arg=--build-platform=linux/amd64 \
+  --expect controller-arg=--pip-index-url=https://pypi.example.com/simple --expect controller-arg=--npm-registry=https://npm.example.com \
+  --expect controller-arg=--plain-http-registry=registry.example.com:5000 --expect rule=controller::nodes:list \
   --expect rule=controller::secrets:create+delete+get \
   --expect controller-arg=--artifact-endpoint=http://10.96.100.10:8443 \
   --expect "controller-arg=--operator-image=ghcr.io/example/skill-operator-runner@$D1" \

@@ -10,9 +10,10 @@
 //! (`IMAGE_REGISTRY`, default 127.0.0.1:5000), which also holds the run
 //! image (`RUN_IMAGE`, default `<IMAGE_REGISTRY>/runtime:trixie`).
 //!
-//! Everything it creates is named `gw-exec-…` (namespaces `gw-exec-a`,
-//! `gw-exec-b`, `gw-exec-system`; SkillPackage `gw-exec-echo`) and removed
-//! at the end, SkillJobs first while the controller still runs (their
+//! Everything a run creates is named from its prefix ([`Names`]: the
+//! executor's run `gw-exec-…`, the HTTP run of [`super::over_http`] `gwfiles-…`;
+//! namespaces `<prefix>-a`, `<prefix>-b`, `<prefix>-system`, SkillPackage
+//! `<prefix>-echo`), so the two can run at once, and removed at the end, SkillJobs first while the controller still runs (their
 //! finalizer needs it); leftovers of an interrupted run are removed first.
 //! Without `KUBECONFIG`, or when the cluster does not answer, it prints
 //! SKIPPED.
@@ -43,16 +44,43 @@ use skill_operator::mcp::executor::{Caller, Executor, RunControl};
 
 use crate::oci_common::TestRegistry;
 
+/// The executor suite's namespaces (the default prefix, [`setup`]): the
+/// run-overhead bench names them too.
 pub(crate) const NS_A: &str = "gw-exec-a";
-const NS_B: &str = "gw-exec-b";
 pub(crate) const NS_GW: &str = "gw-exec-system";
-const PACKAGE: &str = "gw-exec-echo";
-const SKILL: &str = "gw-exec-echo";
-const KEY: &[u8] = b"gw-exec-cluster-test-key-0123456789abcdef";
+const DEFAULT_PREFIX: &str = "gw-exec";
+
+/// The names one run of a suite uses, all starting with its prefix, so
+/// two suites sharing the cluster never touch each other's objects.
+#[derive(Debug, Clone)]
+pub(crate) struct Names {
+    pub prefix: String,
+    /// The namespace with the binding and the controller's attention.
+    pub a: String,
+    /// A second namespace, which must see nothing of the first.
+    pub b: String,
+    /// The gateway's own namespace (draft records).
+    pub gw: String,
+    pub package: String,
+}
+
+impl Names {
+    pub(crate) fn new(prefix: &str) -> Names {
+        Names {
+            prefix: prefix.into(),
+            a: format!("{prefix}-a"),
+            b: format!("{prefix}-b"),
+            gw: format!("{prefix}-system"),
+            package: format!("{prefix}-echo"),
+        }
+    }
+}
+pub(crate) const SKILL: &str = "gw-exec-echo";
+pub(crate) const KEY: &[u8] = b"gw-exec-cluster-test-key-0123456789abcdef";
 const BIN: &str = env!("CARGO_BIN_EXE_skill-operator");
 
-const SKILL_MD: &str = "---\nname: gw-exec-echo\ndescription: Test skill for the gateway executor suite. Prints its arguments and its input, writes an output file.\nmcp-host:\n  version: 1\n  run:\n    - script: scripts/echo.sh\n      interpreter: bash\n      timeout: 60\n---\n# gw-exec-echo\n";
-const ECHO_SH: &str = "#!/usr/bin/env bash\nset -eu\nif [ \"${1:-}\" = sleep ]; then echo started; sleep 120 & wait; fi\necho \"args: $*\"\nif [ -f in.txt ]; then echo \"input: $(cat in.txt)\"; fi\necho made > out.txt\necho to-stderr >&2\n";
+pub(crate) const SKILL_MD: &str = "---\nname: gw-exec-echo\ndescription: Test skill for the gateway executor suite. Prints its arguments and its input, writes an output file.\nmcp-host:\n  version: 1\n  run:\n    - script: scripts/echo.sh\n      interpreter: bash\n      timeout: 60\n---\n# gw-exec-echo\n";
+pub(crate) const ECHO_SH: &str = "#!/usr/bin/env bash\nset -eu\nif [ \"${1:-}\" = sleep ]; then echo started; sleep 120 & wait; fi\nif [ -f big.in ]; then cp big.in big.out; fi\necho \"args: $*\"\nif [ -f in.txt ]; then echo \"input: $(cat in.txt)\"; fi\necho made > out.txt\necho to-stderr >&2\n";
 
 /// The test skill as the package behind any reference.
 struct EchoPackage;
@@ -86,7 +114,7 @@ pub(crate) fn plan(args: &[&str]) -> RunPlan {
     }
 }
 
-async fn wait_for<T, F, Fut>(mut probe: F, secs: u64, what: &str) -> T
+pub(crate) async fn wait_for<T, F, Fut>(mut probe: F, secs: u64, what: &str) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -107,9 +135,9 @@ fn ready(conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition
 
 /// Delete every SkillJob of our namespaces (the controller removes their
 /// finalizers), then the namespaces and the package.
-async fn clean(client: &Client) {
+async fn clean(client: &Client, n: &Names) {
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    for ns in [NS_A, NS_B] {
+    for ns in [n.a.as_str(), n.b.as_str()] {
         let jobs: Api<SkillJob> = Api::namespaced(client.clone(), ns);
         let _ = jobs.delete_collection(&DeleteParams::background(), &ListParams::default()).await;
         wait_for(
@@ -119,12 +147,12 @@ async fn clean(client: &Client) {
         )
         .await;
     }
-    for ns in [NS_A, NS_B, NS_GW] {
+    for ns in [n.a.as_str(), n.b.as_str(), n.gw.as_str()] {
         let _ = namespaces.delete(ns, &DeleteParams::default()).await;
     }
     let packages: Api<SkillPackage> = Api::all(client.clone());
-    let _ = packages.delete(PACKAGE, &DeleteParams::default()).await;
-    for ns in [NS_A, NS_B, NS_GW] {
+    let _ = packages.delete(n.package.as_str(), &DeleteParams::default()).await;
+    for ns in [n.a.as_str(), n.b.as_str(), n.gw.as_str()] {
         wait_for(
             || async { namespaces.get_opt(ns).await.ok().map(|n| n.is_none()).and_then(|gone| gone.then_some(())) },
             180,
@@ -147,7 +175,7 @@ async fn create_namespace(client: &Client, name: &str) {
 /// watching only this test's objects (namespace A and its package), so a
 /// controller another suite runs on the shared cluster is not raced for
 /// its SkillJobs and packages.
-async fn scoped_controller(ctx: Arc<Context>, shutdown: skill_operator::shutdown::Shutdown) {
+async fn scoped_controller(ctx: Arc<Context>, shutdown: skill_operator::shutdown::Shutdown, n: Names) {
     use futures::StreamExt;
     use k8s_openapi::api::batch::v1::Job;
     use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -160,9 +188,9 @@ async fn scoped_controller(ctx: Arc<Context>, shutdown: skill_operator::shutdown
         Action::requeue(Duration::from_secs(2))
     }
     let client = ctx.client.clone();
-    let mine = watcher::Config::default().fields(&format!("metadata.name={PACKAGE}"));
+    let mine = watcher::Config::default().fields(&format!("metadata.name={}", n.package));
     let packages = Controller::new(Api::<SkillPackage>::all(client.clone()), mine);
-    let bindings = Controller::new(Api::<SkillBinding>::namespaced(client.clone(), NS_A), watcher::Config::default());
+    let bindings = Controller::new(Api::<SkillBinding>::namespaced(client.clone(), n.a.as_str()), watcher::Config::default());
     ctx.lookups.set_stores(bindings.store(), packages.store());
     let packages = packages.graceful_shutdown_on(shutdown.wait_owned()).run(package::reconcile, retry, ctx.clone()).for_each(|_| async {});
     let bindings = bindings.graceful_shutdown_on(shutdown.wait_owned()).run(binding::reconcile, retry, ctx.clone()).for_each(|_| async {});
@@ -170,12 +198,13 @@ async fn scoped_controller(ctx: Arc<Context>, shutdown: skill_operator::shutdown
     let (job_store, job_writer) = reflector::store::<Job>();
     let (policy_store, policy_writer) = reflector::store::<NetworkPolicy>();
     ctx.lookups.set_child_stores(job_store, policy_store);
-    let job_events =
-        reflector(job_writer, watcher(Api::<Job>::namespaced(client.clone(), NS_A), children.clone())).default_backoff().touched_objects();
-    let policy_events = reflector(policy_writer, watcher(Api::<NetworkPolicy>::namespaced(client.clone(), NS_A), children))
+    let job_events = reflector(job_writer, watcher(Api::<Job>::namespaced(client.clone(), n.a.as_str()), children.clone()))
         .default_backoff()
         .touched_objects();
-    let jobs = Controller::new(Api::<SkillJob>::namespaced(client.clone(), NS_A), watcher::Config::default())
+    let policy_events = reflector(policy_writer, watcher(Api::<NetworkPolicy>::namespaced(client.clone(), n.a.as_str()), children))
+        .default_backoff()
+        .touched_objects();
+    let jobs = Controller::new(Api::<SkillJob>::namespaced(client.clone(), n.a.as_str()), watcher::Config::default())
         .owns_stream(job_events)
         .owns_stream(policy_events)
         .graceful_shutdown_on(shutdown.wait_owned())
@@ -185,9 +214,9 @@ async fn scoped_controller(ctx: Arc<Context>, shutdown: skill_operator::shutdown
 }
 
 /// Wait until the run's script container runs (a cancel must then stop a live script).
-async fn script_running(client: &Client, skilljob: &str) {
-    let skilljobs: Api<SkillJob> = Api::namespaced(client.clone(), NS_A);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS_A);
+pub(crate) async fn script_running(client: &Client, n: &Names, skilljob: &str) {
+    let skilljobs: Api<SkillJob> = Api::namespaced(client.clone(), n.a.as_str());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), n.a.as_str());
     let uid = wait_for(|| async { skilljobs.get(skilljob).await.ok()?.metadata.uid }, 60, "the SkillJob").await;
     let selector = format!("skill-operator.dev/skilljob-uid={uid}");
     wait_for(
@@ -211,6 +240,7 @@ pub(crate) struct Setup {
     pub client: Client,
     pub artifacts: Arc<HttpArtifacts>,
     pub bindings: Arc<BTreeMap<String, String>>,
+    pub names: Names,
     shutdown: skill_operator::shutdown::Shutdown,
     controller: tokio::task::JoinHandle<()>,
     _registry: TestRegistry,
@@ -220,7 +250,7 @@ pub(crate) struct Setup {
 impl Setup {
     /// Remove what the run made (the controller still runs), then stop it.
     pub(crate) async fn teardown(self) {
-        clean(&self.client).await;
+        clean(&self.client, &self.names).await;
         self.shutdown.trigger();
         let _ = tokio::time::timeout(Duration::from_secs(10), self.controller).await;
     }
@@ -229,6 +259,14 @@ impl Setup {
 /// Everything a run through the executor needs on the cluster, or `None`
 /// (SKIPPED printed) when there is no cluster to use.
 pub(crate) async fn setup(what: &str) -> Option<Setup> {
+    let n = Names::new(DEFAULT_PREFIX);
+    assert_eq!((n.a.as_str(), n.gw.as_str()), (NS_A, NS_GW), "the names the bench uses are the default prefix's");
+    setup_named(what, DEFAULT_PREFIX).await
+}
+
+/// [`setup`], every name starting with `prefix`.
+pub(crate) async fn setup_named(what: &str, prefix: &str) -> Option<Setup> {
+    let n = Names::new(prefix);
     if std::env::var_os("KUBECONFIG").is_none() {
         skill_operator::gated::skip(what, "KUBECONFIG is not set");
         return None;
@@ -259,7 +297,7 @@ pub(crate) async fn setup(what: &str) -> Option<Setup> {
 
     // The operator image: this build's binary.
     let out = Command::new(BIN)
-        .args(["image", "self", "--registry", &format!("{image_registry}/gw-exec/skill-operator"), "--plain-http"])
+        .args(["image", "self", "--registry", &format!("{image_registry}/{}/skill-operator", n.prefix), "--plain-http"])
         .output()
         .unwrap();
     assert!(out.status.success(), "image self: {}", String::from_utf8_lossy(&out.stderr));
@@ -269,7 +307,7 @@ pub(crate) async fn setup(what: &str) -> Option<Setup> {
     // The artifact store and endpoint; pods reach the endpoint at the pod gateway.
     let registry = TestRegistry::start().await;
     let spool = tempfile::tempdir().unwrap();
-    let mut cfg = ServerConfig::new(format!("{}/gw-exec/jobs", registry.addr), KEY.to_vec());
+    let mut cfg = ServerConfig::new(format!("{}/{}/jobs", registry.addr, n.prefix), KEY.to_vec());
     cfg.plain_http = true;
     cfg.spool_dir = Some(spool.path().into());
     let listener = tokio::net::TcpListener::bind((pod_gw.as_str(), 0)).await.expect("listen on the pod gateway address (POD_GW)");
@@ -282,8 +320,8 @@ pub(crate) async fn setup(what: &str) -> Option<Setup> {
         operator_image,
         artifact_endpoint: endpoint.clone(),
         artifact_port: endpoint_port,
-        operator_namespace: NS_GW.into(),
-        operator_pod_labels: BTreeMap::from([("app.kubernetes.io/name".to_string(), "gw-exec-test".to_string())]),
+        operator_namespace: n.gw.as_str().into(),
+        operator_pod_labels: BTreeMap::from([("app.kubernetes.io/name".to_string(), format!("{}-test", n.prefix))]),
         label_namespaces: false,
         token_key: KEY.to_vec(),
         host_aliases: Default::default(),
@@ -296,15 +334,15 @@ pub(crate) async fn setup(what: &str) -> Option<Setup> {
     let artifacts = Arc::new(HttpArtifacts::new(&endpoint, KEY));
     let ctx = Arc::new(Context::new(client.clone(), Arc::new(Metrics::default()), config, Arc::new(EchoPackage), artifacts.clone()));
     let shutdown = skill_operator::shutdown::Shutdown::new();
-    let controller = tokio::spawn(scoped_controller(ctx, shutdown.clone()));
+    let controller = tokio::spawn(scoped_controller(ctx, shutdown.clone(), n.clone()));
 
-    clean(&client).await;
-    for ns in [NS_A, NS_B, NS_GW] {
+    clean(&client, &n).await;
+    for ns in [n.a.as_str(), n.b.as_str(), n.gw.as_str()] {
         create_namespace(&client, ns).await;
     }
     let package: SkillPackage = serde_json::from_value(json!({
         "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillPackage",
-        "metadata": { "name": PACKAGE },
+        "metadata": { "name": n.package.as_str() },
         "spec": {
             "source": { "oci": { "reference": "registry.local/gw-exec/echo:1" } },
             "runtime": { "interpreter": "bash", "image": run_image, "interpreterPath": "/bin/bash", "allowedScripts": ["scripts/echo.sh"], "timeoutSeconds": 60 }
@@ -313,13 +351,14 @@ pub(crate) async fn setup(what: &str) -> Option<Setup> {
     .unwrap();
     let packages: Api<SkillPackage> = Api::all(client.clone());
     packages.create(&PostParams::default(), &package).await.unwrap();
-    wait_for(|| async { ready(&packages.get(PACKAGE).await.ok()?.status?.conditions) }, 60, "the SkillPackage to be Ready").await;
+    wait_for(|| async { ready(&packages.get(n.package.as_str()).await.ok()?.status?.conditions) }, 60, "the SkillPackage to be Ready")
+        .await;
     {
-        let ns = NS_A;
+        let ns = n.a.as_str();
         let bindings: Api<SkillBinding> = Api::namespaced(client.clone(), ns);
         let binding: SkillBinding = serde_json::from_value(json!({
             "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding",
-            "metadata": { "name": "echo", "namespace": ns }, "spec": { "package": PACKAGE }
+            "metadata": { "name": "echo", "namespace": ns }, "spec": { "package": n.package.as_str() }
         }))
         .unwrap();
         bindings.create(&PostParams::default(), &binding).await.unwrap();
@@ -327,15 +366,16 @@ pub(crate) async fn setup(what: &str) -> Option<Setup> {
     }
 
     let bindings: Arc<BTreeMap<String, String>> = Arc::new(BTreeMap::from([(SKILL.to_string(), "echo".to_string())]));
-    Some(Setup { client, artifacts, bindings, shutdown, controller, _registry: registry, _spool: spool })
+    Some(Setup { client, artifacts, bindings, names: n, shutdown, controller, _registry: registry, _spool: spool })
 }
 
 pub(crate) async fn runs_on_the_real_cluster() {
     let Some(setup) = setup("the gateway executor on a real cluster").await else { return };
+    let n = setup.names.clone();
     let (client, artifacts, bindings) = (setup.client.clone(), setup.artifacts.clone(), setup.bindings.clone());
-    let exec_a = KubeExecutor::new(client.clone(), artifacts.clone(), bindings.clone(), KubeOptions::new(NS_A, NS_GW));
-    let exec_b = KubeExecutor::new(client.clone(), artifacts.clone(), bindings.clone(), KubeOptions::new(NS_B, NS_GW));
-    let alice = Caller::named("system:serviceaccount:gw-exec-a:alice");
+    let exec_a = KubeExecutor::new(client.clone(), artifacts.clone(), bindings.clone(), KubeOptions::new(n.a.as_str(), n.gw.as_str()));
+    let exec_b = KubeExecutor::new(client.clone(), artifacts.clone(), bindings.clone(), KubeOptions::new(n.b.as_str(), n.gw.as_str()));
+    let alice = Caller::named(format!("system:serviceaccount:{}:alice", n.a));
 
     // skill_run: a SkillJob the real controller runs in a real pod.
     let progress: Arc<std::sync::Mutex<Vec<String>>> = Default::default();
@@ -361,7 +401,7 @@ pub(crate) async fn runs_on_the_real_cluster() {
     assert!(report.outputs.files.iter().any(|f| f.path == "in.txt" && f.input == InputMatch::Unchanged), "{:?}", report.outputs);
     assert!(!progress.lock().unwrap().is_empty(), "no progress was reported");
     let job = report.record.id.clone();
-    let sj = Api::<SkillJob>::namespaced(client.clone(), NS_A).get(&job).await.unwrap();
+    let sj = Api::<SkillJob>::namespaced(client.clone(), n.a.as_str()).get(&job).await.unwrap();
     assert_eq!(
         sj.metadata.annotations.as_ref().unwrap()["skill-operator.dev/requested-by"],
         alice.principal,
@@ -374,7 +414,7 @@ pub(crate) async fn runs_on_the_real_cluster() {
         .await
         .unwrap();
     assert_eq!(again.record.id, job);
-    assert_eq!(Api::<SkillJob>::namespaced(client.clone(), NS_A).list(&ListParams::default()).await.unwrap().items.len(), 1);
+    assert_eq!(Api::<SkillJob>::namespaced(client.clone(), n.a.as_str()).list(&ListParams::default()).await.unwrap().items.len(), 1);
 
     // Reads in chunks, the job's owner only.
     let chunk = exec_a.read(&alice, &job, ReadTarget::File("out.txt".into()), 0, 4).await.unwrap();
@@ -423,13 +463,13 @@ pub(crate) async fn runs_on_the_real_cluster() {
     let control = RunControl { key: key.clone(), progress: None, cancel: cancel.clone() };
     let running = tokio::spawn({
         let (client, alice) = (client.clone(), alice.clone());
-        let exec = KubeExecutor::new(client, artifacts.clone(), bindings.clone(), KubeOptions::new(NS_A, NS_GW));
+        let exec = KubeExecutor::new(client, artifacts.clone(), bindings.clone(), KubeOptions::new(n.a.as_str(), n.gw.as_str()));
         async move { exec.run_new(&alice, plan(&["sleep"]), Vec::new(), control).await }
     });
     // It goes as soon as its Job exists (the pod may still be starting).
     {
-        let skilljobs: Api<SkillJob> = Api::namespaced(client.clone(), NS_A);
-        let name = skill_operator::gateway::executor::names::run_name(NS_A, &alice.principal, &key);
+        let skilljobs: Api<SkillJob> = Api::namespaced(client.clone(), n.a.as_str());
+        let name = skill_operator::gateway::executor::names::run_name(n.a.as_str(), &alice.principal, &key);
         wait_for(|| async { (skilljobs.get(&name).await.ok()?.status?.job_name.is_some()).then_some(()) }, 60, "the run's Job").await;
     }
     cancel.cancel();
@@ -440,7 +480,7 @@ pub(crate) async fn runs_on_the_real_cluster() {
         .expect("a cancelled report");
     assert_eq!(report.record.state, JobState::Cancelled);
     let gone = report.record.id.clone();
-    let skilljobs: Api<SkillJob> = Api::namespaced(client.clone(), NS_A);
+    let skilljobs: Api<SkillJob> = Api::namespaced(client.clone(), n.a.as_str());
     wait_for(
         || async {
             let sj = skilljobs.get(&gone).await.ok()?;
@@ -453,18 +493,18 @@ pub(crate) async fn runs_on_the_real_cluster() {
     )
     .await;
     let uid = skilljobs.get(&gone).await.unwrap().metadata.uid.unwrap();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS_A);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), n.a.as_str());
     let selector = format!("skill-operator.dev/skilljob-uid={uid}");
     assert!(pods.list(&ListParams::default().labels(&selector)).await.unwrap().items.is_empty(), "the run's pod is still there");
 
     // Tasks: submitted (returns at once), read, cancelled while the script runs, all from the SkillJob.
     let task = exec_a.submit(&alice, &plan(&["sleep"]), &[], "task-key").await.unwrap();
-    assert_eq!(task, skill_operator::gateway::executor::names::run_name(NS_A, &alice.principal, "task-key"));
+    assert_eq!(task, skill_operator::gateway::executor::names::run_name(n.a.as_str(), &alice.principal, "task-key"));
     assert_eq!(exec_a.task_status(&alice, &task).await.unwrap().state, TaskState::Working);
     assert_eq!(exec_a.task_status(&Caller::named("mallory"), &task).await.unwrap_err().code(), "job-not-found");
     assert_eq!(exec_a.task_cancel(&Caller::named("mallory"), &task).await.unwrap_err().code(), "job-not-found");
     assert_eq!(exec_b.task_cancel(&alice, &task).await.unwrap_err().code(), "job-not-found");
-    script_running(&client, &task).await;
+    script_running(&client, &n, &task).await;
     exec_a.task_cancel(&alice, &task).await.unwrap();
     let done = wait_for(
         || async { exec_a.task_status(&alice, &task).await.ok().filter(|s| s.state != TaskState::Working) },

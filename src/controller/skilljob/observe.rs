@@ -15,6 +15,8 @@ use crate::controller::decide::{job_phase, run_verdict, ContainerEnd, RunFacts};
 
 /// How long a pod may outlive its Job's deadline before the run is Locked.
 const STOP_CONFIRM_SECS: i64 = 120;
+/// How soon a run whose script has ended is looked at again for its outputs.
+const UPLOAD_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
 pub(super) async fn observe(sj: &SkillJob, ctx: &Context, ns: &str, uid: &str, job: Job, mut status: SkillJobStatus) -> Result<Action> {
     let generation = sj.metadata.generation;
@@ -49,11 +51,21 @@ pub(super) async fn observe(sj: &SkillJob, ctx: &Context, ns: &str, uid: &str, j
         SkillJobPhase::Pending
             if status.phase == Some(SkillJobPhase::Pending) && sj.status.as_ref().is_some_and(|s| s.job_name.is_some()) =>
         {
+            if let Some(pod) = ended_run_pod(ctx, ns, &job) {
+                if let Some(action) = ended_early(sj, ctx, ns, uid, &pod, status.clone()).await? {
+                    return Ok(action);
+                }
+            }
             record_pod_address(ctx, ns, uid, &mut status).await?;
             patch_status(ctx, sj, &status).await?;
             Ok(Action::requeue(POLL))
         }
         SkillJobPhase::Pending | SkillJobPhase::Running => {
+            if let Some(pod) = ended_run_pod(ctx, ns, &job) {
+                if let Some(action) = ended_early(sj, ctx, ns, uid, &pod, status.clone()).await? {
+                    return Ok(action);
+                }
+            }
             record_pod_address(ctx, ns, uid, &mut status).await?;
             let running = phase == SkillJobPhase::Running;
             let (reason, doing) = if running { ("Running", "running") } else { ("Pending", "starting") };
@@ -102,10 +114,79 @@ async fn finished(sj: &SkillJob, ctx: &Context, ns: &str, uid: &str, job: &Job, 
         .and_then(|c| c.iter().find(|c| c.type_ == "Failed" && c.status == "True"))
         .map(|c| c.reason.clone().unwrap_or_default());
     record_outputs(ctx, sj, ns, uid, &mut status, &mut facts).await;
-    let verdict = run_verdict(&facts);
+    let finished_at = job.status.as_ref().and_then(|s| s.completion_time.clone());
+    record_verdict(sj, ctx, ns, uid, status, &facts, finished_at).await
+}
+
+/// The Job's one pod, once its run container has ended (its container
+/// state is terminal: the pod restarts nothing), from the pod cache.
+fn ended_run_pod(ctx: &Context, ns: &str, job: &Job) -> Option<Pod> {
+    let job_uid = job.metadata.uid.as_deref()?;
+    let pods = ctx.lookups.cached_pods_of_job(ns, job_uid)?;
+    // Two pods for one run (a retry nobody asked for): the Job's own end decides.
+    let [pod] = pods.as_slice() else { return None };
+    let run_ended = pod
+        .status
+        .as_ref()?
+        .container_statuses
+        .iter()
+        .flatten()
+        .any(|c| c.name == CONTAINER_RUN && c.state.as_ref().is_some_and(|s| s.terminated.is_some()));
+    run_ended.then(|| pod.clone())
+}
+
+/// The run container has ended and the upload sidecar has stored the
+/// outputs: the verdict is recorded now instead of after the kubelet has
+/// stopped the sidecar, reported the pod done and the Job controller the
+/// Job complete (about 2 s on a real node). Safe because the script cannot
+/// outlive its container (its PID namespace ends with the launcher), the
+/// outputs are stored as one set by the sidecar, the only holder of the
+/// job's credential besides fetch, and a result that says the run was
+/// cancelled is never uploaded. `None` while the outputs are not stored
+/// yet: the Job's own end (or the upload a moment later) decides.
+async fn ended_early(sj: &SkillJob, ctx: &Context, ns: &str, uid: &str, pod: &Pod, mut status: SkillJobStatus) -> Result<Option<Action>> {
+    let mut facts = pod_facts(Some(pod));
+    record_outputs(ctx, sj, ns, uid, &mut status, &mut facts).await;
+    if !facts.outputs_stored {
+        // The sidecar uploads within a moment of the run's end; its pod
+        // event may not come (it stays up until stopped), so look again soon.
+        return Ok(Some(Action::requeue(UPLOAD_POLL)));
+    }
+    let finished_at = run_finished_at(pod);
+    record_verdict(sj, ctx, ns, uid, status, &facts, finished_at).await.map(Some)
+}
+
+/// When the run container ended, per the kubelet.
+fn run_finished_at(pod: &Pod) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .iter()
+        .flatten()
+        .find(|c| c.name == CONTAINER_RUN)?
+        .state
+        .as_ref()?
+        .terminated
+        .as_ref()?
+        .finished_at
+        .clone()
+}
+
+/// The verdict from what the run left, recorded; then the run's children go.
+async fn record_verdict(
+    sj: &SkillJob,
+    ctx: &Context,
+    ns: &str,
+    uid: &str,
+    mut status: SkillJobStatus,
+    facts: &RunFacts,
+    finished_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+) -> Result<Action> {
+    let generation = sj.metadata.generation;
+    let verdict = run_verdict(facts);
     status.exit_code = verdict.exit_code;
     status.signal = verdict.signal;
-    status.finished_at = job.status.as_ref().and_then(|s| s.completion_time.clone()).or_else(|| Some(crate::api::conditions::now()));
+    status.finished_at = finished_at.or_else(|| Some(crate::api::conditions::now()));
     let mut message = verdict.message;
     if matches!(verdict.phase, SkillJobPhase::Failed | SkillJobPhase::TimedOut) {
         let (allowed, proposed) = status.egress.as_ref().map(|e| (e.allowed.as_slice(), e.proposed.as_slice())).unwrap_or_default();

@@ -1,14 +1,22 @@
 //! A namespace's [`Snapshot`] from its SkillBindings and the SkillPackages
 //! they name, and the [`Fingerprint`] of those inputs.
 //!
-//! Served: each binding whose package is Ready and pinned (`status.digest`),
-//! with the package's unpacked tree put through the standalone server's
-//! discovery (so its problems are the ones `serve` reports for the same
-//! directory). Everything else is a problem of that binding, never a reason
-//! to serve less of the others: a package missing, not Ready, not pinned,
-//! failing to pull, tampered with, holding no servable skill. Two bindings
-//! serving one skill name: the one whose name sorts first is served, the
-//! other is reported (the controller marks both bindings not Ready).
+//! Served: each binding the controller calls Ready ([`binding_verdict`]:
+//! its own `Ready` condition, for its current generation) whose package is
+//! Ready and pinned (`status.digest`), with the package's unpacked tree put
+//! through the standalone server's discovery (so its problems are the ones
+//! `serve` reports for the same directory). Everything else is a problem of
+//! that binding, never a reason to serve less of the others: the binding
+//! not Ready, a package missing, not Ready, not pinned, failing to pull,
+//! tampered with, holding no servable skill.
+//!
+//! Two bindings serving one skill name: the controller refuses both
+//! (`DuplicateSkillName`), so neither is served once it has seen them; the
+//! one it called Ready before the second came keeps serving until then.
+//! Two that both still read Ready (statuses the controller has not caught
+//! up on): the one whose name sorts first is served, the other reported.
+//! The choice is [`NamespaceCatalog::build_served`]'s alone; a run names
+//! the binding that build chose ([`super::served::ServedIndex`]).
 //!
 //! A binding's own problems have the path `skillbinding/<name>` and the
 //! published codes: `root-unreadable` (a binding is the gateway's root: its
@@ -26,6 +34,7 @@ use super::limits::PULLS_PER_BUILD;
 use super::policy::{binding_path, BindingPolicy, BoundSkill};
 use crate::api::binding::SkillBinding;
 use crate::api::package::SkillPackage;
+use crate::controller::decide::DUPLICATE_SKILL_NAME;
 use crate::core::catalog::{Catalog, Root};
 use crate::core::limits::SKILLS_TOTAL;
 use crate::core::problems::{Problem, Reason};
@@ -33,6 +42,28 @@ use crate::mcp::snapshot::Snapshot;
 
 /// Builds namespace snapshots.
 pub struct NamespaceCatalog;
+
+/// Whether the controller's verdict on `binding` itself lets it serve: its
+/// `Ready` condition is `True` and was set for the binding's current
+/// generation (a verdict on an older spec says nothing about this one).
+/// `Err` is the problem's reason and what to tell the operator.
+pub fn binding_verdict(binding: &SkillBinding) -> Result<(), (Reason, String)> {
+    let ready = binding.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"));
+    let Some(ready) = ready else {
+        return Err((Reason::RootUnreadable, "the controller has not decided on this binding yet (no Ready condition)".into()));
+    };
+    if ready.status != "True" {
+        let reason = if ready.reason == DUPLICATE_SKILL_NAME { Reason::DuplicateName } else { Reason::RootUnreadable };
+        return Err((reason, format!("the binding is not Ready ({}: {})", ready.reason, ready.message)));
+    }
+    match (ready.observed_generation, binding.metadata.generation) {
+        (Some(seen), Some(now)) if seen != now => Err((
+            Reason::RootUnreadable,
+            format!("the binding changed (generation {now}) since the controller called it Ready (generation {seen}); it serves again once the controller has checked the change"),
+        )),
+        _ => Ok(()),
+    }
+}
 
 /// A binding that may be served, once its package is in the cache.
 struct Candidate<'a> {
@@ -70,6 +101,14 @@ impl NamespaceCatalog {
         sorted.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         for binding in sorted {
             let Some(name) = binding.metadata.name.clone() else { continue };
+            if let Err((reason, why)) = binding_verdict(binding) {
+                let mut p = Problem::new(binding_path(&name), reason, format!("{why}; its skill is not served"));
+                if let Some(s) = binding.status.as_ref().and_then(|s| s.skill_name.clone()) {
+                    p = p.for_skill(s);
+                }
+                problems.entry(name.clone()).or_default().push(p);
+                continue;
+            }
             let package_name = binding.spec.package.as_str();
             let report = |detail: String| Problem::new(binding_path(&name), Reason::RootUnreadable, detail);
             let Some(package) = packages.get(package_name) else {
@@ -166,7 +205,7 @@ impl NamespaceCatalog {
                         binding_path(&loser.name),
                         Reason::DuplicateName,
                         format!(
-                            "skill `{skill_name}` is also bound by `{}`, which serves it (of two bindings the one whose name sorts first is served); this binding serves nothing until one of them goes",
+                            "skill `{skill_name}` is also bound by `{}`, which serves it (of two bindings both Ready the one whose name sorts first is served); this binding serves nothing until one of them goes",
                             winner.name
                         ),
                     )
@@ -207,8 +246,8 @@ impl NamespaceCatalog {
         ServedNamespace { snapshot: Snapshot::new(catalog, Box::new(BindingPolicy::new(namespace, bound, kept))), skills }
     }
 
-    /// A digest of everything [`Self::build`] reads: each binding's name and
-    /// spec (env grants by name and Secret key, sorted; egress) and its
+    /// A digest of everything [`Self::build`] reads: each binding's name,
+    /// verdict ([`binding_verdict`]) and spec (env grants by name and Secret key, sorted; egress) and its
     /// package's name, source, runtime profile, readiness and pinned digest.
     /// No resourceVersion, generation or timestamps: saving an unchanged
     /// binding again gives the same fingerprint. Packages no binding names
@@ -228,6 +267,8 @@ impl NamespaceCatalog {
         #[derive(Serialize)]
         struct BindingInput<'a> {
             name: &'a str,
+            /// The controller's verdict as [`binding_verdict`] reads it.
+            verdict: Result<(), (Reason, String)>,
             package_name: &'a str,
             env: Vec<(&'a str, &'a str, &'a str)>,
             egress: bool,
@@ -253,7 +294,7 @@ impl NamespaceCatalog {
                         skill_name: status.and_then(|s| s.skill_name.as_deref()),
                     }
                 });
-                Some(BindingInput { name, package_name: &b.spec.package, env, egress: b.spec.egress, package })
+                Some(BindingInput { name, verdict: binding_verdict(b), package_name: &b.spec.package, env, egress: b.spec.egress, package })
             })
             .collect();
         inputs.sort_by(|a, b| a.name.cmp(b.name));

@@ -9,6 +9,8 @@
 //! - [`build`]: [`NamespaceCatalog::build`], the namespace's
 //!   [`crate::mcp::snapshot::Snapshot`], and [`NamespaceCatalog::fingerprint`]
 //!   of its inputs;
+//! - [`served`]: [`ServedIndex`], the binding each built snapshot serves
+//!   each skill from (what a run's SkillJob names);
 //! - [`secrets`]: registry credentials from a package's pull secret.
 
 pub mod build;
@@ -16,8 +18,10 @@ pub mod cache;
 pub mod limits;
 pub mod policy;
 pub mod secrets;
+pub mod served;
 
-pub use build::{Fingerprint, NamespaceCatalog, ServedNamespace, ServedSkill};
+pub use build::{binding_verdict, Fingerprint, NamespaceCatalog, ServedNamespace, ServedSkill};
 pub use cache::{CacheError, CacheOptions, CacheStats, PackageCache, PackageLease, Unpacked};
 pub use policy::{BindingPolicy, BoundSkill};
 pub use secrets::{KubeSecrets, PullSecrets, StaticSecrets};
+pub use served::ServedIndex;

@@ -5,6 +5,7 @@
 //! both backends.
 
 use crate::artifacts::operator::ArtifactError;
+use crate::core::limits::bytes_text;
 use crate::jobs::JobError;
 use crate::mcp::error::{codes, ToolError};
 
@@ -32,6 +33,10 @@ pub enum ExecError {
     Kept { name: String },
     #[error("job {name}'s pod did not confirm it stopped; its files are withheld until an operator checks the node")]
     Withheld { name: String },
+    #[error("upload of {got} bytes is over the {max}-byte limit per call; send the file in chunks of at most {max} bytes, appending each at the file's current size, or PUT it whole (up to {}) to {url} with your bearer token", bytes_text(*.route_max))]
+    UploadTooLargeForCall { got: u64, max: u64, route_max: u64, url: String },
+    #[error("read limit {got} is over the {max}-byte maximum per call; read in chunks of at most {max} bytes, or GET the whole file (up to {}) from {url} with your bearer token", bytes_text(*.route_max))]
+    ReadTooLargeForCall { got: u64, max: u64, route_max: u64, url: String },
     #[error("job {name}'s draft record is unreadable ({reason}); delete it with skill_job_delete")]
     BadDraft { name: String, reason: String },
 }
@@ -61,6 +66,9 @@ impl ExecError {
             ExecError::Kept { .. } => "run-kept",
             ExecError::Withheld { .. } => "job-withheld",
             ExecError::BadDraft { .. } => "job-corrupt",
+            // The job store's codes: the same refusal, with the route to use instead.
+            ExecError::UploadTooLargeForCall { .. } => "job-chunk-too-large",
+            ExecError::ReadTooLargeForCall { .. } => "job-read-too-large",
         }
     }
 }

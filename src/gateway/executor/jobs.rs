@@ -15,13 +15,50 @@ use crate::api::job::{InputFile, SkillJob, SkillJobPhase};
 use crate::artifacts::operator::ArtifactStore;
 use crate::artifacts::WORK_PREFIX;
 use crate::core::fence::RunPlan;
-use crate::core::limits::MAX_DEPTH;
+use crate::core::limits::{FILE_ROUTE_BYTES, MAX_DEPTH};
 use crate::core::paths::RelPath;
-use crate::jobs::{Chunk, FileInfo, JobError, JobRecord, JobState, ReadTarget};
+use crate::jobs::{Chunk, FileInfo, JobError, JobLimits, JobRecord, JobState, ReadTarget};
 use crate::mcp::executor::{Caller, JobStatus};
 
 fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A job path as uploads take it: relative, normalized, not too deep.
+pub(super) fn upload_path(path: &str) -> Result<RelPath> {
+    let rel = RelPath::parse(path).map_err(|source| JobError::BadPath { path: path.to_string(), source })?;
+    let depth = rel.as_str().split('/').count();
+    if depth > MAX_DEPTH {
+        return Err(JobError::PathTooDeep { path: rel.to_string(), depth, max: MAX_DEPTH }.into());
+    }
+    Ok(rel)
+}
+
+/// Whether draft `d` takes `len` bytes at `offset` of `rel`: open, the
+/// offset 0 or the file's size, and within the per-file, per-job and
+/// file-count caps.
+pub(super) fn upload_check(d: &Draft, job: &str, rel: &RelPath, offset: u64, len: u64, limits: &JobLimits) -> Result<()> {
+    if d.state != DraftState::Open {
+        return Err(JobError::UploadsClosed { id: job.to_string(), state: JobState::Running }.into());
+    }
+    let existing = d.inputs.iter().find(|f| f.path == rel.as_str());
+    let expected = existing.map_or(0, |f| f.size);
+    if offset != 0 && offset != expected {
+        return Err(JobError::WrongOffset { path: rel.to_string(), got: offset, expected }.into());
+    }
+    let size = offset + len;
+    if size > limits.file_bytes {
+        return Err(JobError::FileTooLarge { path: rel.to_string(), size, max: limits.file_bytes }.into());
+    }
+    let others: u64 = d.inputs.iter().filter(|f| f.path != rel.as_str()).map(|f| f.size).sum();
+    if others + size > limits.job_bytes {
+        return Err(JobError::JobTooLarge { total: others + size, max: limits.job_bytes }.into());
+    }
+    let count = d.inputs.len() + usize::from(existing.is_none());
+    if count > limits.files {
+        return Err(JobError::TooManyFiles { count, max: limits.files }.into());
+    }
+    Ok(())
 }
 
 fn draft_record(d: &Draft) -> JobRecord {
@@ -85,44 +122,20 @@ impl KubeExecutor {
     /// set: offset 0 replaces the file, its current size appends (the
     /// endpoint stores whole files, so an append re-sends the file).
     pub(super) async fn draft_upload(&self, caller: &Caller, job: &str, path: &str, offset: u64, bytes: Vec<u8>) -> Result<FileInfo> {
-        let rel = RelPath::parse(path).map_err(|source| JobError::BadPath { path: path.to_string(), source })?;
-        let depth = rel.as_str().split('/').count();
-        if depth > MAX_DEPTH {
-            return Err(JobError::PathTooDeep { path: rel.to_string(), depth, max: MAX_DEPTH }.into());
-        }
+        let rel = upload_path(path)?;
         let limits = self.options.limits;
         let len = bytes.len() as u64;
         if len > limits.upload_chunk {
-            return Err(JobError::ChunkTooLarge { got: len, max: limits.upload_chunk }.into());
+            // Over one MCP call: the file route takes the whole file.
+            return Err(ExecError::UploadTooLargeForCall {
+                got: len,
+                max: limits.upload_chunk,
+                route_max: FILE_ROUTE_BYTES,
+                url: self.file_route(job, rel.as_str()),
+            });
         }
-        let mut loaded = match self.find(caller, job).await? {
-            Found::Draft(loaded) => loaded,
-            Found::Run(sj) => return Err(JobError::UploadsClosed { id: job.to_string(), state: self.record_of(&sj).await?.state }.into()),
-        };
-        let check = |d: &Draft| -> Result<()> {
-            if d.state != DraftState::Open {
-                return Err(JobError::UploadsClosed { id: job.to_string(), state: JobState::Running }.into());
-            }
-            let existing = d.inputs.iter().find(|f| f.path == rel.as_str());
-            let expected = existing.map_or(0, |f| f.size);
-            if offset != 0 && offset != expected {
-                return Err(JobError::WrongOffset { path: rel.to_string(), got: offset, expected }.into());
-            }
-            let size = offset + len;
-            if size > limits.file_bytes {
-                return Err(JobError::FileTooLarge { path: rel.to_string(), size, max: limits.file_bytes }.into());
-            }
-            let others: u64 = d.inputs.iter().filter(|f| f.path != rel.as_str()).map(|f| f.size).sum();
-            if others + size > limits.job_bytes {
-                return Err(JobError::JobTooLarge { total: others + size, max: limits.job_bytes }.into());
-            }
-            let count = d.inputs.len() + usize::from(existing.is_none());
-            if count > limits.files {
-                return Err(JobError::TooManyFiles { count, max: limits.files }.into());
-            }
-            Ok(())
-        };
-        check(&loaded.draft)?;
+        let loaded = self.open_draft(caller, job).await?;
+        upload_check(&loaded.draft, job, &rel, offset, len, &limits)?;
         let content = if offset == 0 {
             bytes
         } else {
@@ -134,8 +147,20 @@ impl KubeExecutor {
             old
         };
         let staged = self.artifacts.stage_input(&self.options.namespace, job, rel.as_str(), content).await?;
-        let info = FileInfo { path: rel.to_string(), size: staged.size, sha256: staged.digest };
-        // Record it; another replica's write in between means: read again, check again.
+        self.record_upload(loaded, job, FileInfo { path: rel.to_string(), size: staged.size, sha256: staged.digest }).await
+    }
+
+    /// The caller's draft `job`, still taking uploads (a job that ran is refused).
+    pub(super) async fn open_draft(&self, caller: &Caller, job: &str) -> Result<Loaded> {
+        match self.find(caller, job).await? {
+            Found::Draft(loaded) => Ok(loaded),
+            Found::Run(sj) => Err(JobError::UploadsClosed { id: job.to_string(), state: self.record_of(&sj).await?.state }.into()),
+        }
+    }
+
+    /// Record a staged file in the draft; another replica's write in
+    /// between means: read again, check again.
+    pub(super) async fn record_upload(&self, mut loaded: Loaded, job: &str, info: FileInfo) -> Result<FileInfo> {
         for _ in 0..DRAFT_WRITE_RETRIES {
             let d = &mut loaded.draft;
             d.inputs.retain(|f| f.path != info.path);
@@ -150,6 +175,23 @@ impl KubeExecutor {
             }
         }
         Err(ExecError::BadDraft { name: job.to_string(), reason: "its record kept changing under this upload; upload again".into() })
+    }
+
+    /// What a finished run of the caller's may be read from: the SkillJob
+    /// (a draft has not run, a running job's files are withheld, and so are
+    /// a `Locked` one's).
+    pub(super) async fn finished_run(&self, caller: &Caller, job: &str) -> Result<SkillJob> {
+        let sj = match self.find(caller, job).await? {
+            Found::Draft(_) => return Err(JobError::NotRunYet { id: job.to_string() }.into()),
+            Found::Run(sj) => *sj,
+        };
+        if !is_finished(&sj) {
+            return Err(JobError::StillRunning { id: job.to_string() }.into());
+        }
+        if sj.status.as_ref().and_then(|s| s.phase) == Some(SkillJobPhase::Locked) {
+            return Err(ExecError::Withheld { name: job.to_string() });
+        }
+        Ok(sj)
     }
 
     pub(super) async fn job_get(&self, caller: &Caller, job: &str) -> Result<JobRecord> {
@@ -244,18 +286,15 @@ impl KubeExecutor {
     pub(super) async fn job_read(&self, caller: &Caller, job: &str, target: ReadTarget, offset: u64, limit: u64) -> Result<Chunk> {
         let max = self.options.limits.read_chunk;
         if limit > max {
-            return Err(JobError::ReadTooLarge { got: limit, max }.into());
+            return Err(match &target {
+                ReadTarget::File(path) => {
+                    ExecError::ReadTooLargeForCall { got: limit, max, route_max: FILE_ROUTE_BYTES, url: self.file_route(job, path) }
+                }
+                _ => JobError::ReadTooLarge { got: limit, max }.into(),
+            });
         }
-        let sj = match self.find(caller, job).await? {
-            Found::Draft(_) => return Err(JobError::NotRunYet { id: job.to_string() }.into()),
-            Found::Run(sj) => sj,
-        };
-        if !is_finished(&sj) {
-            return Err(JobError::StillRunning { id: job.to_string() }.into());
-        }
-        if sj.status.as_ref().and_then(|s| s.phase) == Some(SkillJobPhase::Locked) {
-            return Err(ExecError::Withheld { name: job.to_string() });
-        }
+        let sj = self.finished_run(caller, job).await?;
+        let mut download = None;
         let data = match &target {
             ReadTarget::Stdout | ReadTarget::Stderr => {
                 let stream = if target == ReadTarget::Stdout { "stdout" } else { "stderr" };
@@ -269,16 +308,22 @@ impl KubeExecutor {
                 let rel = RelPath::parse(path).map_err(|source| JobError::BadPath { path: path.clone(), source })?;
                 let uid = sj.uid().ok_or_else(|| ExecError::Vanished { name: job.to_string() })?;
                 let stored = format!("{WORK_PREFIX}{}", rel.as_str());
-                self.artifacts
+                let data = self
+                    .artifacts
                     .output_file_opt(&self.options.namespace, &uid, &stored)
                     .await?
-                    .ok_or_else(|| JobError::NoSuchFile { id: job.to_string(), path: rel.to_string() })?
+                    .ok_or_else(|| JobError::NoSuchFile { id: job.to_string(), path: rel.to_string() })?;
+                // More than one MCP call's worth: point at the route that moves it whole.
+                if data.len() as u64 > self.options.limits.upload_chunk {
+                    download = Some(self.file_route(job, rel.as_str()));
+                }
+                data
             }
         };
         let size = data.len() as u64;
         let start = offset.min(size) as usize;
         let end = offset.saturating_add(limit).min(size) as usize;
-        Ok(Chunk { data: data[start..end].to_vec(), offset, size, eof: end as u64 >= size })
+        Ok(Chunk { data: data[start..end].to_vec(), offset, size, eof: end as u64 >= size, download })
     }
 
     pub(super) async fn job_delete(&self, caller: &Caller, job: &str) -> Result<()> {

@@ -32,10 +32,12 @@
 //!
 //! Layout: [`names`] (ids, labels), [`record`] (SkillJob → job shapes),
 //! [`drafts`] (jobs before their script), `run` (create, stage, wait,
-//! report), `jobs` (the job tools), `tasks` (MCP Tasks hooks).
+//! report), `jobs` (the job tools), `files` (the file route's uploads and
+//! downloads), `tasks` (MCP Tasks hooks).
 
 pub mod drafts;
 pub mod error;
+mod files;
 mod jobs;
 pub mod limits;
 pub mod names;
@@ -97,6 +99,10 @@ pub struct KubeOptions {
     /// Silence after which a waiting caller gets a progress heartbeat.
     pub progress_interval: Duration,
     pub limits: JobLimits,
+    /// The gateway's address as its clients reach it (`--public-url`);
+    /// empty: file route URLs in messages are paths on the address the
+    /// client called.
+    pub public_base: String,
 }
 
 impl KubeOptions {
@@ -107,6 +113,7 @@ impl KubeOptions {
             on_disconnect: OnDisconnect::default(),
             progress_interval: limits::PROGRESS_INTERVAL,
             limits: JobLimits::default(),
+            public_base: String::new(),
         }
     }
 }
@@ -133,6 +140,12 @@ impl KubeExecutor {
 
     pub fn namespace(&self) -> &str {
         &self.options.namespace
+    }
+
+    /// The file route URL of `path` in `job` (what a refusal of a large
+    /// upload or read points to).
+    pub fn file_route(&self, job: &str, path: &str) -> String {
+        format!("{}{}", self.options.public_base, crate::gateway::files::route_path(&self.options.namespace, job, path))
     }
 
     fn command(&self, plan: &RunPlan) -> RunCommand {

@@ -162,6 +162,7 @@ pub fn listing_from_manifest(sj: &SkillJob, manifest: &OutputManifest) -> Output
             size: f.size,
             sha256: f.digest.clone(),
             input: input_match(&sj.spec.inputs, p, &f.digest),
+            download: None,
         })
         .collect();
     let skipped: Vec<SkippedEntry> = manifest
@@ -190,6 +191,7 @@ pub fn listing_from_status(sj: &SkillJob) -> OutputListing {
             size: f.size,
             sha256: f.digest.clone(),
             input: input_match(&sj.spec.inputs, &f.path, &f.digest),
+            download: None,
         })
         .collect();
     OutputListing { total_bytes: files.iter().map(|f| f.size).sum(), files, skipped: Vec::new(), truncated: false }

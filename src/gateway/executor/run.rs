@@ -281,10 +281,14 @@ impl KubeExecutor {
             Some(bytes) => serde_json::from_slice::<LaunchResult>(&bytes).ok().map(|l| l.outcome),
             None => None,
         };
-        let listing = match self.artifacts.outputs(ns, &uid).await? {
+        let mut listing = match self.artifacts.outputs(ns, &uid).await? {
             Some(manifest) => record::listing_from_manifest(sj, &manifest),
             None => record::listing_from_status(sj),
         };
+        // Over one MCP call's worth: name the file route, which moves it whole.
+        for f in listing.files.iter_mut().filter(|f| f.size > self.options.limits.upload_chunk) {
+            f.download = Some(self.file_route(&name, &f.path));
+        }
         Ok((record::outcome_of(sj, launched.as_ref()), listing))
     }
 
