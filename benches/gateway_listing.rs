@@ -71,7 +71,8 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace as KubeNamespace;
 use kube::api::{Api, DeleteParams};
 use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
-use skill_operator::api::binding::{SkillBinding, SkillBindingSpec};
+use skill_operator::api::binding::{SkillBinding, SkillBindingSpec, SkillBindingStatus};
+use skill_operator::api::conditions::set_condition;
 use skill_operator::api::package::{OciSource, PackageSource, SkillPackage, SkillPackageSpec};
 use skill_operator::controller::decide::{package_status, PackageFacts};
 use skill_operator::core::declaration::Interpreter;
@@ -161,14 +162,19 @@ fn packages(rt: &tokio::runtime::Runtime, reg: &oci_common::TestRegistry, root: 
     packages
 }
 
-/// Bindings `binding-NNN` of the skills `skills`.
+/// Ready bindings `binding-NNN` of the skills `skills`.
 fn bindings(skills: impl Iterator<Item = usize>) -> Vec<SkillBinding> {
     skills
         .map(|i| {
-            SkillBinding::new(
+            let mut b = SkillBinding::new(
                 &format!("binding-{i:03}"),
                 SkillBindingSpec { package: format!("{}-1", skill_name(i)), env: vec![], egress: false, egress_hosts: None },
-            )
+            );
+            // The gateway serves only bindings the controller called Ready.
+            let mut status = SkillBindingStatus::default();
+            set_condition(&mut status.conditions, "Ready", true, "Bound", "bound", None);
+            b.status = Some(status);
+            b
         })
         .collect()
 }
