@@ -11,7 +11,8 @@
 //! through the API (watch events: the pod created, scheduled, the fetch
 //! container done, the run container running and done, the pod done, the
 //! Job complete, the SkillJob Succeeded; the pod and the Job usually never
-//! report done: the verdict follows the run container's end and deletes them). Medians and p90 per step and in
+//! report done: the verdict follows the run container's end and deletes them).
+//! Each run starts once the previous run's pod is gone. Medians and p90 per step and in
 //! total. What a step costs is the gap between two stamps; a stamp is when
 //! the API server learnt of it (the kubelet reports container states in its
 //! status sync, so a step's end shows up when the next sync reports it).
@@ -170,6 +171,17 @@ async fn main() {
             }
             let s = stamps.lock().unwrap().get(&uid).cloned().unwrap_or_default();
             let _ = api.delete(&name, &DeleteParams::default()).await;
+            // The verdict comes before the pod has stopped: the next run starts
+            // once this one's pod is gone, so it is timed on a node with room
+            // for it (a 2-CPU node fits one run pod; the next would wait in
+            // the scheduler's backoff and that would be counted as latency).
+            let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+            let selector = format!("skill-operator.dev/skilljob-uid={uid}");
+            let gone_by = Instant::now() + Duration::from_secs(120);
+            while !pods.list(&kube::api::ListParams::default().labels(&selector)).await.expect("list the run's pods").items.is_empty() {
+                assert!(Instant::now() < gone_by, "{name}'s pod did not go within 120 s");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
             if i == 0 {
                 continue;
             }
