@@ -28,5 +28,5 @@ pub mod oci;
 
 pub mod artifacts;
 pub mod image;
-pub mod listener;
 pub mod jobs;
+pub mod listener;

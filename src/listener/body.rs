@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::Frame;
-use std::future::Future;
 use hyper::body::Incoming;
+use std::future::Future;
 use tokio::time::{Instant, Sleep};
 
 use super::metrics::{Close, ListenerMetrics};

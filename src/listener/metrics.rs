@@ -70,6 +70,14 @@ impl ListenerMetrics {
         out
     }
 
+    /// `text` (an OpenMetrics exposition of other metrics) followed by these
+    /// counters, as one exposition (one `# EOF`).
+    pub fn render_after(&self, text: &str) -> String {
+        let mut out = text.strip_suffix("# EOF\n").unwrap_or(text).to_string();
+        out.push_str(&self.render());
+        out
+    }
+
     pub(crate) fn count(&self, why: Close) {
         self.closed.get_or_create(&ReasonLabel { reason: why.as_str().into() }).inc();
     }
