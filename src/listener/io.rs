@@ -17,6 +17,7 @@ use std::task::{Context, Poll};
 
 use axum::body::Body;
 use bytes::Bytes;
+use futures::task::AtomicWaker;
 use http_body::Frame;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -34,6 +35,9 @@ pub(super) struct ConnState {
     in_flight: AtomicUsize,
     /// Bumped each time the last in-flight request finishes.
     finished: AtomicU64,
+    /// The read that went pending while a request was in flight: woken
+    /// when the last one finishes, so the idle deadline is armed.
+    reader: AtomicWaker,
 }
 
 /// A request counted as in flight until dropped (with its response body).
@@ -50,6 +54,7 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.0.finished.fetch_add(1, Ordering::AcqRel);
+            self.0.reader.wake();
         }
     }
 }
@@ -149,7 +154,14 @@ impl AsyncRead for BoundedIo {
                 }
                 Poll::Ready(r)
             }
-            Poll::Pending if busy => Poll::Pending,
+            Poll::Pending if busy => {
+                this.state.reader.register(cx.waker());
+                // It may have finished between the load above and the register.
+                if this.state.in_flight.load(Ordering::Acquire) == 0 {
+                    cx.waker().wake_by_ref();
+                }
+                Poll::Pending
+            }
             Poll::Pending => {
                 let (deadline, why) = this.deadline();
                 if this.timer.deadline() != deadline {
