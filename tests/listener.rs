@@ -72,6 +72,15 @@ fn raise_fd_limit() {
     }
 }
 
+/// A loopback listener with a backlog that holds a whole flood: with the
+/// default (1,024) the kernel drops handshakes the accept loop has not
+/// reached yet, and the test would count fewer refusals than connections.
+fn bind() -> TcpListener {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    socket.listen(4096).unwrap()
+}
+
 fn ip(last: u8) -> IpAddr {
     IpAddr::from([127, 0, 0, last])
 }
@@ -348,7 +357,7 @@ async fn builder_target(bounds: Bounds) -> (Arc<Target>, ListenerMetrics, tokio_
                 "finished"
             }),
         );
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let l = bind();
     let addr = l.local_addr().unwrap();
     let stop = tokio_util::sync::CancellationToken::new();
     let server = tokio::spawn(listener::serve(l, app, bounds, metrics.clone(), stop.clone().cancelled_owned()));
@@ -473,7 +482,7 @@ async fn serve_http_target(bounds: Bounds) -> Arc<Target> {
     use skill_operator::serve::http::{serve_on, Auth, HttpOptions, Tokens};
     let dir = tempfile::tempdir().unwrap();
     let snapshot = Snapshot::scan(&[dir.path().to_path_buf()], Grants::resolve(&|_| None, None), Default::default());
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let l = bind();
     let addr = l.local_addr().unwrap();
     let metrics = ListenerMetrics::default();
     let options = HttpOptions {
@@ -541,7 +550,7 @@ async fn artifacts_target(bounds: Bounds) -> (Arc<Target>, tempfile::TempDir) {
     cfg.spool_dir = Some(spool.path().into());
     cfg.bounds = bounds;
     cfg.listener_metrics = metrics.clone();
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let l = bind();
     let addr = l.local_addr().unwrap();
     tokio::spawn(server::serve(l, AppState::new(cfg).unwrap(), std::future::pending()));
     (Arc::new(Target::http("artifacts", addr, metrics, bounds.max_connections_per_address)), spool)
@@ -577,7 +586,7 @@ async fn artifacts_slow_body() {
 
 async fn controller_target(bounds: Bounds) -> (Arc<Target>, Arc<skill_operator::controller::metrics::Metrics>) {
     let metrics = Arc::new(skill_operator::controller::metrics::Metrics::default());
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let l = bind();
     let addr = l.local_addr().unwrap();
     tokio::spawn(skill_operator::controller::run::serve_web(l, metrics.clone(), bounds, std::future::pending()));
     (Arc::new(Target::http("controller", addr, metrics.listener.clone(), bounds.max_connections_per_address)), metrics)
@@ -616,7 +625,7 @@ async fn egress_target(header_timeout: Duration) -> (Arc<Target>, skill_operator
     cfg.limits.max_pending_per_address = 100;
     cfg.limits.shutdown_grace = Duration::ZERO;
     let proxy = Proxy::new(cfg, Arc::new(MemoryRegistry::default()), Arc::new(SystemResolver)).unwrap();
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let l = bind();
     let addr = l.local_addr().unwrap();
     let p = proxy.clone();
     tokio::spawn(async move { p.serve_tcp(l, std::future::pending()).await });
@@ -653,7 +662,7 @@ async fn egress_proxy_flood() {
 async fn egress_metrics_target() -> Arc<Target> {
     use skill_operator::egress::{MemoryRegistry, Proxy, ProxyConfig, SystemResolver};
     let proxy = Proxy::new(ProxyConfig::new(vec![7; 32]), Arc::new(MemoryRegistry::default()), Arc::new(SystemResolver)).unwrap();
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let l = bind();
     let addr = l.local_addr().unwrap();
     tokio::spawn(skill_operator::egress::serve_metrics(l, proxy, bounds()));
     // Its counters live in the endpoint: read them from /metrics.
