@@ -175,7 +175,13 @@ impl Legit {
     async fn check(self, name: &str) {
         self.stop.store(true, Ordering::Relaxed);
         let (ok, failures) = self.task.await.unwrap();
-        assert!(failures.is_empty(), "{name}: the legitimate client failed {} times ({} ok): {:?}", failures.len(), ok, &failures[..failures.len().min(5)]);
+        assert!(
+            failures.is_empty(),
+            "{name}: the legitimate client failed {} times ({} ok): {:?}",
+            failures.len(),
+            ok,
+            &failures[..failures.len().min(5)]
+        );
         assert!(ok >= 3, "{name}: the legitimate client got only {ok} answers");
     }
 }
@@ -331,7 +337,9 @@ async fn slow_body(target: Arc<Target>, head: String, expect_status: Option<u16>
 
 // ---- the shared builder ----------------------------------------------------
 
-async fn builder_target(bounds: Bounds) -> (Arc<Target>, ListenerMetrics, tokio_util::sync::CancellationToken, tokio::task::JoinHandle<std::io::Result<()>>) {
+async fn builder_target(
+    bounds: Bounds,
+) -> (Arc<Target>, ListenerMetrics, tokio_util::sync::CancellationToken, tokio::task::JoinHandle<std::io::Result<()>>) {
     let metrics = ListenerMetrics::default();
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
@@ -444,7 +452,9 @@ async fn a_head_over_the_cap_is_431() {
     wait_for("three 431s counted", || metrics.closed(Close::HeadTooLarge) == 3).await;
     // Under the cap is fine.
     let mut s = connect_from(IpAddr::from(LEGIT), t.addr).await.unwrap();
-    s.write_all(format!("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Ok: {}\r\nConnection: close\r\n\r\n", "a".repeat(3000)).as_bytes()).await.unwrap();
+    s.write_all(format!("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Ok: {}\r\nConnection: close\r\n\r\n", "a".repeat(3000)).as_bytes())
+        .await
+        .unwrap();
     assert_eq!(status_of(&until_closed(s).await.unwrap()), Some(200));
 }
 

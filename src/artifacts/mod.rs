@@ -337,7 +337,7 @@ pub enum SkipReason {
     NotRegular,
     /// Not UTF-8, or breaks the path rules (control characters, over 1,024 bytes...).
     BadName,
-    /// Differs only in case from a file already taken.
+    /// Differs only in case or Unicode spelling (NFC) from a file already taken.
     CaseCollision,
     /// Nested deeper than 32 levels (the directory is not descended).
     TooDeep,

@@ -66,7 +66,8 @@ pub fn fold(path: &str) -> String {
 /// For a duplicate that only differs in Unicode spelling, both spellings
 /// as code points (printed, the two names look the same).
 fn spellings(path: &str, existing: &str) -> String {
-    let escaped = |s: &str| s.chars().map(|c| if c.is_ascii() { c.to_string() } else { format!("\\u{{{:04x}}}", c as u32) }).collect::<String>();
+    let escaped =
+        |s: &str| s.chars().map(|c| if c.is_ascii() { c.to_string() } else { format!("\\u{{{:04x}}}", c as u32) }).collect::<String>();
     if path != existing && path.to_lowercase() == existing.to_lowercase() {
         return String::new();
     }
