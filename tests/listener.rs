@@ -72,13 +72,11 @@ fn raise_fd_limit() {
     }
 }
 
-/// A loopback listener with a backlog that holds a whole flood: with the
-/// default (1,024) the kernel drops handshakes the accept loop has not
-/// reached yet, and the test would count fewer refusals than connections.
+/// A loopback listener bound the way every command binds (its backlog
+/// holds a whole flood: with tokio's default of 1,024 the kernel drops
+/// handshakes the accept loop has not reached yet).
 fn bind() -> TcpListener {
-    let socket = TcpSocket::new_v4().unwrap();
-    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    socket.listen(4096).unwrap()
+    listener::bind("127.0.0.1:0".parse().unwrap()).unwrap()
 }
 
 fn ip(last: u8) -> IpAddr {

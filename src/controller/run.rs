@@ -457,7 +457,7 @@ pub async fn run_bounded(
         .run(skilljob::reconcile, error_policy::<SkillJob>("SkillJob"), ctx.clone())
         .for_each(|_| async {});
 
-    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let listener = crate::listener::bind(listen)?;
     tracing::info!(%listen, "metrics and health endpoints up");
     let server = serve_web(listener, ctx.metrics.clone(), bounds, shutdown.wait_owned());
     let (_, _, _, served) = tokio::join!(packages, bindings, jobs, server);

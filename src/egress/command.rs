@@ -168,11 +168,11 @@ pub async fn run(args: ProxyArgs, shutdown: impl Future<Output = ()>) -> Result<
         watcher = Some(tokio::spawn(super::cluster::watch(api, config, registry.clone(), key.clone())));
     }
     let proxy = Proxy::new(args.config(key), Arc::new(registry.clone()), Arc::new(SystemResolver))?;
-    let listener = tokio::net::TcpListener::bind(args.listen).await.map_err(|source| CommandError::Listen { addr: args.listen, source })?;
+    let listener = crate::listener::bind(args.listen).map_err(|source| CommandError::Listen { addr: args.listen, source })?;
     let local = listener.local_addr().map_err(CommandError::Serve)?;
     let mut metrics_task = None;
     if let Some(addr) = args.metrics_listen {
-        let metrics_listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| CommandError::Listen { addr, source })?;
+        let metrics_listener = crate::listener::bind(addr).map_err(|source| CommandError::Listen { addr, source })?;
         let bounds = args.metrics_listener.bounds()?;
         metrics_task = Some(tokio::spawn(serve_metrics(metrics_listener, proxy.clone(), bounds)));
     }

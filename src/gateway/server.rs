@@ -212,7 +212,7 @@ pub async fn command(args: GatewayArgs, shutdown: Shutdown) -> anyhow::Result<()
     let metrics = Arc::new(move || listener_counters.render_after(&super::metrics::render(&stats_auth)));
     let gate = axum::middleware::from_fn_with_state(authenticator.clone(), super::auth::require_caller);
     let app = router(namespaces, ready, metrics, gate).merge(super::auth::metadata_routes(authenticator));
-    let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("cannot listen on {}", args.listen))?;
+    let listener = crate::listener::bind(args.listen).with_context(|| format!("cannot listen on {}", args.listen))?;
     tracing::info!(listen = %args.listen, "gateway serving /mcp/{{namespace}}");
     let bounds = args.listener.bounds()?;
     crate::listener::serve(listener, app, bounds, counters, shutdown.wait_owned()).await.context("the gateway's HTTP server failed")?;

@@ -185,6 +185,19 @@ impl ListenerArgs {
     }
 }
 
+/// Handshakes the kernel queues for the accept loop (capped by
+/// `net.core.somaxconn`): a flood must not fill the queue before the loop
+/// gets to refuse it, or other clients' handshakes are dropped with it.
+pub const ACCEPT_BACKLOG: u32 = 4096;
+
+/// Bind a listening socket for [`serve`] (address reuse on, the deep backlog).
+pub fn bind(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(ACCEPT_BACKLOG)
+}
+
 /// The answer to a connection over a cap, written before it is closed.
 const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\nretry-after: 1\r\ncontent-type: text/plain\r\ncontent-length: 52\r\n\r\ntoo many connections; retry later or use fewer ones\n";
 

@@ -328,7 +328,7 @@ pub async fn serve(state: Arc<ServerState>, options: HttpOptions, shutdown: Shut
     if !options.addr.ip().is_loopback() && options.allowed_hosts.is_empty() {
         tracing::warn!(addr = %options.addr, "binding a non-loopback address: only loopback Host headers are accepted unless --allowed-host is given");
     }
-    let listener = tokio::net::TcpListener::bind(options.addr).await.with_context(|| format!("cannot listen on {}", options.addr))?;
+    let listener = crate::listener::bind(options.addr).with_context(|| format!("cannot listen on {}", options.addr))?;
     serve_on(listener, state, options, shutdown).await
 }
 

@@ -457,7 +457,7 @@ pub async fn command(a: ArtifactsArgs, shutdown: crate::shutdown::Shutdown) -> a
     cfg.memory_budget_mib = a.memory_budget_mib;
     cfg.bounds = a.listener.bounds()?;
     let state = AppState::new(cfg)?;
-    let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("cannot listen on {}", a.listen))?;
+    let listener = crate::listener::bind(a.listen).with_context(|| format!("cannot listen on {}", a.listen))?;
     eprintln!("skill-operator: artifact endpoint on {}", listener.local_addr()?);
     serve(listener, state, shutdown.wait_owned()).await?;
     Ok(())
