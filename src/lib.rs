@@ -29,3 +29,4 @@ pub mod oci;
 pub mod artifacts;
 pub mod image;
 pub mod jobs;
+pub mod listener;

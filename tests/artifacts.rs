@@ -451,6 +451,57 @@ async fn reads_pinned_to_a_replaced_set_are_409() {
     assert_eq!((s, body.as_slice()), (200, b"two".as_slice()));
 }
 
+/// Issue 14: an operator PUT that names its body's digest in
+/// `X-Content-Digest` is refused (400, both digests named) when the body
+/// differs, and nothing is stored; the right digest is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_with_a_wrong_content_digest_is_refused_before_anything_is_stored() {
+    let env = start().await;
+    let body = b"the real bytes".to_vec();
+    let real = sha256_digest(&body);
+    let claimed = sha256_digest(b"something else");
+    let put = |digest: String, body: Vec<u8>, path: &'static str| {
+        let req = env
+            .http
+            .put(env.url(&format!("{NS}/{UID}/inputs/{path}")))
+            .header("authorization", op())
+            .header(artifacts::HEADER_CONTENT_DIGEST, digest)
+            .body(body);
+        async move {
+            let resp = req.send().await.unwrap();
+            let status = resp.status().as_u16();
+            (status, resp.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (s, v) = put(claimed.clone(), body.clone(), "a.txt").await;
+    assert_eq!(s, 400, "{v}");
+    assert_eq!(v["error"]["code"], "content_digest_mismatch");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains(&real) && message.contains(&claimed), "both digests named: {message}");
+    // Nothing reached the registry: the job has no inputs at all.
+    let (_, listed) = env.get(&format!("{NS}/{UID}/inputs"), &op()).await;
+    let m: InputsManifest = serde_json::from_slice(&listed).unwrap();
+    assert!(m.digest.is_none() && m.files.is_empty(), "{m:?}");
+    // A header that is no digest is refused too; the right one passes.
+    let (s, v) = put("md5:abc".into(), body.clone(), "a.txt").await;
+    assert_eq!((s, v["error"]["code"].as_str()), (400, Some("content_digest_mismatch")), "{v}");
+    let (s, v) = put(real.clone(), body.clone(), "a.txt").await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["file"]["digest"], real);
+    // The package route checks it the same way.
+    let pkg = package::build_from_dir(&csv_stats_dir()).unwrap();
+    let req = env
+        .http
+        .put(env.url(&format!("{NS}/{UID}/package")))
+        .header("authorization", op())
+        .header(artifacts::HEADER_CONTENT_DIGEST, claimed.clone())
+        .body(pkg);
+    let resp = req.send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+    let (s, _) = env.get(&format!("{NS}/{UID}/package"), &op()).await;
+    assert_eq!(s, 404, "no package was stored");
+}
+
 // -- caps ---------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -783,7 +834,8 @@ async fn upload_skips_symlinks_and_special_files_and_reports_them() {
 async fn upload_skips_names_it_could_not_serve_back_and_case_collisions() {
     let env = start().await;
     let d = pod_dirs(NS, UID);
-    for name in ["100%.txt", " padded", "line\nbreak", "A.txt", "a.txt", "ok.txt"] {
+    // `cafe\u{301}.txt` (NFD) and `caf\u{e9}.txt` (NFC) are one name to the endpoint.
+    for name in ["100%.txt", " padded", "line\nbreak", "A.txt", "a.txt", "ok.txt", "cafe\u{301}.txt", "caf\u{e9}.txt"] {
         std::fs::write(d.work.join(name), name.as_bytes()).unwrap();
     }
     let bad_utf8 = std::ffi::OsStr::from_bytes(b"caf\xe9.txt");
@@ -795,7 +847,7 @@ async fn upload_skips_names_it_could_not_serve_back_and_case_collisions() {
     std::fs::write(d.result.join("result.json"), b"{}").unwrap();
     let r = client::upload(&upload_opts(&env, NS, UID, &d), &no_stop()).await.unwrap().expect("uploaded");
     let taken: Vec<&str> = r.manifest.files.iter().map(|f| f.path.as_str()).collect();
-    assert_eq!(taken, ["result/result.json", "work/A.txt", "work/Dir/x", "work/ok.txt"]);
+    assert_eq!(taken, ["result/result.json", "work/A.txt", "work/Dir/x", "work/cafe\u{301}.txt", "work/ok.txt"]);
     let mut skipped: Vec<(String, SkipReason)> = r.manifest.skipped.iter().map(|s| (s.path.clone(), s.reason)).collect();
     skipped.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(
@@ -804,6 +856,7 @@ async fn upload_skips_names_it_could_not_serve_back_and_case_collisions() {
             ("work/ padded".to_string(), SkipReason::BadName),
             ("work/100%.txt".to_string(), SkipReason::BadName),
             ("work/a.txt".to_string(), SkipReason::CaseCollision),
+            ("work/caf\u{e9}.txt".to_string(), SkipReason::CaseCollision),
             ("work/caf\u{fffd}.txt".to_string(), SkipReason::BadName),
             ("work/dir/y".to_string(), SkipReason::CaseCollision),
             ("work/line\nbreak".to_string(), SkipReason::BadName),

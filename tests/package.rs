@@ -204,6 +204,52 @@ fn dir_refuses_symlinks_special_files_and_missing_skill_md() {
     assert!(matches!(err, PackageError::MissingSkillMd { .. }), "{err}");
 }
 
+/// `café` as one code point (NFC) and as `e` + a combining acute (NFD).
+const CAFE_NFC: &str = "caf\u{e9}.txt";
+const CAFE_NFD: &str = "cafe\u{301}.txt";
+
+/// The duplicate names both spellings, which print the same, as code points.
+fn assert_unicode_duplicate(err: &PackageError) {
+    assert!(matches!(err, PackageError::DuplicatePath { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("caf\\u{00e9}.txt") && text.contains("cafe\\u{0301}.txt"), "both spellings shown: {text}");
+}
+
+#[test]
+fn dir_refuses_unicode_equivalent_names() {
+    let d = skill_dir("nfc");
+    std::fs::write(d.path().join(CAFE_NFC), "one").unwrap();
+    // ext4 keeps both: the names differ byte for byte.
+    package::build_from_dir(d.path()).unwrap();
+    std::fs::write(d.path().join(CAFE_NFD), "two").unwrap();
+    assert_unicode_duplicate(&package::build_from_dir(d.path()).unwrap_err());
+    // A directory in two spellings collides the same way.
+    std::fs::remove_file(d.path().join(CAFE_NFD)).unwrap();
+    std::fs::create_dir(d.path().join("r\u{e9}sum\u{e9}")).unwrap();
+    std::fs::write(d.path().join("r\u{e9}sum\u{e9}/a"), "a").unwrap();
+    std::fs::create_dir(d.path().join("re\u{301}sume\u{301}")).unwrap();
+    std::fs::write(d.path().join("re\u{301}sume\u{301}/b"), "b").unwrap();
+    let err = package::build_from_dir(d.path()).unwrap_err();
+    assert!(matches!(err, PackageError::DuplicatePath { .. }), "{err}");
+    // Case and spelling together.
+    std::fs::remove_dir_all(d.path().join("re\u{301}sume\u{301}")).unwrap();
+    std::fs::write(d.path().join("CAFE\u{301}.TXT"), "three").unwrap();
+    assert!(matches!(package::build_from_dir(d.path()).unwrap_err(), PackageError::DuplicatePath { .. }));
+}
+
+#[test]
+fn zip_refuses_unicode_equivalent_names() {
+    let z = make_zip(&[file("SKILL.md", SKILL), file(CAFE_NFC, b"1")]);
+    package::build_from_zip(&z, None).unwrap();
+    let z = make_zip(&[file("SKILL.md", SKILL), file(CAFE_NFC, b"1"), file(CAFE_NFD, b"2")]);
+    let err = package::build_from_zip(&z, None).unwrap_err();
+    assert_unicode_duplicate(&err);
+    assert!(matches!(&err, PackageError::DuplicatePath { path, existing } if path == CAFE_NFD && existing == CAFE_NFC), "{err}");
+    // The check on a job's file set (inputs, outputs) is the same rule.
+    let lim = package::Limits::DEFAULT;
+    assert_unicode_duplicate(&package::check_file_set([(CAFE_NFC, 1), (CAFE_NFD, 1)], &lim).unwrap_err());
+}
+
 // ------------------------------------------------------------------ ZIP input
 
 #[test]

@@ -23,8 +23,15 @@ const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 fn app(auth: Auth) -> axum::Router {
     let dir = tempfile::tempdir().unwrap();
     let snapshot = Snapshot::scan(&[dir.path().to_path_buf()], Grants::resolve(&|_| None, None), BTreeSet::new());
-    let options =
-        HttpOptions { addr: "127.0.0.1:8080".parse().unwrap(), allowed_hosts: vec![], allowed_origins: vec![], auth, max_sessions: 4 };
+    let options = HttpOptions {
+        addr: "127.0.0.1:8080".parse().unwrap(),
+        allowed_hosts: vec![],
+        allowed_origins: vec![],
+        auth,
+        max_sessions: 4,
+        bounds: Default::default(),
+        listener_metrics: Default::default(),
+    };
     router(Arc::new(ServerState::new(snapshot)), &options, &Shutdown::new())
 }
 
@@ -111,6 +118,8 @@ async fn no_auth_is_loopback_only() {
         allowed_origins: vec![],
         auth: Auth::None,
         max_sessions: 4,
+        bounds: Default::default(),
+        listener_metrics: Default::default(),
     };
     let err = skill_operator::serve::http::check(&options).unwrap_err().to_string();
     assert!(err.contains("loopback"), "{err}");

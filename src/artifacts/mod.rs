@@ -73,6 +73,9 @@
 //! Single files travel as raw bodies (`application/octet-stream`) with an
 //! `X-Content-Digest: sha256:<hex>` header; clients check size and digest
 //! against it (and against the inputs manifest) while streaming to disk.
+//! A PUT may carry the header too: a body whose sha256 differs is refused
+//! (400 `content_digest_mismatch`, both digests named) before anything is
+//! stored.
 //! Batches (`PUT .../outputs`, and `PUT .../inputs` for staging many files)
 //! are one uncompressed POSIX/GNU tar (`application/x-tar`) of regular files
 //! (directory entries are ignored, anything else is refused):
@@ -334,7 +337,7 @@ pub enum SkipReason {
     NotRegular,
     /// Not UTF-8, or breaks the path rules (control characters, over 1,024 bytes...).
     BadName,
-    /// Differs only in case from a file already taken.
+    /// Differs only in case or Unicode spelling (NFC) from a file already taken.
     CaseCollision,
     /// Nested deeper than 32 levels (the directory is not descended).
     TooDeep,
@@ -371,6 +374,10 @@ pub enum ErrorCode {
     BadQuery,
     BadTar,
     BodyTooLarge,
+    /// The body arrived slower than the listener's minimum rate.
+    BodyTooSlow,
+    /// The body's sha256 is not the `X-Content-Digest` the caller sent.
+    ContentDigestMismatch,
     DigestMismatch,
     FileTooLarge,
     Forbidden,
@@ -399,6 +406,8 @@ impl ErrorCode {
         ErrorCode::BadQuery,
         ErrorCode::BadTar,
         ErrorCode::BodyTooLarge,
+        ErrorCode::BodyTooSlow,
+        ErrorCode::ContentDigestMismatch,
         ErrorCode::DigestMismatch,
         ErrorCode::FileTooLarge,
         ErrorCode::Forbidden,
@@ -427,6 +436,8 @@ impl ErrorCode {
             ErrorCode::BadQuery => "bad_query",
             ErrorCode::BadTar => "bad_tar",
             ErrorCode::BodyTooLarge => "body_too_large",
+            ErrorCode::BodyTooSlow => "body_too_slow",
+            ErrorCode::ContentDigestMismatch => "content_digest_mismatch",
             ErrorCode::DigestMismatch => "digest_mismatch",
             ErrorCode::FileTooLarge => "file_too_large",
             ErrorCode::Forbidden => "forbidden",
@@ -457,6 +468,8 @@ impl ErrorCode {
             ErrorCode::BadQuery => 400,
             ErrorCode::BadTar => 400,
             ErrorCode::BodyTooLarge => 413,
+            ErrorCode::BodyTooSlow => 408,
+            ErrorCode::ContentDigestMismatch => 400,
             ErrorCode::DigestMismatch => 502,
             ErrorCode::FileTooLarge => 413,
             ErrorCode::Forbidden => 403,

@@ -26,6 +26,8 @@ pub struct Metrics {
     pub failures: Family<ErrorLabel, Counter>,
     pub duration: Family<KindLabel, Histogram>,
     pub jobs_created: Counter,
+    /// The metrics endpoint's own listener ([`crate::listener`]).
+    pub listener: crate::listener::ListenerMetrics,
 }
 
 impl Default for Metrics {
@@ -41,7 +43,9 @@ impl Default for Metrics {
         registry.register("reconcile_failures", "Failed reconciles by kind and error", failures.clone());
         registry.register("reconcile_duration_seconds", "Reconcile duration by kind", duration.clone());
         registry.register("jobs_created", "Kubernetes Jobs created for SkillJobs", jobs_created.clone());
-        Metrics { registry, reconciles, failures, duration, jobs_created }
+        let listener = crate::listener::ListenerMetrics::default();
+        listener.register(&mut registry);
+        Metrics { registry, reconciles, failures, duration, jobs_created, listener }
     }
 }
 

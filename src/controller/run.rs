@@ -43,12 +43,24 @@ fn error_policy<K>(kind: &'static str) -> impl Fn(Arc<K>, &Error, Arc<Context>) 
 }
 
 /// The metrics and health endpoints.
-pub fn web(ctx: Arc<Context>) -> Router {
+pub fn web(metrics: Arc<super::metrics::Metrics>) -> Router {
     Router::new()
-        .route("/metrics", get(|State(ctx): State<Arc<Context>>| async move { ctx.metrics.render() }))
+        .route("/metrics", get(|State(metrics): State<Arc<super::metrics::Metrics>>| async move { metrics.render() }))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(|| async { "ok" }))
-        .with_state(ctx)
+        .with_state(metrics)
+}
+
+/// Serve [`web`] on the shared listener ([`crate::listener`]) until shutdown;
+/// its counters are part of `/metrics`.
+pub async fn serve_web(
+    listener: tokio::net::TcpListener,
+    metrics: Arc<super::metrics::Metrics>,
+    bounds: crate::listener::Bounds,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> std::io::Result<()> {
+    let counters = metrics.listener.clone();
+    crate::listener::serve(listener, web(metrics), bounds, counters, shutdown).await
 }
 
 #[derive(Debug, clap::Args)]
@@ -56,6 +68,9 @@ pub struct ControllerArgs {
     /// Metrics and health endpoints.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
+    /// The metrics endpoint's timeouts and connection caps.
+    #[command(flatten)]
+    pub listener: crate::listener::ListenerArgs,
     /// This binary's image (init and sidecar containers of every run).
     #[arg(long, value_name = "IMAGE")]
     pub operator_image: String,
@@ -329,11 +344,21 @@ pub async fn command(args: ControllerArgs, shutdown: crate::shutdown::Shutdown) 
     let resolver = Arc::new(PinnedCache::new(Arc::new(OciResolver { plain_http: args.plain_http_registries }), 64 << 20));
     let artifacts = Arc::new(HttpArtifacts::new(&config.artifact_endpoint, &config.token_key));
     let ctx = Arc::new(Context::new(client, Arc::new(Metrics::default()), config, resolver, artifacts).with_images(Arc::new(images)));
-    run(ctx, args.listen, shutdown).await
+    run_bounded(ctx, args.listen, args.listener.bounds()?, shutdown).await
+}
+
+/// Run every controller until shutdown, the metrics endpoint under the default bounds.
+pub async fn run(ctx: Arc<Context>, listen: SocketAddr, shutdown: crate::shutdown::Shutdown) -> anyhow::Result<()> {
+    run_bounded(ctx, listen, crate::listener::Bounds::default(), shutdown).await
 }
 
 /// Run every controller until shutdown.
-pub async fn run(ctx: Arc<Context>, listen: SocketAddr, shutdown: crate::shutdown::Shutdown) -> anyhow::Result<()> {
+pub async fn run_bounded(
+    ctx: Arc<Context>,
+    listen: SocketAddr,
+    bounds: crate::listener::Bounds,
+    shutdown: crate::shutdown::Shutdown,
+) -> anyhow::Result<()> {
     let client = ctx.client.clone();
     // Fail early with an actionable message when the CRDs are not installed.
     let probe: Api<SkillPackage> = Api::all(client.clone());
@@ -436,9 +461,9 @@ pub async fn run(ctx: Arc<Context>, listen: SocketAddr, shutdown: crate::shutdow
         .run(skilljob::reconcile, error_policy::<SkillJob>("SkillJob"), ctx.clone())
         .for_each(|_| async {});
 
-    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let listener = crate::listener::bind(listen)?;
     tracing::info!(%listen, "metrics and health endpoints up");
-    let server = axum::serve(listener, web(ctx.clone())).with_graceful_shutdown(shutdown.wait_owned());
+    let server = serve_web(listener, ctx.metrics.clone(), bounds, shutdown.wait_owned());
     let (_, _, _, served) = tokio::join!(packages, bindings, jobs, server);
     served?;
     Ok(())

@@ -168,6 +168,31 @@ pub const HTTP_TOKEN_BYTES: usize = 32;
 /// upload chunk in base64 (a third larger) plus the JSON-RPC envelope.
 pub const MCP_BODY_LIMIT: u64 = JOB_UPLOAD_CHUNK.div_ceil(3) * 4 + 64 * KIB;
 
+// ---- every HTTP listener (src/listener) -----------------------------------
+
+/// Time for a request head (request line and headers) to arrive: from the
+/// accept for a connection's first request, from the head's first byte for
+/// later ones. A slowloris client is cut here (408).
+pub const LISTEN_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// A kept-alive connection with no next request for this long is closed
+/// (between requests only: a streaming response is never cut by it).
+pub const LISTEN_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// A request body may take this long plus its size at [`LISTEN_BODY_MIN_RATE`]
+/// (a 128 MiB upload: 10 s + 2,048 s); slower is cut (408).
+pub const LISTEN_BODY_GRACE: Duration = Duration::from_secs(10);
+/// The slowest average a request body may arrive at, bytes per second.
+pub const LISTEN_BODY_MIN_RATE: u64 = 64 * KIB;
+/// Connections open at once on one listener; past it a new one is answered 503 and closed.
+pub const LISTEN_MAX_CONNECTIONS: usize = 4_096;
+/// Connections open at once from one client address on one listener (a run
+/// pod is one address: one script cannot hold the whole listener). Behind a
+/// proxy every client is the proxy's address: raise it there.
+pub const LISTEN_MAX_CONNECTIONS_PER_ADDRESS: usize = 256;
+/// Bytes of a request head, request line included; past it 431.
+pub const LISTEN_MAX_HEAD_BYTES: usize = 32 * 1024;
+/// Header lines of a request head; past it 431.
+pub const LISTEN_MAX_HEADERS: usize = 100;
+
 // ---- the gateway --------------------------------------------------------
 
 /// Namespaces one gateway replica serves at once; past it a new namespace

@@ -44,14 +44,38 @@
 //! # Path rules (ZIP names, tar names, job file names)
 //! Relative, `/`-separated, UTF-8, no empty/`.`/`..` components, no
 //! backslash, no drive letter (`C:`), no control characters. Two entries
-//! whose paths differ only in case are refused (they would collide on
-//! macOS/Windows checkouts and case-insensitive volumes), as is a path used
-//! both as a file and as a directory.
+//! whose paths differ only in case or in Unicode spelling (`café` as one
+//! code point or as `e` plus a combining accent: compared after NFC) are
+//! refused (they look the same and collide on macOS/Windows checkouts and
+//! on case-insensitive or normalising volumes such as APFS), as is a path
+//! used both as a file and as a directory.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
+
+use unicode_normalization::UnicodeNormalization;
+
+/// The key two paths collide under: NFC, lower case, NFC again (lowering
+/// can undo composition).
+pub fn fold(path: &str) -> String {
+    path.nfc().collect::<String>().to_lowercase().nfc().collect()
+}
+
+/// For a duplicate that only differs in Unicode spelling, both spellings
+/// as code points (printed, the two names look the same).
+fn spellings(path: &str, existing: &str) -> String {
+    let escaped =
+        |s: &str| s.chars().map(|c| if c.is_ascii() { c.to_string() } else { format!("\\u{{{:04x}}}", c as u32) }).collect::<String>();
+    if path != existing && path.to_lowercase() == existing.to_lowercase() {
+        return String::new();
+    }
+    if path == existing {
+        return String::new();
+    }
+    format!(": the same name in two Unicode spellings, {} and {}", escaped(path), escaped(existing))
+}
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -146,7 +170,7 @@ pub enum PackageError {
     PathTooLong { path: String, limit: usize },
     #[error("path {path:?} is nested deeper than {limit} levels; flatten it")]
     TooDeep { path: String, limit: usize },
-    #[error("{path:?} appears twice (as {existing:?}); paths must be unique, ignoring case, and not both file and directory")]
+    #[error("{path:?} appears twice (as {existing:?}{}); paths must be unique, ignoring case and Unicode normalisation (NFC), and not both file and directory", spellings(.path, .existing))]
     DuplicatePath { path: String, existing: String },
     #[error("{path} is larger than {limit} bytes; remove it or split it")]
     FileTooLarge { path: String, limit: u64 },
@@ -316,7 +340,7 @@ impl PathIndex {
 
     /// Inserts one path; `Ok(false)` when it is a directory already known.
     fn insert(&mut self, path: &str, kind: Kind) -> Result<bool> {
-        let lower = path.to_lowercase();
+        let lower = fold(path);
         if let Some(existing) = self.by_lower.get(&lower) {
             let same = existing == path && kind == Kind::Dir && self.kinds.get(path) == Some(&Kind::Dir);
             if same {
@@ -621,7 +645,7 @@ pub fn build_from_zip_with(zip_bytes: &[u8], subdir: Option<&str>, limits: &Limi
                 return Err(PackageError::UnsafePath { path: name, reason: "directory flag and name disagree" });
             }
         }
-        let lower = name.to_lowercase();
+        let lower = fold(&name);
         if let Some(existing) = seen.insert(lower, name.clone()) {
             return Err(PackageError::DuplicatePath { path: name, existing });
         }

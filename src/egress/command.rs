@@ -74,6 +74,12 @@ pub struct ProxyArgs {
     /// Connections sending their head at once, all jobs.
     #[arg(long, default_value_t = config::DEFAULT_MAX_PENDING)]
     pub max_pending: usize,
+    /// Connections sending their head at once from one client address.
+    #[arg(long, default_value_t = config::DEFAULT_MAX_PENDING_PER_ADDRESS)]
+    pub max_pending_per_address: usize,
+    /// The metrics endpoint's timeouts and connection caps.
+    #[command(flatten)]
+    pub metrics_listener: crate::listener::ListenerArgs,
     /// Default tunnels per job.
     #[arg(long, default_value_t = config::DEFAULT_JOB_MAX_CONNECTIONS)]
     pub job_max_connections: u32,
@@ -99,6 +105,7 @@ impl ProxyArgs {
             tunnel_lifetime: Duration::from_secs(self.tunnel_lifetime_secs),
             max_tunnels: self.max_tunnels,
             max_pending: self.max_pending,
+            max_pending_per_address: self.max_pending_per_address,
             job: JobLimits {
                 max_connections: self.job_max_connections,
                 max_bytes_up: self.job_max_bytes_up,
@@ -136,6 +143,8 @@ pub enum CommandError {
     Kube(#[source] kube::Error),
     #[error("the proxy stopped: {0}")]
     Serve(#[source] std::io::Error),
+    #[error(transparent)]
+    Bounds(#[from] crate::listener::BoundsError),
 }
 
 /// Run the proxy until `shutdown`. Prints `skill-operator: egress proxy on
@@ -159,12 +168,13 @@ pub async fn run(args: ProxyArgs, shutdown: impl Future<Output = ()>) -> Result<
         watcher = Some(tokio::spawn(super::cluster::watch(api, config, registry.clone(), key.clone())));
     }
     let proxy = Proxy::new(args.config(key), Arc::new(registry.clone()), Arc::new(SystemResolver))?;
-    let listener = tokio::net::TcpListener::bind(args.listen).await.map_err(|source| CommandError::Listen { addr: args.listen, source })?;
+    let listener = crate::listener::bind(args.listen).map_err(|source| CommandError::Listen { addr: args.listen, source })?;
     let local = listener.local_addr().map_err(CommandError::Serve)?;
     let mut metrics_task = None;
     if let Some(addr) = args.metrics_listen {
-        let metrics_listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| CommandError::Listen { addr, source })?;
-        metrics_task = Some(tokio::spawn(serve_metrics(metrics_listener, proxy.clone())));
+        let metrics_listener = crate::listener::bind(addr).map_err(|source| CommandError::Listen { addr, source })?;
+        let bounds = args.metrics_listener.bounds()?;
+        metrics_task = Some(tokio::spawn(serve_metrics(metrics_listener, proxy.clone(), bounds)));
     }
     eprintln!("skill-operator: egress proxy on {local} ({} jobs)", registry.len());
     let result = proxy.serve_tcp(listener, shutdown).await.map_err(CommandError::Serve);
@@ -193,10 +203,13 @@ async fn watch_jobs(registry: MemoryRegistry, path: PathBuf) {
     }
 }
 
-async fn serve_metrics(listener: tokio::net::TcpListener, proxy: Proxy) {
+/// `/metrics` and `/healthz` on the shared listener ([`crate::listener`]).
+pub async fn serve_metrics(listener: tokio::net::TcpListener, proxy: Proxy, bounds: crate::listener::Bounds) {
     use axum::routing::get;
     let mut registry = prometheus_client::registry::Registry::with_prefix("skill_operator");
     proxy.metrics().register(&mut registry);
+    let counters = crate::listener::ListenerMetrics::default();
+    counters.register(&mut registry);
     let registry = Arc::new(registry);
     let app = axum::Router::new().route("/healthz", get(|| async { "ok" })).route(
         "/metrics",
@@ -209,7 +222,7 @@ async fn serve_metrics(listener: tokio::net::TcpListener, proxy: Proxy) {
             }
         }),
     );
-    if let Err(e) = axum::serve(listener, app).await {
+    if let Err(e) = crate::listener::serve(listener, app, bounds, counters, std::future::pending()).await {
         tracing::warn!(target: "skill_operator::egress", error = %e, "metrics endpoint stopped");
     }
 }

@@ -32,6 +32,9 @@ pub const DEFAULT_TUNNEL_LIFETIME: Duration = Duration::from_secs(15 * 60);
 pub const DEFAULT_MAX_TUNNELS: usize = 4096;
 /// Connections still sending their request head, all jobs together.
 pub const DEFAULT_MAX_PENDING: usize = 1024;
+/// Connections from one client address still sending their request head
+/// (one pod cannot take all of `max_pending`).
+pub const DEFAULT_MAX_PENDING_PER_ADDRESS: usize = 64;
 /// Tunnels one job may hold at once.
 pub const DEFAULT_JOB_MAX_CONNECTIONS: u32 = 64;
 /// Bytes one job may send upstream over its life.
@@ -60,6 +63,7 @@ pub struct Limits {
     pub tunnel_lifetime: Duration,
     pub max_tunnels: usize,
     pub max_pending: usize,
+    pub max_pending_per_address: usize,
     pub shutdown_grace: Duration,
     /// Per-job defaults; a registry entry may set its own.
     pub job: JobLimits,
@@ -80,6 +84,7 @@ impl Default for Limits {
             tunnel_lifetime: DEFAULT_TUNNEL_LIFETIME,
             max_tunnels: DEFAULT_MAX_TUNNELS,
             max_pending: DEFAULT_MAX_PENDING,
+            max_pending_per_address: DEFAULT_MAX_PENDING_PER_ADDRESS,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             job: JobLimits::default(),
         }

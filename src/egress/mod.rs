@@ -76,7 +76,7 @@ mod splice;
 pub mod tls;
 
 pub use allowlist::{effective, Allowlist, Effective, Entry};
-pub use command::{run, CommandError, ProxyArgs};
+pub use command::{run, serve_metrics, CommandError, ProxyArgs};
 pub use config::{JobBudget, JobLimits, Limits, ProxyConfig};
 pub use identity::{proxy_token, proxy_url, JobId};
 pub use metrics::{ProxyMetrics, Verdict};

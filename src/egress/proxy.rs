@@ -12,7 +12,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use tokio::net::TcpStream;
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -81,7 +80,7 @@ pub(crate) async fn handle<C: Socket>(
     client: C,
     origin: Origin,
     accepted: Instant,
-    pending: OwnedSemaphorePermit,
+    pending: super::server::Pending,
     cancel: CancellationToken,
 ) {
     let peer = match &origin {
@@ -182,7 +181,7 @@ async fn serve<C: Socket>(
     client: &C,
     origin: &Origin,
     accepted: Instant,
-    pending: OwnedSemaphorePermit,
+    pending: super::server::Pending,
     cancel: &CancellationToken,
     access: &mut Access,
 ) -> Result<splice::Outcome, Stop> {

@@ -51,6 +51,8 @@ pub enum Reason {
     ByteBudget,
     /// `max_tunnels` or `max_pending` reached.
     ProxyBusy,
+    /// `max_pending_per_address` reached: this address has that many connections still sending their head.
+    AddressBusy,
     /// The name did not resolve.
     ResolveFailed,
     /// The name did not resolve within `resolve_timeout`.
@@ -106,6 +108,7 @@ impl Reason {
             Reason::JobConnectionLimit => "job_connection_limit",
             Reason::ByteBudget => "byte_budget",
             Reason::ProxyBusy => "proxy_busy",
+            Reason::AddressBusy => "address_busy",
             Reason::ResolveFailed => "resolve_failed",
             Reason::ResolveTimeout => "resolve_timeout",
             Reason::AddressDenied => "address_denied",
@@ -132,7 +135,7 @@ impl Reason {
             Reason::HeaderTimeout => 408,
             Reason::HeaderTooLarge => 431,
             Reason::ProxyAuthRequired | Reason::BadCredentials => 407,
-            Reason::ProxyBusy | Reason::ShuttingDown => 503,
+            Reason::ProxyBusy | Reason::AddressBusy | Reason::ShuttingDown => 503,
             Reason::ResolveFailed | Reason::ConnectFailed | Reason::BadUpstreamResponse => 502,
             Reason::ResolveTimeout | Reason::ConnectTimeout => 504,
             _ => 403,
@@ -159,6 +162,7 @@ impl Reason {
         Reason::JobConnectionLimit,
         Reason::ByteBudget,
         Reason::ProxyBusy,
+        Reason::AddressBusy,
         Reason::ResolveFailed,
         Reason::ResolveTimeout,
         Reason::AddressDenied,

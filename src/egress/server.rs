@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream, UnixListener};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -28,6 +28,14 @@ use super::proxy::{self, Origin};
 use super::refusal::{Reason, Refusal};
 use super::registry::JobRegistry;
 use super::resolve::Resolver;
+use crate::listener::{AddressSlot, PerAddress};
+
+/// A connection's place among those still sending their request head:
+/// released (dropped) once the head is read.
+pub(crate) struct Pending {
+    _permit: OwnedSemaphorePermit,
+    _slot: Option<AddressSlot>,
+}
 
 /// Why the proxy could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +57,8 @@ pub(crate) struct Shared {
     pub metrics: ProxyMetrics,
     pub tunnels: Arc<Semaphore>,
     pending: Arc<Semaphore>,
+    /// The same count the HTTP listeners keep ([`crate::listener::PerAddress`]), for connections still sending their head.
+    pending_per_address: Arc<PerAddress>,
     /// The TCP listen sockets (never dialed).
     own: RwLock<Vec<SocketAddr>>,
     /// Open upstream connections as (local, remote): a connection accepted
@@ -108,6 +118,7 @@ impl Proxy {
             ("max_headers", l.max_headers),
             ("max_tunnels", l.max_tunnels),
             ("max_pending", l.max_pending),
+            ("max_pending_per_address", l.max_pending_per_address),
             ("max_client_hello_bytes", l.max_client_hello_bytes),
             ("max_response_head_bytes", l.max_response_head_bytes),
         ] {
@@ -118,6 +129,7 @@ impl Proxy {
         let shared = Shared {
             tunnels: Arc::new(Semaphore::new(l.max_tunnels)),
             pending: Arc::new(Semaphore::new(l.max_pending)),
+            pending_per_address: Arc::new(PerAddress::new(l.max_pending_per_address)),
             limits: config.limits.clone(),
             tls_ports: config.tls_ports.clone(),
             proxy_key: identity::proxy_key(&config.operator_key),
@@ -204,7 +216,26 @@ impl Proxy {
                     continue;
                 }
             };
-            let Ok(pending) = self.shared.pending.clone().try_acquire_owned() else {
+            let slot = match &origin {
+                Origin::Tcp { peer, .. } => match self.shared.pending_per_address.try_acquire(peer.ip()) {
+                    Some(slot) => Some(slot),
+                    None => {
+                        let refusal = Refusal::new(
+                            Reason::AddressBusy,
+                            format!(
+                                "max_pending_per_address = {} connections from {} are sending their request head; finish those first",
+                                self.shared.limits.max_pending_per_address,
+                                peer.ip()
+                            ),
+                        );
+                        let _ = stream.try_write(&refusal.response());
+                        self.shared.metrics.count(Verdict::Refused, Reason::AddressBusy.as_str());
+                        continue;
+                    }
+                },
+                Origin::Unix(_) => None,
+            };
+            let Ok(permit) = self.shared.pending.clone().try_acquire_owned() else {
                 let refusal = Refusal::new(
                     Reason::ProxyBusy,
                     format!("max_pending = {} connections are sending their request head; retry later", self.shared.limits.max_pending),
@@ -213,6 +244,7 @@ impl Proxy {
                 self.shared.metrics.count(Verdict::Refused, Reason::ProxyBusy.as_str());
                 continue;
             };
+            let pending = Pending { _permit: permit, _slot: slot };
             let shared = self.shared.clone();
             let done = done_tx.clone();
             let cancel = cancel.clone();

@@ -76,6 +76,8 @@ pub struct GatewayArgs {
     pub max_sessions: usize,
     #[command(flatten)]
     pub auth: AuthArgs,
+    #[command(flatten)]
+    pub listener: crate::listener::ListenerArgs,
 }
 
 /// The confirmation key: the token key under a label of its own, so a
@@ -200,11 +202,14 @@ pub async fn command(args: GatewayArgs, shutdown: Shutdown) -> anyhow::Result<()
     let _ = backend.stores.set(stores);
 
     let stats_auth = authenticator.clone();
-    let metrics = Arc::new(move || super::metrics::render(&stats_auth));
+    let counters = crate::listener::ListenerMetrics::default();
+    let listener_counters = counters.clone();
+    let metrics = Arc::new(move || listener_counters.render_after(&super::metrics::render(&stats_auth)));
     let gate = axum::middleware::from_fn_with_state(authenticator.clone(), super::auth::require_caller);
     let app = router(namespaces, ready, metrics, gate).merge(super::auth::metadata_routes(authenticator));
-    let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("cannot listen on {}", args.listen))?;
+    let listener = crate::listener::bind(args.listen).with_context(|| format!("cannot listen on {}", args.listen))?;
     tracing::info!(listen = %args.listen, "gateway serving /mcp/{{namespace}}");
-    axum::serve(listener, app).with_graceful_shutdown(shutdown.wait_owned()).await.context("the gateway's HTTP server failed")?;
+    let bounds = args.listener.bounds()?;
+    crate::listener::serve(listener, app, bounds, counters, shutdown.wait_owned()).await.context("the gateway's HTTP server failed")?;
     Ok(())
 }

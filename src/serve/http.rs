@@ -1,7 +1,8 @@
 //! The standalone server's streamable HTTP endpoint: `/mcp` (both protocol
 //! eras) and `/healthz`, with the DNS-rebinding guards (Host and Origin
 //! allowlists, loopback names always allowed), a bearer token on `/mcp`,
-//! and a cap on sessions ([`super::sessions`]).
+//! and a cap on sessions ([`super::sessions`]); `/metrics` has the
+//! listener's counters ([`crate::listener`]: timeouts and connection caps).
 //!
 //! # Who is calling
 //!
@@ -62,6 +63,10 @@ pub struct HttpOptions {
     pub auth: Auth,
     /// Sessions held at once.
     pub max_sessions: usize,
+    /// The listener's timeouts and caps.
+    pub bounds: crate::listener::Bounds,
+    /// Its counters, served at `/metrics`.
+    pub listener_metrics: crate::listener::ListenerMetrics,
 }
 
 /// Who may call `/mcp`.
@@ -300,9 +305,11 @@ pub fn router(state: Arc<ServerState>, options: &HttpOptions, shutdown: &Shutdow
         let metadata = metadata.clone();
         async move { axum::Json(metadata) }
     });
+    let listener_metrics = options.listener_metrics.clone();
     Router::new()
         .merge(mcp)
         .route("/healthz", get(|| async { "ok" }))
+        .route("/metrics", get(move || std::future::ready(listener_metrics.render())))
         .route(RESOURCE_METADATA_PATH, metadata_route.clone())
         .route(&format!("{RESOURCE_METADATA_PATH}/mcp"), metadata_route)
 }
@@ -316,12 +323,23 @@ pub fn check(options: &HttpOptions) -> Result<(), HttpSetupError> {
 }
 
 /// Serve streamable HTTP until shutdown.
-pub async fn serve(state: Arc<ServerState>, mut options: HttpOptions, shutdown: Shutdown) -> anyhow::Result<()> {
+pub async fn serve(state: Arc<ServerState>, options: HttpOptions, shutdown: Shutdown) -> anyhow::Result<()> {
     check(&options)?;
     if !options.addr.ip().is_loopback() && options.allowed_hosts.is_empty() {
         tracing::warn!(addr = %options.addr, "binding a non-loopback address: only loopback Host headers are accepted unless --allowed-host is given");
     }
-    let listener = tokio::net::TcpListener::bind(options.addr).await.with_context(|| format!("cannot listen on {}", options.addr))?;
+    let listener = crate::listener::bind(options.addr).with_context(|| format!("cannot listen on {}", options.addr))?;
+    serve_on(listener, state, options, shutdown).await
+}
+
+/// Serve streamable HTTP on a bound listener until shutdown.
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    state: Arc<ServerState>,
+    mut options: HttpOptions,
+    shutdown: Shutdown,
+) -> anyhow::Result<()> {
+    check(&options)?;
     let local = listener.local_addr()?;
     options.addr = local;
     if matches!(options.auth, Auth::None) {
@@ -332,6 +350,7 @@ pub async fn serve(state: Arc<ServerState>, mut options: HttpOptions, shutdown: 
     }
     let app = router(state, &options, &shutdown);
     eprintln!("skill-operator: listening on http://{local}/mcp");
-    axum::serve(listener, app).with_graceful_shutdown(shutdown.wait_owned()).await.context("HTTP server failed")?;
+    let metrics = options.listener_metrics.clone();
+    crate::listener::serve(listener, app, options.bounds, metrics, shutdown.wait_owned()).await.context("HTTP server failed")?;
     Ok(())
 }

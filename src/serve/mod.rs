@@ -97,6 +97,9 @@ pub struct ServeArgs {
     /// closed to make room, and a new one is refused when none is idle.
     #[arg(long, value_name = "N", default_value_t = crate::core::limits::HTTP_SESSIONS_MAX)]
     pub max_sessions: usize,
+    /// HTTP: the listener's timeouts and connection caps.
+    #[command(flatten)]
+    pub listener: crate::listener::ListenerArgs,
     /// fsync job records on every state change (survives power loss; about 4 ms per run).
     /// Without it a record is still replaced atomically, so a restart never sees a torn one.
     #[arg(long)]
@@ -236,6 +239,8 @@ pub async fn run(args: ServeArgs, shutdown: Shutdown) -> anyhow::Result<()> {
                 allowed_origins: args.allowed_origins.clone(),
                 auth,
                 max_sessions: args.max_sessions,
+                bounds: args.listener.bounds()?,
+                listener_metrics: Default::default(),
             };
             http::serve(state, options, shutdown).await
         }

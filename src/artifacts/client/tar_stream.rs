@@ -220,17 +220,17 @@ impl Walk {
         if package::check_rel_path(rel, &l.file_set()).is_err() || RelPath::parse(rel).is_err() {
             return Some(SkipReason::BadName);
         }
-        // Case collisions with anything taken, the file and its parents.
+        // Case (and Unicode spelling) collisions with anything taken, the file and its parents.
         let parents: Vec<&str> = rel.match_indices('/').map(|(i, _)| &rel[..i]).collect();
         let mut new_dirs = 0;
         for p in &parents {
-            match self.lower.get(&p.to_lowercase()) {
+            match self.lower.get(&package::fold(p)) {
                 Some(taken) if taken != p => return Some(SkipReason::CaseCollision),
                 Some(_) => {}
                 None => new_dirs += 1,
             }
         }
-        if self.lower.contains_key(&rel.to_lowercase()) {
+        if self.lower.contains_key(&package::fold(rel)) {
             return Some(SkipReason::CaseCollision);
         }
         if size > l.max_file_bytes {
@@ -246,9 +246,9 @@ impl Walk {
             return Some(SkipReason::DirLimit);
         }
         for p in parents {
-            self.lower.entry(p.to_lowercase()).or_insert_with(|| p.to_string());
+            self.lower.entry(package::fold(p)).or_insert_with(|| p.to_string());
         }
-        self.lower.insert(rel.to_lowercase(), rel.to_string());
+        self.lower.insert(package::fold(rel), rel.to_string());
         self.dirs += new_dirs;
         self.files += 1;
         self.total += size;

@@ -7,6 +7,7 @@
 //! ```text
 //! GET    /healthz                                  200 "ok"
 //! GET    /readyz                                   200 when the registry answers
+//! GET    /metrics                                  the listener's counters (src/listener)
 //! GET    /v1/jobs/{ns}/{uid}/package               job|operator  package bytes (.tar.gz)
 //! PUT    /v1/jobs/{ns}/{uid}/package               operator      body: package bytes
 //! GET    /v1/jobs/{ns}/{uid}/inputs                job|operator  InputsManifest JSON
@@ -90,6 +91,10 @@ pub struct ServerConfig {
     pub spool_dir: Option<PathBuf>,
     /// MiB of file data all requests may hold in memory together.
     pub memory_budget_mib: u32,
+    /// The listener's timeouts and connection caps.
+    pub bounds: crate::listener::Bounds,
+    /// Its counters, served at `/metrics`.
+    pub listener_metrics: crate::listener::ListenerMetrics,
 }
 
 impl ServerConfig {
@@ -102,6 +107,8 @@ impl ServerConfig {
             limits: ArtifactLimits::DEFAULT,
             spool_dir: None,
             memory_budget_mib: 1024,
+            bounds: crate::listener::Bounds::default(),
+            listener_metrics: crate::listener::ListenerMetrics::default(),
         }
     }
 }
@@ -136,6 +143,8 @@ pub(super) struct Inner {
     /// Packages already checked, by sha256: a burst of jobs of one package
     /// unpacks it once. Cleared when it reaches [`VALIDATED_ENTRIES`].
     validated: Mutex<HashMap<String, SkillConfig>>,
+    bounds: crate::listener::Bounds,
+    listener_metrics: crate::listener::ListenerMetrics,
 }
 
 /// Validated package configs kept before the memo is cleared.
@@ -180,6 +189,8 @@ impl AppState {
             locks: (0..LOCK_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
             cache: Mutex::new(HashMap::new()),
             validated: Mutex::new(HashMap::new()),
+            bounds: cfg.bounds,
+            listener_metrics: cfg.listener_metrics,
         })))
     }
 
@@ -303,9 +314,11 @@ pub fn router(state: AppState) -> Router {
     let batch = DefaultBodyLimit::max((l.max_batch_body_bytes() + DRAIN_SLACK) as usize);
     let file = DefaultBodyLimit::max((l.max_file_bytes + DRAIN_SLACK) as usize);
     let pkg = DefaultBodyLimit::max((l.max_package_bytes + DRAIN_SLACK) as usize);
+    let listener_metrics = state.0.listener_metrics.clone();
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(move || std::future::ready(listener_metrics.render())))
         .route("/v1/jobs/{ns}/{uid}", delete(delete_job))
         .route("/v1/jobs/{ns}/{uid}/package", get(get_package))
         .route("/v1/jobs/{ns}/{uid}/package", put(put_package).layer(pkg))
@@ -321,13 +334,15 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Serves `router` until `shutdown` completes (then drains in-flight requests).
+/// Serves `router` under the configured listener bounds until `shutdown`
+/// completes (then drains in-flight requests).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
+    let (bounds, metrics) = (state.0.bounds, state.0.listener_metrics.clone());
+    crate::listener::serve(listener, router(state), bounds, metrics, shutdown).await
 }
 
 // -- errors -------------------------------------------------------------------
@@ -422,6 +437,8 @@ pub struct ArtifactsArgs {
     /// MiB of file data all requests may hold in memory together.
     #[arg(long, default_value_t = 1024)]
     pub memory_budget_mib: u32,
+    #[command(flatten)]
+    pub listener: crate::listener::ListenerArgs,
 }
 
 /// `skill-operator artifacts`: serve the artifact endpoint until shutdown.
@@ -438,8 +455,9 @@ pub async fn command(a: ArtifactsArgs, shutdown: crate::shutdown::Shutdown) -> a
     }
     cfg.spool_dir = a.spool_dir;
     cfg.memory_budget_mib = a.memory_budget_mib;
+    cfg.bounds = a.listener.bounds()?;
     let state = AppState::new(cfg)?;
-    let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("cannot listen on {}", a.listen))?;
+    let listener = crate::listener::bind(a.listen).with_context(|| format!("cannot listen on {}", a.listen))?;
     eprintln!("skill-operator: artifact endpoint on {}", listener.local_addr()?);
     serve(listener, state, shutdown.wait_owned()).await?;
     Ok(())

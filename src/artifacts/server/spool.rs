@@ -42,6 +42,7 @@ pub(super) async fn spool(state: &AppState, req: Request, limit: u64, what: &str
     if declared.is_some_and(|n| n > limit + DRAIN_SLACK) {
         return Err(over());
     }
+    let claimed = claimed_digest(&req, what)?;
     let file = tempfile::tempfile_in(&state.0.spool_dir).map_err(|e| internal(format!("spool file: {e}")))?;
     let mut out = tokio::fs::File::from_std(file.try_clone().map_err(internal)?);
     let mut stream = req.with_limited_body().into_body().into_data_stream();
@@ -52,6 +53,10 @@ pub(super) async fn spool(state: &AppState, req: Request, limit: u64, what: &str
         let chunk = match chunk {
             Ok(c) => c,
             Err(e) if overflow || is_length_limit(&e) => return Err(over()),
+            // The spool file is unnamed: dropping it here frees its space.
+            Err(e) if crate::listener::is_body_timeout(&e) => {
+                return Err(ApiError::new(ErrorCode::BodyTooSlow, format!("the {what}: {e}")))
+            }
             Err(_) => return Err(ApiError::bad(ErrorCode::BadBody, format!("reading the {what} failed"))),
         };
         n += chunk.len() as u64;
@@ -70,7 +75,30 @@ pub(super) async fn spool(state: &AppState, req: Request, limit: u64, what: &str
         return Err(over());
     }
     out.flush().await.map_err(internal)?;
-    Ok(Spooled { file: Arc::new(file), len: n, digest: format!("sha256:{}", hex::encode(h.finalize())) })
+    let digest = format!("sha256:{}", hex::encode(h.finalize()));
+    if let Some(claimed) = claimed {
+        if claimed != digest {
+            return Err(ApiError::bad(
+                ErrorCode::ContentDigestMismatch,
+                format!("the {what} has digest {digest}, but {HEADER_CONTENT_DIGEST} says {claimed}: nothing was stored; send the header the body has"),
+            ));
+        }
+    }
+    Ok(Spooled { file: Arc::new(file), len: n, digest })
+}
+
+/// The `X-Content-Digest` a PUT carries, checked for shape before the body is read.
+fn claimed_digest(req: &Request, what: &str) -> Result<Option<String>, ApiError> {
+    let Some(value) = req.headers().get(HEADER_CONTENT_DIGEST) else { return Ok(None) };
+    let bad = || {
+        ApiError::bad(ErrorCode::ContentDigestMismatch, format!("{HEADER_CONTENT_DIGEST} of the {what} is not `sha256:<64 lowercase hex>`"))
+    };
+    let value = value.to_str().map_err(|_| bad())?.trim();
+    let hex = value.strip_prefix("sha256:").ok_or_else(bad)?;
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        return Err(bad());
+    }
+    Ok(Some(value.to_string()))
 }
 
 pub(super) fn is_length_limit(e: &axum::Error) -> bool {
