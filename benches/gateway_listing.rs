@@ -19,11 +19,10 @@
 //!    (every timed request is a cache hit after the first; the review
 //!    counts are printed to show it), the standalone server with its
 //!    bearer token. Rows with authentication off on both sides always run.
-//!    The listeners are plain `axum::serve` on a `TcpListener`, as both
-//!    servers' own (`serve::http::serve`, `gateway::server::command`):
-//!    TCP_NODELAY off. `BENCH_NODELAY=1` sets it on the accepted sockets
-//!    (both sides alike), to see what Nagle's algorithm costs the small
-//!    SSE writes of an answer on a keep-alive connection.
+//!    Both listen on the project's one listener (`src/listener`, as
+//!    `serve --http` and the gateway do), which sets TCP_NODELAY: without
+//!    it Nagle's algorithm and delayed ACKs held almost every keep-alive
+//!    answer for about 40 ms (about 190 req/s on either server).
 //! 2. **fan-out**: 1,000 legacy sessions on one namespace, each with its
 //!    GET SSE stream open; one binding change (the namespace's snapshot
 //!    rebuilt by `Namespaces::refresh` and swapped in); the time from the
@@ -243,21 +242,15 @@ async fn listen(app: Router) -> std::net::SocketAddr {
     addr
 }
 
-/// `BENCH_NODELAY`: TCP_NODELAY on every accepted socket (see the module docs).
-fn nodelay() -> bool {
-    std::env::var_os("BENCH_NODELAY").is_some()
-}
-
+/// Both servers on the project's one listener (`skill_operator::listener`,
+/// TCP_NODELAY on every accepted socket), with the per-address cap raised
+/// to the per-listener one: every client of this bench comes from 127.0.0.1
+/// (1,000 fan-out sessions would pass the production cap of 256 per address).
 async fn serve_on(listener: tokio::net::TcpListener, app: Router) {
-    use axum::serve::ListenerExt;
-    if nodelay() {
-        let listener = listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        let _ = axum::serve(listener, app).await;
-    } else {
-        let _ = axum::serve(listener, app).await;
-    }
+    use skill_operator::listener::{Bounds, ListenerMetrics};
+    let defaults = Bounds::default();
+    let bounds = Bounds { max_connections_per_address: defaults.max_connections, ..defaults };
+    let _ = skill_operator::listener::serve(listener, app, bounds, ListenerMetrics::default(), std::future::pending()).await;
 }
 
 // ---------------------------------------------------------------- client
@@ -751,11 +744,7 @@ fn main() {
         s.clients,
         s.rounds,
         s.timed.as_secs_f64(),
-        if nodelay() {
-            "TCP_NODELAY set on both servers' sockets (BENCH_NODELAY)"
-        } else {
-            "listeners as both servers' own: TCP_NODELAY off (BENCH_NODELAY=1 sets it)"
-        }
+        "both on the project's listener (TCP_NODELAY on)"
     );
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&server, &client, &s, &fx, &skills)));
     if let Some(a) = fx.auth.take() {
@@ -794,7 +783,15 @@ fn run(server: &tokio::runtime::Runtime, client: &tokio::runtime::Runtime, s: &S
     let standalone_at = |auth: Auth| {
         let listener = server.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
         let addr = listener.local_addr().unwrap();
-        let options = HttpOptions { addr, allowed_hosts: vec![], allowed_origins: vec![], auth, max_sessions: HTTP_SESSIONS_MAX };
+        let options = HttpOptions {
+            addr,
+            allowed_hosts: vec![],
+            allowed_origins: vec![],
+            auth,
+            max_sessions: HTTP_SESSIONS_MAX,
+            bounds: Default::default(),
+            listener_metrics: Default::default(),
+        };
         let app = standalone::router(state.clone(), &options, &shutdown);
         server.spawn(serve_on(listener, app));
         format!("http://{addr}/mcp")
