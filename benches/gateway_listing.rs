@@ -738,13 +738,12 @@ fn main() {
     let mut fx = Fixture { dir, cache, packages, auth };
 
     println!(
-        "gateway listing benchmark ({} build, {}): {} keep-alive clients, {} round(s) of {:.1} s per row, 2 server + 2 client worker threads; {}",
+        "gateway listing benchmark ({} build, {}): {} keep-alive clients, {} round(s) of {:.1} s per row, 2 server + 2 client worker threads; both on the project's listener (TCP_NODELAY on)",
         if cfg!(debug_assertions) { "debug" } else { "release" },
         if s.quick { "quick pass: figures check the wiring, not the goals" } else { "full" },
         s.clients,
         s.rounds,
         s.timed.as_secs_f64(),
-        "both on the project's listener (TCP_NODELAY on)"
     );
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&server, &client, &s, &fx, &skills)));
     if let Some(a) = fx.auth.take() {
