@@ -28,19 +28,16 @@ use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures::stream::BoxStream;
 use futures::StreamExt;
-use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 
-use super::executor::ExecError;
-use super::http::{json_error, namespace_or_refusal, Shared};
+use super::executor::error::ExecError;
+pub use super::file_url::FILES_PREFIX;
+use super::shared::{json_error, namespace_or_refusal, Shared};
 use crate::artifacts::HEADER_CONTENT_DIGEST;
 use crate::core::limits::{bytes_text, FILE_ROUTE_BYTES};
 use crate::jobs::FileInfo;
 use crate::mcp::error::{codes, ToolError};
 use crate::mcp::executor::Caller;
 use crate::mcp::state::Action;
-
-/// Where the route is mounted.
-pub const FILES_PREFIX: &str = "/files";
 
 /// Bytes of a file on their way through the gateway.
 pub type BodyStream = BoxStream<'static, Result<bytes::Bytes, std::io::Error>>;
@@ -61,15 +58,6 @@ pub trait JobFiles: Send + Sync {
     async fn download(&self, caller: &Caller, job: &str, path: &str) -> Result<Download, ExecError>;
     /// Replace input file `path` of the caller's draft with the `size` bytes of `body`.
     async fn upload(&self, caller: &Caller, job: &str, path: &str, size: u64, body: BodyStream) -> Result<FileInfo, ExecError>;
-}
-
-/// Characters escaped in a path segment of the route.
-const SEGMENT: &AsciiSet = &CONTROLS.add(b' ').add(b'"').add(b'#').add(b'%').add(b'<').add(b'>').add(b'?').add(b'`').add(b'{').add(b'}');
-
-/// The route's path for `path` in `job` of `namespace`, each segment escaped.
-pub fn route_path(namespace: &str, job: &str, path: &str) -> String {
-    let encoded: Vec<String> = path.split('/').map(|seg| utf8_percent_encode(seg, SEGMENT).to_string()).collect();
-    format!("{FILES_PREFIX}/{namespace}/{job}/{}", encoded.join("/"))
 }
 
 /// How a request body failed to be what its `Content-Length` said.
@@ -310,11 +298,5 @@ mod tests {
         assert!(body.next().await.unwrap().is_err(), "the chunk reaching the length is held back and refused");
         assert!(body.next().await.is_none());
         assert_eq!(*seen.lock().unwrap(), Some(BodyFault::Longer { declared: 4 }));
-    }
-
-    #[test]
-    fn the_route_path_escapes_each_segment() {
-        assert_eq!(route_path("team-a", "skj-1", "out/a b#1.txt"), "/files/team-a/skj-1/out/a%20b%231.txt");
-        assert_eq!(route_path("team-a", "skj-1", "data.bin"), "/files/team-a/skj-1/data.bin");
     }
 }

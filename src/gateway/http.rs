@@ -4,11 +4,10 @@
 //! `/readyz` and `/metrics`. Authentication is a layer the caller puts on
 //! the namespaced routes ([`router`] takes it), so this module only routes.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use axum::extract::{Path, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::Router;
@@ -18,56 +17,12 @@ use crate::core::limits::{bytes_text, FILE_ROUTE_BYTES, JOB_UPLOAD_CHUNK, MCP_BO
 use crate::serve::http::{opens_session, sessions_full};
 
 use super::files::{files, FILES_PREFIX};
-use super::namespaces::{Namespace, NamespaceError, Namespaces};
+use super::namespaces::Namespaces;
+pub use super::shared::Readiness;
+use super::shared::{json_error, namespace_or_refusal, Shared};
 
 /// The route parameter every namespaced route names (the auth layer reads it).
 pub const NAMESPACE_PARAM: &str = "namespace";
-
-/// Whether the gateway can serve: its watches have synced once.
-#[derive(Default, Clone)]
-pub struct Readiness(Arc<AtomicBool>);
-
-impl Readiness {
-    pub fn set_ready(&self) {
-        self.0.store(true, Ordering::Release);
-    }
-    pub fn is_ready(&self) -> bool {
-        self.0.load(Ordering::Acquire)
-    }
-}
-
-/// What the routes share.
-#[derive(Clone)]
-pub(super) struct Shared {
-    namespaces: Arc<Namespaces>,
-    ready: Readiness,
-    metrics: Arc<dyn Fn() -> String + Send + Sync>,
-}
-
-pub(super) fn json_error(status: StatusCode, code: &str, message: String) -> Response {
-    (status, axum::Json(serde_json::json!({ "error": { "code": code, "message": message } }))).into_response()
-}
-
-/// The namespace a request names, or the answer when it cannot be served
-/// (not synced yet, not a namespace name, too many namespaces).
-pub(super) async fn namespace_or_refusal(shared: &Shared, namespace: &str) -> Result<Arc<Namespace>, Response> {
-    if !shared.ready.is_ready() {
-        return Err(json_error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not-ready",
-            "the gateway is still reading the cluster's bindings; retry in a moment".into(),
-        ));
-    }
-    match shared.namespaces.get(namespace).await {
-        Ok(ns) => Ok(ns),
-        Err(err @ NamespaceError::BadName(_)) => Err(json_error(StatusCode::NOT_FOUND, "bad-namespace", err.to_string())),
-        Err(err @ NamespaceError::Full { .. }) => {
-            let mut response = json_error(StatusCode::SERVICE_UNAVAILABLE, "namespaces-full", err.to_string());
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-            Err(response)
-        }
-    }
-}
 
 async fn mcp(State(shared): State<Shared>, Path(namespace): Path<String>, request: Request) -> Response {
     let ns = match namespace_or_refusal(&shared, &namespace).await {

@@ -15,9 +15,11 @@
 pub mod auth;
 pub mod catalog;
 pub mod executor;
+pub mod file_url;
 pub mod files;
 pub mod http;
 pub mod metrics;
 pub mod namespaces;
 pub mod server;
+mod shared;
 pub mod watch;

@@ -145,7 +145,7 @@ impl KubeExecutor {
     /// The file route URL of `path` in `job` (what a refusal of a large
     /// upload or read points to).
     pub fn file_route(&self, job: &str, path: &str) -> String {
-        format!("{}{}", self.options.public_base, crate::gateway::files::route_path(&self.options.namespace, job, path))
+        format!("{}{}", self.options.public_base, crate::gateway::file_url::route_path(&self.options.namespace, job, path))
     }
 
     fn command(&self, plan: &RunPlan) -> RunCommand {

@@ -1,0 +1,56 @@
+//! What the gateway's routes share: the namespaces, readiness, the
+//! metrics text, and the JSON refusals every route answers with.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::namespaces::{Namespace, NamespaceError, Namespaces};
+
+/// Whether the gateway can serve: its watches have synced once.
+#[derive(Default, Clone)]
+pub struct Readiness(Arc<AtomicBool>);
+
+impl Readiness {
+    pub fn set_ready(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+    pub fn is_ready(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// What the routes share.
+#[derive(Clone)]
+pub(super) struct Shared {
+    pub(super) namespaces: Arc<Namespaces>,
+    pub(super) ready: Readiness,
+    pub(super) metrics: Arc<dyn Fn() -> String + Send + Sync>,
+}
+
+pub(super) fn json_error(status: StatusCode, code: &str, message: String) -> Response {
+    (status, axum::Json(serde_json::json!({ "error": { "code": code, "message": message } }))).into_response()
+}
+
+/// The namespace a request names, or the answer when it cannot be served
+/// (not synced yet, not a namespace name, too many namespaces).
+pub(super) async fn namespace_or_refusal(shared: &Shared, namespace: &str) -> Result<Arc<Namespace>, Response> {
+    if !shared.ready.is_ready() {
+        return Err(json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not-ready",
+            "the gateway is still reading the cluster's bindings; retry in a moment".into(),
+        ));
+    }
+    match shared.namespaces.get(namespace).await {
+        Ok(ns) => Ok(ns),
+        Err(err @ NamespaceError::BadName(_)) => Err(json_error(StatusCode::NOT_FOUND, "bad-namespace", err.to_string())),
+        Err(err @ NamespaceError::Full { .. }) => {
+            let mut response = json_error(StatusCode::SERVICE_UNAVAILABLE, "namespaces-full", err.to_string());
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            Err(response)
+        }
+    }
+}
