@@ -29,36 +29,13 @@ use axum::response::{IntoResponse, Response};
 use futures::stream::BoxStream;
 use futures::StreamExt;
 
-use super::executor::error::ExecError;
-pub use super::file_url::FILES_PREFIX;
+pub use super::file_url::{BodyStream, Download, JobFiles, FILES_PREFIX};
 use super::shared::{json_error, namespace_or_refusal, Shared};
 use crate::artifacts::HEADER_CONTENT_DIGEST;
 use crate::core::limits::{bytes_text, FILE_ROUTE_BYTES};
-use crate::jobs::FileInfo;
 use crate::mcp::error::{codes, ToolError};
 use crate::mcp::executor::Caller;
 use crate::mcp::state::Action;
-
-/// Bytes of a file on their way through the gateway.
-pub type BodyStream = BoxStream<'static, Result<bytes::Bytes, std::io::Error>>;
-
-/// An output file as the artifact endpoint serves it.
-pub struct Download {
-    /// Its size, when the endpoint said (it does).
-    pub size: Option<u64>,
-    /// `sha256:<hex>`, when the endpoint said (it does).
-    pub digest: Option<String>,
-    pub body: BodyStream,
-}
-
-/// What the route asks of a namespace's executor.
-#[async_trait::async_trait]
-pub trait JobFiles: Send + Sync {
-    /// Output file `path` of the caller's finished job.
-    async fn download(&self, caller: &Caller, job: &str, path: &str) -> Result<Download, ExecError>;
-    /// Replace input file `path` of the caller's draft with the `size` bytes of `body`.
-    async fn upload(&self, caller: &Caller, job: &str, path: &str, size: u64, body: BodyStream) -> Result<FileInfo, ExecError>;
-}
 
 /// How a request body failed to be what its `Content-Length` said.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
-use super::files::JobFiles;
+use super::file_url::JobFiles;
 use crate::mcp::snapshot::Snapshot;
 use crate::mcp::state::{Authorize, Execution, ServerState};
 use crate::mcp::SkillServer;

@@ -25,7 +25,7 @@ use crate::shutdown::Shutdown;
 use super::auth::{AuthArgs, Authenticator};
 use super::catalog::{CacheOptions, KubeSecrets, PackageCache, ServedIndex};
 use super::executor::{KubeExecutor, KubeOptions, OnDisconnect};
-use super::files::JobFiles;
+use super::file_url::JobFiles;
 use super::http::{router, Readiness};
 use super::namespaces::{Backend, Namespaces, ServiceOptions};
 use super::watch::{self, Stores};

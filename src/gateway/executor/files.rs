@@ -15,7 +15,7 @@ use crate::artifacts::operator::ArtifactError;
 use crate::artifacts::{HEADER_CONTENT_DIGEST, WORK_PREFIX};
 use crate::core::limits::FILE_ROUTE_BYTES;
 use crate::core::paths::RelPath;
-use crate::gateway::files::{BodyStream, Download, JobFiles};
+use crate::gateway::file_url::{BodyStream, Download, JobFiles};
 use crate::jobs::{FileInfo, JobError};
 use crate::mcp::executor::Caller;
 
