@@ -12,6 +12,9 @@
 #[path = "../tests/oci/common.rs"]
 mod common;
 
+#[path = "support/skills.rs"]
+mod skills;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -26,23 +29,6 @@ use skill_operator::core::grants::Grants;
 use skill_operator::gateway::catalog::{CacheOptions, NamespaceCatalog, PackageCache};
 use skill_operator::mcp::snapshot::Snapshot;
 use skill_operator::oci::SkillConfig;
-
-/// One skill directory `<root>/<name>` with a declaration and a few files.
-fn skill(root: &Path, name: &str) -> PathBuf {
-    let dir = root.join(name);
-    std::fs::create_dir_all(dir.join("scripts")).unwrap();
-    std::fs::create_dir_all(dir.join("references")).unwrap();
-    std::fs::write(
-        dir.join("SKILL.md"),
-        format!("---\nname: {name}\ndescription: Generated skill {name} for the catalog benchmark.\nmcp-host:\n  version: 1\n  run:\n    - script: scripts/run.py\n      interpreter: python\n      env: [API_KEY]\n---\n# {name}\n\nRun scripts/run.py.\n"),
-    )
-    .unwrap();
-    std::fs::write(dir.join("scripts/run.py"), "print('hi')\n").unwrap();
-    for i in 0..8 {
-        std::fs::write(dir.join(format!("references/ref-{i}.md")), "# Ref\n".repeat(40)).unwrap();
-    }
-    dir
-}
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
@@ -65,7 +51,7 @@ fn main() {
     let mut packages = BTreeMap::new();
     for i in 0..100 {
         let name = format!("skill-{i:03}");
-        let dir = skill(skills.path(), &name);
+        let dir = skills::skill(skills.path(), &name, "catalog");
         let pkg = skill_operator::core::package::build_from_dir(&dir).unwrap();
         let cfg = SkillConfig::for_package(&pkg, &name, "d", None).unwrap();
         let digest = rt.block_on(reg.registry().push(&reg.reference(&format!("skills/{name}:1")), &pkg, &cfg)).unwrap();

@@ -57,10 +57,12 @@
 mod kube_caller;
 #[path = "../tests/oci/common.rs"]
 mod oci_common;
+#[path = "support/skills.rs"]
+mod skills;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -111,23 +113,6 @@ fn env_usize(name: &str, default: usize) -> usize {
 
 // ---------------------------------------------------------------- fixture
 
-/// One skill directory `<root>/<name>` (as benches/gateway_catalog.rs).
-fn skill(root: &Path, name: &str) -> PathBuf {
-    let dir = root.join(name);
-    std::fs::create_dir_all(dir.join("scripts")).unwrap();
-    std::fs::create_dir_all(dir.join("references")).unwrap();
-    std::fs::write(
-        dir.join("SKILL.md"),
-        format!("---\nname: {name}\ndescription: Generated skill {name} for the listing benchmark.\nmcp-host:\n  version: 1\n  run:\n    - script: scripts/run.py\n      interpreter: python\n      env: [API_KEY]\n---\n# {name}\n\nRun scripts/run.py.\n"),
-    )
-    .unwrap();
-    std::fs::write(dir.join("scripts/run.py"), "print('hi')\n").unwrap();
-    for i in 0..8 {
-        std::fs::write(dir.join(format!("references/ref-{i}.md")), "# Ref\n".repeat(40)).unwrap();
-    }
-    dir
-}
-
 fn skill_name(i: usize) -> String {
     format!("skill-{i:03}")
 }
@@ -138,7 +123,7 @@ fn packages(rt: &tokio::runtime::Runtime, reg: &oci_common::TestRegistry, root: 
     let mut packages = BTreeMap::new();
     for i in 0..100 {
         let name = skill_name(i);
-        let dir = skill(root, &name);
+        let dir = skills::skill(root, &name, "listing");
         let pkg = skill_operator::core::package::build_from_dir(&dir).unwrap();
         let cfg = SkillConfig::for_package(&pkg, &name, "d", None).unwrap();
         let reference = reg.reference(&format!("skills/{name}:1"));
