@@ -11,7 +11,7 @@ use crate::api::job::{OutputFile, SkillJob, SkillJobPhase, SkillJobStatus, Strea
 use crate::api::outcome::LaunchResult;
 use crate::controller::builders::job::{job_name, CONTAINER_FETCH, CONTAINER_RUN, CONTAINER_UPLOAD};
 use crate::controller::context::{Context, Result};
-use crate::controller::decide::{job_phase, run_verdict, ContainerEnd, RunFacts};
+use crate::controller::decide::{is_final, job_phase, run_verdict, ContainerEnd, RunFacts};
 
 /// How long a pod may outlive its Job's deadline before the run is Locked.
 const STOP_CONFIRM_SECS: i64 = 120;
@@ -45,27 +45,24 @@ pub(super) async fn observe(sj: &SkillJob, ctx: &Context, ns: &str, uid: &str, j
         status.started_at = job.status.as_ref().and_then(|s| s.start_time.clone());
     }
     let phase = job_phase(&job);
+    if !is_final(phase) {
+        if let Some(pod) = ended_run_pod(ctx, ns, &job) {
+            if let Some(action) = ended_early(sj, ctx, ns, uid, &pod, status.clone()).await? {
+                return Ok(action);
+            }
+        }
+    }
     match phase {
         // A Pending SkillJob whose Job exists keeps its message ("Job … created"):
         // rewriting it to say the same thing in other words cost a status write per run.
         SkillJobPhase::Pending
             if status.phase == Some(SkillJobPhase::Pending) && sj.status.as_ref().is_some_and(|s| s.job_name.is_some()) =>
         {
-            if let Some(pod) = ended_run_pod(ctx, ns, &job) {
-                if let Some(action) = ended_early(sj, ctx, ns, uid, &pod, status.clone()).await? {
-                    return Ok(action);
-                }
-            }
             record_pod_address(ctx, ns, uid, &mut status).await?;
             patch_status(ctx, sj, &status).await?;
             Ok(Action::requeue(POLL))
         }
         SkillJobPhase::Pending | SkillJobPhase::Running => {
-            if let Some(pod) = ended_run_pod(ctx, ns, &job) {
-                if let Some(action) = ended_early(sj, ctx, ns, uid, &pod, status.clone()).await? {
-                    return Ok(action);
-                }
-            }
             record_pod_address(ctx, ns, uid, &mut status).await?;
             let running = phase == SkillJobPhase::Running;
             let (reason, doing) = if running { ("Running", "running") } else { ("Pending", "starting") };
@@ -125,14 +122,7 @@ fn ended_run_pod(ctx: &Context, ns: &str, job: &Job) -> Option<Pod> {
     let pods = ctx.lookups.cached_pods_of_job(ns, job_uid)?;
     // Two pods for one run (a retry nobody asked for): the Job's own end decides.
     let [pod] = pods.as_slice() else { return None };
-    let run_ended = pod
-        .status
-        .as_ref()?
-        .container_statuses
-        .iter()
-        .flatten()
-        .any(|c| c.name == CONTAINER_RUN && c.state.as_ref().is_some_and(|s| s.terminated.is_some()));
-    run_ended.then(|| pod.clone())
+    run_terminated(pod).is_some().then(|| pod.clone())
 }
 
 /// The run container has ended and the upload sidecar has stored the
@@ -152,24 +142,13 @@ async fn ended_early(sj: &SkillJob, ctx: &Context, ns: &str, uid: &str, pod: &Po
         // event may not come (it stays up until stopped), so look again soon.
         return Ok(Some(Action::requeue(UPLOAD_POLL)));
     }
-    let finished_at = run_finished_at(pod);
+    let finished_at = run_terminated(pod).and_then(|t| t.finished_at.clone());
     record_verdict(sj, ctx, ns, uid, status, &facts, finished_at).await.map(Some)
 }
 
-/// When the run container ended, per the kubelet.
-fn run_finished_at(pod: &Pod) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
-    pod.status
-        .as_ref()?
-        .container_statuses
-        .iter()
-        .flatten()
-        .find(|c| c.name == CONTAINER_RUN)?
-        .state
-        .as_ref()?
-        .terminated
-        .as_ref()?
-        .finished_at
-        .clone()
+/// The run container's terminated state, once the kubelet reports one.
+fn run_terminated(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::ContainerStateTerminated> {
+    pod.status.as_ref()?.container_statuses.iter().flatten().find(|c| c.name == CONTAINER_RUN)?.state.as_ref()?.terminated.as_ref()
 }
 
 /// The verdict from what the run left, recorded; then the run's children go.
