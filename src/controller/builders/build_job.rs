@@ -49,10 +49,7 @@ use std::net::IpAddr;
 use k8s_openapi::api::batch::v1::{
     Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
 };
-use k8s_openapi::api::core::v1::{
-    Container, EnvVar, KeyToPath, LocalObjectReference, PodDNSConfig, PodOS, PodSecurityContext, PodSpec, PodTemplateSpec,
-    SecretVolumeSource, Volume,
-};
+use k8s_openapi::api::core::v1::{Container, EnvVar, KeyToPath, PodSpec, PodTemplateSpec, SecretVolumeSource, Volume};
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec,
 };
@@ -60,10 +57,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::job::{
-    empty_dir, guaranteed, host_aliases, mount, pull_policy, restricted_security, runtime_default_seccomp, RunResources, CONTAINER_FETCH,
+    empty_dir, guaranteed, hardened_pod_spec, mount, pull_policy, restricted_security, PodShape, RunResources, CONTAINER_FETCH,
     CONTAINER_UPLOAD, DEADLINE_SLACK_SECS, LAUNCHER, OPERATOR_BIN, PACKAGE_DIR, RESULT_DIR, RESULT_FILE, RUN_PATH, SIZE_PACKAGE,
-    SIZE_RESULT, SIZE_TMP, SIZE_TOOLS, TERMINATION_GRACE_SECS, TERMINATION_MESSAGE_PATH, TMP_DIR, TOKEN_DIR, TOKEN_FILE, TOKEN_SECRET_KEY,
-    TOOLS_DIR, VOL_PACKAGE, VOL_RESULT, VOL_TMP, VOL_TOKEN, VOL_TOOLS, VOL_WORK, WORK_DIR,
+    SIZE_RESULT, SIZE_TMP, SIZE_TOOLS, TERMINATION_MESSAGE_PATH, TMP_DIR, TOKEN_DIR, TOKEN_FILE, TOKEN_SECRET_KEY, TOOLS_DIR, VOL_PACKAGE,
+    VOL_RESULT, VOL_TMP, VOL_TOKEN, VOL_TOOLS, VOL_WORK, WORK_DIR,
 };
 use super::network_policy::Peer;
 use super::{
@@ -298,36 +295,18 @@ pub fn build_build_job(p: &BuildParams) -> Job {
 }
 
 fn pod_spec(p: &BuildParams) -> PodSpec {
-    PodSpec {
-        init_containers: Some(vec![fetch_container(p), upload_container(p)]),
+    // No DNS (a tunnel): the indexes and the endpoint are hosts entries or IPs.
+    hardened_pod_spec(PodShape {
+        init_containers: vec![fetch_container(p), upload_container(p)],
         containers: vec![build_container(p)],
-        volumes: Some(volumes(p)),
-        restart_policy: Some("Never".into()),
-        service_account_name: Some(p.service_account.clone()),
-        automount_service_account_token: Some(false),
-        enable_service_links: Some(false),
-        share_process_namespace: Some(false),
-        host_network: Some(false),
-        host_pid: Some(false),
-        host_ipc: Some(false),
-        termination_grace_period_seconds: Some(TERMINATION_GRACE_SECS),
-        os: Some(PodOS { name: "linux".into() }),
-        security_context: Some(PodSecurityContext {
-            run_as_non_root: Some(true),
-            run_as_user: Some(p.run_as_user),
-            run_as_group: Some(p.run_as_group),
-            fs_group: Some(p.run_as_group),
-            seccomp_profile: Some(runtime_default_seccomp()),
-            ..Default::default()
-        }),
-        // No DNS (a tunnel): the indexes and the endpoint are hosts entries or IPs.
-        dns_policy: Some("None".into()),
-        dns_config: Some(PodDNSConfig { nameservers: Some(vec!["127.0.0.1".into()]), ..Default::default() }),
-        host_aliases: (!p.host_aliases.is_empty()).then(|| host_aliases(&p.host_aliases)),
-        image_pull_secrets: (!p.image_pull_secrets.is_empty())
-            .then(|| p.image_pull_secrets.iter().map(|n| LocalObjectReference { name: n.clone() }).collect()),
-        ..Default::default()
-    }
+        volumes: volumes(p),
+        service_account: &p.service_account,
+        run_as_user: p.run_as_user,
+        run_as_group: p.run_as_group,
+        allow_dns: false,
+        host_aliases: &p.host_aliases,
+        image_pull_secrets: &p.image_pull_secrets,
+    })
 }
 
 fn helper(p: &BuildParams, name: &str, sub: &str, rest: &[&str], mounts: Vec<k8s_openapi::api::core::v1::VolumeMount>) -> Container {

@@ -577,12 +577,42 @@ pub fn build_job(p: &JobParams) -> Job {
 }
 
 fn pod_spec(p: &JobParams) -> PodSpec {
-    PodSpec {
-        init_containers: Some(vec![fetch_container(p), upload_container(p)]),
+    hardened_pod_spec(PodShape {
+        init_containers: vec![fetch_container(p), upload_container(p)],
         containers: vec![run_container(p)],
-        volumes: Some(volumes(p)),
+        volumes: volumes(p),
+        service_account: &p.service_account,
+        run_as_user: p.run_as_user,
+        run_as_group: p.run_as_group,
+        allow_dns: p.allow_dns,
+        host_aliases: &p.host_aliases,
+        image_pull_secrets: &p.image_pull_secrets,
+    })
+}
+
+/// What differs between the operator's pods (a run's, a build's).
+pub(super) struct PodShape<'a> {
+    pub init_containers: Vec<Container>,
+    pub containers: Vec<Container>,
+    pub volumes: Vec<Volume>,
+    pub service_account: &'a str,
+    pub run_as_user: i64,
+    pub run_as_group: i64,
+    pub allow_dns: bool,
+    pub host_aliases: &'a BTreeMap<String, String>,
+    pub image_pull_secrets: &'a [String],
+}
+
+/// A pod of the operator's: no service-account token, no service links,
+/// no host namespaces, non-root with the runtime's seccomp profile, and
+/// no DNS unless allowed (a tunnel): names come as host aliases.
+pub(super) fn hardened_pod_spec(s: PodShape<'_>) -> PodSpec {
+    PodSpec {
+        init_containers: Some(s.init_containers),
+        containers: s.containers,
+        volumes: Some(s.volumes),
         restart_policy: Some("Never".into()),
-        service_account_name: Some(p.service_account.clone()),
+        service_account_name: Some(s.service_account.to_string()),
         automount_service_account_token: Some(false),
         enable_service_links: Some(false),
         share_process_namespace: Some(false),
@@ -593,21 +623,21 @@ fn pod_spec(p: &JobParams) -> PodSpec {
         os: Some(PodOS { name: "linux".into() }),
         security_context: Some(PodSecurityContext {
             run_as_non_root: Some(true),
-            run_as_user: Some(p.run_as_user),
-            run_as_group: Some(p.run_as_group),
-            fs_group: Some(p.run_as_group),
+            run_as_user: Some(s.run_as_user),
+            run_as_group: Some(s.run_as_group),
+            fs_group: Some(s.run_as_group),
             seccomp_profile: Some(runtime_default_seccomp()),
             ..Default::default()
         }),
-        dns_policy: Some(if p.allow_dns { "ClusterFirst" } else { "None" }.into()),
-        dns_config: (!p.allow_dns).then(|| PodDNSConfig {
+        dns_policy: Some(if s.allow_dns { "ClusterFirst" } else { "None" }.into()),
+        dns_config: (!s.allow_dns).then(|| PodDNSConfig {
             // Nothing listens here: lookups fail fast instead of timing out.
             nameservers: Some(vec!["127.0.0.1".into()]),
             ..Default::default()
         }),
-        host_aliases: (!p.host_aliases.is_empty()).then(|| host_aliases(&p.host_aliases)),
-        image_pull_secrets: (!p.image_pull_secrets.is_empty())
-            .then(|| p.image_pull_secrets.iter().map(|n| LocalObjectReference { name: n.clone() }).collect()),
+        host_aliases: (!s.host_aliases.is_empty()).then(|| host_aliases(s.host_aliases)),
+        image_pull_secrets: (!s.image_pull_secrets.is_empty())
+            .then(|| s.image_pull_secrets.iter().map(|n| LocalObjectReference { name: n.clone() }).collect()),
         ..Default::default()
     }
 }
