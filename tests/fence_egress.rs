@@ -119,8 +119,8 @@ async fn granted_egress_reaches_the_allowed_host_and_nothing_else() {
         .executor(|o| {
             // The test host lives on loopback: allow that address on purpose
             // (ProxyConfig's test allowance); the allowlist still names one host:port.
-            o.egress.allow_cidrs = vec!["127.0.0.1/32".parse().unwrap()];
-            o.egress.resolver = Some(resolver);
+            o.runner.egress.allow_cidrs = vec!["127.0.0.1/32".parse().unwrap()];
+            o.runner.egress.resolver = Some(resolver);
         })
         .await;
     let plan = world.plan("net", "scripts/probe.py", &[&allowed.to_string(), &server.to_string(), &other.to_string()]);
@@ -163,7 +163,7 @@ async fn no_declared_egress_means_no_network_at_all() {
     let (server, hits) = http_server("the server's /mcp").await;
     let world = World::new();
     world.skill("quiet", &host("[]"), &[("scripts/probe.py", PROBE)]);
-    let exec = world.executor(|o| o.egress.allow_cidrs = vec!["127.0.0.1/32".parse().unwrap()]).await;
+    let exec = world.executor(|o| o.runner.egress.allow_cidrs = vec!["127.0.0.1/32".parse().unwrap()]).await;
     let plan = world.plan("quiet", "scripts/probe.py", &[&server.to_string(), &server.to_string(), &server.to_string()]);
     assert!(!plan.egress_granted);
     let preview = exec.describe(&plan, None).await.unwrap();
@@ -184,8 +184,8 @@ async fn unsandboxed_egress_is_said_to_be_unenforced() {
     let plan = world.plan("net", "scripts/probe.py", &[]);
     let off = world
         .executor(|o| {
-            o.sandbox = SandboxMode::Off;
-            o.run_as_uids = Some("62900-62909".parse().unwrap());
+            o.runner.sandbox = SandboxMode::Off;
+            o.runner.run_as_uids = Some("62900-62909".parse().unwrap());
         })
         .await;
     let preview = off.describe(&plan, None).await.unwrap();

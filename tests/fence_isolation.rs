@@ -71,9 +71,9 @@ async fn one_job_cannot_read_or_rewrite_another_jobs_files() {
     skills(&world);
     let exec = world
         .executor(|o| {
-            o.sandbox = SandboxMode::Off;
-            o.run_as_uids = Some("62800-62809".parse().unwrap());
-            o.max_concurrent_runs = 2;
+            o.runner.sandbox = SandboxMode::Off;
+            o.runner.run_as_uids = Some("62800-62809".parse().unwrap());
+            o.runner.max_concurrent = 2;
         })
         .await;
     let marks = world.marks().display().to_string();
@@ -113,7 +113,7 @@ async fn unsandboxed_runs_as_root_need_a_uid_range() {
     }
     let world = World::new();
     skills(&world);
-    let exec = world.executor(|o| o.sandbox = SandboxMode::Off).await;
+    let exec = world.executor(|o| o.runner.sandbox = SandboxMode::Off).await;
     let err = exec.describe(&world.plan("pair", "scripts/victim.py", &["x"]), None).await.unwrap_err();
     assert_eq!(err.code, "unsandboxed-needs-uids", "{}", err.message);
     assert!(err.message.contains("--run-as-uids"), "the message says what to do: {}", err.message);
@@ -132,11 +132,11 @@ async fn swapped_script_never_runs_outside(sandbox: SandboxMode, tries: usize) {
     std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o644)).unwrap();
     let exec = world
         .executor(|o| {
-            o.sandbox = sandbox;
+            o.runner.sandbox = sandbox;
             // Each test of this binary its own range: runs end by killing
             // whatever is left under their uid, so two executors sharing a
             // range (which the flag's docs forbid) kill each other's runs.
-            o.run_as_uids = Some(if sandbox == SandboxMode::Off { "62820-62829" } else { "62830-62839" }.parse().unwrap());
+            o.runner.run_as_uids = Some(if sandbox == SandboxMode::Off { "62820-62829" } else { "62830-62839" }.parse().unwrap());
         })
         .await;
     let stop = Arc::new(AtomicBool::new(false));
@@ -215,9 +215,9 @@ async fn every_interpreter_runs_from_the_opened_descriptor() {
     );
     let exec = world
         .executor(|o| {
-            o.sandbox = SandboxMode::Off;
+            o.runner.sandbox = SandboxMode::Off;
             if is_root() {
-                o.run_as_uids = Some("62880-62889".parse().unwrap());
+                o.runner.run_as_uids = Some("62880-62889".parse().unwrap());
             }
         })
         .await;

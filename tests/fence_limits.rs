@@ -25,7 +25,7 @@ async fn world_with(attack_py: &str, attack_sh: &str) -> Option<(World, std::syn
     }
     let world = World::new();
     world.skill("hog", HOST, &[("scripts/attack.py", attack_py), ("scripts/attack.sh", attack_sh), ("scripts/ok.py", "print('ok')\n")]);
-    let exec = world.executor(|o| o.cgroup = CgroupMode::Required).await;
+    let exec = world.executor(|o| o.runner.cgroup = CgroupMode::Required).await;
     let detail = exec.summary(skill_operator::core::confirm::ConfirmMode::Auto).sandbox.detail;
     if detail.contains("per process only") {
         skill_operator::gated::skip(module_path!(), &format!("no cgroup per run here: {detail}"));
@@ -112,9 +112,9 @@ async fn without_cgroups_the_fallback_is_said() {
     world.skill("hog", HOST, &[("scripts/attack.py", "pass"), ("scripts/attack.sh", "true"), ("scripts/ok.py", "print('ok')\n")]);
     let exec = world
         .executor(|o| {
-            o.cgroup = CgroupMode::Off;
+            o.runner.cgroup = CgroupMode::Off;
             if is_root() {
-                o.run_as_uids = Some("62860-62869".parse().unwrap());
+                o.runner.run_as_uids = Some("62860-62869".parse().unwrap());
             }
         })
         .await;
@@ -125,13 +125,41 @@ async fn without_cgroups_the_fallback_is_said() {
     // --cgroup required without cgroups refuses, before anything starts.
     let required = world
         .executor(|o| {
-            o.cgroup = CgroupMode::Required;
-            o.cgroup_parent = Some(world.path().join("not-a-cgroup"));
+            o.runner.cgroup = CgroupMode::Required;
+            o.runner.cgroup_parent = Some(world.path().join("not-a-cgroup"));
             if is_root() {
-                o.run_as_uids = Some("62870-62879".parse().unwrap());
+                o.runner.run_as_uids = Some("62870-62879".parse().unwrap());
             }
         })
         .await;
     let err = required.describe(&world.plan("hog", "scripts/ok.py", &[]), None).await.unwrap_err();
     assert_eq!(err.code, "cgroup-required", "{}", err.message);
+}
+
+/// A run joins its cgroup without waiting for an RCU grace period: the
+/// server holds a `favordynmods` cgroup hierarchy of its own (on v1 the
+/// kernel lists it for every process), says so in `skill_list`, runs
+/// still work, and `--cgroup-favor-dynmods false` leaves the host alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cgroup_joins_skip_the_grace_period() {
+    let Some((world, exec)) = world_with("pass", "true").await else { return };
+    let detail = exec.summary(skill_operator::core::confirm::ConfirmMode::Auto).sandbox.detail;
+    assert!(detail.contains("runs join without an RCU grace period (favordynmods)"), "{detail}");
+    if detail.contains("cgroup v1") {
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+        let name = format!(":name=skill-operator-favordynmods.{}:", std::process::id());
+        assert!(own.contains(&name), "the server's favordynmods hierarchy is mounted (detached): {own}");
+    }
+    let report = run(&exec, world.plan("hog", "scripts/ok.py", &[]), vec![]).await;
+    assert_eq!(report.record.state, JobState::Succeeded, "{}", text(&report.stderr));
+    assert_eq!(text(&report.stdout), "ok\n");
+
+    let plain = world
+        .executor(|o| {
+            o.runner.cgroup = CgroupMode::Required;
+            o.runner.cgroup_favor_dynmods = false;
+        })
+        .await;
+    let detail = plain.summary(skill_operator::core::confirm::ConfirmMode::Auto).sandbox.detail;
+    assert!(detail.contains("each run waits for an RCU grace period as it joins (favordynmods not asked for)"), "{detail}");
 }

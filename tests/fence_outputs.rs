@@ -28,7 +28,7 @@ async fn sparse_outputs_are_hashed_once_within_the_budget() {
     let exec = world
         .executor(|o| {
             if is_root() {
-                o.run_as_uids = Some("62840-62849".parse().unwrap());
+                o.runner.run_as_uids = Some("62840-62849".parse().unwrap());
             }
         })
         .await;

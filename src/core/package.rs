@@ -552,19 +552,21 @@ fn walk_dir(dir: &Path, rel: &str, tree: &mut Tree) -> Result<()> {
     Ok(())
 }
 
+/// A file is executable for packaging when any execute bit is set.
 #[cfg(unix)]
-fn is_executable(meta: &fs::Metadata) -> bool {
+pub(crate) fn is_executable(meta: &fs::Metadata) -> bool {
     use std::os::unix::fs::PermissionsExt;
     meta.permissions().mode() & 0o111 != 0
 }
 
 #[cfg(not(unix))]
-fn is_executable(_meta: &fs::Metadata) -> bool {
+pub(crate) fn is_executable(_meta: &fs::Metadata) -> bool {
     false
 }
 
+/// What a refused special file is, for the error.
 #[cfg(unix)]
-fn special_kind(ft: &fs::FileType) -> &'static str {
+pub(crate) fn special_kind(ft: &fs::FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
     if ft.is_fifo() {
         "FIFO"
@@ -580,7 +582,7 @@ fn special_kind(ft: &fs::FileType) -> &'static str {
 }
 
 #[cfg(not(unix))]
-fn special_kind(_ft: &fs::FileType) -> &'static str {
+pub(crate) fn special_kind(_ft: &fs::FileType) -> &'static str {
     "special file"
 }
 

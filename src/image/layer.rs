@@ -43,6 +43,7 @@ use sha2::{Digest, Sha256};
 use super::error::{ImageError, Result};
 use super::gzip::{GzipWriter, HashingWriter, LimitHit};
 use super::limits::{IO_CHUNK_BYTES, MAX_DEPTH, MAX_LAYER_BYTES, MAX_LAYER_ENTRIES, MAX_LINK_TARGET_BYTES, MAX_PATH_BYTES};
+use crate::core::package::{is_executable, special_kind};
 
 /// The media type of every layer we write.
 pub const LAYER_MEDIA_TYPE: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
@@ -270,36 +271,6 @@ fn check_symlink(root: &Path, rel: &str, target: &str) -> Result<()> {
         }
     }
     Ok(())
-}
-
-#[cfg(unix)]
-fn is_executable(meta: &fs::Metadata) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    meta.permissions().mode() & 0o111 != 0
-}
-
-#[cfg(not(unix))]
-fn is_executable(_meta: &fs::Metadata) -> bool {
-    false
-}
-
-#[cfg(unix)]
-fn special_kind(ft: &fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if ft.is_fifo() {
-        "FIFO"
-    } else if ft.is_socket() {
-        "socket"
-    } else if ft.is_block_device() || ft.is_char_device() {
-        "device"
-    } else {
-        "special"
-    }
-}
-
-#[cfg(not(unix))]
-fn special_kind(_ft: &fs::FileType) -> &'static str {
-    "special"
 }
 
 /// Path rules for layer entries: relative, UTF-8, no empty/`.`/`..`

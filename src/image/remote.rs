@@ -38,7 +38,7 @@ use tokio::io::AsyncReadExt;
 
 use super::error::{ImageError, Result};
 use super::limits::{CONNECT_TIMEOUT, IO_CHUNK_BYTES, LOGIN_REUSE, MAX_CONFIG_BYTES, MAX_MANIFEST_BYTES, READ_TIMEOUT};
-use crate::oci::{Auth, OciError, RegistryOptions};
+use crate::oci::{map_oci_error, map_reqwest_error, Auth, OciError, RegistryOptions};
 
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
@@ -192,7 +192,7 @@ impl Remote {
             Auth::Basic { username, password } => RegistryAuth::Basic(username.clone(), password.clone()),
             Auth::Bearer(t) => RegistryAuth::Bearer(t.clone()),
         };
-        let token = self.client.auth(r, &auth, op).await.map_err(|e| map_oci(r, e))?;
+        let token = self.client.auth(r, &auth, op).await.map_err(|e| map_oci_error(r, e))?;
         if let Ok(mut logins) = self.logins.lock() {
             logins.insert(key, (Instant::now(), token.clone()));
         }
@@ -222,7 +222,7 @@ impl Remote {
         let url = self.manifest_url(r, &target);
         let accept = [OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST].join(", ");
         let req = self.authorize(self.http.get(&url).header(reqwest::header::ACCEPT, accept), token.as_deref(), r);
-        let resp = req.send().await.map_err(|e| map_reqwest(r, e))?;
+        let resp = req.send().await.map_err(|e| map_reqwest_error(r, e))?;
         let resp = check_status(r, &url, resp)?;
         if let Some(len) = resp.content_length() {
             if len > MAX_MANIFEST_BYTES {
@@ -234,7 +234,7 @@ impl Remote {
         let mut body = Vec::new();
         let mut stream = resp.bytes_stream();
         while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| map_reqwest(r, e))?;
+            let chunk = chunk.map_err(|e| map_reqwest_error(r, e))?;
             if body.len() as u64 + chunk.len() as u64 > MAX_MANIFEST_BYTES {
                 return Err(OciError::TooLarge {
                     what: format!("manifest {target}"),
@@ -267,7 +267,7 @@ impl Remote {
         let url = self.manifest_url(r, target);
         let accept = [OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST, DOCKER_LIST].join(", ");
         let req = self.authorize(self.http.head(&url).header(reqwest::header::ACCEPT, accept), token.as_deref(), r);
-        let resp = req.send().await.map_err(|e| map_reqwest(r, e))?;
+        let resp = req.send().await.map_err(|e| map_reqwest_error(r, e))?;
         if resp.status() == reqwest::StatusCode::NOT_FOUND {
             return Ok(None);
         }
@@ -284,7 +284,7 @@ impl Remote {
         }
         self.login(r, RegistryOperation::Pull).await?;
         let desc = OciDescriptor { digest: digest.into(), size: size as i64, ..Default::default() };
-        let mut stream = self.client.pull_blob_stream(r, &desc).await.map_err(|e| map_oci(r, e))?;
+        let mut stream = self.client.pull_blob_stream(r, &desc).await.map_err(|e| map_oci_error(r, e))?;
         let mut buf = Vec::with_capacity(size.min(cap) as usize);
         while let Some(chunk) = stream.stream.next().await {
             let chunk = match chunk {
@@ -328,13 +328,13 @@ impl Remote {
         check_digest(digest)?;
         self.login(r, RegistryOperation::Pull).await?;
         let desc = OciDescriptor { digest: digest.into(), size: size as i64, ..Default::default() };
-        let s = self.client.pull_blob_stream(r, &desc).await.map_err(|e| map_oci(r, e))?;
+        let s = self.client.pull_blob_stream(r, &desc).await.map_err(|e| map_oci_error(r, e))?;
         Ok(s.stream)
     }
 
     pub async fn blob_exists(&self, r: &Reference, digest: &str) -> Result<bool> {
         self.login(r, RegistryOperation::Pull).await?;
-        Ok(self.client.blob_exists(r, digest).await.map_err(|e| map_oci(r, e))?)
+        Ok(self.client.blob_exists(r, digest).await.map_err(|e| map_oci_error(r, e))?)
     }
 
     /// Makes a base blob present in `target`: HEAD, then mount, then a
@@ -362,7 +362,7 @@ impl Remote {
                 Err(OciDistributionError::SpecViolationError(detail)) => {
                     tracing::info!(digest, detail, "registry did not mount the base blob; copying it");
                 }
-                Err(e) => return Err(map_oci(target, e).into()),
+                Err(e) => return Err(map_oci_error(target, e).into()),
             }
         }
         self.copy_blob(source, target, digest, size).await
@@ -374,7 +374,7 @@ impl Remote {
         self.login(source, RegistryOperation::Pull).await?;
         self.login(target, RegistryOperation::Push).await?;
         let desc = OciDescriptor { digest: digest.into(), size: size as i64, ..Default::default() };
-        let down = self.client.pull_blob_stream(source, &desc).await.map_err(|e| map_oci(source, e))?;
+        let down = self.client.pull_blob_stream(source, &desc).await.map_err(|e| map_oci_error(source, e))?;
         if let Some(len) = down.content_length {
             if len != size {
                 return Err(OciError::SizeMismatch { what: "base layer".into(), digest: digest.into(), expected: size, actual: len }.into());
@@ -401,7 +401,7 @@ impl Remote {
             }
             Ok(chunk)
         });
-        self.client.push_blob_stream(target, checked, digest, Some(size)).await.map_err(|e| map_oci(target, e))?;
+        self.client.push_blob_stream(target, checked, digest, Some(size)).await.map_err(|e| map_oci_error(target, e))?;
         self.counters.copied.fetch_add(1, Ordering::Relaxed);
         self.counters.bytes_copied.fetch_add(size, Ordering::Relaxed);
         Ok(())
@@ -424,7 +424,7 @@ impl Remote {
                 .map_err(|e| OciDistributionError::GenericError(Some(format!("reading the layer spool: {e}"))))?;
             Ok::<_, OciDistributionError>(if n == 0 { None } else { Some((buf.freeze(), f)) })
         });
-        self.client.push_blob_stream(target, stream.into_stream(), digest, Some(size)).await.map_err(|e| map_oci(target, e))?;
+        self.client.push_blob_stream(target, stream.into_stream(), digest, Some(size)).await.map_err(|e| map_oci_error(target, e))?;
         self.counters.uploaded.fetch_add(1, Ordering::Relaxed);
         self.counters.bytes_uploaded.fetch_add(size, Ordering::Relaxed);
         Ok(())
@@ -438,7 +438,7 @@ impl Remote {
             return Ok(digest);
         }
         self.login(target, RegistryOperation::Push).await?;
-        self.client.push_blob(target, data.to_vec(), &digest).await.map_err(|e| map_oci(target, e))?;
+        self.client.push_blob(target, data.to_vec(), &digest).await.map_err(|e| map_oci_error(target, e))?;
         self.counters.uploaded.fetch_add(1, Ordering::Relaxed);
         self.counters.bytes_uploaded.fetch_add(data.len() as u64, Ordering::Relaxed);
         Ok(digest)
@@ -459,7 +459,7 @@ impl Remote {
             None => Reference::with_digest(target.registry().into(), target.repository().into(), digest.clone()),
         };
         let ct = media_type.parse().map_err(|_| ImageError::invalid(format!("media type {media_type:?}")))?;
-        self.client.push_manifest_raw(&r, body.to_vec(), ct).await.map_err(|e| map_oci(target, e))?;
+        self.client.push_manifest_raw(&r, body.to_vec(), ct).await.map_err(|e| map_oci_error(target, e))?;
         self.counters.manifests_pushed.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(reference = %r, %digest, "pushed manifest");
         Ok(digest)
@@ -508,52 +508,4 @@ pub fn parse_ref(reference: &str) -> Result<Reference> {
         check_digest(d)?;
     }
     Ok(r)
-}
-
-fn map_reqwest(r: &Reference, e: reqwest::Error) -> OciError {
-    if e.is_connect() || e.is_timeout() {
-        OciError::Unreachable { registry: r.resolve_registry().into(), detail: error_chain(&e) }
-    } else {
-        OciError::Registry { reference: r.whole(), detail: error_chain(&e) }
-    }
-}
-
-fn map_oci(r: &Reference, e: OciDistributionError) -> OciError {
-    let registry = r.resolve_registry().to_string();
-    match e {
-        OciDistributionError::RequestError(re) => map_reqwest(r, re),
-        OciDistributionError::AuthenticationFailure(detail) => OciError::Auth { registry, detail },
-        OciDistributionError::UnauthorizedError { url } => OciError::Auth { registry, detail: format!("unauthorized: {url}") },
-        OciDistributionError::ServerError { code: 404, .. } => OciError::NotFound { reference: r.whole() },
-        OciDistributionError::ServerError { code: 401 | 403, url, message } => {
-            OciError::Auth { registry, detail: format!("{url}: {message}") }
-        }
-        OciDistributionError::RegistryError { envelope, url } => {
-            use oci_client::errors::OciErrorCode as C;
-            let codes: Vec<&C> = envelope.errors.iter().map(|e| &e.code).collect();
-            if codes.iter().any(|c| matches!(c, C::ManifestUnknown | C::NameUnknown | C::BlobUnknown | C::NotFound)) {
-                OciError::NotFound { reference: r.whole() }
-            } else if codes.iter().any(|c| matches!(c, C::Unauthorized | C::Denied)) {
-                OciError::Auth { registry, detail: format!("{url}: {envelope}") }
-            } else {
-                OciError::Registry { reference: r.whole(), detail: format!("{url}: {envelope}") }
-            }
-        }
-        other => OciError::Registry { reference: r.whole(), detail: error_chain(&other) },
-    }
-}
-
-/// An error and its sources in one line, each cause once.
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        let cs = c.to_string();
-        if !s.contains(&cs) {
-            s.push_str(": ");
-            s.push_str(&cs);
-        }
-        src = c.source();
-    }
-    s
 }

@@ -58,8 +58,8 @@ pub use auth::*;
 pub use blob_set::*;
 pub use media::*;
 pub use skill::*;
-pub(crate) use wire::error_chain;
 use wire::*;
+pub(crate) use wire::{error_chain, map_oci_error, map_reqwest_error};
 
 use std::collections::BTreeMap;
 use std::time::Duration;

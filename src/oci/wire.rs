@@ -244,7 +244,7 @@ pub(super) fn descriptor(media_type: &str, data: &[u8], title: Option<String>) -
     }
 }
 
-pub(super) fn map_reqwest_error(r: &Reference, e: reqwest::Error) -> OciError {
+pub(crate) fn map_reqwest_error(r: &Reference, e: reqwest::Error) -> OciError {
     if e.is_connect() || e.is_timeout() {
         OciError::Unreachable { registry: r.resolve_registry().into(), detail: error_chain(&e) }
     } else {
@@ -252,7 +252,7 @@ pub(super) fn map_reqwest_error(r: &Reference, e: reqwest::Error) -> OciError {
     }
 }
 
-pub(super) fn map_oci_error(r: &Reference, e: OciDistributionError) -> OciError {
+pub(crate) fn map_oci_error(r: &Reference, e: OciDistributionError) -> OciError {
     let registry = r.resolve_registry().to_string();
     match e {
         OciDistributionError::RequestError(re) => map_reqwest_error(r, re),

@@ -54,6 +54,24 @@
 //!
 //! The runner reads these counters while the run goes on and after it
 //! ends ([`super::watch`]) and stops the whole run on the first hit.
+//!
+//! # What joining costs, and `favordynmods`
+//!
+//! Moving a process into a cgroup takes the kernel's cgroup migration lock
+//! for writing, and its first writer after a quiet spell waits for an RCU
+//! grace period: one write to `cgroup.procs` then takes 5-8 ms on this
+//! project's 2-core host (0.02 ms when another migration just happened),
+//! and every run pays it once, on its start. The kernel's `favordynmods`
+//! option removes that wait, "at the cost of making hot path operations
+//! such as forks and exits more expensive" (its cgroup-v2 documentation;
+//! since Linux 6.18 the migration lock is per thread group then, and the
+//! option cannot be switched off again until reboot). Any cgroup
+//! hierarchy mounted with it switches it on, so unless told not to
+//! (`--cgroup-favor-dynmods false`) the server makes one: a detached mount
+//! (the new mount API, attached to no path and invisible to other
+//! processes) of its own named v1 hierarchy, or of the v2 hierarchy,
+//! held for the server's lifetime. Where the kernel refuses, runs pay the
+//! wait and `skill_list` says so.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
@@ -126,11 +144,24 @@ enum Layout {
     V1 { memory: PathBuf, pids: PathBuf, cpu: Option<PathBuf> },
 }
 
+/// Whether the kernel's cgroup migrations skip the RCU grace period (see
+/// the module docs).
+#[derive(Debug, Clone)]
+enum Migrations {
+    /// The detached `favordynmods` mount, held open so the option stays on.
+    Favored(#[allow(dead_code)] Arc<OwnedFd>),
+    /// Not asked for (`--cgroup-favor-dynmods false`).
+    Default,
+    /// Asked for and refused: why.
+    Refused(String),
+}
+
 /// The server's subtree of run cgroups.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Cgroups {
     layout: Layout,
     limits: RunLimits,
+    migrations: Migrations,
 }
 
 /// One entry of `/proc/self/mountinfo` that is a cgroup hierarchy.
@@ -227,8 +258,28 @@ fn keyed(text: &str, key: &str) -> Option<u64> {
 
 impl Cgroups {
     /// Find and prepare the server's subtree. `parent` (cgroup v2 only)
-    /// replaces the server's own cgroup as the place runs are made in.
-    pub fn detect(parent: Option<&Path>, limits: RunLimits) -> Result<Cgroups, Unavailable> {
+    /// replaces the server's own cgroup as the place runs are made in;
+    /// `favor_dynmods` asks the kernel for migrations without a grace
+    /// period (see the module docs).
+    pub fn detect(parent: Option<&Path>, limits: RunLimits, favor_dynmods: bool) -> Result<Cgroups, Unavailable> {
+        let mut cg = Self::detect_layout(parent, limits)?;
+        if favor_dynmods {
+            cg.migrations = match favor_migrations(matches!(cg.layout, Layout::V2 { .. })) {
+                Ok(fd) => {
+                    tracing::info!("cgroup favordynmods on: a run joins its cgroup without waiting for an RCU grace period (--cgroup-favor-dynmods false leaves the host as it is)");
+                    Migrations::Favored(Arc::new(fd))
+                }
+                Err(e) => {
+                    let why = format!("the kernel refused a favordynmods cgroup mount ({e}; it needs root and Linux 6.1 or later)");
+                    tracing::warn!(reason = %why, "every run waits for an RCU grace period (about 5-8 ms) as it joins its cgroup");
+                    Migrations::Refused(why)
+                }
+            };
+        }
+        Ok(cg)
+    }
+
+    fn detect_layout(parent: Option<&Path>, limits: RunLimits) -> Result<Cgroups, Unavailable> {
         let mountinfo =
             read_small(Path::new("/proc/self/mountinfo")).map_err(|e| Unavailable(format!("cannot read /proc/self/mountinfo: {e}")))?;
         let own = read_small(Path::new("/proc/self/cgroup")).map_err(|e| Unavailable(format!("cannot read /proc/self/cgroup: {e}")))?;
@@ -299,7 +350,7 @@ impl Cgroups {
             write_file(&runs.join("cgroup.subtree_control"), &enable).map_err(|e| e.to_string())?;
         }
         sweep_stale(dir, "skill-operator-runs.");
-        let cg = Cgroups { layout: Layout::V2 { runs }, limits };
+        let cg = Cgroups { layout: Layout::V2 { runs }, limits, migrations: Migrations::Default };
         cg.probe()?;
         Ok(cg)
     }
@@ -326,7 +377,7 @@ impl Cgroups {
         let memory = place("memory")?;
         let pids = place("pids")?;
         let cpu = place("cpu").ok();
-        let cg = Cgroups { layout: Layout::V1 { memory, pids, cpu }, limits };
+        let cg = Cgroups { layout: Layout::V1 { memory, pids, cpu }, limits, migrations: Migrations::Default };
         cg.probe()?;
         Ok(cg)
     }
@@ -339,9 +390,14 @@ impl Cgroups {
         Ok(())
     }
 
-    /// `v2` or `v1`, and where, for `skill_list`.
+    /// `v2` or `v1`, where, and what joining costs, for `skill_list`.
     pub fn describe(&self) -> String {
-        match &self.layout {
+        let joins = match &self.migrations {
+            Migrations::Favored(_) => "; runs join without an RCU grace period (favordynmods)".to_string(),
+            Migrations::Default => "; each run waits for an RCU grace period as it joins (favordynmods not asked for)".to_string(),
+            Migrations::Refused(why) => format!("; each run waits for an RCU grace period as it joins: {why}"),
+        };
+        let place = match &self.layout {
             Layout::V2 { runs } => format!("a cgroup v2 per run under {}", runs.display()),
             Layout::V1 { memory, pids, cpu } => format!(
                 "a cgroup v1 per run under {} and {}{}",
@@ -349,7 +405,13 @@ impl Cgroups {
                 pids.display(),
                 cpu.as_ref().map(|c| format!(" and {}", c.display())).unwrap_or_default()
             ),
-        }
+        };
+        place + &joins
+    }
+
+    /// Whether runs join without waiting for a grace period.
+    pub fn migrations_favored(&self) -> bool {
+        matches!(self.migrations, Migrations::Favored(_))
     }
 
     pub fn limits(&self) -> RunLimits {
@@ -415,6 +477,30 @@ impl Cgroups {
             }
         }
     }
+}
+
+/// The name of the server's own v1 hierarchy that carries `favordynmods`
+/// (no controllers; one per server, so its options are always its own).
+const FAVOR_HIERARCHY: &str = "skill-operator-favordynmods";
+
+/// A detached mount of a cgroup hierarchy with `favordynmods`: the option
+/// is on while the descriptor is held (and on Linux 6.18 or later, until
+/// reboot). v2 sets it on the one unified hierarchy; v1 makes a named
+/// hierarchy of the server's own, so an existing hierarchy's options are
+/// never touched.
+fn favor_migrations(v2: bool) -> io::Result<OwnedFd> {
+    use rustix::mount::{
+        fsconfig_create, fsconfig_set_flag, fsconfig_set_string, fsmount, fsopen, FsMountFlags, FsOpenFlags, MountAttrFlags,
+    };
+    use std::os::fd::AsFd;
+    let fs = fsopen(if v2 { "cgroup2" } else { "cgroup" }, FsOpenFlags::FSOPEN_CLOEXEC)?;
+    if !v2 {
+        fsconfig_set_flag(fs.as_fd(), "none")?;
+        fsconfig_set_string(fs.as_fd(), "name", format!("{FAVOR_HIERARCHY}.{}", std::process::id()))?;
+    }
+    fsconfig_set_flag(fs.as_fd(), "favordynmods")?;
+    fsconfig_create(fs.as_fd())?;
+    Ok(fsmount(fs.as_fd(), FsMountFlags::FSMOUNT_CLOEXEC, MountAttrFlags::empty())?)
 }
 
 fn make_dir(dir: &Path) -> io::Result<PathBuf> {

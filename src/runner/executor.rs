@@ -26,22 +26,12 @@ use crate::mcp::executor::{Caller, ExecutionSummary, Executor, JobStatus, RunCom
 use super::cgroup::CgroupMode;
 use super::egress::EgressOptions;
 use super::local::{LocalRunner, RunnerOptions, SandboxMode};
-use super::uids::UidRange;
 
-/// How the local backend is set up (from `serve`'s flags).
+/// How the local backend is set up (from `serve`'s flags): the runner's
+/// options and the job store's limits.
 #[derive(Debug, Clone)]
 pub struct LocalOptions {
-    pub sandbox: SandboxMode,
-    pub max_concurrent_runs: usize,
-    pub run_as_uid: Option<u32>,
-    /// Dedicated uids, one per run (`--run-as-uids`).
-    pub run_as_uids: Option<UidRange>,
-    pub cgroup: CgroupMode,
-    pub cgroup_parent: Option<PathBuf>,
-    pub egress: EgressOptions,
-    /// This binary, for the sandbox's forwarder (default: the running executable).
-    pub self_exe: Option<PathBuf>,
-    pub data_dir: PathBuf,
+    pub runner: RunnerOptions,
     pub limits: JobLimits,
 }
 
@@ -49,15 +39,18 @@ impl LocalOptions {
     /// The defaults `serve` uses, for a data directory.
     pub fn new(data_dir: PathBuf) -> LocalOptions {
         LocalOptions {
-            sandbox: SandboxMode::Auto,
-            max_concurrent_runs: 1,
-            run_as_uid: None,
-            run_as_uids: None,
-            cgroup: CgroupMode::Auto,
-            cgroup_parent: None,
-            egress: EgressOptions::default(),
-            self_exe: None,
-            data_dir,
+            runner: RunnerOptions {
+                sandbox: SandboxMode::Auto,
+                max_concurrent: 1,
+                run_as_uid: None,
+                run_as_uids: None,
+                cgroup: CgroupMode::Auto,
+                cgroup_parent: None,
+                cgroup_favor_dynmods: true,
+                egress: EgressOptions::default(),
+                self_exe: None,
+                data_dir,
+            },
             limits: JobLimits::default(),
         }
     }
@@ -106,23 +99,12 @@ impl LocalExecutor {
             .ready
             .get_or_init(|| async {
                 let o = &self.options;
-                let runner = LocalRunner::detect(RunnerOptions {
-                    sandbox: o.sandbox,
-                    max_concurrent: o.max_concurrent_runs,
-                    run_as_uid: o.run_as_uid,
-                    run_as_uids: o.run_as_uids,
-                    cgroup: o.cgroup,
-                    cgroup_parent: o.cgroup_parent.clone(),
-                    egress: o.egress.clone(),
-                    self_exe: o.self_exe.clone(),
-                    data_dir: o.data_dir.clone(),
-                })
-                .await;
-                let (dir, limits) = (o.data_dir.clone(), o.limits);
+                let runner = LocalRunner::detect(o.runner.clone()).await;
+                let (dir, limits) = (o.runner.data_dir.clone(), o.limits);
                 let opened = tokio::task::spawn_blocking(move || JobStore::open(&dir, limits)).await;
                 let (jobs, report) = match opened {
                     Ok(Ok(opened)) => opened,
-                    Ok(Err(err)) => return Err(format!("cannot open the job store in {}: {err}", o.data_dir.display())),
+                    Ok(Err(err)) => return Err(format!("cannot open the job store in {}: {err}", o.runner.data_dir.display())),
                     Err(err) => return Err(format!("opening the job store failed: {err}")),
                 };
                 for id in &report.interrupted {
@@ -233,7 +215,7 @@ impl LocalExecutor {
     }
 
     fn placeholder_work(&self) -> PathBuf {
-        self.options.data_dir.join("jobs").join("<new job>").join("work")
+        self.options.runner.data_dir.join("jobs").join("<new job>").join("work")
     }
 }
 
@@ -242,14 +224,19 @@ impl Executor for LocalExecutor {
     fn summary(&self, mode: ConfirmMode) -> ExecutionSummary {
         let sandbox = match self.ready.get() {
             Some(Ok(ready)) => ready.runner.sandbox_status(),
-            Some(Err(why)) => SandboxSummary { mode: self.options.sandbox.as_str().into(), active: false, detail: why.clone() },
+            Some(Err(why)) => SandboxSummary { mode: self.options.runner.sandbox.as_str().into(), active: false, detail: why.clone() },
             None => SandboxSummary {
-                mode: self.options.sandbox.as_str().into(),
-                active: self.options.sandbox != SandboxMode::Off && super::sandbox::detect_bwrap().is_some(),
+                mode: self.options.runner.sandbox.as_str().into(),
+                active: self.options.runner.sandbox != SandboxMode::Off && super::sandbox::detect_bwrap().is_some(),
                 detail: "bubblewrap self-test still running (it runs in the background at start-up; a run waits for it)".into(),
             },
         };
-        ExecutionSummary { backend: "local".into(), sandbox, confirm: mode, data_dir: Some(self.options.data_dir.display().to_string()) }
+        ExecutionSummary {
+            backend: "local".into(),
+            sandbox,
+            confirm: mode,
+            data_dir: Some(self.options.runner.data_dir.display().to_string()),
+        }
     }
 
     fn limits(&self) -> JobLimits {

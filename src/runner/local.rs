@@ -177,6 +177,8 @@ pub struct RunnerOptions {
     pub cgroup: CgroupMode,
     /// cgroup v2: where run cgroups are made instead of the server's own cgroup.
     pub cgroup_parent: Option<PathBuf>,
+    /// Ask the kernel for cgroup migrations without an RCU grace period ([`super::cgroup`]).
+    pub cgroup_favor_dynmods: bool,
     pub egress: EgressOptions,
     /// This binary, bound into sandboxes that need the forwarder (default:
     /// the running executable when it is `skill-operator`).
@@ -292,7 +294,8 @@ impl LocalRunner {
             CgroupMode::Off => Limits::PerProcess("cgroups switched off (--cgroup off)".into()),
             _ => {
                 let parent = o.cgroup_parent.clone();
-                match tokio::task::spawn_blocking(move || Cgroups::detect(parent.as_deref(), RunLimits::default())).await {
+                let favor = o.cgroup_favor_dynmods;
+                match tokio::task::spawn_blocking(move || Cgroups::detect(parent.as_deref(), RunLimits::default(), favor)).await {
                     Ok(Ok(cg)) => Limits::Cgroups(cg),
                     Ok(Err(why)) => Limits::PerProcess(why.0),
                     Err(e) => Limits::PerProcess(format!("the cgroup probe failed: {e}")),

@@ -81,7 +81,7 @@ impl World {
     /// The options `serve` would use here, with this build's binary for the forwarder.
     pub(crate) fn options(&self) -> LocalOptions {
         let mut o = LocalOptions::new(self.data());
-        o.self_exe = Some(PathBuf::from(BIN));
+        o.runner.self_exe = Some(PathBuf::from(BIN));
         o
     }
 
