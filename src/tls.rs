@@ -30,11 +30,19 @@ NgjDYpXqhccCIEBtUMQ1AvjvnYLgK2eFTRulBmBXeI+sWShhtFr6oB5F
 -----END CERTIFICATE-----
 ";
 
+/// reqwest is built without a crypto provider of its own (this crate uses
+/// ring, like kube), so any reqwest client needs a process default: this
+/// installs ring unless one is installed already. [`crate::oci::Registry::new`]
+/// calls it; call it before building other reqwest clients.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// Whether the system's CA bundle loads (checked once per process).
 pub fn system_roots() -> bool {
     static ROOTS: OnceLock<bool> = OnceLock::new();
     *ROOTS.get_or_init(|| {
-        crate::oci::install_crypto_provider();
+        install_crypto_provider();
         let ok = reqwest::Client::builder().build().is_ok();
         if !ok {
             tracing::info!("{NO_ROOTS}");
@@ -45,7 +53,7 @@ pub fn system_roots() -> bool {
 
 /// A reqwest builder with the right trust: the system's, or none.
 pub fn reqwest_builder() -> reqwest::ClientBuilder {
-    crate::oci::install_crypto_provider();
+    install_crypto_provider();
     let builder = reqwest::Client::builder();
     if system_roots() {
         builder

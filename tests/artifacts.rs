@@ -53,7 +53,7 @@ async fn start_without_registry() -> Env {
 }
 
 async fn serve(reg: Option<TestRegistry>, registry: String, limits: ArtifactLimits) -> Env {
-    skill_operator::oci::install_crypto_provider();
+    skill_operator::tls::install_crypto_provider();
     let spool = tempfile::tempdir().unwrap();
     let mut cfg = ServerConfig::new(registry, KEY.to_vec());
     cfg.plain_http = true;

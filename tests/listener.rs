@@ -550,7 +550,7 @@ const KEY: &[u8] = b"0123456789abcdef0123456789abcdef-listener-tests";
 /// far as the registry (the body is spooled before any registry call).
 async fn artifacts_target(bounds: Bounds) -> (Arc<Target>, tempfile::TempDir) {
     use skill_operator::artifacts::server::{self, AppState, ServerConfig};
-    skill_operator::oci::install_crypto_provider();
+    skill_operator::tls::install_crypto_provider();
     let spool = tempfile::tempdir().unwrap();
     let metrics = ListenerMetrics::default();
     let mut cfg = ServerConfig::new("127.0.0.1:1/jobs", KEY.to_vec());

@@ -301,7 +301,7 @@ pub async fn command(args: ControllerArgs, shutdown: crate::shutdown::Shutdown) 
     use super::metrics::Metrics;
     use super::resolver::{OciResolver, PinnedCache};
     use crate::artifacts::operator::HttpArtifacts;
-    crate::oci::install_crypto_provider();
+    crate::tls::install_crypto_provider();
     let token_key =
         std::fs::read(&args.token_key_file).with_context(|| format!("cannot read the token key {}", args.token_key_file.display()))?;
     anyhow::ensure!(token_key.len() >= 32, "the token key in {} is shorter than 32 bytes", args.token_key_file.display());

@@ -127,7 +127,7 @@ pub struct Remote {
 
 impl Remote {
     pub fn new(opts: RegistryOptions) -> Result<Self> {
-        crate::oci::install_crypto_provider();
+        crate::tls::install_crypto_provider();
         let config = ClientConfig {
             protocol: ClientProtocol::HttpsExcept(opts.plain_http.clone()),
             connect_timeout: Some(opts.connect_timeout.unwrap_or(CONNECT_TIMEOUT)),

@@ -187,7 +187,7 @@ impl Registry {
     /// client impossible (an unparsable proxy variable, say); a machine
     /// without a CA bundle gets a client that fails at its first TLS call.
     pub fn new(opts: RegistryOptions) -> Result<Self> {
-        install_crypto_provider();
+        crate::tls::install_crypto_provider();
         let connect = opts.connect_timeout.unwrap_or(Duration::from_secs(10));
         let config = ClientConfig {
             protocol: ClientProtocol::HttpsExcept(opts.plain_http.clone()),
@@ -222,12 +222,4 @@ impl Registry {
 /// [`RegistryOptions::plain_http`] and [`Auth::from_docker_config`].
 pub fn registry_of(reference: &str) -> Result<String> {
     Ok(parse_ref(reference)?.resolve_registry().to_string())
-}
-
-/// reqwest is built without a crypto provider of its own (this crate uses
-/// ring, like kube), so any reqwest client needs a process default: this
-/// installs ring unless one is installed already. [`Registry::new`] calls
-/// it; call it before building other reqwest clients.
-pub fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
 }

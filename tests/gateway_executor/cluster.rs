@@ -290,7 +290,7 @@ pub(crate) async fn setup_named(what: &str, prefix: &str) -> Option<Setup> {
         skill_operator::gated::skip(what, "the skill-operator CRDs are not installed on the cluster");
         return None;
     }
-    skill_operator::oci::install_crypto_provider();
+    skill_operator::tls::install_crypto_provider();
     let pod_gw = std::env::var("POD_GW").unwrap_or_else(|_| "10.88.0.1".into());
     let image_registry = std::env::var("IMAGE_REGISTRY").unwrap_or_else(|_| "127.0.0.1:5000".into());
     let run_image = std::env::var("RUN_IMAGE").unwrap_or_else(|_| format!("{image_registry}/runtime:trixie"));

@@ -74,7 +74,7 @@ pub(crate) struct TestRegistry {
 
 impl TestRegistry {
     pub(crate) async fn start() -> TestRegistry {
-        skill_operator::oci::install_crypto_provider();
+        skill_operator::tls::install_crypto_provider();
         let dir = tempfile::tempdir().expect("tempdir");
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let addr = format!("127.0.0.1:{port}");

@@ -27,7 +27,7 @@ impl TestRegistry {
     }
 
     async fn start_with(htpasswd: Option<&str>) -> TestRegistry {
-        skill_operator::oci::install_crypto_provider();
+        skill_operator::tls::install_crypto_provider();
         let dir = tempfile::tempdir().expect("tempdir");
         // Port 0 would be better, but the registry does not report its
         // port; a just-freed port is good enough on loopback.

@@ -300,7 +300,7 @@ pub struct UploadArgs {
 
 /// `skill-operator fetch`.
 pub async fn fetch_command(a: FetchArgs) -> Result<(), ClientError> {
-    crate::oci::install_crypto_provider();
+    crate::tls::install_crypto_provider();
     let endpoint = Endpoint::with_token_file(a.job.endpoint, a.job.namespace, a.job.job, &a.job.token_file)?;
     let opts = FetchOptions {
         endpoint,
@@ -330,7 +330,7 @@ pub async fn fetch_command(a: FetchArgs) -> Result<(), ClientError> {
 /// `skill-operator upload` (the native sidecar): upload once the result is
 /// there (or at shutdown), then stay up until shutdown.
 pub async fn upload_command(a: UploadArgs, shutdown: crate::shutdown::Shutdown) -> Result<(), ClientError> {
-    crate::oci::install_crypto_provider();
+    crate::tls::install_crypto_provider();
     let endpoint = Endpoint::with_token_file(a.job.endpoint, a.job.namespace, a.job.job, &a.job.token_file)?;
     let mut opts = UploadOptions::new(endpoint, a.work, a.result);
     opts.termination_log = Some(a.termination_log);

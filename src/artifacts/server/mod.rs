@@ -444,7 +444,7 @@ pub struct ArtifactsArgs {
 /// `skill-operator artifacts`: serve the artifact endpoint until shutdown.
 pub async fn command(a: ArtifactsArgs, shutdown: crate::shutdown::Shutdown) -> anyhow::Result<()> {
     use anyhow::Context;
-    oci::install_crypto_provider();
+    crate::tls::install_crypto_provider();
     let key = std::fs::read(&a.token_key_file).with_context(|| format!("cannot read the token key {}", a.token_key_file.display()))?;
     let mut cfg = ServerConfig::new(a.registry, key);
     cfg.plain_http = a.plain_http;
