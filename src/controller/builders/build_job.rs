@@ -46,9 +46,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use k8s_openapi::api::batch::v1::{
-    Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
-};
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{Container, EnvVar, KeyToPath, PodSpec, PodTemplateSpec, SecretVolumeSource, Volume};
 use k8s_openapi::api::networking::v1::{
     IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec,
@@ -256,27 +254,7 @@ pub fn build_build_job(p: &BuildParams) -> Job {
             parallelism: Some(1),
             active_deadline_seconds: Some(i64::from(p.timeout_secs) + DEADLINE_SLACK_SECS),
             ttl_seconds_after_finished: Some(BUILD_TTL_SECS),
-            pod_failure_policy: Some(PodFailurePolicy {
-                rules: vec![
-                    PodFailurePolicyRule {
-                        action: "Ignore".into(),
-                        on_pod_conditions: Some(vec![PodFailurePolicyOnPodConditionsPattern {
-                            type_: "DisruptionTarget".into(),
-                            status: Some("True".into()),
-                        }]),
-                        on_exit_codes: None,
-                    },
-                    PodFailurePolicyRule {
-                        action: "FailJob".into(),
-                        on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
-                            container_name: Some(CONTAINER_BUILD.into()),
-                            operator: "NotIn".into(),
-                            values: vec![0],
-                        }),
-                        on_pod_conditions: None,
-                    },
-                ],
-            }),
+            pod_failure_policy: Some(super::job::pod_failure_policy(CONTAINER_BUILD)),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(labels),

@@ -546,29 +546,7 @@ pub fn build_job(p: &JobParams) -> Job {
             parallelism: Some(1),
             active_deadline_seconds: Some(i64::from(p.timeout_secs) + DEADLINE_SLACK_SECS),
             ttl_seconds_after_finished: Some(TTL_AFTER_FINISHED_SECS),
-            pod_failure_policy: Some(PodFailurePolicy {
-                rules: vec![
-                    // Evicted/preempted pods do not count against backoffLimit.
-                    PodFailurePolicyRule {
-                        action: "Ignore".into(),
-                        on_pod_conditions: Some(vec![PodFailurePolicyOnPodConditionsPattern {
-                            type_: "DisruptionTarget".into(),
-                            status: Some("True".into()),
-                        }]),
-                        on_exit_codes: None,
-                    },
-                    // The script failed: fail the Job at once (needs restartPolicy Never).
-                    PodFailurePolicyRule {
-                        action: "FailJob".into(),
-                        on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
-                            container_name: Some(CONTAINER_RUN.into()),
-                            operator: "NotIn".into(),
-                            values: vec![0],
-                        }),
-                        on_pod_conditions: None,
-                    },
-                ],
-            }),
+            pod_failure_policy: Some(pod_failure_policy(CONTAINER_RUN)),
             template,
             ..Default::default()
         }),
@@ -715,6 +693,33 @@ fn helper_container(p: &JobParams, name: &str, command: Vec<String>, mounts: Vec
 fn helper_command(p: &JobParams, sub: &str, rest: &[&str]) -> Vec<String> {
     let head = [OPERATOR_BIN, sub, "--endpoint", &p.artifact_endpoint, "--namespace", &p.namespace, "--job", &p.skilljob_uid];
     head.iter().chain(rest).map(|s| s.to_string()).collect()
+}
+
+/// Evicted or preempted pods do not count against `backoffLimit`; a
+/// non-zero exit of `container` fails the Job at once (with restartPolicy
+/// Never). The run and build Jobs share it.
+pub(super) fn pod_failure_policy(container: &str) -> PodFailurePolicy {
+    PodFailurePolicy {
+        rules: vec![
+            PodFailurePolicyRule {
+                action: "Ignore".into(),
+                on_pod_conditions: Some(vec![PodFailurePolicyOnPodConditionsPattern {
+                    type_: "DisruptionTarget".into(),
+                    status: Some("True".into()),
+                }]),
+                on_exit_codes: None,
+            },
+            PodFailurePolicyRule {
+                action: "FailJob".into(),
+                on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
+                    container_name: Some(container.into()),
+                    operator: "NotIn".into(),
+                    values: vec![0],
+                }),
+                on_pod_conditions: None,
+            },
+        ],
+    }
 }
 
 fn fetch_container(p: &JobParams) -> Container {
