@@ -13,7 +13,7 @@ mod common;
 mod harness;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use skill_operator::api::binding::{EnvGrant, SecretKeyRef, SkillBinding, SkillBindingSpec};
@@ -184,7 +184,7 @@ fn assert_no_cache_path(text: &str, dir: &Path, digests: &[&str]) {
     }
     for digest in digests {
         let hex = digest.strip_prefix("sha256:").unwrap();
-        assert!(!text.contains(&format!("{hex}/")), "a cache entry directory ({hex}/…) is shown to clients: {text}");
+        assert!(!text.contains(&format!("/{hex}")), "a cache entry directory (…/{hex}) is shown to clients: {text}");
     }
 }
 
