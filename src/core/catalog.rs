@@ -156,10 +156,8 @@ impl Catalog {
     /// `label/…`. The one place a catalog's on-disk locations are mapped to
     /// what clients see; files are still read from the real directories.
     pub fn relocate(&mut self, root: &Path, label: &str) {
-        let mut on_disk = vec![root.display().to_string()];
-        if let Ok(real) = root.canonicalize() {
-            on_disk.push(real.display().to_string());
-        }
+        let real_root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+        let mut on_disk = vec![root.display().to_string(), real_root.display().to_string()];
         // The longer spelling first, so a canonical path is never half replaced.
         on_disk.sort_by_key(|p| std::cmp::Reverse(p.len()));
         on_disk.dedup();
@@ -168,7 +166,6 @@ impl Catalog {
             r.shown = label.to_string();
         }
         for skill in self.skills.iter_mut().filter(|s| s.root == root) {
-            let real_root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
             let rel = skill.dir.strip_prefix(&real_root).or_else(|_| skill.dir.strip_prefix(root)).map(|r| r.display().to_string());
             let rel = match rel {
                 Ok(r) if r.is_empty() => ".".to_string(),
