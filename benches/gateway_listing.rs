@@ -18,7 +18,9 @@
 //!    behind `require_caller` with a real `Authenticator` on that cluster
 //!    (every timed request is a cache hit after the first; the review
 //!    counts are printed to show it), the standalone server with its
-//!    bearer token. Rows with authentication off on both sides always run.
+//!    bearer token. Rows with authentication off on both sides always run,
+//!    and so does one of the standalone server with its token against
+//!    itself without (what the bearer check costs, measured in one row).
 //!    Both listen on the project's one listener (`src/listener`, as
 //!    `serve --http` and the gateway do), which sets TCP_NODELAY: without
 //!    it Nagle's algorithm and delayed ACKs held almost every keep-alive
@@ -415,6 +417,26 @@ fn listing(client: &tokio::runtime::Runtime, s: &Settings, gateway: &Endpoint, s
             sizes[1]
         );
     }
+}
+
+/// The standalone server's bearer check alone: the same server on the same
+/// state with its token and without, `tools/list`, rounds alternating, so
+/// the difference is the check and not the machine's mood between rows.
+fn token_check(client: &tokio::runtime::Runtime, s: &Settings, with: &Endpoint, without: &Endpoint) {
+    let (mut on, mut off) = (Vec::new(), Vec::new());
+    for _ in 0..s.rounds {
+        on.push(client.block_on(load(with, TOOLS_LIST, s.clients, s.warm, s.timed)));
+        off.push(client.block_on(load(without, TOOLS_LIST, s.clients, s.warm, s.timed)));
+    }
+    let (on, off) = (Figures::of(on), Figures::of(off));
+    let cost_us = (1.0 / on.rps - 1.0 / off.rps) * 1e6;
+    println!(
+        "standalone tools/list, bearer token vs none (same server, same run): {} vs {} ({:.2}x; {cost_us:+.1} us of wall time per request with the check; goal >= 10,000 req/s with the token: {})",
+        on.text(),
+        off.text(),
+        on.rps / off.rps,
+        verdict(on.rps >= 10_000.0)
+    );
 }
 
 // ---------------------------------------------------------------- 2. fan-out
@@ -826,6 +848,11 @@ fn run(server: &tokio::runtime::Runtime, client: &tokio::runtime::Runtime, s: &S
         let gateway = Endpoint { url: gateway_at(None), token: None };
         let standalone = Endpoint { url: standalone_at(Auth::None), token: None };
         listing(client, s, &gateway, &standalone, "auth off on both");
+        let with_token = Endpoint {
+            url: standalone_at(Auth::Tokens(Arc::new(Tokens::single("bench", STANDALONE_TOKEN)))),
+            token: Some(STANDALONE_TOKEN.into()),
+        };
+        token_check(client, s, &with_token, &standalone);
     }
 
     if part("fan-out") {

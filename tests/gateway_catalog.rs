@@ -13,7 +13,7 @@ mod common;
 mod harness;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use skill_operator::api::binding::{EnvGrant, SecretKeyRef, SkillBinding, SkillBindingSpec};
@@ -24,10 +24,11 @@ use skill_operator::core::discovery::{discover, Limits};
 use skill_operator::core::grants::Grants;
 use skill_operator::core::problems::{Problem, Reason};
 use skill_operator::gateway::catalog::{
-    binding_verdict, CacheError, CacheOptions, NamespaceCatalog, PackageCache, ServedIndex, StaticSecrets,
+    binding_verdict, package_location, CacheError, CacheOptions, NamespaceCatalog, PackageCache, ServedIndex, StaticSecrets,
 };
 use skill_operator::mcp::snapshot::Snapshot;
-use skill_operator::mcp::tools::{skill_load, SkillLoadInput};
+use skill_operator::mcp::state::ServerState;
+use skill_operator::mcp::tools::{skill_list, skill_load, SkillListInput, SkillLoadInput};
 use skill_operator::oci::SkillConfig;
 
 use common::TestRegistry;
@@ -156,14 +157,45 @@ fn packages(list: Vec<SkillPackage>) -> BTreeMap<String, SkillPackage> {
 
 /// A problem with the skill directory's location cut off, so the gateway's
 /// cache path and serve's directory compare equal.
-fn portable(p: &Problem, dirs: &[&Path]) -> Problem {
+/// `p` with each of `dirs` (a directory of `serve`, or a location the
+/// gateway shows) written `<dir>`.
+fn portable(p: &Problem, dirs: &[&str]) -> Problem {
     let mut p = p.clone();
     for d in dirs {
-        let d = d.display().to_string();
-        p.path = p.path.replace(&d, "<dir>");
-        p.detail = p.detail.replace(&d, "<dir>");
+        p.path = p.path.replace(d, "<dir>");
+        p.detail = p.detail.replace(d, "<dir>");
     }
     p
+}
+
+/// Every spelling of `dir` a text could hold (as given, canonical).
+fn spellings(dir: &Path) -> Vec<String> {
+    let mut out = vec![dir.display().to_string()];
+    if let Ok(real) = dir.canonicalize() {
+        out.push(real.display().to_string());
+    }
+    out
+}
+
+/// Panics when `text` names the cache directory `dir` or one of its digest entries.
+fn assert_no_cache_path(text: &str, dir: &Path, digests: &[&str]) {
+    for d in spellings(dir) {
+        assert!(!text.contains(&d), "the cache directory {d} is shown to clients: {text}");
+    }
+    for digest in digests {
+        let hex = digest.strip_prefix("sha256:").unwrap();
+        assert!(!text.contains(&format!("/{hex}")), "a cache entry directory (…/{hex}) is shown to clients: {text}");
+    }
+}
+
+/// The `skill_list` answer a read-only server holding `snap` gives, as JSON text.
+fn skill_list_text(snap: Snapshot) -> (serde_json::Value, String) {
+    let state = ServerState::new(snap);
+    let current = state.snapshot();
+    let out = skill_list(&state, &current, SkillListInput::default()).unwrap();
+    let value = serde_json::to_value(&out).unwrap();
+    let text = value.to_string();
+    (value, text)
 }
 
 /// The served view of one skill, comparable across servers.
@@ -213,11 +245,12 @@ async fn three_bindings_over_two_packages_serve_what_serve_serves() {
     for name in ["alpha", "beta"] {
         assert_eq!(view(&snap, name), view(&served, name), "`{name}` differs between the gateway and serve");
     }
-    // Discovery's problems are serve's, word for word but for the directory.
-    let gw_dirs: Vec<PathBuf> = snap.catalog.skills.iter().map(|s| s.root.clone()).collect();
-    let gw_dirs: Vec<&Path> = gw_dirs.iter().map(PathBuf::as_path).collect();
-    let serve_dirs = [a.path().join("alpha"), b.path().join("beta")];
-    let serve_dirs: Vec<&Path> = serve_dirs.iter().map(PathBuf::as_path).collect();
+    // Discovery's problems are serve's, word for word but for the directory,
+    // which the gateway shows as the package's name and digest.
+    let gw_dirs = [package_location("alpha-1", &pa.digest), package_location("beta-1", &pb.digest)];
+    let gw_dirs: Vec<&str> = gw_dirs.iter().map(String::as_str).collect();
+    let serve_dirs = [a.path().join("alpha").display().to_string(), b.path().join("beta").display().to_string()];
+    let serve_dirs: Vec<&str> = serve_dirs.iter().map(String::as_str).collect();
     let from_discovery: Vec<Problem> =
         snap.problems.iter().filter(|p| !p.path.starts_with("skillbinding/")).map(|p| portable(p, &gw_dirs)).collect();
     let serve_problems: Vec<Problem> = served.problems.iter().map(|p| portable(p, &serve_dirs)).collect();
@@ -250,6 +283,41 @@ async fn three_bindings_over_two_packages_serve_what_serve_serves() {
     assert!(note.contains("`beta` (SkillPackage beta-1)") && note.starts_with("some skills run nothing"), "{note}");
     assert_eq!(snap.policy.interpreters(), [Interpreter::Python].into());
     assert_eq!(cache.stats().entries, 2, "one entry per digest, not per binding");
+
+    // skill_list shows each package by name and digest, each skill relative
+    // to it, and nothing of the cache directory the files are read from.
+    let (alpha_at, beta_at) = (package_location("alpha-1", &pa.digest), package_location("beta-1", &pb.digest));
+    assert_eq!(snap.catalog.get("alpha").unwrap().root, dir.path().join(pa.digest.strip_prefix("sha256:").unwrap()).join("alpha"));
+    let (listing, text) = skill_list_text(snap);
+    let roots: Vec<(&str, u64)> =
+        listing["roots"].as_array().unwrap().iter().map(|r| (r["path"].as_str().unwrap(), r["skills"].as_u64().unwrap())).collect();
+    assert_eq!(roots, vec![(alpha_at.as_str(), 1), (beta_at.as_str(), 1)]);
+    let skills: Vec<(&str, &str)> =
+        listing["skills"].as_array().unwrap().iter().map(|s| (s["root"].as_str().unwrap(), s["path"].as_str().unwrap())).collect();
+    assert_eq!(skills, vec![(alpha_at.as_str(), "."), (beta_at.as_str(), ".")]);
+    let gone = listing["problems"].as_array().unwrap().iter().find(|p| p["reason"] == "declared-script-missing").unwrap();
+    assert_eq!(gone["path"], format!("{alpha_at}/scripts/gone.py"), "{gone}");
+    assert_no_cache_path(&text, dir.path(), &[&pa.digest, &pb.digest]);
+}
+
+#[tokio::test]
+async fn a_cache_that_cannot_store_a_package_names_no_directory() {
+    let reg = TestRegistry::start().await;
+    let a = alpha();
+    let pa = push(&reg, a.path(), "alpha").await;
+    let pkgs = packages(vec![package("alpha-1", &reg.addr, &pa, a.path(), "alpha", None)]);
+    let dir = tempfile::tempdir().unwrap();
+    let cache_dir = dir.path().join("cache");
+    let cache = cache(&cache_dir);
+    // The cache directory replaced by a file: storing the pulled package fails on the disk.
+    std::fs::remove_dir(&cache_dir).unwrap();
+    std::fs::write(&cache_dir, b"not a directory").unwrap();
+    let snap = NamespaceCatalog::build("team-io", &[binding("a", "alpha-1", &[], false)], &pkgs, &cache).await;
+    assert!(snap.catalog.skills.is_empty());
+    let p = snap.problems.iter().find(|p| p.path == "skillbinding/a").unwrap_or_else(|| panic!("{:?}", snap.problems));
+    assert!(p.detail.contains("package cache could not store it"), "{}", p.detail);
+    let (_, text) = skill_list_text(snap);
+    assert_no_cache_path(&text, &cache_dir, &[&pa.digest]);
 }
 
 #[tokio::test]
@@ -398,12 +466,21 @@ async fn a_package_whose_skill_md_is_bad_reports_serves_problems() {
     assert_eq!(snap.catalog.names(), vec!["beta"]);
     let served = Snapshot::scan(&[bad.path().to_path_buf()], Grants::resolve(&|_| None, None), Interpreter::ALL.into());
     let gw_root = dir.path().join(pg.digest.strip_prefix("sha256:").unwrap()).join("gamma");
-    let serve_problems: Vec<Problem> = served.problems.iter().map(|p| portable(p, &[&bad.path().join("gamma")])).collect();
+    let gw_location = package_location("gamma-1", &pg.digest);
+    let serve_problems: Vec<Problem> =
+        served.problems.iter().map(|p| portable(p, &[&bad.path().join("gamma").display().to_string()])).collect();
     let gw: Vec<Problem> =
-        snap.problems.iter().filter(|p| !p.path.starts_with("skillbinding/")).map(|p| portable(p, &[&gw_root])).collect();
+        snap.problems.iter().filter(|p| !p.path.starts_with("skillbinding/")).map(|p| portable(p, &[&gw_location])).collect();
     assert_eq!(gw, serve_problems);
     assert!(gw.iter().any(|p| p.reason == Reason::NoDescription), "{gw:?}");
-    assert!(snap.problems.iter().any(|p| p.path == "skillbinding/g" && p.detail.contains("holds no servable skill")));
+    assert!(snap
+        .problems
+        .iter()
+        .any(|p| p.path == "skillbinding/g" && p.detail.contains("holds no servable skill") && p.detail.contains(&gw_location)));
+    // Read from the cache, shown as the package: no problem names the pod's directories.
+    assert!(gw_root.join("SKILL.md").is_file(), "the package is read from {}", gw_root.display());
+    let (_, text) = skill_list_text(snap);
+    assert_no_cache_path(&text, dir.path(), &[&pg.digest, &pb.digest]);
 }
 
 /// Unpacked sizes of alpha and beta, and their digests in the registry.

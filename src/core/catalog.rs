@@ -58,6 +58,35 @@ pub struct Skill {
     pub has_declaration: bool,
     /// Problems concerning this skill (also in the catalog's list).
     pub problems: Vec<Problem>,
+    /// Where clients are told this skill is.
+    pub shown: Shown,
+}
+
+/// Where clients are told a skill is, set by whoever builds the catalog:
+/// `serve` shows its directories as they are on disk (its operator wants
+/// them), the gateway a package's name and digest in place of its cache
+/// directory ([`Catalog::relocate`]), which means nothing to a client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shown {
+    /// The root, as `skill_list` names it.
+    pub root: String,
+    /// The skill's directory as `skill_list` shows it: on disk, or relative to its root.
+    pub dir: String,
+    /// What a file's path inside the skill is prefixed with in problems.
+    files: String,
+}
+
+impl Shown {
+    /// The directories themselves (the standalone server).
+    pub fn on_disk(root: &Path, dir: &Path) -> Shown {
+        let dir = dir.display().to_string();
+        Shown { root: root.display().to_string(), files: dir.clone(), dir }
+    }
+
+    /// A file of the skill (`rel` inside it), as problems name it.
+    pub fn file(&self, rel: &str) -> String {
+        format!("{}/{rel}", self.files)
+    }
 }
 
 impl Skill {
@@ -93,6 +122,15 @@ pub enum BodyError {
 pub struct Root {
     pub path: PathBuf,
     pub skills: usize,
+    /// Where clients are told it is (see [`Shown`]).
+    pub shown: String,
+}
+
+impl Root {
+    /// A root shown as its own path.
+    pub fn on_disk(path: PathBuf, skills: usize) -> Root {
+        Root { shown: path.display().to_string(), path, skills }
+    }
 }
 
 /// Every served skill (sorted by name) and every problem found.
@@ -111,6 +149,71 @@ impl Catalog {
     pub fn names(&self) -> Vec<&str> {
         self.skills.iter().map(|s| s.name.as_str()).collect()
     }
+
+    /// Show the root at `root` (as discovery was given it) to clients as
+    /// `label`: the root itself, its skills' directories relative to it,
+    /// and every path under it in problems (their path and detail), as
+    /// `label/…`. The one place a catalog's on-disk locations are mapped to
+    /// what clients see; files are still read from the real directories.
+    pub fn relocate(&mut self, root: &Path, label: &str) {
+        let real_root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+        let mut on_disk = vec![root.display().to_string(), real_root.display().to_string()];
+        // The longer spelling first, so a canonical path is never half replaced.
+        on_disk.sort_by_key(|p| std::cmp::Reverse(p.len()));
+        on_disk.dedup();
+        let relabel = |text: &str| on_disk.iter().fold(text.to_string(), |t, p| replace_path(&t, p, label));
+        for r in self.roots.iter_mut().filter(|r| r.path == root) {
+            r.shown = label.to_string();
+        }
+        for skill in self.skills.iter_mut().filter(|s| s.root == root) {
+            let rel = skill.dir.strip_prefix(&real_root).or_else(|_| skill.dir.strip_prefix(root)).map(|r| r.display().to_string());
+            let rel = match rel {
+                Ok(r) if r.is_empty() => ".".to_string(),
+                Ok(r) => r,
+                Err(_) => skill.name.clone(),
+            };
+            let files = if rel == "." { label.to_string() } else { format!("{label}/{rel}") };
+            skill.shown = Shown { root: label.to_string(), dir: rel, files };
+            for p in &mut skill.problems {
+                relabel_problem(p, &relabel);
+            }
+        }
+        for p in &mut self.problems {
+            relabel_problem(p, &relabel);
+        }
+    }
+}
+
+fn relabel_problem(p: &mut Problem, relabel: &impl Fn(&str) -> String) {
+    p.path = relabel(&p.path);
+    p.detail = relabel(&p.detail);
+}
+
+/// `text` with every occurrence of the path `from` that is a whole path
+/// (followed by `/`, the end, or a character no path name continues with)
+/// replaced by `to`.
+fn replace_path(text: &str, from: &str, to: &str) -> String {
+    if from.is_empty() {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(from) {
+        let after = &rest[at + from.len()..];
+        let mut next = after.chars();
+        let whole = match next.next() {
+            None => true,
+            Some(c) if c.is_alphanumeric() || matches!(c, '-' | '_') => false,
+            // A sentence's full stop, not a longer name.
+            Some('.') => next.next().is_none_or(char::is_whitespace),
+            Some(_) => true,
+        };
+        out.push_str(&rest[..at]);
+        out.push_str(if whole { to } else { from });
+        rest = after;
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Read at most `cap` bytes of a file; the flag says whether more existed.

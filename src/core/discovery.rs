@@ -23,7 +23,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::catalog::{read_capped, Catalog, DeclaredScript, FileEntry, Root, Skill};
+use super::catalog::{read_capped, Catalog, DeclaredScript, FileEntry, Root, Shown, Skill};
 use super::declaration;
 use super::frontmatter;
 use super::limits::{MAX_DEPTH, MAX_DIRS, MAX_FILES, SKILLS_TOTAL, SKILL_MD_READ_CAP};
@@ -132,7 +132,7 @@ pub fn discover(roots: &[PathBuf], limits: Limits) -> Catalog {
         }
     }
     skills.sort_by(|a, b| a.name.cmp(&b.name));
-    Catalog { roots: roots.iter().zip(root_counts).map(|(path, skills)| Root { path: path.clone(), skills }).collect(), skills, problems }
+    Catalog { roots: roots.iter().zip(root_counts).map(|(path, skills)| Root::on_disk(path.clone(), skills)).collect(), skills, problems }
 }
 
 /// Read every accepted candidate; on two or more cores the work is split
@@ -404,6 +404,7 @@ fn load_skill(cand: &Candidate, limits: Limits) -> (Option<Skill>, Vec<Problem>)
         egress,
         has_declaration,
         problems: problems.clone(),
+        shown: Shown::on_disk(&cand.root, &cand.real),
     };
     (Some(skill), problems)
 }

@@ -387,3 +387,66 @@ fn messy_corpus_is_served_with_problems_not_refusals() {
     // CRLF and BOM skills parse like any other.
     assert!(c.get("skill-006").is_some() && c.get("skill-008").is_some());
 }
+
+#[test]
+fn serve_shows_its_directories_as_they_are() {
+    let t = tempfile::tempdir().unwrap();
+    simple(&t.path().join("alpha"), "alpha");
+    let c = scan(&[t.path()]);
+    let alpha = c.get("alpha").unwrap();
+    assert_eq!(alpha.shown.root, t.path().display().to_string());
+    assert_eq!(alpha.shown.dir, t.path().canonicalize().unwrap().join("alpha").display().to_string());
+    assert_eq!(alpha.shown.file("SKILL.md"), alpha.dir.join("SKILL.md").display().to_string());
+    assert_eq!(c.roots[0].shown, t.path().display().to_string());
+}
+
+#[test]
+fn a_relocated_root_shows_its_label_everywhere_and_reads_from_disk() {
+    let t = tempfile::tempdir().unwrap();
+    // The root is the skill (the gateway's layout), reached through a symlink
+    // so the canonical spelling differs from the one discovery was given.
+    let real = t.path().join("entries/0123abcd/alpha");
+    skill_at(&real, "name: alpha\ndescription: The alpha skill.\nmcp-host:\n  version: 1\n  run:\n    - script: scripts/gone.py\n      interpreter: python");
+    write(&real.join("ref.md"), "r\n");
+    symlink(t.path().join("entries"), t.path().join("via")).unwrap();
+    let given = t.path().join("via/0123abcd/alpha");
+    // A second root, not relocated.
+    let other = t.path().join("other");
+    simple(&other.join("beta"), "beta");
+    let mut c = scan(&[&given, &other]);
+    assert!(c.problems.iter().any(|p| p.detail.contains(&real.display().to_string()) || p.path.contains(&given.display().to_string())));
+
+    c.relocate(&given, "alpha-1@sha256:ff");
+    let alpha = c.get("alpha").unwrap();
+    assert_eq!((alpha.shown.root.as_str(), alpha.shown.dir.as_str()), ("alpha-1@sha256:ff", "."));
+    assert_eq!(alpha.shown.file("SKILL.md"), "alpha-1@sha256:ff/SKILL.md");
+    assert_eq!(alpha.dir, real.canonicalize().unwrap(), "files are still read from the real directory");
+    let gone = c.problems.iter().find(|p| p.reason == Reason::DeclaredScriptMissing).unwrap();
+    assert_eq!(gone.path, "alpha-1@sha256:ff/scripts/gone.py");
+    for p in c.problems.iter().chain(&alpha.problems) {
+        for spelling in [&given, &real] {
+            let s = spelling.display().to_string();
+            assert!(!p.path.contains(&s) && !p.detail.contains(&s), "{p:?} still names {s}");
+        }
+    }
+    assert_eq!(c.roots.iter().map(|r| r.shown.as_str()).collect::<Vec<_>>(), vec!["alpha-1@sha256:ff", &other.display().to_string()]);
+    let beta = c.get("beta").unwrap();
+    assert_eq!(beta.shown.root, other.display().to_string(), "another root keeps its own location");
+}
+
+#[test]
+fn relocating_replaces_whole_paths_only() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("alpha");
+    simple(&root, "alpha");
+    let mut c = scan(&[&root]);
+    let r = root.display().to_string();
+    c.problems = vec![
+        Problem::new(&root, Reason::Grant, format!("see {r}/x, {r}. and {r}2 and {r}-b and {r}.d")),
+        Problem::new(format!("{r}-sibling/f"), Reason::Grant, "d"),
+    ];
+    c.relocate(&root, "L");
+    assert_eq!(c.problems[0].path, "L");
+    assert_eq!(c.problems[0].detail, format!("see L/x, L. and {r}2 and {r}-b and {r}.d"));
+    assert_eq!(c.problems[1].path, format!("{r}-sibling/f"), "a sibling directory is not under the root");
+}

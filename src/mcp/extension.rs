@@ -29,7 +29,7 @@ pub const TTL_MS: u64 = 300_000;
 pub fn eligibility(skill: &Skill) -> Result<(), Problem> {
     let exclude = |detail: String| {
         Err(Problem::new(
-            skill.dir.join("SKILL.md"),
+            skill.shown.file("SKILL.md"),
             Reason::ExtensionExcluded,
             format!("{detail}; still served by the tools, prompts and resources"),
         )

@@ -164,10 +164,12 @@ fn fingerprint(s: &Snapshot) -> impl PartialEq {
                 .map(|d| (d.decl.script.to_string(), s.status(k, d), grant.egress(&k.name, d.decl.script.as_str())))
                 .collect();
             let ceiling = s.policy.profile(&k.name).timeout_ceiling_secs;
-            (k.name.clone(), k.meta.description.clone(), k.frontmatter.clone(), k.files.clone(), scripts, k.egress.clone(), ceiling)
+            let shown = k.shown.clone();
+            (k.name.clone(), k.meta.description.clone(), k.frontmatter.clone(), k.files.clone(), scripts, k.egress.clone(), ceiling, shown)
         })
         .collect();
-    (skills, s.problems.clone(), s.policy.source_label(), s.policy.note())
+    let roots: Vec<_> = s.catalog.roots.iter().map(|r| (r.shown.clone(), r.skills)).collect();
+    (skills, s.problems.clone(), s.policy.source_label(), s.policy.note(), roots)
 }
 
 /// The current snapshot of a server, swappable while calls are in flight.

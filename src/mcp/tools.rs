@@ -59,6 +59,7 @@ pub struct SkillListOutput {
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct RootSummary {
+    /// The root: a directory of `serve`, `<package>@<digest>` in the gateway.
     pub path: String,
     pub skills: usize,
 }
@@ -67,9 +68,9 @@ pub struct RootSummary {
 pub struct SkillSummary {
     pub name: String,
     pub description: String,
-    /// The root this skill was found under.
+    /// The root this skill was found under (as `roots` names it).
     pub root: String,
-    /// The skill's directory.
+    /// The skill's directory: on disk for `serve`, relative to its root in the gateway (`.`: the root is the skill).
     pub path: String,
     pub files: usize,
     pub bytes: u64,
@@ -122,8 +123,8 @@ pub fn skill_list(state: &ServerState, snap: &Snapshot, input: SkillListInput) -
             SkillSummary {
                 name: skill.name.clone(),
                 description: skill.meta.description.clone(),
-                root: skill.root.display().to_string(),
-                path: skill.dir.display().to_string(),
+                root: skill.shown.root.clone(),
+                path: skill.shown.dir.clone(),
                 files: skill.files.len(),
                 bytes: skill.bytes,
                 scripts,
@@ -135,7 +136,7 @@ pub fn skill_list(state: &ServerState, snap: &Snapshot, input: SkillListInput) -
     Ok(SkillListOutput {
         skills,
         problems: snap.problems.clone(),
-        roots: snap.catalog.roots.iter().map(|r| RootSummary { path: r.path.display().to_string(), skills: r.skills }).collect(),
+        roots: snap.catalog.roots.iter().map(|r| RootSummary { path: r.shown.clone(), skills: r.skills }).collect(),
         grant_from: snap.policy.source_label(),
         grant_note: snap.policy.note(),
         interpreters: snap.policy.interpreters().into_iter().collect(),

@@ -219,3 +219,13 @@ fn tool_schemas_are_objects_and_annotations_are_honest() {
         assert_eq!((a.read_only_hint, a.destructive_hint, a.open_world_hint), (Some(true), Some(false), Some(false)));
     }
 }
+
+#[test]
+fn skill_list_of_serve_shows_its_directories() {
+    let t = fixture();
+    let out = list_of(state_for(t.path(), &[], &Interpreter::ALL), SkillListInput::default()).unwrap();
+    assert_eq!(out.roots.iter().map(|r| (r.path.clone(), r.skills)).collect::<Vec<_>>(), vec![(t.path().display().to_string(), 2)]);
+    let docs = out.skills.iter().find(|s| s.name == "docs").unwrap();
+    assert_eq!(docs.root, t.path().display().to_string());
+    assert_eq!(docs.path, t.path().canonicalize().unwrap().join("docs").display().to_string());
+}

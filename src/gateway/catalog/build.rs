@@ -22,6 +22,10 @@
 //! published codes: `root-unreadable` (a binding is the gateway's root: its
 //! package cannot be read), `duplicate-name`, `skill-limit`, and `grant`
 //! (from [`super::policy::BindingPolicy`]'s audit).
+//!
+//! Clients see a package's skill at [`package_location`] (its root in
+//! `skill_list`, and the prefix of every path in its problems), never at
+//! the cache directory it is read from, which means nothing outside the pod.
 
 use std::collections::BTreeMap;
 
@@ -35,13 +39,19 @@ use super::policy::{binding_path, BindingPolicy, BoundSkill};
 use crate::api::binding::SkillBinding;
 use crate::api::package::SkillPackage;
 use crate::controller::decide::DUPLICATE_SKILL_NAME;
-use crate::core::catalog::{Catalog, Root};
+use crate::core::catalog::Catalog;
 use crate::core::limits::SKILLS_TOTAL;
 use crate::core::problems::{Problem, Reason};
 use crate::mcp::snapshot::Snapshot;
 
 /// Builds namespace snapshots.
 pub struct NamespaceCatalog;
+
+/// Where clients are told a package's skill is: the SkillPackage's name
+/// and pinned digest, never the gateway's cache directory holding it.
+pub fn package_location(package: &str, digest: &str) -> String {
+    format!("{package}@{digest}")
+}
 
 /// Whether the controller's verdict on `binding` itself lets it serve: its
 /// `Ready` condition is `True` and was set for the binding's current
@@ -151,16 +161,18 @@ impl NamespaceCatalog {
             .collect()
             .await;
 
-        // Skill name → the candidates that produced it, in binding-name order.
-        let mut by_skill: BTreeMap<String, Vec<(&Candidate, PackageLease)>> = BTreeMap::new();
+        // Skill name → the candidates that produced it, in binding-name order,
+        // each with its package's catalog as clients see it.
+        let mut by_skill: BTreeMap<String, Vec<(&Candidate, PackageLease, Catalog)>> = BTreeMap::new();
         for (c, lease) in candidates.iter().zip(leases) {
             let lease = match lease {
                 Ok(lease) => lease,
                 Err(e) => {
+                    tracing::warn!(binding = %c.name, package = %c.package_name, digest = %c.digest, error = %e, "a bound package cannot be served");
                     let mut p = Problem::new(
                         binding_path(&c.name),
                         Reason::RootUnreadable,
-                        format!("the package of SkillPackage `{}` ({}) cannot be served: {e}", c.package_name, c.digest),
+                        format!("the package of SkillPackage `{}` ({}) cannot be served: {}", c.package_name, c.digest, e.for_client()),
                     );
                     if let Some(s) = c.package.status.as_ref().and_then(|s| s.skill_name.clone()) {
                         p = p.for_skill(s);
@@ -169,22 +181,22 @@ impl NamespaceCatalog {
                     continue;
                 }
             };
-            let found = &lease.catalog;
+            let location = package_location(c.package_name, &c.digest);
+            let mut found = lease.catalog.clone();
+            found.relocate(&lease.skill_root, &location);
             match found.skills.first() {
                 Some(skill) if found.skills.len() == 1 => {
-                    by_skill.entry(skill.name.clone()).or_default().push((c, lease));
+                    by_skill.entry(skill.name.clone()).or_default().push((c, lease, found));
                 }
                 _ => {
-                    let mut own = found.problems.clone();
+                    let mut own = found.problems;
                     own.push(
                         Problem::new(
                             binding_path(&c.name),
                             Reason::RootUnreadable,
                             format!(
-                                "the package of SkillPackage `{}` ({}) holds no servable skill; see the problems of {}",
-                                c.package_name,
-                                c.digest,
-                                lease.skill_root.display()
+                                "the package of SkillPackage `{}` ({}) holds no servable skill; see the problems of {location}",
+                                c.package_name, c.digest,
                             ),
                         )
                         .for_skill(&lease.name),
@@ -198,8 +210,8 @@ impl NamespaceCatalog {
         let mut bound = BTreeMap::new();
         let mut kept = Vec::new();
         for (skill_name, mut group) in by_skill {
-            let (winner, lease) = group.remove(0);
-            for (loser, _) in &group {
+            let (winner, lease, found) = group.remove(0);
+            for (loser, _, _) in &group {
                 problems.entry(loser.name.clone()).or_default().push(
                     Problem::new(
                         binding_path(&loser.name),
@@ -219,10 +231,11 @@ impl NamespaceCatalog {
                 );
                 continue;
             }
-            let Some(skill) = lease.catalog.skills.first() else { continue };
-            problems.entry(winner.name.clone()).or_default().extend(lease.catalog.problems.iter().cloned());
-            catalog.roots.push(Root { path: lease.skill_root.clone(), skills: 1 });
-            catalog.skills.push(skill.clone());
+            let Catalog { roots, skills, problems: found_problems } = found;
+            let Some(skill) = skills.into_iter().next() else { continue };
+            problems.entry(winner.name.clone()).or_default().extend(found_problems);
+            catalog.roots.extend(roots);
+            catalog.skills.push(skill);
             bound.insert(
                 skill_name.clone(),
                 BoundSkill::new(

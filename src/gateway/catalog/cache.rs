@@ -106,6 +106,18 @@ pub enum CacheError {
 }
 
 impl CacheError {
+    /// The error as a client may see it: a disk failure names the cache's
+    /// directories, which mean nothing outside the pod (the gateway's log
+    /// has them), so it says only what failed.
+    pub fn for_client(&self) -> String {
+        match self {
+            CacheError::Io { source, .. } => {
+                format!("the gateway's package cache could not store it ({source}); the gateway's log names the directory")
+            }
+            other => other.to_string(),
+        }
+    }
+
     /// Whether asking again later may succeed (the registry or the disk),
     /// as opposed to a package that is wrong as it is.
     pub fn is_transient(&self) -> bool {

@@ -20,7 +20,7 @@ pub mod policy;
 pub mod secrets;
 pub mod served;
 
-pub use build::{binding_verdict, Fingerprint, NamespaceCatalog, ServedNamespace, ServedSkill};
+pub use build::{binding_verdict, package_location, Fingerprint, NamespaceCatalog, ServedNamespace, ServedSkill};
 pub use cache::{CacheError, CacheOptions, CacheStats, PackageCache, PackageLease, Unpacked};
 pub use policy::{BindingPolicy, BoundSkill};
 pub use secrets::{KubeSecrets, PullSecrets, StaticSecrets};
