@@ -13,11 +13,9 @@ use serde_json::Value;
 
 use crate::core::catalog::Skill;
 use crate::core::limits::{EXTENSION_BYTES_MAX, EXTENSION_FILES_MAX};
-use crate::core::paths::resolve_inside;
 use crate::core::problems::{Problem, Reason};
 use crate::core::spec::spec_name;
 
-use super::snapshot::Snapshot;
 use super::uri::file_uri;
 
 /// Skills per `skills/list` page.
@@ -63,22 +61,11 @@ pub fn skill_uri(name: &str) -> String {
     file_uri(name, "SKILL.md")
 }
 
-fn frontmatter(skill: &Skill) -> SkillFrontmatter {
+pub(super) fn frontmatter(skill: &Skill) -> SkillFrontmatter {
     let mut extra = skill.frontmatter.clone();
     extra.remove("name");
     extra.remove("description");
     let mut fm = SkillFrontmatter::new(skill.name.clone(), skill.meta.description.clone());
     fm.extra = extra;
     fm
-}
-
-/// The wire entry for one eligible skill, with a digest for every file.
-pub fn entry(state: &Snapshot, skill: &Skill) -> std::io::Result<WireSkill> {
-    let mut resources = Vec::with_capacity(skill.files.len());
-    for file in &skill.files {
-        let real = resolve_inside(&skill.dir, &file.path).map_err(|e| std::io::Error::other(format!("{}: {e}", file.path)))?;
-        let (size, digest) = state.digest(skill, file.path.as_str(), &real)?;
-        resources.push(SkillResource::new(file_uri(&skill.name, file.path.as_str()), digest, size));
-    }
-    Ok(WireSkill::new(skill_uri(&skill.name), frontmatter(skill), SkillResources::Files(resources)))
 }

@@ -380,7 +380,7 @@ impl ServerHandler for SkillServer {
             let (page, next) = page_of(eligible, cursor.as_deref(), extension::PAGE_SIZE)?;
             let mut skills = Vec::with_capacity(page.len());
             for skill in page {
-                skills.push(extension::entry(&state, skill).map_err(|e| McpError::internal_error(format!("{}: {e}", skill.name), None))?);
+                skills.push(state.extension_entry(skill).map_err(|e| McpError::internal_error(format!("{}: {e}", skill.name), None))?);
             }
             let mut result = ListSkillsResult::with_all_items(skills).with_ttl_ms(extension::TTL_MS).with_cache_scope(state.cache_scope);
             result.next_cursor = next;
@@ -401,7 +401,7 @@ impl ServerHandler for SkillServer {
                 .ok_or_else(|| McpError::invalid_params(format!("no skill is served at {}", request.uri), None))?;
             let skill =
                 state.catalog.get(&name).ok_or_else(|| McpError::invalid_params(format!("no skill is served at {}", request.uri), None))?;
-            let entry = extension::entry(&state, skill).map_err(|e| McpError::internal_error(e.to_string(), None))?;
+            let entry = state.extension_entry(skill).map_err(|e| McpError::internal_error(e.to_string(), None))?;
             Ok(GetSkillResult::new(entry).with_ttl_ms(extension::TTL_MS).with_cache_scope(state.cache_scope))
         })
         .await

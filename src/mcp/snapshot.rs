@@ -122,6 +122,20 @@ impl Snapshot {
         self.problems.iter().filter(|p| p.skill.as_deref() == Some(name)).cloned().collect()
     }
 
+    /// The SEP-2640 wire entry for one eligible skill, with a digest for
+    /// every file (from this snapshot's digest cache).
+    pub fn extension_entry(&self, skill: &Skill) -> std::io::Result<rmcp::model::Skill> {
+        use rmcp::model::{SkillResource, SkillResources};
+        let mut resources = Vec::with_capacity(skill.files.len());
+        for file in &skill.files {
+            let real = crate::core::paths::resolve_inside(&skill.dir, &file.path)
+                .map_err(|e| std::io::Error::other(format!("{}: {e}", file.path)))?;
+            let (size, digest) = self.digest(skill, file.path.as_str(), &real)?;
+            resources.push(SkillResource::new(super::uri::file_uri(&skill.name, file.path.as_str()), digest, size));
+        }
+        Ok(rmcp::model::Skill::new(extension::skill_uri(&skill.name), extension::frontmatter(skill), SkillResources::Files(resources)))
+    }
+
     /// The `sha256:` digest of a skill file, cached while its size and
     /// modification time stay the same.
     pub fn digest(&self, skill: &Skill, path: &str, real: &Path) -> std::io::Result<(u64, String)> {
