@@ -347,13 +347,20 @@ async fn bench() {
     transfer(Path::Connect, pc, source, http, 16 << 20, &auth).await;
     let (pid, pid_copy) = (proxy.child.id(), copying.child.id());
     let (mut proxy_cpu, mut copy_cpu) = (0.0, 0.0);
+    // This process runs the client and the server: its CPU per byte, direct
+    // and through the proxy, shows what the extra hop costs on 2 cores.
+    let me = std::process::id();
+    let (mut ends_direct, mut ends_connect) = (0.0, 0.0);
     let mut direct_http = Vec::new();
     for _ in 0..rounds {
+        let mine = cpu_secs(me);
         direct.push(transfer(Path::Direct, p, source, http, bytes, &auth).await);
+        ends_direct += cpu_secs(me) - mine;
         direct_http.push(transfer(Path::DirectHttp, p, source, http, bytes, &auth).await);
-        let cpu = cpu_secs(pid);
+        let (cpu, mine) = (cpu_secs(pid), cpu_secs(me));
         connect.push(transfer(Path::Connect, p, source, http, bytes, &auth).await);
         proxy_cpu += cpu_secs(pid) - cpu;
+        ends_connect += cpu_secs(me) - mine;
         let cpu = cpu_secs(pid_copy);
         connect_copy.push(transfer(Path::Connect, pc, source, http, bytes, &auth).await);
         copy_cpu += cpu_secs(pid_copy) - cpu;
@@ -363,6 +370,7 @@ async fn bench() {
     drop(copying);
     let gib = (rounds * bytes) as f64 / (1u64 << 30) as f64;
     let (cpu_per_gib, copy_cpu_per_gib) = (proxy_cpu / gib, copy_cpu / gib);
+    let (ends_direct, ends_connect) = (ends_direct / gib, ends_connect / gib);
     let (d, c, dh, f) = (median(&mut direct), median(&mut connect), median(&mut direct_http), median(&mut forward));
     let (cc, fc) = (median(&mut connect_copy), median(&mut forward_copy));
 
@@ -418,6 +426,10 @@ async fn bench() {
     println!("| new connection + tiny request, plain HTTP, µs p99 | {ld99:.0} | {lh99:.0} | +{:.0} µs | |", lh99 - ld99);
     println!("| proxy CPU per GiB through CONNECT, s (user + system) | | {cpu_per_gib:.2} | | |");
     println!("| proxy CPU per GiB through CONNECT, copying, s (user + system) | | {copy_cpu_per_gib:.2} | | |");
+    println!(
+        "| client + server CPU per GiB (this process), CONNECT, s | {ends_direct:.2} | {ends_connect:.2} + proxy {cpu_per_gib:.2} | {:.2}× direct | |",
+        (ends_connect + cpu_per_gib) / ends_direct
+    );
     println!("| proxy RSS for {idle} idle tunnels, KiB | | {before} → {after} | {per_tunnel:.1} KiB/tunnel | ≤ 20 KiB |");
     println!();
     let goals = [
