@@ -17,9 +17,7 @@
 //! (as in production; /etc/hosts here). Goals from the issue: ≤ 1 ms added
 //! p50 per connection, ≥ 80% of direct throughput, ≤ 20 KiB per idle tunnel.
 //! Env: EGRESS_BENCH_MIB (transfer size, default 512), EGRESS_BENCH_CONNS
-//! (default 1000), EGRESS_BENCH_IDLE (default 1000), EGRESS_BENCH_BIN (a
-//! `skill-operator` binary to measure instead of this package's, e.g. an
-//! older build).
+//! (default 1000), EGRESS_BENCH_IDLE (default 1000).
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -145,8 +143,7 @@ fn start_proxy(dir: &std::path::Path, ports: &[u16], extra: &[&str]) -> ProxyPro
         ),
     )
     .unwrap();
-    let bin = std::env::var("EGRESS_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_skill-operator").to_string());
-    let mut child = Command::new(bin)
+    let mut child = Command::new(env!("CARGO_BIN_EXE_skill-operator"))
         .args(["egress-proxy", "--listen", "127.0.0.1:0", "--allow-cidr", "127.0.0.0/8", "--max-tunnels", "20000", "--max-pending", "4096"])
         .args(extra)
         .arg("--token-key-file")

@@ -139,8 +139,11 @@ fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
     }
 }
 
-/// `EINVAL`: this descriptor has no splice support; `ENOSYS`: the kernel
-/// has no splice (or a seccomp filter hides it); both before any byte moved.
+/// `EINVAL`/`EOPNOTSUPP`: this descriptor has no splice support; `ENOSYS`:
+/// the kernel has none (or a seccomp filter hides it). A fill that meets
+/// one has moved nothing, so the caller may copy instead; a send that does
+/// has bytes in the pipe, and the caller ends the tunnel (TCP and unix
+/// stream sockets take spliced pages on every kernel this runs on).
 fn classify(e: io::Error) -> SpliceError {
     match e.raw_os_error() {
         Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP) => SpliceError::Unsupported(e),
