@@ -1,7 +1,10 @@
 //! Egress proxy benchmark, on loopback, in one run (`cargo bench --bench
 //! egress_proxy`):
 //! - throughput (MB/s) through a CONNECT tunnel and through plain-HTTP
-//!   forwarding, against a direct connection to the same upstream;
+//!   forwarding, against a direct connection to the same upstream, and the
+//!   same through a second proxy started with `--no-zero-copy` (every byte
+//!   copied through user space, the path before splice(2)) as the baseline
+//!   measured in the same run;
 //! - added latency per new connection (median, p99 over 1,000 connections
 //!   each), CONNECT and plain HTTP against direct;
 //! - memory per idle tunnel: RSS delta of the proxy process over 1,000 idle
@@ -127,7 +130,7 @@ impl Drop for ProxyProcess {
     }
 }
 
-fn start_proxy(dir: &std::path::Path, ports: &[u16]) -> ProxyProcess {
+fn start_proxy(dir: &std::path::Path, ports: &[u16], extra: &[&str]) -> ProxyProcess {
     let key = [9u8; 32];
     std::fs::write(dir.join("key"), key).unwrap();
     let allow: Vec<String> = ports.iter().map(|p| format!("\"localhost:{p}\"")).collect();
@@ -142,6 +145,7 @@ fn start_proxy(dir: &std::path::Path, ports: &[u16]) -> ProxyProcess {
     .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_skill-operator"))
         .args(["egress-proxy", "--listen", "127.0.0.1:0", "--allow-cidr", "127.0.0.0/8", "--max-tunnels", "20000", "--max-pending", "4096"])
+        .args(extra)
         .arg("--token-key-file")
         .arg(dir.join("key"))
         .arg("--jobs")
@@ -218,6 +222,8 @@ async fn drain(s: &mut TcpStream) -> usize {
 #[derive(Clone, Copy)]
 enum Path {
     Direct,
+    /// Direct HTTP from the same server, for the plain-HTTP ratio.
+    DirectHttp,
     Connect,
     Http,
 }
@@ -229,6 +235,13 @@ async fn transfer(path: Path, proxy: SocketAddr, source: SocketAddr, http: Socke
         Path::Direct => {
             let mut s = TcpStream::connect(source).await.unwrap();
             s.write_all(format!("{bytes}\n").as_bytes()).await.unwrap();
+            drain(&mut s).await
+        }
+        Path::DirectHttp => {
+            let mut s = TcpStream::connect(http).await.unwrap();
+            s.write_all(format!("GET /big/{bytes} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes()).await.unwrap();
+            let head = read_head(&mut s).await;
+            assert!(head.starts_with("HTTP/1.1 200"), "{head}");
             drain(&mut s).await
         }
         Path::Connect => {
@@ -257,7 +270,7 @@ async fn transfer(path: Path, proxy: SocketAddr, source: SocketAddr, http: Socke
 async fn one_request(path: Path, proxy: SocketAddr, http: SocketAddr, auth: &str) -> f64 {
     let start = Instant::now();
     let mut s = match path {
-        Path::Direct => {
+        Path::Direct | Path::DirectHttp => {
             let mut s = TcpStream::connect(http).await.unwrap();
             s.set_nodelay(true).unwrap();
             s.write_all(b"GET /small HTTP/1.1\r\nHost: localhost\r\n\r\n").await.unwrap();
@@ -312,39 +325,51 @@ async fn bench() {
     let http = http_server().await;
     let hold = hold_server().await;
     let dir = tempfile::tempdir().unwrap();
-    let proxy = start_proxy(dir.path(), &[source.port(), http.port(), hold.port()]);
+    let ports = [source.port(), http.port(), hold.port()];
+    let proxy = start_proxy(dir.path(), &ports, &[]);
+    let copy_dir = tempfile::tempdir().unwrap();
+    let copying = start_proxy(copy_dir.path(), &ports, &["--no-zero-copy"]);
     let auth = authorization_value(&proxy_token(&[9u8; 32], &JobId::new("bench", "b1")));
-    let p = proxy.addr;
+    let (p, pc) = (proxy.addr, copying.addr);
     println!(
-        "egress proxy benchmark: proxy pid {} on {p}; {rounds} rounds of {mib} MiB; {conns} connections; {idle} idle tunnels",
-        proxy.child.id()
+        "egress proxy benchmark: proxy pid {} on {p} (copying: pid {} on {pc}); {rounds} rounds of {mib} MiB; {conns} connections; {idle} idle tunnels",
+        proxy.child.id(),
+        copying.child.id()
     );
 
     // Throughput, interleaved so drift hits all paths alike.
     let (mut direct, mut connect, mut forward) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut connect_copy, mut forward_copy) = (Vec::new(), Vec::new());
     transfer(Path::Connect, p, source, http, 16 << 20, &auth).await; // warm-up
-    let pid = proxy.child.id();
-    let mut proxy_cpu = 0.0;
-    for _ in 0..rounds {
-        direct.push(transfer(Path::Direct, p, source, http, bytes, &auth).await);
-        let cpu = cpu_secs(pid);
-        connect.push(transfer(Path::Connect, p, source, http, bytes, &auth).await);
-        proxy_cpu += cpu_secs(pid) - cpu;
-        forward.push(transfer(Path::Http, p, source, http, bytes, &auth).await);
-    }
-    let cpu_per_gib = proxy_cpu / ((rounds * bytes) as f64 / (1u64 << 30) as f64);
-    // Direct HTTP from the same server, for the plain-HTTP ratio.
+    transfer(Path::Connect, pc, source, http, 16 << 20, &auth).await;
+    let (pid, pid_copy) = (proxy.child.id(), copying.child.id());
+    let (mut proxy_cpu, mut copy_cpu) = (0.0, 0.0);
+    // This process runs the client and the server: its CPU per byte, direct
+    // and through the proxy, shows what the extra hop costs on 2 cores.
+    let me = std::process::id();
+    let (mut ends_direct, mut ends_connect) = (0.0, 0.0);
     let mut direct_http = Vec::new();
     for _ in 0..rounds {
-        let start = Instant::now();
-        let mut s = TcpStream::connect(http).await.unwrap();
-        s.write_all(format!("GET /big/{bytes} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes()).await.unwrap();
-        let head = read_head(&mut s).await;
-        assert!(head.starts_with("HTTP/1.1 200"));
-        assert_eq!(drain(&mut s).await, bytes);
-        direct_http.push(bytes as f64 / 1e6 / start.elapsed().as_secs_f64());
+        let mine = cpu_secs(me);
+        direct.push(transfer(Path::Direct, p, source, http, bytes, &auth).await);
+        ends_direct += cpu_secs(me) - mine;
+        direct_http.push(transfer(Path::DirectHttp, p, source, http, bytes, &auth).await);
+        let (cpu, mine) = (cpu_secs(pid), cpu_secs(me));
+        connect.push(transfer(Path::Connect, p, source, http, bytes, &auth).await);
+        proxy_cpu += cpu_secs(pid) - cpu;
+        ends_connect += cpu_secs(me) - mine;
+        let cpu = cpu_secs(pid_copy);
+        connect_copy.push(transfer(Path::Connect, pc, source, http, bytes, &auth).await);
+        copy_cpu += cpu_secs(pid_copy) - cpu;
+        forward.push(transfer(Path::Http, p, source, http, bytes, &auth).await);
+        forward_copy.push(transfer(Path::Http, pc, source, http, bytes, &auth).await);
     }
+    drop(copying);
+    let gib = (rounds * bytes) as f64 / (1u64 << 30) as f64;
+    let (cpu_per_gib, copy_cpu_per_gib) = (proxy_cpu / gib, copy_cpu / gib);
+    let (ends_direct, ends_connect) = (ends_direct / gib, ends_connect / gib);
     let (d, c, dh, f) = (median(&mut direct), median(&mut connect), median(&mut direct_http), median(&mut forward));
+    let (cc, fc) = (median(&mut connect_copy), median(&mut forward_copy));
 
     // Latency per new connection.
     for _ in 0..50 {
@@ -390,11 +415,18 @@ async fn bench() {
     println!("|---|---:|---:|---:|---|");
     println!("| CONNECT throughput, MB/s (median of {rounds} × {mib} MiB) | {d:.0} | {c:.0} | {:.0}% | ≥ 80% |", 100.0 * c / d);
     println!("| plain-HTTP throughput, MB/s (median of {rounds} × {mib} MiB) | {dh:.0} | {f:.0} | {:.0}% | ≥ 80% |", 100.0 * f / dh);
+    println!("| CONNECT throughput, copying (--no-zero-copy), MB/s | {d:.0} | {cc:.0} | {:.0}% | |", 100.0 * cc / d);
+    println!("| plain-HTTP throughput, copying (--no-zero-copy), MB/s | {dh:.0} | {fc:.0} | {:.0}% | |", 100.0 * fc / dh);
     println!("| new connection + tiny request, CONNECT, µs p50 | {ld50:.0} | {lc50:.0} | +{:.0} µs | ≤ +1000 µs |", lc50 - ld50);
     println!("| new connection + tiny request, CONNECT, µs p99 | {ld99:.0} | {lc99:.0} | +{:.0} µs | |", lc99 - ld99);
     println!("| new connection + tiny request, plain HTTP, µs p50 | {ld50:.0} | {lh50:.0} | +{:.0} µs | ≤ +1000 µs |", lh50 - ld50);
     println!("| new connection + tiny request, plain HTTP, µs p99 | {ld99:.0} | {lh99:.0} | +{:.0} µs | |", lh99 - ld99);
     println!("| proxy CPU per GiB through CONNECT, s (user + system) | | {cpu_per_gib:.2} | | |");
+    println!("| proxy CPU per GiB through CONNECT, copying, s (user + system) | | {copy_cpu_per_gib:.2} | | |");
+    // The quick pass moves too little for the clock ticks /proc counts in.
+    let ends_ratio =
+        if ends_direct > 0.0 { format!("{:.2}× direct", (ends_connect + cpu_per_gib) / ends_direct) } else { "-".to_string() };
+    println!("| client + server CPU per GiB (this process), CONNECT, s | {ends_direct:.2} | {ends_connect:.2} + proxy {cpu_per_gib:.2} | {ends_ratio} | |");
     println!("| proxy RSS for {idle} idle tunnels, KiB | | {before} → {after} | {per_tunnel:.1} KiB/tunnel | ≤ 20 KiB |");
     println!();
     let goals = [

@@ -89,6 +89,9 @@ pub struct ProxyArgs {
     /// Default bytes down per job.
     #[arg(long, default_value_t = config::DEFAULT_JOB_MAX_BYTES_DOWN)]
     pub job_max_bytes_down: u64,
+    /// Copy every byte through user space instead of splice(2) (for comparison; splice falls back to this by itself where it fails).
+    #[arg(long)]
+    pub no_zero_copy: bool,
 }
 
 impl ProxyArgs {
@@ -116,6 +119,7 @@ impl ProxyArgs {
         cfg.deny_cidrs = self.deny_cidrs.clone();
         cfg.allow_cidrs = self.allow_cidrs.clone();
         cfg.tls_ports = self.tls_ports.clone();
+        cfg.zero_copy = !self.no_zero_copy;
         cfg
     }
 }

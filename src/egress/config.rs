@@ -47,6 +47,15 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 pub const MAX_ADDRESSES: usize = 32;
 /// Buffer one direction of a tunnel uses while bytes flow (freed when idle).
 pub const SPLICE_BUFFER_BYTES: usize = 64 * 1024;
+/// Bytes a direction copies before it moves the rest with splice(2)
+/// (its pipe is made then, so short exchanges and idle tunnels hold none).
+pub const ZERO_COPY_AFTER_BYTES: u64 = 64 * 1024;
+/// Pipe size asked for a spliced direction: the most one splice call moves.
+/// 1 MiB is the kernel's default `pipe-max-size` for unprivileged callers;
+/// it took a third less proxy CPU per GiB than 256 KiB (0.21 s vs 0.33 s)
+/// and half of 64 KiB. The pipe holds page references between a fill and
+/// its send only, never a copy of the bytes.
+pub const ZERO_COPY_PIPE_BYTES: usize = 1 << 20;
 
 /// The bounds. `Default` is the production value of each.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,6 +161,10 @@ pub struct ProxyConfig {
     /// CONNECT ports where the stream must be TLS (with a matching SNI).
     /// On other ports a stream that starts like TLS is checked the same way.
     pub tls_ports: Vec<u16>,
+    /// Move bulk bytes with splice(2), socket → pipe → socket, so they never
+    /// enter user space (Linux; falls back to copying where splice fails).
+    /// Off: every byte is copied (`--no-zero-copy`, for comparison).
+    pub zero_copy: bool,
 }
 
 /// The port TLS is required on unless configured otherwise.
@@ -167,6 +180,7 @@ impl ProxyConfig {
             deny_cidrs: Vec::new(),
             allow_cidrs: Vec::new(),
             tls_ports: DEFAULT_TLS_PORTS.to_vec(),
+            zero_copy: true,
         }
     }
 }

@@ -7,11 +7,13 @@
 use std::future::Future;
 use std::io;
 use std::net::Shutdown;
+use std::os::fd::AsRawFd;
 
+use tokio::io::Interest;
 use tokio::net::{TcpStream, UnixStream};
 
 /// A connected stream socket.
-pub(super) trait Socket: Send + Sync + 'static {
+pub(super) trait Socket: AsRawFd + Send + Sync + 'static {
     fn readable(&self) -> impl Future<Output = io::Result<()>> + Send;
     fn writable(&self) -> impl Future<Output = io::Result<()>> + Send;
     fn try_read(&self, buf: &mut [u8]) -> io::Result<usize>;
@@ -19,6 +21,9 @@ pub(super) trait Socket: Send + Sync + 'static {
     fn try_write(&self, buf: &[u8]) -> io::Result<usize>;
     /// Half-close: the peer reads end-of-stream.
     fn shutdown_write(&self) -> io::Result<()>;
+    /// Run one non-blocking call on the raw socket (splice, see
+    /// [`super::zerocopy`]); `WouldBlock` from it clears the readiness.
+    fn try_io<R>(&self, interest: Interest, f: impl FnOnce() -> io::Result<R>) -> io::Result<R>;
 }
 
 macro_rules! socket_impl {
@@ -45,6 +50,9 @@ macro_rules! socket_impl {
                     Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(()),
                     other => other,
                 }
+            }
+            fn try_io<R>(&self, interest: Interest, f: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
+                <$t>::try_io(self, interest, f)
             }
         }
     };

@@ -49,16 +49,23 @@ pub struct ProxyMetrics {
     pub requests: Family<OutcomeLabels, Counter>,
     /// Bytes spliced, `up` (to upstream) and `down`.
     pub bytes: Family<DirectionLabel, Counter>,
+    /// Of `bytes`, those moved with splice(2) (never in user space).
+    pub zero_copy_bytes: Family<DirectionLabel, Counter>,
     /// Tunnels open now.
     pub tunnels: Gauge,
 }
 
 impl ProxyMetrics {
     /// Register under the registry's prefix: `egress_requests_total`,
-    /// `egress_bytes_total`, `egress_tunnels`.
+    /// `egress_bytes_total`, `egress_zero_copy_bytes_total`, `egress_tunnels`.
     pub fn register(&self, registry: &mut Registry) {
         registry.register("egress_requests", "Egress proxy requests by verdict and reason", self.requests.clone());
         registry.register("egress_bytes", "Bytes through the egress proxy by direction", self.bytes.clone());
+        registry.register(
+            "egress_zero_copy_bytes",
+            "Of the egress proxy's bytes, those moved with splice(2), by direction",
+            self.zero_copy_bytes.clone(),
+        );
         registry.register("egress_tunnels", "Egress tunnels open now", self.tunnels.clone());
     }
 
@@ -69,6 +76,16 @@ impl ProxyMetrics {
     pub(crate) fn add_bytes(&self, up: u64, down: u64) {
         self.bytes.get_or_create(&DirectionLabel { direction: "up".into() }).inc_by(up);
         self.bytes.get_or_create(&DirectionLabel { direction: "down".into() }).inc_by(down);
+    }
+
+    pub(crate) fn add_zero_copy_bytes(&self, up: u64, down: u64) {
+        self.zero_copy_bytes.get_or_create(&DirectionLabel { direction: "up".into() }).inc_by(up);
+        self.zero_copy_bytes.get_or_create(&DirectionLabel { direction: "down".into() }).inc_by(down);
+    }
+
+    /// Bytes moved with splice(2) in one direction, `up` or `down` (tests).
+    pub fn zero_copy_bytes_with(&self, direction: &str) -> u64 {
+        self.zero_copy_bytes.get_or_create(&DirectionLabel { direction: direction.into() }).get()
     }
 
     /// The count for one verdict and reason (tests, health checks).

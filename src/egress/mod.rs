@@ -17,7 +17,8 @@
 //! - [`identity`]: job credentials; [`registry`]: jobs, sources, budgets.
 //! - [`config`]: every bound in one place; [`refusal`]: reason codes.
 //! - `head`, `splice`, `proxy`, `server`: request heads, byte moving,
-//!   the per-request sequence, the listeners.
+//!   the per-request sequence, the listeners; `zerocopy`: splice(2)
+//!   through a pipe for bulk bytes.
 //! - [`cluster`]: in the cluster, the jobs are the SkillJobs the controller
 //!   sealed (watched; the pod address and allowlist from their status).
 //! - [`forward`]: the TCP → unix-socket relay for a sandbox.
@@ -74,6 +75,7 @@ pub mod resolve;
 mod server;
 mod splice;
 pub mod tls;
+mod zerocopy;
 
 pub use allowlist::{effective, Allowlist, Effective, Entry};
 pub use command::{run, serve_metrics, CommandError, ProxyArgs};

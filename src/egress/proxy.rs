@@ -117,6 +117,7 @@ pub(crate) async fn handle<C: Socket>(
                     (Verdict::Failed, refusal.reason.as_str(), refusal.detail)
                 }
             };
+            shared.metrics.add_zero_copy_bytes(outcome.zero_copy_up, outcome.zero_copy_down);
             (verdict, reason, detail, outcome.up, outcome.down)
         }
     };
@@ -240,12 +241,13 @@ async fn serve<C: Socket>(
                 up_first: head.rest,
                 tls: Some(TlsCheck { host: target.host.clone(), required: shared.tls_ports.contains(&target.port) }),
                 rewrite_response: false,
+                zero_copy: shared.zero_copy,
             }
         }
         Kind::Http => {
             let mut first = forward_head(&head, &target, path.as_deref().unwrap_or("/"));
             first.extend_from_slice(&head.rest);
-            Tunnel { usage: &entry.usage, budget, limits, up_first: first, tls: None, rewrite_response: true }
+            Tunnel { usage: &entry.usage, budget, limits, up_first: first, tls: None, rewrite_response: true, zero_copy: shared.zero_copy }
         }
     };
     shared.metrics.tunnels.inc();

@@ -50,6 +50,7 @@ pub enum ProxyError {
 pub(crate) struct Shared {
     pub limits: Limits,
     pub tls_ports: Vec<u16>,
+    pub zero_copy: bool,
     pub proxy_key: Vec<u8>,
     pub registry: Arc<dyn JobRegistry>,
     pub resolver: Arc<dyn Resolver>,
@@ -132,6 +133,7 @@ impl Proxy {
             pending_per_address: Arc::new(PerAddress::new(l.max_pending_per_address)),
             limits: config.limits.clone(),
             tls_ports: config.tls_ports.clone(),
+            zero_copy: config.zero_copy,
             proxy_key: identity::proxy_key(&config.operator_key),
             registry,
             resolver,
