@@ -53,6 +53,7 @@
 //! sessions and triggers; its figures check the wiring, not the goals.
 //! `BENCH_PARTS` (comma-separated: listing, fan-out, memory) runs a part
 //! alone; `BENCH_CLIENTS` and `BENCH_SESSIONS` change the counts.
+//! `BENCH_DUMP=DIR` writes each side's first answer per row there.
 //! `skill_run` overhead is `benches/gateway_runs.rs`.
 
 #[path = "support/kube_caller.rs"]
@@ -394,9 +395,14 @@ fn listing(client: &tokio::runtime::Runtime, s: &Settings, gateway: &Endpoint, s
         let sizes = client.block_on(async {
             let http = http_client();
             let mut sizes = Vec::new();
-            for e in [gateway, standalone] {
+            for (e, side) in [(gateway, "gateway"), (standalone, "standalone")] {
                 let session = e.session(&http).await;
-                sizes.push(e.call(&http, &session, body).await.len() as f64 / 1024.0);
+                let answer = e.call(&http, &session, body).await;
+                // BENCH_DUMP=DIR keeps each answer, to see what a size difference is made of.
+                if let Ok(dir) = std::env::var("BENCH_DUMP") {
+                    std::fs::write(Path::new(&dir).join(format!("{side}-{}-{label}.txt", method.replace('/', "-"))), &answer).unwrap();
+                }
+                sizes.push(answer.len() as f64 / 1024.0);
             }
             sizes
         });

@@ -247,7 +247,7 @@ async fn three_bindings_over_two_packages_serve_what_serve_serves() {
     }
     // Discovery's problems are serve's, word for word but for the directory,
     // which the gateway shows as the package's name and digest.
-    let gw_dirs = [package_location("alpha-1", &pa.digest), package_location("beta-1", &pb.digest)];
+    let gw_dirs = [package_location("alpha-1"), package_location("beta-1")];
     let gw_dirs: Vec<&str> = gw_dirs.iter().map(String::as_str).collect();
     let serve_dirs = [a.path().join("alpha").display().to_string(), b.path().join("beta").display().to_string()];
     let serve_dirs: Vec<&str> = serve_dirs.iter().map(String::as_str).collect();
@@ -286,12 +286,16 @@ async fn three_bindings_over_two_packages_serve_what_serve_serves() {
 
     // skill_list shows each package by name and digest, each skill relative
     // to it, and nothing of the cache directory the files are read from.
-    let (alpha_at, beta_at) = (package_location("alpha-1", &pa.digest), package_location("beta-1", &pb.digest));
+    let (alpha_at, beta_at) = (package_location("alpha-1"), package_location("beta-1"));
     assert_eq!(snap.catalog.get("alpha").unwrap().root, dir.path().join(pa.digest.strip_prefix("sha256:").unwrap()).join("alpha"));
     let (listing, text) = skill_list_text(snap);
-    let roots: Vec<(&str, u64)> =
-        listing["roots"].as_array().unwrap().iter().map(|r| (r["path"].as_str().unwrap(), r["skills"].as_u64().unwrap())).collect();
-    assert_eq!(roots, vec![(alpha_at.as_str(), 1), (beta_at.as_str(), 1)]);
+    let roots: Vec<(&str, u64, &str)> = listing["roots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["path"].as_str().unwrap(), r["skills"].as_u64().unwrap(), r["digest"].as_str().unwrap()))
+        .collect();
+    assert_eq!(roots, vec![(alpha_at.as_str(), 1, pa.digest.as_str()), (beta_at.as_str(), 1, pb.digest.as_str())]);
     let skills: Vec<(&str, &str)> =
         listing["skills"].as_array().unwrap().iter().map(|s| (s["root"].as_str().unwrap(), s["path"].as_str().unwrap())).collect();
     assert_eq!(skills, vec![(alpha_at.as_str(), "."), (beta_at.as_str(), ".")]);
@@ -466,7 +470,7 @@ async fn a_package_whose_skill_md_is_bad_reports_serves_problems() {
     assert_eq!(snap.catalog.names(), vec!["beta"]);
     let served = Snapshot::scan(&[bad.path().to_path_buf()], Grants::resolve(&|_| None, None), Interpreter::ALL.into());
     let gw_root = dir.path().join(pg.digest.strip_prefix("sha256:").unwrap()).join("gamma");
-    let gw_location = package_location("gamma-1", &pg.digest);
+    let gw_location = package_location("gamma-1");
     let serve_problems: Vec<Problem> =
         served.problems.iter().map(|p| portable(p, &[&bad.path().join("gamma").display().to_string()])).collect();
     let gw: Vec<Problem> =

@@ -124,12 +124,14 @@ pub struct Root {
     pub skills: usize,
     /// Where clients are told it is (see [`Shown`]).
     pub shown: String,
+    /// The content digest clients are told it has (a gateway package's pinned digest).
+    pub digest: Option<String>,
 }
 
 impl Root {
     /// A root shown as its own path.
     pub fn on_disk(path: PathBuf, skills: usize) -> Root {
-        Root { shown: path.display().to_string(), path, skills }
+        Root { shown: path.display().to_string(), path, skills, digest: None }
     }
 }
 

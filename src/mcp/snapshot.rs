@@ -182,7 +182,7 @@ fn fingerprint(s: &Snapshot) -> impl PartialEq {
             (k.name.clone(), k.meta.description.clone(), k.frontmatter.clone(), k.files.clone(), scripts, k.egress.clone(), ceiling, shown)
         })
         .collect();
-    let roots: Vec<_> = s.catalog.roots.iter().map(|r| (r.shown.clone(), r.skills)).collect();
+    let roots: Vec<_> = s.catalog.roots.iter().map(|r| (r.shown.clone(), r.skills, r.digest.clone())).collect();
     (skills, s.problems.clone(), s.policy.source_label(), s.policy.note(), roots)
 }
 

@@ -59,9 +59,12 @@ pub struct SkillListOutput {
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct RootSummary {
-    /// The root: a directory of `serve`, `<package>@<digest>` in the gateway.
+    /// The root: a directory of `serve`, the SkillPackage's name in the gateway.
     pub path: String,
     pub skills: usize,
+    /// The gateway: the package's pinned content digest (`sha256:…`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -136,7 +139,12 @@ pub fn skill_list(state: &ServerState, snap: &Snapshot, input: SkillListInput) -
     Ok(SkillListOutput {
         skills,
         problems: snap.problems.clone(),
-        roots: snap.catalog.roots.iter().map(|r| RootSummary { path: r.shown.clone(), skills: r.skills }).collect(),
+        roots: snap
+            .catalog
+            .roots
+            .iter()
+            .map(|r| RootSummary { path: r.shown.clone(), skills: r.skills, digest: r.digest.clone() })
+            .collect(),
         grant_from: snap.policy.source_label(),
         grant_note: snap.policy.note(),
         interpreters: snap.policy.interpreters().into_iter().collect(),

@@ -24,7 +24,8 @@
 //! (from [`super::policy::BindingPolicy`]'s audit).
 //!
 //! Clients see a package's skill at [`package_location`] (its root in
-//! `skill_list`, and the prefix of every path in its problems), never at
+//! `skill_list`, with the pinned digest beside it, and the prefix of every
+//! path in its problems), never at
 //! the cache directory it is read from, which means nothing outside the pod.
 
 use std::collections::BTreeMap;
@@ -48,9 +49,10 @@ use crate::mcp::snapshot::Snapshot;
 pub struct NamespaceCatalog;
 
 /// Where clients are told a package's skill is: the SkillPackage's name
-/// and pinned digest, never the gateway's cache directory holding it.
-pub fn package_location(package: &str, digest: &str) -> String {
-    format!("{package}@{digest}")
+/// (its pinned digest is said once, on the root), never the gateway's
+/// cache directory holding it.
+pub fn package_location(package: &str) -> String {
+    package.to_string()
 }
 
 /// Whether the controller's verdict on `binding` itself lets it serve: its
@@ -181,9 +183,12 @@ impl NamespaceCatalog {
                     continue;
                 }
             };
-            let location = package_location(c.package_name, &c.digest);
+            let location = package_location(c.package_name);
             let mut found = lease.catalog.clone();
             found.relocate(&lease.skill_root, &location);
+            for root in &mut found.roots {
+                root.digest = Some(c.digest.clone());
+            }
             match found.skills.first() {
                 Some(skill) if found.skills.len() == 1 => {
                     by_skill.entry(skill.name.clone()).or_default().push((c, lease, found));
