@@ -68,8 +68,9 @@
 //! option cannot be switched off again until reboot). Any cgroup
 //! hierarchy mounted with it switches it on, so unless told not to
 //! (`--cgroup-favor-dynmods false`) the server makes one: a detached mount
-//! (the new mount API, attached to no path and invisible to other
-//! processes) of its own named v1 hierarchy, or of the v2 hierarchy,
+//! (the new mount API, attached to no path; on v1 it shows only as one
+//! more line in `/proc/<pid>/cgroup`) of its own named v1 hierarchy, or of
+//! the v2 hierarchy,
 //! held for the server's lifetime. Where the kernel refuses, runs pay the
 //! wait and `skill_list` says so.
 
