@@ -525,7 +525,7 @@ async fn upload_file_cap_at_the_real_32_mib_edge() {
     let d = pod_dirs(NS, UID);
     std::fs::File::create(d.work.join("exact.bin")).unwrap().set_len(32 * MIB).unwrap();
     std::fs::File::create(d.work.join("over.bin")).unwrap().set_len(32 * MIB + 1).unwrap();
-    std::fs::write(d.result.join("result.json"), b"{}").unwrap();
+    write_result(&d.result, b"{}").unwrap();
     let r = client::upload(&upload_opts(&env, NS, UID, &d), &no_stop()).await.unwrap().expect("uploaded");
     let paths: Vec<&str> = r.manifest.files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(paths, ["result/result.json", "work/exact.bin"]);
@@ -567,7 +567,7 @@ async fn upload_file_count_cap_at_the_real_2000_edge() {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join(format!("f{i:04}.txt")), b"y").unwrap();
     }
-    std::fs::write(d.result.join("result.json"), b"{}").unwrap();
+    write_result(&d.result, b"{}").unwrap();
     let r = client::upload(&upload_opts(&env, NS, UID, &d), &no_stop()).await.unwrap().expect("uploaded");
     let work = r.manifest.files.iter().filter(|f| f.path.starts_with("work/")).count();
     assert_eq!(work, 2000, "2,000 files are accepted by the endpoint");
@@ -626,7 +626,7 @@ async fn upload_reports_total_and_count_caps_at_small_configured_edges() {
     std::fs::write(d.work.join("d"), vec![4u8; 0]).unwrap();
     std::fs::write(d.work.join("e"), vec![5u8; 0]).unwrap(); // fourth file
     std::fs::write(d.work.join("f"), vec![5u8; 601]).unwrap(); // over per-file
-    std::fs::write(d.result.join("result.json"), b"{}").unwrap();
+    write_result(&d.result, b"{}").unwrap();
     let r = client::upload(&upload_opts(&env, NS, UID, &d), &no_stop()).await.unwrap().expect("uploaded");
     let taken: Vec<&str> = r.manifest.files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(taken, ["result/result.json", "work/a", "work/c", "work/d"]);
@@ -807,7 +807,7 @@ async fn upload_skips_symlinks_and_special_files_and_reports_them() {
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
     // A symlinked stdout next to the result (the run container could plant it).
     std::os::unix::fs::symlink(&d.token, d.result.join("stdout")).unwrap();
-    std::fs::write(d.result.join("result.json"), b"{}").unwrap();
+    write_result(&d.result, b"{}").unwrap();
 
     let r = client::upload(&upload_opts(&env, NS, UID, &d), &no_stop()).await.unwrap().expect("uploaded");
     let taken: Vec<&str> = r.manifest.files.iter().map(|f| f.path.as_str()).collect();
@@ -844,7 +844,7 @@ async fn upload_skips_names_it_could_not_serve_back_and_case_collisions() {
     std::fs::write(d.work.join("Dir/x"), b"x").unwrap();
     std::fs::create_dir(d.work.join("dir")).unwrap();
     std::fs::write(d.work.join("dir/y"), b"y").unwrap();
-    std::fs::write(d.result.join("result.json"), b"{}").unwrap();
+    write_result(&d.result, b"{}").unwrap();
     let r = client::upload(&upload_opts(&env, NS, UID, &d), &no_stop()).await.unwrap().expect("uploaded");
     let taken: Vec<&str> = r.manifest.files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(taken, ["result/result.json", "work/A.txt", "work/Dir/x", "work/cafe\u{301}.txt", "work/ok.txt"]);
@@ -869,6 +869,14 @@ async fn upload_skips_names_it_could_not_serve_back_and_case_collisions() {
     }
 }
 
+/// The launcher's result, written as the launcher writes it: whole, by a
+/// rename, so the sidecar polling for it never reads half of it.
+fn write_result(dir: &std::path::Path, bytes: impl AsRef<[u8]>) -> std::io::Result<()> {
+    let tmp = dir.join(".result.json.tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(tmp, dir.join("result.json"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upload_on_sigterm_of_a_cancelled_run_uploads_nothing_and_exits_0() {
     // Issue 8: a cancelled run's outputs were still uploaded as a result.
@@ -881,7 +889,7 @@ async fn upload_on_sigterm_of_a_cancelled_run_uploads_nothing_and_exits_0() {
     sigterm(&upload);
     // The launcher, stopped at the same moment, writes its cancelled result a little later.
     let cancelled = LaunchResult { outcome: RunOutcome { cancelled: true, ..RunOutcome::default() }, error: None };
-    std::fs::write(d.result.join("result.json"), serde_json::to_vec(&cancelled).unwrap()).unwrap();
+    write_result(&d.result, serde_json::to_vec(&cancelled).unwrap()).unwrap();
     let status = tokio::time::timeout(Duration::from_secs(15), upload.wait()).await.expect("exits after SIGTERM").unwrap();
     assert_eq!(status.code(), Some(0), "{status:?}");
     let (s, _) = env.get(&format!("{NS}/{UID}/outputs"), &op()).await;
@@ -914,7 +922,7 @@ async fn termination_message_stays_under_4_kib() {
         let name = format!("{i:04}-{}", "n".repeat(200));
         std::os::unix::fs::symlink("/etc/passwd", d.work.join(name)).unwrap();
     }
-    std::fs::write(d.result.join("result.json"), b"{}").unwrap();
+    write_result(&d.result, b"{}").unwrap();
     let r = client::upload(&upload_opts(&env, NS, UID, &d), &no_stop()).await.unwrap().expect("uploaded");
     assert_eq!(r.manifest.skipped.len(), ArtifactLimits::DEFAULT.max_skipped_listed);
     assert_eq!(r.manifest.skipped_omitted, 200);
