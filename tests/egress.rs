@@ -418,18 +418,8 @@ async fn a_unix_socket_is_the_identity_of_its_run() {
     h.resolver.set("allowed.test", &["127.0.0.1"]);
     h.resolver.set("other.test", &["127.0.0.1"]);
     h.job_with("run-1", &[&format!("allowed.test:{}", up.port())], None, JobBudget::default());
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("egress.sock");
-    let listener = tokio::net::UnixListener::bind(&path).unwrap();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let proxy = h.proxy.clone();
-    let task = tokio::spawn(async move {
-        proxy
-            .serve_unix(listener, JobId::new("team", "run-1"), async {
-                let _ = rx.await;
-            })
-            .await
-    });
+    let served = h.serve_unix("run-1");
+    let path = served.path.clone();
     let ask = |authority: String| {
         let path = path.clone();
         async move {
@@ -450,8 +440,7 @@ async fn a_unix_socket_is_the_identity_of_its_run() {
     h.registry.remove(&JobId::new("team", "run-1"));
     let (_, reply) = ask(format!("allowed.test:{}", up.port())).await;
     assert_eq!(reply.refused(), Some("job_gone"));
-    tx.send(()).unwrap();
-    task.await.unwrap().unwrap();
+    served.stop().await;
     h.stop().await;
 }
 

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use skill_operator::egress::{JobBudget, JobId, ProxyConfig};
+use skill_operator::egress::{JobBudget, ProxyConfig};
 use support::*;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -255,18 +255,8 @@ async fn a_unix_socket_client_is_spliced_too() {
     let h = Harness::start(config(true)).await;
     h.resolver.set("allowed.test", &["127.0.0.1"]);
     h.job_with("run-1", &[&format!("allowed.test:{}", up.port())], None, JobBudget::default());
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("egress.sock");
-    let listener = tokio::net::UnixListener::bind(&path).unwrap();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let proxy = h.proxy.clone();
-    let task = tokio::spawn(async move {
-        proxy
-            .serve_unix(listener, JobId::new("team", "run-1"), async {
-                let _ = rx.await;
-            })
-            .await
-    });
+    let served = h.serve_unix("run-1");
+    let path = served.path.clone();
     let mut s = tokio::net::UnixStream::connect(&path).await.unwrap();
     s.write_all(format!("CONNECT allowed.test:{} HTTP/1.1\r\n\r\n", up.port()).as_bytes()).await.unwrap();
     assert_eq!(read_reply(&mut s).await.status, 200);
@@ -276,8 +266,7 @@ async fn a_unix_socket_client_is_spliced_too() {
     assert_eq!(after.recv().await.unwrap(), b"bye");
     ended(&h, "allowed", "ok").await;
     assert!(zero_copy(&h, "down") >= 15 * MIB, "spliced only {} bytes down", zero_copy(&h, "down"));
-    tx.send(()).unwrap();
-    task.await.unwrap().unwrap();
+    served.stop().await;
     h.stop().await;
 }
 

@@ -73,6 +73,7 @@ pub mod refusal;
 pub mod registry;
 pub mod resolve;
 mod server;
+mod shared;
 mod splice;
 pub mod tls;
 mod zerocopy;

@@ -25,7 +25,7 @@ use super::io::{write_all, Socket};
 use super::metrics::Verdict;
 use super::refusal::{Reason, Refusal};
 use super::registry::JobEntry;
-use super::server::Shared;
+use super::shared::Shared;
 use super::splice::{self, End, TlsCheck, Tunnel};
 
 /// Who is asking.
@@ -80,7 +80,7 @@ pub(crate) async fn handle<C: Socket>(
     client: C,
     origin: Origin,
     accepted: Instant,
-    pending: super::server::Pending,
+    pending: super::shared::Pending,
     cancel: CancellationToken,
 ) {
     let peer = match &origin {
@@ -182,7 +182,7 @@ async fn serve<C: Socket>(
     client: &C,
     origin: &Origin,
     accepted: Instant,
-    pending: super::server::Pending,
+    pending: super::shared::Pending,
     cancel: &CancellationToken,
     access: &mut Access,
 ) -> Result<splice::Outcome, Stop> {

@@ -10,17 +10,16 @@
 use std::collections::HashSet;
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpStream, UnixListener};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::addr::AddressPolicy;
-use super::config::{Limits, ProxyConfig, MIN_KEY_BYTES};
+use super::config::{ProxyConfig, MIN_KEY_BYTES};
 use super::identity::{self, JobId};
 use super::io::Socket;
 use super::metrics::{ProxyMetrics, Verdict};
@@ -28,14 +27,8 @@ use super::proxy::{self, Origin};
 use super::refusal::{Reason, Refusal};
 use super::registry::JobRegistry;
 use super::resolve::Resolver;
-use crate::listener::{AddressSlot, PerAddress};
-
-/// A connection's place among those still sending their request head:
-/// released (dropped) once the head is read.
-pub(crate) struct Pending {
-    _permit: OwnedSemaphorePermit,
-    _slot: Option<AddressSlot>,
-}
+use super::shared::{Pending, Shared};
+use crate::listener::PerAddress;
 
 /// Why the proxy could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -44,61 +37,6 @@ pub enum ProxyError {
     KeyTooShort(usize),
     #[error("limits: {0} must be at least 1")]
     ZeroLimit(&'static str),
-}
-
-/// State every connection task shares.
-pub(crate) struct Shared {
-    pub limits: Limits,
-    pub tls_ports: Vec<u16>,
-    pub zero_copy: bool,
-    pub proxy_key: Vec<u8>,
-    pub registry: Arc<dyn JobRegistry>,
-    pub resolver: Arc<dyn Resolver>,
-    pub policy: AddressPolicy,
-    pub metrics: ProxyMetrics,
-    pub tunnels: Arc<Semaphore>,
-    pending: Arc<Semaphore>,
-    /// The same count the HTTP listeners keep ([`crate::listener::PerAddress`]), for connections still sending their head.
-    pending_per_address: Arc<PerAddress>,
-    /// The TCP listen sockets (never dialed).
-    own: RwLock<Vec<SocketAddr>>,
-    /// Open upstream connections as (local, remote): a connection accepted
-    /// with peer = local and our address = remote is one of them come
-    /// back (a loop through some address that leads to the proxy). The
-    /// whole pair is the key: the kernel reuses a local port for
-    /// connections to different remotes.
-    outbound: Mutex<HashSet<(SocketAddr, SocketAddr)>>,
-}
-
-impl Shared {
-    pub(super) fn own_addresses(&self) -> Vec<SocketAddr> {
-        self.own.read().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    pub(super) fn is_outbound(&self, peer: SocketAddr, local: SocketAddr) -> bool {
-        self.outbound.lock().unwrap_or_else(|p| p.into_inner()).contains(&(peer, local))
-    }
-
-    pub(super) fn track_outbound<'a>(&'a self, upstream: &TcpStream) -> OutboundGuard<'a> {
-        let pair = upstream.local_addr().ok().zip(upstream.peer_addr().ok());
-        if let Some(pair) = pair {
-            self.outbound.lock().unwrap_or_else(|p| p.into_inner()).insert(pair);
-        }
-        OutboundGuard { shared: self, pair }
-    }
-}
-
-pub(crate) struct OutboundGuard<'a> {
-    shared: &'a Shared,
-    pair: Option<(SocketAddr, SocketAddr)>,
-}
-
-impl Drop for OutboundGuard<'_> {
-    fn drop(&mut self) {
-        if let Some(pair) = self.pair {
-            self.shared.outbound.lock().unwrap_or_else(|p| p.into_inner()).remove(&pair);
-        }
-    }
 }
 
 /// The egress proxy. Cheap to clone; serve any number of listeners.

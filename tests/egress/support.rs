@@ -72,7 +72,41 @@ pub(crate) struct Harness {
     task: Option<JoinHandle<io::Result<()>>>,
 }
 
+/// The proxy serving one job on a unix socket, as `serve` does for a
+/// sandboxed run; [`UnixServed::stop`] ends it and checks it ended cleanly.
+pub(crate) struct UnixServed {
+    pub path: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<io::Result<()>>,
+}
+
+impl UnixServed {
+    pub(crate) async fn stop(self) {
+        self.stop.send(()).unwrap();
+        self.task.await.unwrap().unwrap();
+    }
+}
+
 impl Harness {
+    /// Serve `job` (namespace `team`) on a fresh unix socket.
+    pub(crate) fn serve_unix(&self, job: &str) -> UnixServed {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("egress.sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let (stop, rx) = oneshot::channel::<()>();
+        let proxy = self.proxy.clone();
+        let job = JobId::new("team", job);
+        let task = tokio::spawn(async move {
+            proxy
+                .serve_unix(listener, job, async {
+                    let _ = rx.await;
+                })
+                .await
+        });
+        UnixServed { path, _dir: dir, stop, task }
+    }
+
     pub(crate) async fn start(config: ProxyConfig) -> Harness {
         let registry = MemoryRegistry::new();
         let resolver = Arc::new(TestResolver::default());
