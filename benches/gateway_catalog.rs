@@ -21,14 +21,10 @@ use std::time::{Duration, Instant};
 
 use skill_operator::api::binding::{SkillBinding, SkillBindingSpec, SkillBindingStatus};
 use skill_operator::api::conditions::set_condition;
-use skill_operator::api::package::{OciSource, PackageSource, SkillPackage, SkillPackageSpec};
-use skill_operator::controller::decide::{package_status, PackageFacts};
 use skill_operator::core::declaration::Interpreter;
-use skill_operator::core::discovery::{discover, Limits};
 use skill_operator::core::grants::Grants;
 use skill_operator::gateway::catalog::{CacheOptions, NamespaceCatalog, PackageCache};
 use skill_operator::mcp::snapshot::Snapshot;
-use skill_operator::oci::SkillConfig;
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
@@ -52,24 +48,7 @@ fn main() {
     for i in 0..100 {
         let name = format!("skill-{i:03}");
         let dir = skills::skill(skills.path(), &name, "catalog");
-        let pkg = skill_operator::core::package::build_from_dir(&dir).unwrap();
-        let cfg = SkillConfig::for_package(&pkg, &name, "d", None).unwrap();
-        let digest = rt.block_on(reg.registry().push(&reg.reference(&format!("skills/{name}:1")), &pkg, &cfg)).unwrap();
-        let mut p = SkillPackage::new(
-            &format!("{name}-1"),
-            SkillPackageSpec {
-                source: PackageSource {
-                    oci: OciSource { reference: reg.reference(&format!("skills/{name}:1")), pull_secret: None, insecure: true },
-                },
-                runtime: serde_json::from_value(
-                    serde_json::json!({"interpreter": "python", "image": "i", "allowedScripts": ["scripts/run.py"]}),
-                )
-                .unwrap(),
-            },
-        );
-        let catalog = discover(&[dir], Limits::default());
-        p.status =
-            Some(package_status(&p, Ok(&PackageFacts { digest, catalog, requirement_files: vec![], dependencies: Default::default() })));
+        let p = skills::ready_package(&rt, &reg.registry(), reg.reference(&format!("skills/{name}:1")), &dir, &name);
         packages.insert(format!("{name}-1"), p);
     }
     let bindings = |over: usize| -> Vec<SkillBinding> {

@@ -77,10 +77,8 @@ use kube::api::{Api, DeleteParams};
 use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 use skill_operator::api::binding::{SkillBinding, SkillBindingSpec, SkillBindingStatus};
 use skill_operator::api::conditions::set_condition;
-use skill_operator::api::package::{OciSource, PackageSource, SkillPackage, SkillPackageSpec};
-use skill_operator::controller::decide::{package_status, PackageFacts};
+use skill_operator::api::package::SkillPackage;
 use skill_operator::core::declaration::Interpreter;
-use skill_operator::core::discovery::{discover, Limits};
 use skill_operator::core::grants::Grants;
 use skill_operator::core::limits::{GATEWAY_NAMESPACES_MAX, GATEWAY_SESSIONS_PER_NAMESPACE, HTTP_SESSIONS_MAX};
 use skill_operator::gateway::auth::{self, AuthConfig, Authenticator};
@@ -89,7 +87,6 @@ use skill_operator::gateway::http::{router as gateway_router, Readiness};
 use skill_operator::gateway::namespaces::{Backend, Namespaces, ServiceOptions};
 use skill_operator::mcp::snapshot::Snapshot;
 use skill_operator::mcp::state::{Authorize, Execution, ServerState};
-use skill_operator::oci::SkillConfig;
 use skill_operator::serve::http::{self as standalone, Auth, HttpOptions, Tokens};
 use skill_operator::shutdown::Shutdown;
 
@@ -127,23 +124,7 @@ fn packages(rt: &tokio::runtime::Runtime, reg: &oci_common::TestRegistry, root: 
     for i in 0..100 {
         let name = skill_name(i);
         let dir = skills::skill(root, &name, "listing");
-        let pkg = skill_operator::core::package::build_from_dir(&dir).unwrap();
-        let cfg = SkillConfig::for_package(&pkg, &name, "d", None).unwrap();
-        let reference = reg.reference(&format!("skills/{name}:1"));
-        let digest = rt.block_on(reg.registry().push(&reference, &pkg, &cfg)).unwrap();
-        let mut p = SkillPackage::new(
-            &format!("{name}-1"),
-            SkillPackageSpec {
-                source: PackageSource { oci: OciSource { reference, pull_secret: None, insecure: true } },
-                runtime: serde_json::from_value(
-                    serde_json::json!({"interpreter": "python", "image": "i", "allowedScripts": ["scripts/run.py"]}),
-                )
-                .unwrap(),
-            },
-        );
-        let catalog = discover(&[dir], Limits::default());
-        p.status =
-            Some(package_status(&p, Ok(&PackageFacts { digest, catalog, requirement_files: vec![], dependencies: Default::default() })));
+        let p = skills::ready_package(rt, &reg.registry(), reg.reference(&format!("skills/{name}:1")), &dir, &name);
         packages.insert(format!("{name}-1"), p);
     }
     packages
