@@ -1074,3 +1074,28 @@ async fn fetch_without_a_ca_bundle_works_over_plain_http_and_fails_cleanly_over_
     let line = std::fs::read_to_string(&d.termination_log).unwrap();
     assert!(line.starts_with("error: "), "{line}");
 }
+
+/// Every run's verdict waits for this upload: the sidecar must hear of the
+/// launcher's result when it lands, not at its next poll. With a poll of an
+/// hour, only the directory watch can wake it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upload_wakes_when_the_result_lands_not_at_its_next_poll() {
+    let env = start().await;
+    let d = pod_dirs(NS, UID);
+    std::fs::write(d.work.join("out.txt"), b"done").unwrap();
+    let mut o = upload_opts(&env, NS, UID, &d);
+    o.poll_interval = Duration::from_secs(3600);
+    let stop = no_stop();
+    let mut upload = Box::pin(async move { client::upload(&o, &stop).await });
+    // Polled once, the upload has looked for the result, found none and
+    // waits; then the result lands the way the launcher writes it (whole, by rename).
+    assert!(futures::poll!(upload.as_mut()).is_pending(), "nothing to upload yet");
+    let result = LaunchResult { outcome: RunOutcome { exit_code: Some(0), ..RunOutcome::default() }, error: None };
+    write_result(&d.result, serde_json::to_vec(&result).unwrap()).unwrap();
+    let report = tokio::time::timeout(Duration::from_secs(60), upload)
+        .await
+        .expect("the upload never noticed the result (it waited for its hourly poll)")
+        .unwrap()
+        .expect("uploaded");
+    assert!(report.manifest.files.iter().any(|f| f.path == "work/out.txt"), "{:?}", report.manifest.files);
+}

@@ -120,3 +120,33 @@ fn sigterm_kills_the_scripts_whole_group_at_once_and_the_result_says_cancelled()
     });
     assert!(gone, "the script's background child survived the cancel");
 }
+
+/// As PID 1 (the run container's entry point) the launcher kills what the
+/// script left in its PID namespace before it writes the result: the
+/// controller records the verdict as soon as the result is stored, so
+/// nothing may still be changing the work files then. The straggler here
+/// left the script's process group (`setsid`) and appends to a file as fast
+/// as it can; the last append must come before the result was written.
+#[test]
+fn as_pid_1_nothing_the_script_left_outlives_the_result() {
+    if Command::new("bwrap").arg("--version").output().is_err() {
+        println!("SKIPPED: bubblewrap is not installed (it gives the launcher a PID namespace of its own)");
+        return;
+    }
+    let t = setup();
+    let script = "setsid bash -c 'while :; do echo x >> tick; done' & until [ -s tick ]; do :; done; exit 0";
+    let dir = t.path().to_str().unwrap();
+    let status = Command::new("bwrap")
+        .args(["--dev-bind", "/", "/", "--unshare-pid", "--as-pid-1", "--die-with-parent", "--chdir", dir, "--"])
+        .arg(BIN)
+        .arg("launch")
+        .arg("--result")
+        .arg(t.path().join("result/result.json"))
+        .args(["--timeout", "30", "--", "/bin/bash", "-c", script])
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    let mtime = |p: &str| std::fs::metadata(t.path().join(p)).unwrap().modified().unwrap();
+    let (tick, stdout) = (mtime("tick"), mtime("result/stdout"));
+    assert!(tick <= stdout, "the straggler still wrote {:?} after the result files were begun", tick.duration_since(stdout).unwrap());
+}

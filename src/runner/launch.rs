@@ -100,7 +100,9 @@ pub async fn launch(spec: Launch, lookup: &dyn Fn(&str) -> Option<String>) -> st
     exec.run_as = RunAs::Inherit;
     exec.limits = ResourceLimits { nproc: None, ..ResourceLimits::default() };
     let dir = spec.result.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
-    let result = match execute(exec).await {
+    let executed = execute(exec).await;
+    end_stragglers();
+    let result = match executed {
         Ok(out) => {
             write_atomic(&dir.join("stdout"), &out.stdout)?;
             write_atomic(&dir.join("stderr"), &out.stderr)?;
@@ -114,6 +116,25 @@ pub async fn launch(spec: Launch, lookup: &dyn Fn(&str) -> Option<String>) -> st
     };
     write_atomic(&spec.result, &serde_json::to_vec(&result).map_err(std::io::Error::other)?)?;
     Ok(result)
+}
+
+/// As the container's PID 1, kill every process left in its PID namespace
+/// (a `setsid` grandchild escapes the script's process group) before the
+/// result is written. The result then describes a run with nothing left
+/// running, so the controller may record the verdict as soon as the result
+/// is stored, without waiting for the kubelet to report the container's
+/// end; and the work files the sidecar uploads can no longer change. Only
+/// as PID 1: anywhere else `kill(-1)` would reach every process of the uid.
+fn end_stragglers() {
+    if std::process::id() != 1 {
+        return;
+    }
+    // SAFETY: plain syscall; from PID 1, -1 means every other process of
+    // this PID namespace that we may signal (the script's, same uid).
+    let rc = unsafe { libc::kill(-1, libc::SIGKILL) };
+    if rc != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH) {
+        tracing::warn!(err = %std::io::Error::last_os_error(), "could not kill the script's leftover processes");
+    }
 }
 
 fn describe(err: &ExecError) -> String {

@@ -84,9 +84,13 @@ fn withheld(opts: &UploadOptions) -> Option<&'static str> {
 /// nothing: its partial files are not a result. `Ok(None)` then.
 pub async fn upload(opts: &UploadOptions, stop: &Shutdown) -> Result<Option<UploadReport>, ClientError> {
     let result_exists = || std::fs::symlink_metadata(&opts.result_file).is_ok();
+    // Woken by the launcher's rename of the result into place; the poll
+    // stays as the fallback when inotify is unavailable (a full watch table).
+    let (_watch, mut woken) = watch_result_dir(&opts.result_file);
     while !result_exists() && !stop.is_triggered() {
         tokio::select! {
             _ = tokio::time::sleep(opts.poll_interval) => {}
+            Some(()) = woken.recv() => {}
             _ = stop.wait() => {}
         }
     }
@@ -127,6 +131,31 @@ pub async fn upload(opts: &UploadOptions, stop: &Shutdown) -> Result<Option<Uplo
     };
     write_termination_log(opts, &line);
     result.map(Some)
+}
+
+/// An inotify watch on the result's directory whose events wake the
+/// wait. Every run's verdict waits for this upload, and the launcher
+/// writes the result a moment before its container ends: a poll alone
+/// added half its interval to every run. `None` watch (the receiver then
+/// never yields) when the watch cannot be made: the poll still finds it.
+type ResultWatch = (Option<notify_debouncer_mini::notify::RecommendedWatcher>, tokio::sync::mpsc::Receiver<()>);
+
+fn watch_result_dir(result_file: &std::path::Path) -> ResultWatch {
+    use notify_debouncer_mini::notify::{RecursiveMode, Watcher};
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let dir = result_file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let watcher = notify_debouncer_mini::notify::recommended_watcher(move |_event| {
+        // A full channel already holds a wake-up: the waiter re-checks the file.
+        let _ = tx.try_send(());
+    })
+    .and_then(|mut w| w.watch(dir, RecursiveMode::NonRecursive).map(|()| w));
+    match watcher {
+        Ok(w) => (Some(w), rx),
+        Err(err) => {
+            tracing::warn!(%err, dir = %dir.display(), "cannot watch for the result; polling for it");
+            (None, rx)
+        }
+    }
 }
 
 fn write_termination_log(opts: &UploadOptions, line: &str) {
