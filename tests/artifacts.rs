@@ -1099,3 +1099,37 @@ async fn upload_wakes_when_the_result_lands_not_at_its_next_poll() {
         .expect("uploaded");
     assert!(report.manifest.files.iter().any(|f| f.path == "work/out.txt"), "{:?}", report.manifest.files);
 }
+
+/// The controller hears of each job's stored outputs as they are stored,
+/// over one stream, through the real endpoint and registry; a job's own
+/// token cannot follow it (it would learn of other jobs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stored_outputs_are_announced_to_the_operator_only() {
+    use futures::StreamExt;
+    use skill_operator::controller::context::{ArtifactStore, HttpArtifacts};
+    let env = start().await;
+    let (s, body) = env.send(reqwest::Method::GET, "../outputs/stored", Some(&job(NS, UID)), None).await;
+    assert_eq!((s, error_code(&body).as_str()), (403, "forbidden"), "{}", String::from_utf8_lossy(&body));
+    let (s, _) = env.send(reqwest::Method::GET, "../outputs/stored", None, None).await;
+    assert_eq!(s, 401);
+    let store = HttpArtifacts::new(&env.base, KEY);
+    let mut stored = store.follow_stored().await.expect("the operator follows");
+    for uid in [UID, OTHER_UID] {
+        let d = pod_dirs(NS, uid);
+        let result = LaunchResult { outcome: RunOutcome { exit_code: Some(0), ..RunOutcome::default() }, error: None };
+        write_result(&d.result, serde_json::to_vec(&result).unwrap()).unwrap();
+        client::upload(&upload_opts(&env, NS, uid, &d), &no_stop()).await.unwrap().expect("uploaded");
+        let event = tokio::time::timeout(Duration::from_secs(30), stored.next()).await.expect("announced").expect("stream open").unwrap();
+        assert_eq!((event.namespace.as_str(), event.uid.as_str()), (NS, uid));
+    }
+    // A refused upload stores nothing and announces nothing: the next
+    // announcement is the next stored job's.
+    let (s, _) = env.put(&format!("{NS}/{UID}/outputs"), &job(NS, UID), b"not a tar".to_vec()).await;
+    assert_eq!(s, 400);
+    let third = "9a8b7c6d-0000-4000-8000-000000000003";
+    let d = pod_dirs(NS, third);
+    write_result(&d.result, b"{}").unwrap();
+    client::upload(&upload_opts(&env, NS, third, &d), &no_stop()).await.unwrap().expect("uploaded");
+    let event = tokio::time::timeout(Duration::from_secs(30), stored.next()).await.expect("announced").expect("stream open").unwrap();
+    assert_eq!(event.uid, third, "a refused upload was announced");
+}

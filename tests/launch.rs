@@ -129,14 +129,14 @@ fn sigterm_kills_the_scripts_whole_group_at_once_and_the_result_says_cancelled()
 /// as it can; the last append must come before the result was written.
 #[test]
 fn as_pid_1_nothing_the_script_left_outlives_the_result() {
-    if Command::new("bwrap").arg("--version").output().is_err() {
-        println!("SKIPPED: bubblewrap is not installed (it gives the launcher a PID namespace of its own)");
+    let Some(bwrap) = skill_operator::runner::sandbox::detect_bwrap() else {
+        skill_operator::gated::skip("the launcher as PID 1", "bwrap not installed (apt-get install bubblewrap)");
         return;
-    }
+    };
     let t = setup();
     let script = "setsid bash -c 'while :; do echo x >> tick; done' & until [ -s tick ]; do :; done; exit 0";
     let dir = t.path().to_str().unwrap();
-    let status = Command::new("bwrap")
+    let status = Command::new(bwrap)
         .args(["--dev-bind", "/", "/", "--unshare-pid", "--as-pid-1", "--die-with-parent", "--chdir", dir, "--"])
         .arg(BIN)
         .arg("launch")

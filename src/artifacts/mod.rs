@@ -273,6 +273,13 @@ pub const ANNOTATION_JOB: &str = "dev.skill-operator.job";
 /// Annotation on job file sets naming their kind (`inputs`, `outputs`).
 pub const ANNOTATION_KIND: &str = "dev.skill-operator.kind";
 
+/// One line of `GET /v1/outputs/stored`: this job's outputs are stored.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OutputsStored {
+    pub namespace: String,
+    pub uid: String,
+}
+
 /// `GET .../inputs`: the job's input files. `digest` is the set's OCI
 /// manifest digest (pass it as `?set=` when fetching the files); `None` and
 /// no files when nothing was staged.

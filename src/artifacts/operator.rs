@@ -52,7 +52,19 @@ pub trait ArtifactStore: Send + Sync {
     ) -> BoxFuture<'a, Result<Vec<crate::artifacts::SetFile>, ArtifactError>> {
         Box::pin(async { Ok(Vec::new()) })
     }
+    /// Each job's outputs as they are stored, until the stream breaks (the
+    /// caller stops at its first error and follows again). A store that
+    /// cannot tell says [`ArtifactError::Unsupported`].
+    fn follow_stored(&self) -> BoxFuture<'_, Result<StoredStream, ArtifactError>> {
+        Box::pin(async { Err(ArtifactError::Unsupported("follow stored outputs".into())) })
+    }
 }
+
+/// What [`ArtifactStore::follow_stored`] yields.
+pub type StoredStream = futures::stream::BoxStream<'static, Result<crate::artifacts::OutputsStored, ArtifactError>>;
+
+/// The longest line `GET /v1/outputs/stored` sends (a namespace and a UID).
+const STORED_LINE_MAX: usize = 1024;
 
 /// The artifact endpoint over HTTP, with the operator credential.
 pub struct HttpArtifacts {
@@ -254,6 +266,40 @@ impl ArtifactStore for HttpArtifacts {
         Box::pin(async move {
             let url = format!("{}/jobs/{namespace}/{uid}", self.base);
             Self::check(self.http.delete(url).header("Authorization", &self.bearer).send().await, "delete the job's artifacts").await
+        })
+    }
+
+    fn follow_stored(&self) -> BoxFuture<'_, Result<StoredStream, ArtifactError>> {
+        Box::pin(async move {
+            use futures::StreamExt;
+            const WHAT: &str = "follow stored outputs";
+            let url = format!("{}/outputs/stored", self.base);
+            let response = Self::answer(self.http.get(url).header("Authorization", &self.bearer).send().await, WHAT).await?;
+            let chunks = response.bytes_stream();
+            let lines = futures::stream::unfold((chunks, Vec::new()), |(mut chunks, mut buf)| async move {
+                loop {
+                    if let Some(end) = buf.iter().position(|b| *b == b'\n') {
+                        let line: Vec<u8> = buf.drain(..=end).collect();
+                        return Some((Ok(line), (chunks, buf)));
+                    }
+                    if buf.len() > STORED_LINE_MAX {
+                        let e = ArtifactError::Invalid { what: WHAT.into(), detail: format!("a line longer than {STORED_LINE_MAX} bytes") };
+                        return Some((Err(e), (chunks, Vec::new())));
+                    }
+                    match chunks.next().await? {
+                        Ok(bytes) => buf.extend_from_slice(&bytes),
+                        Err(e) => return Some((Err(unreachable(WHAT, &e)), (chunks, Vec::new()))),
+                    }
+                }
+            });
+            // Keep-alive (empty) and `lagged` lines carry no job.
+            let events = lines.filter_map(|line| async move {
+                match line {
+                    Ok(line) => serde_json::from_slice::<crate::artifacts::OutputsStored>(&line).ok().map(Ok),
+                    Err(e) => Some(Err(e)),
+                }
+            });
+            Ok(events.boxed())
         })
     }
 }

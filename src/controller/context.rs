@@ -124,6 +124,8 @@ pub struct Context {
     pub lookups: Arc<super::lookups::Lookups>,
     /// Registry work of preparation ([`super::prepare::NoImages`] unless set).
     pub images: Arc<dyn super::prepare::ImageService>,
+    /// Runs whose outputs the endpoint announced as stored.
+    pub stored: Arc<super::skilljob::StoredHints>,
 }
 
 impl Context {
@@ -145,6 +147,7 @@ impl Context {
             artifacts,
             lookups: Default::default(),
             images: Arc::new(super::prepare::NoImages),
+            stored: Default::default(),
         }
     }
 

@@ -688,3 +688,147 @@ async fn a_look_alike_pod_does_not_end_a_run() {
     assert_eq!(action, kube::runtime::controller::Action::requeue(Duration::from_secs(10)));
     tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
 }
+
+/// The run's pod while its run container still shows as running: the
+/// kubelet has not reported the script's end yet (it does at its next relist).
+fn pod_still_running(owner_uid: &str) -> k8s_openapi::api::core::v1::Pod {
+    let mut pod = pod_after_the_script(owner_uid);
+    let statuses = pod.status.as_mut().unwrap().container_statuses.as_mut().unwrap();
+    statuses[0].state = Some(k8s_openapi::api::core::v1::ContainerState { running: Some(Default::default()), ..Default::default() });
+    pod
+}
+
+#[tokio::test]
+async fn a_run_whose_stored_result_was_announced_is_recorded_before_its_pod_reports_the_end() {
+    // The endpoint announced the stored outputs (the launcher writes its
+    // result only once nothing of the script runs): the verdict needs no
+    // container end from the kubelet.
+    let (plain, mut handle) = context();
+    let ctx = Arc::new(Context { artifacts: Arc::new(StoredOutputs), ..(*plain).clone() });
+    drop(plain);
+    caches_with(&ctx, pod_still_running(JOB_UID));
+    ctx.stored.mark("team", UID);
+    let name = super::builders::job::job_name(UID);
+    let server = tokio::spawn(async move {
+        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
+        let status =
+            expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        let s = &status["status"];
+        assert_eq!(s["phase"], "Succeeded", "{s}");
+        assert_eq!(s["stdout"]["size"], 2621440);
+        let deleted = expect_unordered(&mut handle, 3, |_, _| deleted()).await;
+        assert!(deleted.contains(&("DELETE".to_string(), format!("/apis/batch/v1/namespaces/team/jobs/{name}"))), "{deleted:?}");
+        no_more_calls(&mut handle).await;
+    });
+    let action = skilljob::reconcile(Arc::new(started_skilljob()), ctx.clone()).await.expect("reconcile");
+    assert_eq!(action, kube::runtime::controller::Action::await_change());
+    assert!(!ctx.stored.take("team", UID), "the mark outlived the verdict");
+    drop(ctx);
+    tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn an_announcement_whose_outputs_cannot_be_read_back_decides_nothing() {
+    // Marked, but the store has no outputs for the job (a stale or forged
+    // announcement): the run stays Running until its pod's end says more.
+    let (ctx, mut handle) = context();
+    caches_with(&ctx, pod_still_running(JOB_UID));
+    ctx.stored.mark("team", UID);
+    let server = tokio::spawn(async move {
+        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
+        let status =
+            expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        assert_eq!(status["status"]["phase"], "Running");
+        no_more_calls(&mut handle).await;
+    });
+    let action = skilljob::reconcile(Arc::new(started_skilljob()), ctx).await.expect("reconcile");
+    assert_eq!(action, kube::runtime::controller::Action::requeue(Duration::from_secs(10)));
+    tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn an_unannounced_running_pod_is_not_recorded_even_with_outputs_stored() {
+    // Outputs in the store (the sidecar of a run that is still going could
+    // not have stored them, but a reconcile must not go looking on every
+    // event): without the announcement or the container's end, Running.
+    let (plain, mut handle) = context();
+    let ctx = Arc::new(Context { artifacts: Arc::new(StoredOutputs), ..(*plain).clone() });
+    drop(plain);
+    caches_with(&ctx, pod_still_running(JOB_UID));
+    let server = tokio::spawn(async move {
+        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
+        let status =
+            expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        assert_eq!(status["status"]["phase"], "Running");
+        no_more_calls(&mut handle).await;
+    });
+    let action = skilljob::reconcile(Arc::new(started_skilljob()), ctx).await.expect("reconcile");
+    assert_eq!(action, kube::runtime::controller::Action::requeue(Duration::from_secs(10)));
+    tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
+}
+
+/// Announces a fixed list of stored outputs, then ends its stream.
+struct Announcing(Vec<crate::artifacts::OutputsStored>);
+impl super::context::ArtifactStore for Announcing {
+    fn stage_package<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        _: Vec<u8>,
+    ) -> futures::future::BoxFuture<'a, Result<(), super::context::ArtifactError>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn delete<'a>(&'a self, _: &'a str, _: &'a str) -> futures::future::BoxFuture<'a, Result<(), super::context::ArtifactError>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn outputs<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Option<crate::artifacts::OutputManifest>, super::context::ArtifactError>> {
+        Box::pin(async { Ok(None) })
+    }
+    fn output_file<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        path: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Vec<u8>, super::context::ArtifactError>> {
+        Box::pin(async move { Err(super::context::ArtifactError::Unsupported(path.into())) })
+    }
+    fn follow_stored(
+        &self,
+    ) -> futures::future::BoxFuture<'_, Result<crate::artifacts::operator::StoredStream, super::context::ArtifactError>> {
+        let events = self.0.clone();
+        Box::pin(async move {
+            use futures::StreamExt;
+            // Then the stream breaks: the follower must keep going (it follows again).
+            let broken = super::context::ArtifactError::Unreachable { what: "follow".into(), detail: "reset".into() };
+            Ok(futures::stream::iter(events.into_iter().map(Ok).chain([Err(broken)])).boxed())
+        })
+    }
+}
+
+#[tokio::test]
+async fn announced_runs_wake_their_own_skilljob_only() {
+    use futures::StreamExt;
+    let (plain, _handle) = context();
+    let stored = |ns: &str, uid: &str| crate::artifacts::OutputsStored { namespace: ns.into(), uid: uid.into() };
+    let announced = vec![
+        // Another namespace's job of the same UID, and a UID we have no Job for: nothing.
+        stored("elsewhere", UID),
+        stored("team", "99999999-9999-9999-9999-999999999999"),
+        stored("team", UID),
+    ];
+    let ctx = Arc::new(Context { artifacts: Arc::new(Announcing(announced)), ..(*plain).clone() });
+    drop(plain);
+    caches_with(&ctx, pod_still_running(JOB_UID));
+    let mut wakes = Box::pin(skilljob::follow_stored(ctx.clone()));
+    let first = tokio::time::timeout(Duration::from_secs(5), wakes.next()).await.expect("a wake-up").expect("the stream goes on");
+    assert_eq!((first.name.as_str(), first.namespace.as_deref()), ("report", Some("team")));
+    assert!(ctx.stored.take("team", UID), "the reconcile is not told why it woke");
+    assert!(!ctx.stored.take("elsewhere", UID));
+    // After the break it follows again and hears the same announcements.
+    let again = tokio::time::timeout(Duration::from_secs(5), wakes.next()).await.expect("followed again").expect("the stream goes on");
+    assert_eq!(again.name, "report");
+}

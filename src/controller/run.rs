@@ -457,6 +457,8 @@ pub async fn run_bounded(
             let owner = job.owner_references().iter().find(|o| o.kind == "SkillJob" && o.controller == Some(true))?.name.clone();
             Some(ObjectRef::<SkillJob>::new(&owner).within(&ns))
         })
+        // A run's stored result decides it before its pod's end is reported.
+        .reconcile_on(skilljob::follow_stored(ctx.clone()))
         .graceful_shutdown_on(shutdown.wait_owned())
         .run(skilljob::reconcile, error_policy::<SkillJob>("SkillJob"), ctx.clone())
         .for_each(|_| async {});

@@ -247,6 +247,7 @@ pub(super) async fn put_outputs(
     let count = manifest.files.len();
     let bytes: u64 = manifest.files.iter().map(|f| f.size).sum();
     let set_digest = state.push_set(&ns, &uid, ArtifactKind::Outputs, sp.file, entries).await?;
+    super::events::announce(&state, &ns, &uid);
     Ok(Json(json!({
         "manifestDigest": manifest_digest,
         "setDigest": set_digest,

@@ -18,6 +18,7 @@
 //! GET    /v1/jobs/{ns}/{uid}/outputs               operator      the stored manifest.json bytes
 //! GET    /v1/jobs/{ns}/{uid}/outputs/{*path}       operator      file bytes (result/..., work/..., manifest.json)
 //! DELETE /v1/jobs/{ns}/{uid}                       operator      removes the three tags
+//! GET    /v1/outputs/stored                        operator      NDJSON stream: each job's outputs as they are stored
 //! ```
 //!
 //! Order of checks on every job route: namespace and UID as names (400
@@ -43,6 +44,7 @@
 //! `?set=` pin is honoured only when it equals the digest this replica read.
 
 mod auth;
+mod events;
 mod handlers;
 mod spool;
 
@@ -145,6 +147,10 @@ pub(super) struct Inner {
     validated: Mutex<HashMap<String, SkillConfig>>,
     bounds: crate::listener::Bounds,
     listener_metrics: crate::listener::ListenerMetrics,
+    /// Jobs whose outputs were just stored, for [`events`] followers.
+    stored: tokio::sync::broadcast::Sender<crate::artifacts::OutputsStored>,
+    /// Cancelled at shutdown: ends the streams that would never finish.
+    stop: tokio_util::sync::CancellationToken,
 }
 
 /// Validated package configs kept before the memo is cleared.
@@ -191,6 +197,8 @@ impl AppState {
             validated: Mutex::new(HashMap::new()),
             bounds: cfg.bounds,
             listener_metrics: cfg.listener_metrics,
+            stored: tokio::sync::broadcast::channel(events::BACKLOG).0,
+            stop: tokio_util::sync::CancellationToken::new(),
         })))
     }
 
@@ -329,6 +337,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/jobs/{ns}/{uid}/outputs", get(get_outputs))
         .route("/v1/jobs/{ns}/{uid}/outputs", put(put_outputs).layer(batch))
         .route("/v1/jobs/{ns}/{uid}/outputs/{*path}", get(get_output_file))
+        .route("/v1/outputs/stored", get(events::stored_outputs))
         .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
         .layer(DefaultBodyLimit::max(64 * 1024))
         .with_state(state)
@@ -342,6 +351,12 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let (bounds, metrics) = (state.0.bounds, state.0.listener_metrics.clone());
+    // Graceful shutdown waits for every response to end: the event streams must.
+    let stop = state.0.stop.clone();
+    let shutdown = async move {
+        shutdown.await;
+        stop.cancel();
+    };
     crate::listener::serve(listener, router(state), bounds, metrics, shutdown).await
 }
 

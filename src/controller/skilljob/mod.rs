@@ -22,6 +22,9 @@ mod admit;
 mod children;
 mod observe;
 mod start;
+mod stored;
+
+pub use stored::{follow as follow_stored, StoredHints};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -47,7 +47,14 @@ pub(super) async fn observe(sj: &SkillJob, ctx: &Context, ns: &str, uid: &str, j
     let phase = job_phase(&job);
     if !is_final(phase) {
         if let Some(pod) = ended_run_pod(ctx, ns, &job) {
-            if let Some(action) = ended_early(sj, ctx, ns, uid, &pod, status.clone()).await? {
+            if let Some(action) = ended_early(sj, ctx, ns, uid, Some(&pod), status.clone()).await? {
+                return Ok(action);
+            }
+        } else if ctx.stored.take(ns, uid) {
+            // The endpoint announced the stored result before the kubelet
+            // reported the run container's end.
+            let pod = one_pod(ctx, ns, &job);
+            if let Some(action) = ended_early(sj, ctx, ns, uid, pod.as_ref(), status.clone()).await? {
                 return Ok(action);
             }
         }
@@ -115,34 +122,54 @@ async fn finished(sj: &SkillJob, ctx: &Context, ns: &str, uid: &str, job: &Job, 
     record_verdict(sj, ctx, ns, uid, status, &facts, finished_at).await
 }
 
-/// The Job's one pod, once its run container has ended (its container
-/// state is terminal: the pod restarts nothing), from the pod cache.
-fn ended_run_pod(ctx: &Context, ns: &str, job: &Job) -> Option<Pod> {
+/// The Job's one pod, from the pod cache. Two pods for one run (a retry
+/// nobody asked for): none, and the Job's own end decides.
+fn one_pod(ctx: &Context, ns: &str, job: &Job) -> Option<Pod> {
     let job_uid = job.metadata.uid.as_deref()?;
     let pods = ctx.lookups.cached_pods_of_job(ns, job_uid)?;
-    // Two pods for one run (a retry nobody asked for): the Job's own end decides.
     let [pod] = pods.as_slice() else { return None };
-    run_terminated(pod).is_some().then(|| pod.clone())
+    Some(pod.clone())
 }
 
-/// The run container has ended and the upload sidecar has stored the
-/// outputs: the verdict is recorded now instead of after the kubelet has
-/// stopped the sidecar, reported the pod done and the Job controller the
-/// Job complete (about 2 s on a real node). Safe because the script cannot
-/// outlive its container (its PID namespace ends with the launcher), the
-/// outputs are stored as one set by the sidecar, the only holder of the
-/// job's credential besides fetch, and a result that says the run was
-/// cancelled is never uploaded. `None` while the outputs are not stored
-/// yet: the Job's own end (or the upload a moment later) decides.
-async fn ended_early(sj: &SkillJob, ctx: &Context, ns: &str, uid: &str, pod: &Pod, mut status: SkillJobStatus) -> Result<Option<Action>> {
-    let mut facts = pod_facts(Some(pod));
+/// The Job's one pod, once its run container has ended (its container
+/// state is terminal: the pod restarts nothing).
+fn ended_run_pod(ctx: &Context, ns: &str, job: &Job) -> Option<Pod> {
+    one_pod(ctx, ns, job).filter(|pod| run_terminated(pod).is_some())
+}
+
+/// The run has ended (its container's end reported, or its result stored
+/// and announced) and the upload sidecar has stored the outputs: the
+/// verdict is recorded now instead of after the kubelet has stopped the
+/// sidecar, reported the pod done and the Job controller the Job complete
+/// (about 2 s on a real node). Safe because nothing of the script outlives
+/// the result: the launcher, its container's PID 1, kills whatever is left
+/// in the PID namespace before writing it; the outputs are stored as one
+/// set by the sidecar, the only holder of the job's credential besides
+/// fetch; and a result that says the run was cancelled is never uploaded.
+/// A script that writes a result of its own ends its run early with an
+/// outcome it could have had by exiting: deleting the Job stops it.
+/// `None` while the outputs are not stored yet, or stored without the
+/// launcher's result: the Job's own end (or the upload a moment later) decides.
+async fn ended_early(
+    sj: &SkillJob,
+    ctx: &Context,
+    ns: &str,
+    uid: &str,
+    pod: Option<&Pod>,
+    mut status: SkillJobStatus,
+) -> Result<Option<Action>> {
+    let mut facts = pod_facts(pod);
     record_outputs(ctx, sj, ns, uid, &mut status, &mut facts).await;
+    let ended = pod.and_then(run_terminated);
     if !facts.outputs_stored {
         // The sidecar uploads within a moment of the run's end; its pod
         // event may not come (it stays up until stopped), so look again soon.
-        return Ok(Some(Action::requeue(UPLOAD_POLL)));
+        return Ok(ended.is_some().then(|| Action::requeue(UPLOAD_POLL)));
     }
-    let finished_at = run_terminated(pod).and_then(|t| t.finished_at.clone());
+    if ended.is_none() && facts.launch.is_none() {
+        return Ok(None);
+    }
+    let finished_at = ended.and_then(|t| t.finished_at.clone());
     record_verdict(sj, ctx, ns, uid, status, &facts, finished_at).await.map(Some)
 }
 
@@ -175,6 +202,7 @@ async fn record_verdict(
     }
     set_phase(&mut status, verdict.phase, verdict.reason, message, generation);
     patch_status(ctx, sj, &status).await?;
+    ctx.stored.take(ns, uid);
     // The result is recorded: the Job, its pod, the token Secret and the
     // NetworkPolicy have done their work (and count against quotas).
     children::delete_all(ctx, ns, uid).await?;

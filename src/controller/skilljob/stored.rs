@@ -1,0 +1,90 @@
+//! Runs whose outputs the artifact endpoint has just stored.
+//!
+//! The launcher writes its result only once nothing of the script is left
+//! running, and the upload sidecar stores it at once, so a stored result is
+//! the run's end. Waiting instead for the kubelet to report the run
+//! container's end costs a relist (about half a second on average, up to
+//! one). [`follow`] turns the endpoint's stream of stored outputs into
+//! SkillJob wake-ups and leaves a [`StoredHints`] mark the reconcile reads
+//! ([`super::observe`]). Missed events (a reconnect, a lag) only mean the
+//! slower path decides that run.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use kube::runtime::reflector::ObjectRef;
+
+use crate::api::job::SkillJob;
+use crate::artifacts::OutputsStored;
+use crate::controller::builders::job::job_name;
+use crate::controller::context::{ArtifactError, Context};
+
+/// Marks kept at most; past it the oldest knowledge is dropped (a mark
+/// nobody takes belongs to a run that ended another way).
+const MAX_HINTS: usize = 10_000;
+/// The wait before following again after the stream broke, doubled up to the cap.
+const RETRY_FIRST: Duration = Duration::from_millis(500);
+const RETRY_CAP: Duration = Duration::from_secs(30);
+
+/// Jobs (namespace, UID) whose outputs were announced as stored.
+#[derive(Debug, Default)]
+pub struct StoredHints(Mutex<HashSet<(String, String)>>);
+
+impl StoredHints {
+    pub fn mark(&self, ns: &str, uid: &str) {
+        let mut set = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if set.len() >= MAX_HINTS {
+            set.clear();
+        }
+        set.insert((ns.to_string(), uid.to_string()));
+    }
+
+    /// Whether the job's outputs were announced, forgetting the mark.
+    pub fn take(&self, ns: &str, uid: &str) -> bool {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(&(ns.to_string(), uid.to_string()))
+    }
+}
+
+/// SkillJobs to reconcile, one per announced run of ours, following the
+/// endpoint again whenever the stream breaks. Ends only when the store
+/// cannot announce anything.
+pub fn follow(ctx: Arc<Context>) -> impl Stream<Item = ObjectRef<SkillJob>> + Send + 'static {
+    futures::stream::unfold((ctx, RETRY_FIRST), |(ctx, retry)| async move {
+        match ctx.artifacts.follow_stored().await {
+            Err(ArtifactError::Unsupported(_)) => None,
+            Err(err) => {
+                tracing::debug!(%err, ?retry, "cannot follow stored outputs; the pods' reported ends decide meanwhile");
+                tokio::time::sleep(retry).await;
+                Some((futures::stream::empty().boxed(), (ctx, (retry * 2).min(RETRY_CAP))))
+            }
+            Ok(events) => {
+                let waker = ctx.clone();
+                let wakes = events
+                    .take_while(|e| {
+                        if let Err(err) = e {
+                            tracing::debug!(%err, "the stored-outputs stream broke; following again");
+                        }
+                        std::future::ready(e.is_ok())
+                    })
+                    .filter_map(move |e| std::future::ready(e.ok().and_then(|stored| wake(&waker, &stored))))
+                    .boxed();
+                Some((wakes, (ctx, RETRY_FIRST)))
+            }
+        }
+    })
+    .flatten()
+}
+
+/// The SkillJob a stored run belongs to, through its Job in the cache (the
+/// endpoint knows jobs by UID only), marked for its reconcile.
+fn wake(ctx: &Context, stored: &OutputsStored) -> Option<ObjectRef<SkillJob>> {
+    let job = ctx.lookups.cached_job(&stored.namespace, &job_name(&stored.uid))?;
+    let owner = job.metadata.owner_references.iter().flatten().find(|o| o.kind == "SkillJob" && o.controller == Some(true))?;
+    if owner.uid != stored.uid {
+        return None;
+    }
+    ctx.stored.mark(&stored.namespace, &stored.uid);
+    Some(ObjectRef::<SkillJob>::new(&owner.name).within(&stored.namespace))
+}
