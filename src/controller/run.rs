@@ -433,9 +433,10 @@ pub async fn run_bounded(
             .default_backoff()
             .touched_objects();
     // Pods of runs: their events wake the SkillJob (through the owning Job
-    // in the cache: pod labels are the creator's to write), so the verdict
-    // follows the run container's end instead of the Job's completion, and
-    // a run with egress records its address before the script starts.
+    // in the cache: pod labels are the creator's to write), so without an
+    // announced result the verdict follows the run container's end instead
+    // of the Job's completion, and a run with egress records its address
+    // before the script starts.
     let (pod_store, pod_writer) = reflector::store::<Pod>();
     ctx.lookups.set_pod_store(pod_store);
     let run_pods = reflector(
