@@ -51,13 +51,16 @@ impl StoredHints {
 /// endpoint again whenever the stream breaks. Ends only when the store
 /// cannot announce anything.
 pub fn follow(ctx: Arc<Context>) -> impl Stream<Item = ObjectRef<SkillJob>> + Send + 'static {
-    futures::stream::unfold((ctx, RETRY_FIRST), |(ctx, retry)| async move {
+    // `pause`: none before the first attempt; after a stream that ended,
+    // the first retry's, so an endpoint that ends streams at once is not
+    // asked again in a tight loop.
+    futures::stream::unfold((ctx, RETRY_FIRST, Duration::ZERO), |(ctx, retry, pause)| async move {
+        tokio::time::sleep(pause).await;
         match ctx.artifacts.follow_stored().await {
             Err(ArtifactError::Unsupported(_)) => None,
             Err(err) => {
                 tracing::debug!(%err, ?retry, "cannot follow stored outputs; the pods' reported ends decide meanwhile");
-                tokio::time::sleep(retry).await;
-                Some((futures::stream::empty().boxed(), (ctx, (retry * 2).min(RETRY_CAP))))
+                Some((futures::stream::empty().boxed(), (ctx, (retry * 2).min(RETRY_CAP), retry)))
             }
             Ok(events) => {
                 let waker = ctx.clone();
@@ -70,7 +73,7 @@ pub fn follow(ctx: Arc<Context>) -> impl Stream<Item = ObjectRef<SkillJob>> + Se
                     })
                     .filter_map(move |e| std::future::ready(e.ok().and_then(|stored| wake(&waker, &stored))))
                     .boxed();
-                Some((wakes, (ctx, RETRY_FIRST)))
+                Some((wakes, (ctx, RETRY_FIRST, RETRY_FIRST)))
             }
         }
     })
