@@ -128,12 +128,37 @@ pub struct EgressRule {
     pub to_ports: Vec<PortRule>,
 }
 
-/// `{matchName: ...}` or `{matchPattern: ...}`.
+/// `{matchName: ...}` or `{matchPattern: ...}` (a map in YAML as in JSON,
+/// hence untagged struct variants rather than a tagged enum).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(untagged)]
 pub enum FqdnSelector {
-    MatchName(String),
-    MatchPattern(String),
+    MatchName {
+        #[serde(rename = "matchName")]
+        match_name: String,
+    },
+    MatchPattern {
+        #[serde(rename = "matchPattern")]
+        match_pattern: String,
+    },
+}
+
+impl FqdnSelector {
+    pub fn name(name: impl Into<String>) -> Self {
+        FqdnSelector::MatchName { match_name: name.into() }
+    }
+
+    pub fn pattern(pattern: impl Into<String>) -> Self {
+        FqdnSelector::MatchPattern { match_pattern: pattern.into() }
+    }
+
+    /// The name or the pattern.
+    pub fn text(&self) -> &str {
+        match self {
+            FqdnSelector::MatchName { match_name } => match_name,
+            FqdnSelector::MatchPattern { match_pattern } => match_pattern,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -182,11 +207,11 @@ enum Peer {
 fn peer_of(host: &HostPattern) -> Result<Peer, CiliumError> {
     let invalid = || CiliumError::InvalidHost(host.to_string());
     match host {
-        HostPattern::Exact(name) if is_dns1123_subdomain(name) => Ok(Peer::Fqdn(FqdnSelector::MatchName(name.clone()))),
+        HostPattern::Exact(name) if is_dns1123_subdomain(name) => Ok(Peer::Fqdn(FqdnSelector::name(name.clone()))),
         // At least two labels under the wildcard, as the allowlist requires:
         // `**.com` would be every name of a top-level domain.
         HostPattern::Suffix(suffix) if is_dns1123_subdomain(suffix) && suffix.contains('.') => {
-            Ok(Peer::Fqdn(FqdnSelector::MatchPattern(format!("**.{suffix}"))))
+            Ok(Peer::Fqdn(FqdnSelector::pattern(format!("**.{suffix}"))))
         }
         HostPattern::Ip(ip) if !ip.is_unspecified() => Ok(Peer::Cidr(match ip {
             IpAddr::V4(v4) => format!("{v4}/32"),
@@ -216,10 +241,7 @@ fn dns_rule(p: &CiliumParams) -> EgressRule {
         to_endpoints: Some(vec![Selector { match_labels: labels }]),
         to_fqdns: None,
         to_cidr: None,
-        to_ports: vec![PortRule {
-            ports: vec![port("UDP"), port("TCP")],
-            rules: Some(L7Rules { dns: vec![FqdnSelector::MatchPattern("*".into())] }),
-        }],
+        to_ports: vec![PortRule { ports: vec![port("UDP"), port("TCP")], rules: Some(L7Rules { dns: vec![FqdnSelector::pattern("*")] }) }],
     }
 }
 
