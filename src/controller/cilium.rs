@@ -230,7 +230,9 @@ pub async fn sync(ctx: &Context, leaving: Option<&str>) -> Option<Duration> {
             ctx.metrics.cilium_state(ok_state, if render_error.is_some() { 0 } else { hosts });
             None
         }
-        Err(kube::Error::Api(status)) if status.is_not_found() => {
+        // An API group that is not served answers a plain-text 404, whose
+        // reason kube cannot parse: the code is what tells.
+        Err(kube::Error::Api(status)) if status.is_not_found() || status.code == 404 => {
             let namespace_missing = status.details.as_ref().is_some_and(|d| d.kind == "namespaces");
             let missing = if namespace_missing { PolicyState::NamespaceMissing } else { PolicyState::CrdMissing };
             let before = state.missing_until.map(|(s, _)| s);
