@@ -191,7 +191,7 @@ check "checks (values-all.yaml)" rendered all \
   --expect controller-arg=--egress-proxy=10.96.100.11:3128 \
   --expect controller-arg=--network-policy=enforced \
   --expect controller-arg=--egress-cilium-fqdn-policy \
-  --expect "controller-arg=--egress-cilium-policy-name=$RELEASE-skill-operator-egress-proxy" \
+  --expect "controller-arg=--egress-cilium-policy-name=$RELEASE-skills-egress-proxy" \
   --expect controller-arg=--egress-cilium-dns-namespace=kube-system \
   --expect controller-arg=--egress-cilium-dns-pod-label=k8s-app=kube-dns \
   --expect nsrule=controller-cilium:cilium.io:ciliumnetworkpolicies:get+list+watch+create+patch+delete \
