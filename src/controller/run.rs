@@ -510,3 +510,54 @@ pub async fn run_bounded(
     served?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[arg(long, default_value = "skill-system")]
+        operator_namespace: String,
+        #[command(flatten)]
+        egress: EgressArgs,
+    }
+
+    async fn target(args: &[&str]) -> anyhow::Result<Option<super::super::context::EgressProxyTarget>> {
+        let flags = Flags::try_parse_from(std::iter::once("controller").chain(args.iter().copied()))?;
+        egress_target(&flags.egress, &flags.operator_namespace).await
+    }
+
+    const PROXY: [&str; 2] = ["--egress-proxy=10.0.0.60:3128", "--egress-proxy-pod-label=app=proxy"];
+
+    #[tokio::test]
+    async fn the_cilium_policy_is_off_unless_asked_and_needs_the_proxy() {
+        let off = target(&PROXY).await.unwrap().unwrap();
+        assert_eq!(off.cilium_fqdn_policy, None, "off by default");
+
+        let err = target(&["--egress-cilium-fqdn-policy"]).await.unwrap_err();
+        assert!(err.to_string().contains("--egress-proxy"), "{err}");
+
+        let on = target(&[PROXY[0], PROXY[1], "--egress-cilium-fqdn-policy"]).await.unwrap().unwrap();
+        assert_eq!(on.cilium_fqdn_policy, Some(super::super::cilium::CiliumPolicyConfig::default()));
+
+        let named = target(&[
+            PROXY[0],
+            PROXY[1],
+            "--egress-cilium-fqdn-policy",
+            "--egress-cilium-policy-name=rel-egress-proxy",
+            "--egress-cilium-dns-namespace=dns",
+            "--egress-cilium-dns-pod-label=app=coredns",
+        ])
+        .await
+        .unwrap()
+        .unwrap();
+        let config = named.cilium_fqdn_policy.unwrap();
+        assert_eq!(
+            (config.name.as_str(), config.dns_namespace.as_str(), config.dns_pod_labels),
+            ("rel-egress-proxy", "dns", std::collections::BTreeMap::from([("app".to_string(), "coredns".to_string())]))
+        );
+    }
+}
