@@ -26,7 +26,7 @@ pub enum Command {
     #[command(subcommand)]
     Package(PackageCommand),
     /// Run the Kubernetes controller (SkillPackage, SkillBinding, SkillJob).
-    Controller(crate::controller::run::ControllerArgs),
+    Controller(Box<crate::controller::run::ControllerArgs>),
     /// The in-cluster MCP gateway: /mcp/<namespace> serves the skills bound there; skill_run becomes a SkillJob.
     Gateway(Box<crate::gateway::server::GatewayArgs>),
     /// In-pod init container: download the job's package and inputs, copy this binary for the launcher.
@@ -64,7 +64,7 @@ pub async fn run(cli: Cli, shutdown: Shutdown) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve(args) => crate::serve::run(args, shutdown).await?,
         Command::Package(PackageCommand::Push(args)) => crate::oci::publish::push(args).await?,
-        Command::Controller(args) => crate::controller::run::command(args, shutdown).await?,
+        Command::Controller(args) => crate::controller::run::command(*args, shutdown).await?,
         Command::Gateway(args) => crate::gateway::server::command(*args, shutdown).await?,
         Command::Fetch(args) => crate::artifacts::client::fetch_command(args).await?,
         Command::Upload(args) => crate::artifacts::client::upload_command(args, shutdown).await?,

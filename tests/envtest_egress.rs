@@ -71,6 +71,7 @@ async fn a_run_reaches_its_allowed_host_from_its_own_pod_only() {
             namespace: "skill-system".into(),
             pod_labels: BTreeMap::from([("app.kubernetes.io/component".to_string(), "egress-proxy".to_string())]),
             pod_port: 3128,
+            cilium_fqdn_policy: None,
         });
         c.network_policy = NetworkPolicyEnforcement::NotEnforced;
     });

@@ -109,6 +109,10 @@ pub struct EgressProxyTarget {
     pub namespace: String,
     pub pod_labels: std::collections::BTreeMap<String, String>,
     pub pod_port: u16,
+    /// The proxy pods' own CiliumNetworkPolicy (`--egress-cilium-fqdn-policy`,
+    /// off: `None`). Here because it selects these pods: it cannot be on
+    /// without a proxy.
+    pub cilium_fqdn_policy: Option<super::cilium::CiliumPolicyConfig>,
 }
 
 /// Shared reconciler state.
@@ -126,6 +130,8 @@ pub struct Context {
     pub images: Arc<dyn super::prepare::ImageService>,
     /// Runs whose outputs the endpoint announced as stored.
     pub stored: Arc<super::skilljob::StoredHints>,
+    /// The egress proxy's CiliumNetworkPolicy, last applied (when it is on).
+    pub cilium: Arc<super::cilium::CiliumSync>,
 }
 
 impl Context {
@@ -148,6 +154,7 @@ impl Context {
             lookups: Default::default(),
             images: Arc::new(super::prepare::NoImages),
             stored: Default::default(),
+            cilium: Default::default(),
         }
     }
 

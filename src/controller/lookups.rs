@@ -123,6 +123,23 @@ impl Lookups {
         store.state().iter().filter(|b| b.spec.package == package).map(|b| ObjectRef::from_obj(b.as_ref())).collect()
     }
 
+    /// Every cached package, once the cache holds the API server's first
+    /// full list (before that it may hold none of them); `None` without a cache.
+    pub async fn all_packages(&self) -> Option<Vec<std::sync::Arc<SkillPackage>>> {
+        let packages = self.packages.get()?;
+        packages.wait_until_ready().await.ok()?;
+        // Whether a deleting package is still bound is read from the bindings cache.
+        if let Some(bindings) = self.bindings.get() {
+            bindings.wait_until_ready().await.ok()?;
+        }
+        Some(packages.state())
+    }
+
+    /// Whether any binding uses `package`, per the cache (false without one).
+    pub fn package_is_bound(&self, package: &str) -> bool {
+        !self.bindings_of_package(package).is_empty()
+    }
+
     /// Whether the binding is being deleted, per the cache (false when unknown).
     pub fn binding_is_deleting(&self, ns: &str, name: &str) -> bool {
         cached(&self.bindings, ObjectRef::new(name).within(ns)).is_some_and(|b| b.metadata.deletion_timestamp.is_some())

@@ -5,12 +5,18 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabel {
     pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabel {
+    pub state: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -26,6 +32,11 @@ pub struct Metrics {
     pub failures: Family<ErrorLabel, Counter>,
     pub duration: Family<KindLabel, Histogram>,
     pub jobs_created: Counter,
+    /// The egress proxy's CiliumNetworkPolicy: 1 on the state the last
+    /// attempt left, 0 on the others (no series while the policy is off).
+    pub cilium_policy: Family<StateLabel, Gauge>,
+    /// Host entries in the applied CiliumNetworkPolicy.
+    pub cilium_policy_hosts: Gauge,
     /// The metrics endpoint's own listener ([`crate::listener`]).
     pub listener: crate::listener::ListenerMetrics,
 }
@@ -43,9 +54,17 @@ impl Default for Metrics {
         registry.register("reconcile_failures", "Failed reconciles by kind and error", failures.clone());
         registry.register("reconcile_duration_seconds", "Reconcile duration by kind", duration.clone());
         registry.register("jobs_created", "Kubernetes Jobs created for SkillJobs", jobs_created.clone());
+        let cilium_policy = Family::<StateLabel, Gauge>::default();
+        let cilium_policy_hosts = Gauge::default();
+        registry.register(
+            "egress_cilium_policy",
+            "The egress proxy's CiliumNetworkPolicy: 1 on the current state (applied, crd_missing, namespace_missing, invalid, failed)",
+            cilium_policy.clone(),
+        );
+        registry.register("egress_cilium_policy_hosts", "Host entries in the applied CiliumNetworkPolicy", cilium_policy_hosts.clone());
         let listener = crate::listener::ListenerMetrics::default();
         listener.register(&mut registry);
-        Metrics { registry, reconciles, failures, duration, jobs_created, listener }
+        Metrics { registry, reconciles, failures, duration, jobs_created, cilium_policy, cilium_policy_hosts, listener }
     }
 }
 
@@ -58,6 +77,14 @@ impl Metrics {
 
     pub fn failed(&self, kind: &str, error: &str) {
         self.failures.get_or_create(&ErrorLabel { kind: kind.into(), error: error.into() }).inc();
+    }
+
+    /// Record what the last CiliumNetworkPolicy attempt left.
+    pub fn cilium_state(&self, state: super::cilium::PolicyState, hosts: usize) {
+        for s in super::cilium::PolicyState::ALL {
+            self.cilium_policy.get_or_create(&StateLabel { state: s.label().into() }).set(i64::from(s == state));
+        }
+        self.cilium_policy_hosts.set(i64::try_from(hosts).unwrap_or(i64::MAX));
     }
 
     /// The OpenMetrics text exposition.

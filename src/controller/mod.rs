@@ -4,6 +4,7 @@
 
 pub mod binding;
 pub mod builders;
+pub mod cilium;
 pub mod context;
 pub mod decide;
 pub mod egress;

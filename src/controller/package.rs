@@ -37,12 +37,15 @@ pub async fn reconcile(pkg: Arc<SkillPackage>, ctx: Arc<Context>) -> Result<Acti
 }
 
 async fn apply(pkg: &SkillPackage, ctx: &Context) -> Result<Action> {
+    // The egress proxy's CiliumNetworkPolicy follows every package's allowed
+    // hosts (only with --egress-cilium-fqdn-policy; a no-op when unchanged).
+    let cilium_retry = super::cilium::sync(ctx, None).await.unwrap_or(Duration::MAX);
     let generation = pkg.metadata.generation;
     let already = pkg.status.as_ref().is_some_and(|s| s.observed_generation == generation && s.digest.is_some());
     let prepare = pkg.wants_preparation();
     if already && !prepare {
         // Pinned and checked for this generation: nothing to fetch again.
-        return Ok(Action::requeue(Duration::from_secs(600)));
+        return Ok(Action::requeue(Duration::from_secs(600).min(cilium_retry)));
     }
     let (mut status, mut next) = if already {
         // Resolved for this generation; only the preparation moves on.
@@ -67,7 +70,7 @@ async fn apply(pkg: &SkillPackage, ctx: &Context) -> Result<Action> {
         let api: Api<SkillPackage> = Api::all(ctx.client.clone());
         apply_status(&api, &pkg.name_any(), &status).await?;
     }
-    Ok(Action::requeue(next))
+    Ok(Action::requeue(next.min(cilium_retry)))
 }
 
 /// Whether the profile itself allows runs: Ready, or held back only by the
@@ -139,6 +142,9 @@ async fn cleanup(pkg: &SkillPackage, ctx: &Context) -> Result<Action> {
         .map(|b| format!("{}/{}", b.namespace().unwrap_or_default(), b.name_any()))
         .collect();
     if users.is_empty() {
+        // Its hosts leave the proxy's CiliumNetworkPolicy now: nothing
+        // reconciles a package once it is gone.
+        super::cilium::sync(ctx, Some(&pkg.name_any())).await;
         return Ok(Action::await_change());
     }
     let message = format!("deletion waits: bound by {}; delete those SkillBindings first", users.join(", "));

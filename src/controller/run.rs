@@ -126,6 +126,18 @@ pub struct EgressArgs {
     /// Whether the cluster's CNI enforces NetworkPolicy; every SkillJob shows it as its NetworkPolicyEnforced condition.
     #[arg(long, value_enum, default_value = "unknown")]
     pub network_policy: super::egress::NetworkPolicyEnforcement,
+    /// Also keep a CiliumNetworkPolicy on the proxy pods: toFQDNs for the union of every SkillPackage's allowed hosts, on their ports, and DNS. Needs Cilium with its DNS proxy; off by default.
+    #[arg(long, requires = "egress_proxy")]
+    pub egress_cilium_fqdn_policy: bool,
+    /// Name of that CiliumNetworkPolicy (in the proxy's namespace).
+    #[arg(long, value_name = "NAME", default_value = super::cilium::DEFAULT_NAME)]
+    pub egress_cilium_policy_name: String,
+    /// Namespace of the cluster DNS pods the proxy asks (the policy's DNS peer).
+    #[arg(long, value_name = "NS", default_value = "kube-system")]
+    pub egress_cilium_dns_namespace: String,
+    /// Labels of those DNS pods, `key=value` (repeatable; default k8s-app=kube-dns).
+    #[arg(long = "egress-cilium-dns-pod-label", value_name = "KEY=VALUE")]
+    pub egress_cilium_dns_pod_labels: Vec<String>,
 }
 
 fn label_pairs(flag: &str, pairs: &[String]) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
@@ -147,11 +159,26 @@ async fn egress_target(a: &EgressArgs, operator_namespace: &str) -> anyhow::Resu
         .with_context(|| format!("--egress-proxy {proxy:?} has no address"))?;
     let pod_labels = label_pairs("--egress-proxy-pod-label", &a.egress_proxy_pod_labels)?;
     anyhow::ensure!(!pod_labels.is_empty(), "--egress-proxy needs --egress-proxy-pod-label (the NetworkPolicy peer of runs with egress)");
+    let cilium_fqdn_policy = match a.egress_cilium_fqdn_policy {
+        false => None,
+        true => {
+            let mut config = super::cilium::CiliumPolicyConfig {
+                name: a.egress_cilium_policy_name.clone(),
+                dns_namespace: a.egress_cilium_dns_namespace.clone(),
+                ..Default::default()
+            };
+            if !a.egress_cilium_dns_pod_labels.is_empty() {
+                config.dns_pod_labels = label_pairs("--egress-cilium-dns-pod-label", &a.egress_cilium_dns_pod_labels)?;
+            }
+            Some(config)
+        }
+    };
     Ok(Some(super::context::EgressProxyTarget {
         address: addr.to_string(),
         namespace: a.egress_proxy_namespace.clone().unwrap_or_else(|| operator_namespace.to_string()),
         pod_labels,
         pod_port: a.egress_proxy_pod_port.unwrap_or(addr.port()),
+        cilium_fqdn_policy,
     }))
 }
 
@@ -464,10 +491,74 @@ pub async fn run_bounded(
         .run(skilljob::reconcile, error_policy::<SkillJob>("SkillJob"), ctx.clone())
         .for_each(|_| async {});
 
+    // The proxy's CiliumNetworkPolicy once at start, packages or not (with
+    // none it allows DNS only), so a cluster without the resource says so now.
+    let cilium = {
+        let ctx = ctx.clone();
+        let stop = shutdown.wait_owned();
+        async move {
+            tokio::select! {
+                _ = super::cilium::sync(&ctx, None) => {}
+                _ = stop => {}
+            }
+        }
+    };
+
     let listener = crate::listener::bind(listen)?;
     tracing::info!(%listen, "metrics and health endpoints up");
     let server = serve_web(listener, ctx.metrics.clone(), bounds, shutdown.wait_owned());
-    let (_, _, _, served) = tokio::join!(packages, bindings, jobs, server);
+    let (_, _, _, _, served) = tokio::join!(packages, bindings, jobs, cilium, server);
     served?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[arg(long, default_value = "skill-system")]
+        operator_namespace: String,
+        #[command(flatten)]
+        egress: EgressArgs,
+    }
+
+    async fn target(args: &[&str]) -> anyhow::Result<Option<super::super::context::EgressProxyTarget>> {
+        let flags = Flags::try_parse_from(std::iter::once("controller").chain(args.iter().copied()))?;
+        egress_target(&flags.egress, &flags.operator_namespace).await
+    }
+
+    const PROXY: [&str; 2] = ["--egress-proxy=10.0.0.60:3128", "--egress-proxy-pod-label=app=proxy"];
+
+    #[tokio::test]
+    async fn the_cilium_policy_is_off_unless_asked_and_needs_the_proxy() {
+        let off = target(&PROXY).await.unwrap().unwrap();
+        assert_eq!(off.cilium_fqdn_policy, None, "off by default");
+
+        let err = target(&["--egress-cilium-fqdn-policy"]).await.unwrap_err();
+        assert!(err.to_string().contains("--egress-proxy"), "{err}");
+
+        let on = target(&[PROXY[0], PROXY[1], "--egress-cilium-fqdn-policy"]).await.unwrap().unwrap();
+        assert_eq!(on.cilium_fqdn_policy, Some(super::super::cilium::CiliumPolicyConfig::default()));
+
+        let named = target(&[
+            PROXY[0],
+            PROXY[1],
+            "--egress-cilium-fqdn-policy",
+            "--egress-cilium-policy-name=rel-egress-proxy",
+            "--egress-cilium-dns-namespace=dns",
+            "--egress-cilium-dns-pod-label=app=coredns",
+        ])
+        .await
+        .unwrap()
+        .unwrap();
+        let config = named.cilium_fqdn_policy.unwrap();
+        assert_eq!(
+            (config.name.as_str(), config.dns_namespace.as_str(), config.dns_pod_labels),
+            ("rel-egress-proxy", "dns", std::collections::BTreeMap::from([("app".to_string(), "coredns".to_string())]))
+        );
+    }
 }

@@ -153,6 +153,21 @@ pub const BUILD_TTL_SECS: i32 = 3600;
 /// Prepared images whose package annotation a controller remembers having
 /// checked (the check before a run is one registry GET per new image).
 pub const VERIFIED_IMAGES_KEPT: usize = 1024;
+// ---- the egress proxy's CiliumNetworkPolicy (--egress-cilium-fqdn-policy) --
+
+/// Host entries (names, wildcards, IPs) the union of every SkillPackage's
+/// `runtime.allowedEgress` may hold in the policy; past it the policy allows
+/// DNS only (fail closed) and the controller says why.
+pub const CILIUM_FQDN_MAX_HOSTS: usize = 1_000;
+/// Ports in one Cilium PortRule (the CRD schema's `maxItems`).
+pub const CILIUM_PORTS_PER_RULE: usize = 40;
+/// After the API server answered that the CiliumNetworkPolicy resource is
+/// not there, how long before the controller tries again.
+pub const CILIUM_CRD_RECHECK: Duration = Duration::from_secs(300);
+/// An applied policy is applied again after this long even when nothing
+/// changed, so an edit or deletion by someone else does not last.
+pub const CILIUM_REAPPLY: Duration = Duration::from_secs(600);
+
 // ---- the HTTP endpoint ----------------------------------------------------
 
 /// MCP sessions (2025-11-25 and older) held at once; past it the oldest

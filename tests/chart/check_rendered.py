@@ -237,6 +237,37 @@ def _(objs, value):
     return [] if not verbs else [f"no ClusterRole *-{role}"]
 
 
+@expect("nsrule")
+def _(objs, value):
+    # role-suffix:apiGroup:resource:verb1+verb2 on a namespaced Role (exact
+    # verb set); no verbs: neither any Role nor any ClusterRole grants it.
+    role, group, resource, verbs = value.split(":")
+    roles = [o for o in objs if o["kind"] in ("Role", "ClusterRole")]
+    granted = [(o["kind"], o["metadata"]["name"], sorted(r["verbs"])) for o in roles for r in o.get("rules") or []
+               if group in r["apiGroups"] and resource in r["resources"]]
+    if not verbs:
+        return [f"{kind} {name} grants {group}/{resource} {v}" for kind, name, v in granted]
+    want = sorted(verbs.split("+"))
+    mine = [v for kind, name, v in granted if kind == "Role" and name.endswith(f"-{role}")]
+    out = [] if mine == [want] else [f"Role *-{role}: {group}/{resource} verbs {mine}, want [{want}]"]
+    out += [f"{kind} {name} also grants {group}/{resource} {v}" for kind, name, v in granted
+            if not (kind == "Role" and name.endswith(f"-{role}"))]
+    return out
+
+
+@expect("proxy-internet")
+def _(objs, value):
+    # present: the proxy's NetworkPolicy has its internet (0.0.0.0/0) rule;
+    # absent: it has none (the CiliumNetworkPolicy is its way out).
+    policies = [o for o in objs if o["kind"] == "NetworkPolicy"
+                and (o["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "egress-proxy"]
+    if len(policies) != 1:
+        return [f"{len(policies)} egress-proxy NetworkPolicies, want 1"]
+    blocks = [p["ipBlock"]["cidr"] for r in policies[0]["spec"].get("egress") or [] for p in r.get("to") or [] if "ipBlock" in p]
+    internet = any(b in ("0.0.0.0/0", "::/0") for b in blocks)
+    return [] if internet == (value == "present") else [f"internet rule {'missing' if value == 'present' else 'present'}: {blocks}"]
+
+
 @expect("token-key-secret")
 def _(objs, value):
     out = []

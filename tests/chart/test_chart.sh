@@ -155,6 +155,8 @@ check "checks (values-min.yaml)" rendered min \
   --expect "controller-arg=--egress-proxy=$RELEASE-skill-operator-egress-proxy.$NS.svc:3128" \
   --expect controller-arg=--network-policy=unknown \
   --expect controller-arg=--egress-proxy-pod-port=3128 \
+  --expect no-controller-arg=--egress-cilium --expect nsrule=controller-cilium:cilium.io:ciliumnetworkpolicies: \
+  --expect proxy-internet=present \
   --expect rule=controller:skill-operator.dev:skilljobs/status:get+patch+update \
   --expect rule=controller:skill-operator.dev:skilljobs/finalizers:update \
   --expect rule=controller:batch:jobs:get+list+watch+create+delete \
@@ -188,6 +190,12 @@ check "checks (values-all.yaml)" rendered all \
   --expect kinds=ClusterRole,ClusterRoleBinding,CustomResourceDefinition,Deployment,NetworkPolicy,PodDisruptionBudget,Role,RoleBinding,Service,ServiceAccount,ServiceMonitor \
   --expect controller-arg=--egress-proxy=10.96.100.11:3128 \
   --expect controller-arg=--network-policy=enforced \
+  --expect controller-arg=--egress-cilium-fqdn-policy \
+  --expect "controller-arg=--egress-cilium-policy-name=$RELEASE-skills-egress-proxy" \
+  --expect controller-arg=--egress-cilium-dns-namespace=kube-system \
+  --expect controller-arg=--egress-cilium-dns-pod-label=k8s-app=kube-dns \
+  --expect nsrule=controller-cilium:cilium.io:ciliumnetworkpolicies:get+list+watch+create+patch+delete \
+  --expect proxy-internet=absent \
   --expect image-digest=$D1 \
   --expect pull-secret=regcred \
   --expect controller-arg=--label-namespaces \
@@ -216,7 +224,8 @@ check "checks (values-all.yaml)" rendered all \
 check "checks (gateway on, artifacts without API access)" rendered variant \
   --expect kinds=ClusterRole,ClusterRoleBinding,Deployment,NetworkPolicy,PodDisruptionBudget,Role,RoleBinding,Secret,Service,ServiceAccount \
   --expect rule=artifacts:skill-operator.dev:skilljobs: \
-  --expect no-controller-arg=--egress-proxy \
+  --expect no-controller-arg=--egress-proxy --expect no-controller-arg=--egress-cilium \
+  --expect nsrule=controller-cilium:cilium.io:ciliumnetworkpolicies: \
   --expect controller-arg=--operator-image=ghcr.io/example/skill-operator:1.2.3
 check "checks (gateway off)" rendered gw-off --expect gateway=absent \
   --expect kinds=ClusterRole,ClusterRoleBinding,CustomResourceDefinition,Deployment,NetworkPolicy,Secret,Service,ServiceAccount
@@ -236,7 +245,7 @@ by = lambda kind, suffix: next(o for o in objs if o["kind"] == kind and o["metad
 exec(stmt)
 yaml.safe_dump_all(objs, open(dst, "w"), sort_keys=False)
 PY
-  rendered "altered-$1"
+  rendered "altered-$1" "${@:4}"
 }
 check_fails "gateway checks refuse a Secrets rule in the gateway ClusterRole" "FAIL gateway-rbac: ClusterRole: get on ''/secrets" \
   altered secrets min 'by("ClusterRole", "-gateway")["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})'
@@ -268,6 +277,20 @@ check_fails "gateway checks refuse a writable token key mount" "FAIL gateway-pod
   altered rw-key min 'next(m for m in by("Deployment", "-gateway")["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] if m["name"] == "token-key")["readOnly"] = False'
 check_fails "restricted check refuses a gateway container allowing privilege escalation" "FAIL restricted: .*gateway.*allowPrivilegeEscalation" \
   altered escalation min 'by("Deployment", "-gateway")["spec"]["template"]["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = True'
+# The egress proxy's CiliumNetworkPolicy (egressProxy.ciliumFqdnPolicy, on in
+# values-all.yaml): its RBAC is exactly the Role's, and the checks see a wider one.
+check_fails "cilium RBAC check refuses an extra verb (update ciliumnetworkpolicies)" "FAIL expect nsrule=.*verbs" \
+  altered cilium-update all 'by("Role", "-controller-cilium")["rules"][0]["verbs"].append("update")' \
+  --expect nsrule=controller-cilium:cilium.io:ciliumnetworkpolicies:get+list+watch+create+patch+delete
+check_fails "cilium RBAC check refuses ciliumnetworkpolicies in the controller's ClusterRole" "FAIL expect nsrule=.*ClusterRole" \
+  altered cilium-cluster all 'by("ClusterRole", "-controller")["rules"].append({"apiGroups": ["cilium.io"], "resources": ["ciliumnetworkpolicies"], "verbs": ["get"]})' \
+  --expect nsrule=controller-cilium:cilium.io:ciliumnetworkpolicies:get+list+watch+create+patch+delete
+check_fails "proxy-internet check sees an internet rule left beside the CiliumNetworkPolicy" "FAIL expect proxy-internet=absent" \
+  altered cilium-internet all 'by("NetworkPolicy", "-egress-proxy")["spec"]["egress"].append({"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"protocol": "TCP", "port": 443}]})' \
+  --expect proxy-internet=absent
+check_fails "helm template refuses egressProxy.ciliumFqdnPolicy without the proxy" "egressProxy.ciliumFqdnPolicy needs egressProxy.enabled" \
+  "$HELM" template "$RELEASE" "$CHART" --namespace "$NS" -f "$HERE/values-min.yaml" \
+  --set egressProxy.enabled=false --set egressProxy.ciliumFqdnPolicy=true
 
 # NOTES.txt: what `helm install` prints (--dry-run=client needs no cluster).
 notes() { # file, helm args...

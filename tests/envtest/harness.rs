@@ -168,6 +168,17 @@ pub(crate) fn spawn_controller_with(
     sample: &'static str,
     tweak: impl FnOnce(&mut OperatorConfig),
 ) -> tokio::task::JoinHandle<()> {
+    spawn_controller_ctx(client, sample, tweak).0
+}
+
+/// [`spawn_controller_with`], also handing back the controller's context
+/// (its metrics).
+#[allow(dead_code)]
+pub(crate) fn spawn_controller_ctx(
+    client: Client,
+    sample: &'static str,
+    tweak: impl FnOnce(&mut OperatorConfig),
+) -> (tokio::task::JoinHandle<()>, Arc<Context>) {
     let mut config = OperatorConfig {
         operator_image: "registry.local/skill-operator@sha256:0000000000000000000000000000000000000000000000000000000000000000".into(),
         artifact_endpoint: "http://10.0.0.10:8443".into(),
@@ -191,13 +202,15 @@ pub(crate) fn spawn_controller_with(
         Arc::new(SamplePackage(sample)),
         Arc::new(skill_operator::controller::context::NoArtifacts),
     ));
-    tokio::spawn(async move {
+    let running = ctx.clone();
+    let handle = tokio::spawn(async move {
         if let Err(err) =
-            skill_operator::controller::run::run(ctx, "127.0.0.1:0".parse().unwrap(), skill_operator::shutdown::Shutdown::new()).await
+            skill_operator::controller::run::run(running, "127.0.0.1:0".parse().unwrap(), skill_operator::shutdown::Shutdown::new()).await
         {
             eprintln!("controller stopped: {err:#}");
         }
-    })
+    });
+    (handle, ctx)
 }
 
 /// Create namespace `name`, enforcing Pod Security `restricted` when asked.

@@ -15,6 +15,9 @@
 //! - [`build_job`]: the dependency build Job of a prepared SkillPackage
 //!   (`image deps` under the launcher in the base image) and its
 //!   NetworkPolicy (the artifact endpoint and the package indexes only).
+//! - [`cilium`]: the egress proxy's optional CiliumNetworkPolicy (`toFQDNs`
+//!   from the union of the packages' allowed hosts, DNS through Cilium's DNS
+//!   proxy, nothing else).
 //! - [`pod_security`]: the "restricted" Pod Security Standard as a pure check
 //!   (`restricted_violations`) plus this project's extra rules
 //!   (`hardening_violations`).
@@ -23,6 +26,7 @@
 //! (DNS names, labels, resource quantities) the builders and checks share.
 
 pub mod build_job;
+pub mod cilium;
 pub mod job;
 pub mod network_policy;
 pub mod pod_security;
