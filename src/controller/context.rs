@@ -112,7 +112,7 @@ pub struct EgressProxyTarget {
     /// The proxy pods' own CiliumNetworkPolicy (`--egress-cilium-fqdn-policy`,
     /// off: `None`). Here because it selects these pods: it cannot be on
     /// without a proxy.
-    pub cilium_fqdn_policy: Option<super::cilium::CiliumPolicyConfig>,
+    pub cilium_fqdn_policy: Option<super::cilium::state::CiliumPolicyConfig>,
 }
 
 /// Shared reconciler state.
@@ -129,9 +129,9 @@ pub struct Context {
     /// Registry work of preparation ([`super::prepare::NoImages`] unless set).
     pub images: Arc<dyn super::prepare::ImageService>,
     /// Runs whose outputs the endpoint announced as stored.
-    pub stored: Arc<super::skilljob::StoredHints>,
+    pub stored: Arc<super::skilljob::hints::StoredHints>,
     /// The egress proxy's CiliumNetworkPolicy, last applied (when it is on).
-    pub cilium: Arc<super::cilium::CiliumSync>,
+    pub cilium: Arc<super::cilium::state::CiliumSync>,
 }
 
 impl Context {

@@ -80,8 +80,8 @@ impl Metrics {
     }
 
     /// Record what the last CiliumNetworkPolicy attempt left.
-    pub fn cilium_state(&self, state: super::cilium::PolicyState, hosts: usize) {
-        for s in super::cilium::PolicyState::ALL {
+    pub fn cilium_state(&self, state: super::cilium::state::PolicyState, hosts: usize) {
+        for s in super::cilium::state::PolicyState::ALL {
             self.cilium_policy.get_or_create(&StateLabel { state: s.label().into() }).set(i64::from(s == state));
         }
         self.cilium_policy_hosts.set(i64::try_from(hosts).unwrap_or(i64::MAX));

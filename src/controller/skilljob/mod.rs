@@ -22,11 +22,13 @@
 
 mod admit;
 mod children;
+pub mod hints;
 mod observe;
 mod start;
 mod stored;
 
-pub use stored::{follow as follow_stored, StoredHints};
+pub use hints::StoredHints;
+pub use stored::follow as follow_stored;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -5,12 +5,11 @@
 //! the run's end. Waiting instead for the kubelet to report the run
 //! container's end costs a relist (about half a second on average, up to
 //! one). [`follow`] turns the endpoint's stream of stored outputs into
-//! SkillJob wake-ups and leaves a [`StoredHints`] mark the reconcile reads
-//! ([`super::observe`]). Missed events (a reconnect, a lag) only mean the
-//! slower path decides that run.
+//! SkillJob wake-ups and leaves a mark ([`super::hints`]) the reconcile
+//! reads ([`super::observe`]). Missed events (a reconnect, a lag) only
+//! mean the slower path decides that run.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -21,31 +20,9 @@ use crate::artifacts::OutputsStored;
 use crate::controller::builders::job::job_name;
 use crate::controller::context::{ArtifactError, Context};
 
-/// Marks kept at most; past it the oldest knowledge is dropped (a mark
-/// nobody takes belongs to a run that ended another way).
-const MAX_HINTS: usize = 10_000;
 /// The wait before following again after the stream broke, doubled up to the cap.
 const RETRY_FIRST: Duration = Duration::from_millis(500);
 const RETRY_CAP: Duration = Duration::from_secs(30);
-
-/// Jobs (namespace, UID) whose outputs were announced as stored.
-#[derive(Debug, Default)]
-pub struct StoredHints(Mutex<HashSet<(String, String)>>);
-
-impl StoredHints {
-    pub fn mark(&self, ns: &str, uid: &str) {
-        let mut set = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if set.len() >= MAX_HINTS {
-            set.clear();
-        }
-        set.insert((ns.to_string(), uid.to_string()));
-    }
-
-    /// Whether the job's outputs were announced, forgetting the mark.
-    pub fn take(&self, ns: &str, uid: &str) -> bool {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(&(ns.to_string(), uid.to_string()))
-    }
-}
 
 /// SkillJobs to reconcile, one per announced run of ours, following the
 /// endpoint again whenever the stream breaks. Ends only when the store

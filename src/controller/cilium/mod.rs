@@ -29,7 +29,6 @@
 //!   ERROR and shown as `state="invalid"`.
 //! - Any other API error: WARN, `state="failed"`, tried again within 30 s.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,73 +41,13 @@ use crate::api::package::SkillPackage;
 use crate::core::limits::{CILIUM_CRD_RECHECK, CILIUM_REAPPLY};
 use crate::egress::allowlist::Allowlist;
 
-/// Default name of the object (the chart names it after the release).
-pub const DEFAULT_NAME: &str = "skill-operator-egress-proxy-fqdn";
+pub mod state;
+pub use state::*;
+
 /// How soon a package reconcile comes back after an API error here.
 const RETRY_AFTER_ERROR: Duration = Duration::from_secs(30);
 /// How long a sync waits for the package cache's first full list.
 const CACHE_WAIT: Duration = Duration::from_secs(30);
-
-/// The flag's settings (the proxy pods come from [`EgressProxyTarget`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CiliumPolicyConfig {
-    /// The object's name, in the proxy's namespace.
-    pub name: String,
-    /// The cluster DNS pods the proxy's resolver asks.
-    pub dns_namespace: String,
-    pub dns_pod_labels: BTreeMap<String, String>,
-}
-
-impl Default for CiliumPolicyConfig {
-    fn default() -> Self {
-        CiliumPolicyConfig {
-            name: DEFAULT_NAME.into(),
-            dns_namespace: "kube-system".into(),
-            dns_pod_labels: BTreeMap::from([("k8s-app".to_string(), "kube-dns".to_string())]),
-        }
-    }
-}
-
-/// What the last attempt left; the metric's `state` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PolicyState {
-    Applied,
-    CrdMissing,
-    NamespaceMissing,
-    Invalid,
-    Failed,
-}
-
-impl PolicyState {
-    pub const ALL: [PolicyState; 5] =
-        [PolicyState::Applied, PolicyState::CrdMissing, PolicyState::NamespaceMissing, PolicyState::Invalid, PolicyState::Failed];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            PolicyState::Applied => "applied",
-            PolicyState::CrdMissing => "crd_missing",
-            PolicyState::NamespaceMissing => "namespace_missing",
-            PolicyState::Invalid => "invalid",
-            PolicyState::Failed => "failed",
-        }
-    }
-}
-
-/// The last applied object and the last trouble, shared by every reconcile.
-#[derive(Default)]
-pub struct CiliumSync {
-    state: tokio::sync::Mutex<SyncState>,
-}
-
-#[derive(Default)]
-struct SyncState {
-    /// Digest of the last object applied, and when.
-    applied: Option<([u8; 32], Instant)>,
-    /// The resource (or namespace) was not there: not tried again before this.
-    missing_until: Option<(PolicyState, Instant)>,
-    /// The last render error said (said again only when it changes).
-    render_error: Option<String>,
-}
 
 /// The union of the allowed hosts of every package that counts: not being
 /// deleted, or being deleted while still bound; never `leaving`.
