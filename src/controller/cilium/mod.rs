@@ -112,6 +112,10 @@ fn params(target: &EgressProxyTarget, config: &CiliumPolicyConfig, allowlist: Al
 pub async fn sync(ctx: &Context, leaving: Option<&str>) -> Option<Duration> {
     let target = ctx.config.egress_proxy.as_ref()?;
     let config = target.cilium_fqdn_policy.as_ref()?;
+    // Held from the read of the packages to the apply: a sync that read
+    // them earlier (a package still there) must not apply after one that
+    // read them later (the package leaving).
+    let mut state = ctx.cilium.state.lock().await;
     let packages = match packages(ctx).await {
         Ok(p) => p,
         Err(error) => {
@@ -119,7 +123,17 @@ pub async fn sync(ctx: &Context, leaving: Option<&str>) -> Option<Duration> {
             return Some(RETRY_AFTER_ERROR);
         }
     };
-    let union = allowed_union(packages.iter().map(|p| p.as_ref()), |name| ctx.lookups.package_is_bound(name), leaving);
+    // A package that left stays out while a cache that lags still shows it.
+    if let Some(name) = leaving {
+        state.leaving.insert(name.to_string());
+    }
+    state.leaving.retain(|name| packages.iter().any(|p| p.metadata.name.as_deref() == Some(name.as_str())));
+    let gone = &state.leaving;
+    let union = allowed_union(
+        packages.iter().map(|p| p.as_ref()).filter(|p| !p.metadata.name.as_ref().is_some_and(|n| gone.contains(n))),
+        |name| ctx.lookups.package_is_bound(name),
+        leaving,
+    );
     let hosts = union.entries().len();
     let (policy, render_error) = match build_cilium_policy(&params(target, config, union)) {
         Ok(policy) => (policy, None),
@@ -142,7 +156,6 @@ pub async fn sync(ctx: &Context, leaving: Option<&str>) -> Option<Duration> {
     };
     let digest: [u8; 32] = Sha256::digest(body.to_string().as_bytes()).into();
 
-    let mut state = ctx.cilium.state.lock().await;
     let now = Instant::now();
     if state.applied.is_some_and(|(d, at)| d == digest && now.duration_since(at) < CILIUM_REAPPLY) {
         return None;

@@ -67,4 +67,7 @@ pub(super) struct SyncState {
     pub(super) missing_until: Option<(PolicyState, Instant)>,
     /// The last render error said (said again only when it changes).
     pub(super) render_error: Option<String>,
+    /// Packages whose deletion went ahead, kept out of the union until the
+    /// package cache no longer shows them.
+    pub(super) leaving: std::collections::HashSet<String>,
 }
