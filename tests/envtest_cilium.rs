@@ -137,21 +137,38 @@ async fn delete_package(client: &Client, name: &str) {
     harness::wait_for(|| async { packages.get_opt(name).await.ok()?.is_none().then_some(()) }, "the package to be gone").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_policy_is_the_union_of_the_packages_allowed_hosts() {
+/// A real API server with the CRDs (and the stand-in Cilium CRD when
+/// `stand_in`), the proxy's namespace and the controller running, its
+/// Cilium policy on when `cilium`; `None` (SKIPPED) without the assets.
+struct Started {
+    env: harness::Envtest,
+    client: Client,
+    controller: tokio::task::JoinHandle<()>,
+    ctx: std::sync::Arc<skill_operator::controller::context::Context>,
+}
+
+async fn start(stand_in: bool, cilium: bool) -> Option<Started> {
     let Some(assets) = harness::assets() else {
         skill_operator::gated::skip(
             "the CiliumNetworkPolicy envtest suite",
             "KUBEBUILDER_ASSETS is not set to a folder with etcd and kube-apiserver",
         );
-        return;
+        return None;
     };
     let env = harness::Envtest::start(&assets).await;
     let client = env.client.clone();
     harness::install_crds(&client).await;
-    install_stand_in_crd(&client).await;
+    if stand_in {
+        install_stand_in_crd(&client).await;
+    }
     harness::create_namespace(&client, PROXY_NS, false).await;
-    let (_controller, ctx) = harness::spawn_controller_ctx(client.clone(), "csv-stats", |c| c.egress_proxy = Some(proxy_target(true)));
+    let (controller, ctx) = harness::spawn_controller_ctx(client.clone(), "csv-stats", |c| c.egress_proxy = Some(proxy_target(cilium)));
+    Some(Started { env, client, controller, ctx })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_policy_is_the_union_of_the_packages_allowed_hosts() {
+    let Some(Started { env: _env, client, controller: _controller, ctx }) = start(true, true).await else { return };
     let api = cilium_api(&client);
 
     // With no package at all it is applied at start, DNS only.
@@ -183,18 +200,7 @@ async fn the_policy_is_the_union_of_the_packages_allowed_hosts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_crd_packages_still_reconcile_and_it_is_reported() {
-    let Some(assets) = harness::assets() else {
-        skill_operator::gated::skip(
-            "the CiliumNetworkPolicy envtest suite",
-            "KUBEBUILDER_ASSETS is not set to a folder with etcd and kube-apiserver",
-        );
-        return;
-    };
-    let env = harness::Envtest::start(&assets).await;
-    let client = env.client.clone();
-    harness::install_crds(&client).await;
-    harness::create_namespace(&client, PROXY_NS, false).await;
-    let (controller, ctx) = harness::spawn_controller_ctx(client.clone(), "csv-stats", |c| c.egress_proxy = Some(proxy_target(true)));
+    let Some(Started { env: _env, client, controller, ctx }) = start(false, true).await else { return };
 
     let packages: Api<SkillPackage> = Api::all(client.clone());
     for name in ["gamma", "delta"] {
@@ -214,19 +220,7 @@ async fn without_the_crd_packages_still_reconcile_and_it_is_reported() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn off_by_default_nothing_is_applied() {
-    let Some(assets) = harness::assets() else {
-        skill_operator::gated::skip(
-            "the CiliumNetworkPolicy envtest suite",
-            "KUBEBUILDER_ASSETS is not set to a folder with etcd and kube-apiserver",
-        );
-        return;
-    };
-    let env = harness::Envtest::start(&assets).await;
-    let client = env.client.clone();
-    harness::install_crds(&client).await;
-    install_stand_in_crd(&client).await;
-    harness::create_namespace(&client, PROXY_NS, false).await;
-    let (_controller, ctx) = harness::spawn_controller_ctx(client.clone(), "csv-stats", |c| c.egress_proxy = Some(proxy_target(false)));
+    let Some(Started { env: _env, client, controller: _controller, ctx }) = start(true, false).await else { return };
     create_package(&client, "epsilon", &["api.example.com"]).await;
     let packages: Api<SkillPackage> = Api::all(client.clone());
     harness::wait_for(|| async { harness::ready(&packages.get("epsilon").await.ok()?.status?.conditions) }, "the SkillPackage to be Ready")

@@ -131,28 +131,34 @@ pub fn enforcement_condition(e: NetworkPolicyEnforcement) -> (Option<bool>, &'st
     }
 }
 
+/// A package named `name` whose Python runtime profile allows `allowed`
+/// (the controller's egress tests).
+#[cfg(test)]
+pub(super) fn package_allowing(name: &str, allowed: &[&str]) -> SkillPackage {
+    use crate::api::package::{OciSource, PackageSource, RunResources, SkillPackageSpec};
+    let profile = RuntimeProfile {
+        interpreter: crate::core::declaration::Interpreter::Python,
+        image: Some("python@sha256:0".into()),
+        interpreter_path: None,
+        allowed_scripts: vec![],
+        allowed_egress: allowed.iter().map(|s| s.to_string()).collect(),
+        timeout_seconds: None,
+        resources: RunResources::default(),
+        prepare: false,
+        image_mode: None,
+        dependencies: None,
+    };
+    let source = PackageSource { oci: OciSource { reference: "r/x:1".into(), pull_secret: None, insecure: false } };
+    SkillPackage::new(name, SkillPackageSpec { source, runtime: Some(profile) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::binding::SkillBindingSpec;
-    use crate::api::package::{OciSource, PackageSource, RunResources, SkillPackageSpec};
-    use crate::core::declaration::Interpreter;
 
     fn package(allowed: &[&str]) -> SkillPackage {
-        let profile = RuntimeProfile {
-            interpreter: Interpreter::Python,
-            image: Some("python@sha256:0".into()),
-            interpreter_path: None,
-            allowed_scripts: vec![],
-            allowed_egress: allowed.iter().map(|s| s.to_string()).collect(),
-            timeout_seconds: None,
-            resources: RunResources::default(),
-            prepare: false,
-            image_mode: None,
-            dependencies: None,
-        };
-        let source = PackageSource { oci: OciSource { reference: "r/x:1".into(), pull_secret: None, insecure: false } };
-        SkillPackage::new("p", SkillPackageSpec { source, runtime: Some(profile) })
+        package_allowing("p", allowed)
     }
 
     fn binding(egress: bool, hosts: Option<&[&str]>) -> SkillBinding {

@@ -280,8 +280,12 @@ async fn a_job_refused_by_the_fence_fails_without_creating_anything() {
     tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
 }
 
-/// Answers outputs with what an upload sidecar would have stored.
-struct StoredOutputs;
+/// Answers outputs with what an upload sidecar would have stored, and
+/// announces `announced`, then breaks its stream.
+#[derive(Default)]
+struct StoredOutputs {
+    announced: Vec<crate::artifacts::OutputsStored>,
+}
 impl super::context::ArtifactStore for StoredOutputs {
     fn stage_package<'a>(
         &'a self,
@@ -321,12 +325,23 @@ impl super::context::ArtifactStore for StoredOutputs {
             .unwrap())
         })
     }
+    fn follow_stored(
+        &self,
+    ) -> futures::future::BoxFuture<'_, Result<crate::artifacts::operator::StoredStream, super::context::ArtifactError>> {
+        let events = self.announced.clone();
+        Box::pin(async move {
+            use futures::StreamExt;
+            // Then the stream breaks: the follower must keep going (it follows again).
+            let broken = super::context::ArtifactError::Unreachable { what: "follow".into(), detail: "reset".into() };
+            Ok(futures::stream::iter(events.into_iter().map(Ok).chain([Err(broken)])).boxed())
+        })
+    }
 }
 
 #[tokio::test]
 async fn a_finished_run_reports_streams_and_outputs_from_the_artifact_endpoint() {
     let (plain, mut handle) = context();
-    let ctx = Arc::new(Context { artifacts: Arc::new(StoredOutputs), ..(*plain).clone() });
+    let ctx = Arc::new(Context { artifacts: Arc::new(StoredOutputs::default()), ..(*plain).clone() });
     drop(plain);
     let mut sj = started_skilljob();
     sj.spec.inputs = vec![crate::api::job::InputFile { path: "data.csv".into(), digest: format!("sha256:{}", "b".repeat(64)), size: 7 }];
@@ -632,7 +647,7 @@ async fn a_run_whose_script_ended_and_outputs_are_stored_is_recorded_before_its_
     // not caught up): the verdict comes from the run container's end and
     // the stored outputs, and the run's children go at once.
     let (plain, mut handle) = context();
-    let ctx = Arc::new(Context { artifacts: Arc::new(StoredOutputs), ..(*plain).clone() });
+    let ctx = Arc::new(Context { artifacts: Arc::new(StoredOutputs::default()), ..(*plain).clone() });
     drop(plain);
     caches_with(&ctx, pod_after_the_script(JOB_UID));
     let name = super::builders::job::job_name(UID);
@@ -674,7 +689,7 @@ async fn a_look_alike_pod_does_not_end_a_run() {
     // Same labels and name, but not controlled by the run's Job: it says
     // nothing about the run, which stays Running until its own pod ends.
     let (plain, mut handle) = context();
-    let ctx = Arc::new(Context { artifacts: Arc::new(StoredOutputs), ..(*plain).clone() });
+    let ctx = Arc::new(Context { artifacts: Arc::new(StoredOutputs::default()), ..(*plain).clone() });
     drop(plain);
     caches_with(&ctx, pod_after_the_script("99999999-9999-9999-9999-999999999999"));
     let server = tokio::spawn(async move {
@@ -704,7 +719,7 @@ async fn a_run_whose_stored_result_was_announced_is_recorded_before_its_pod_repo
     // result only once nothing of the script runs): the verdict needs no
     // container end from the kubelet.
     let (plain, mut handle) = context();
-    let ctx = Arc::new(Context { artifacts: Arc::new(StoredOutputs), ..(*plain).clone() });
+    let ctx = Arc::new(Context { artifacts: Arc::new(StoredOutputs::default()), ..(*plain).clone() });
     drop(plain);
     caches_with(&ctx, pod_still_running(JOB_UID));
     ctx.stored.mark("team", UID);
@@ -752,7 +767,7 @@ async fn an_unannounced_running_pod_is_not_recorded_even_with_outputs_stored() {
     // not have stored them, but a reconcile must not go looking on every
     // event): without the announcement or the container's end, Running.
     let (plain, mut handle) = context();
-    let ctx = Arc::new(Context { artifacts: Arc::new(StoredOutputs), ..(*plain).clone() });
+    let ctx = Arc::new(Context { artifacts: Arc::new(StoredOutputs::default()), ..(*plain).clone() });
     drop(plain);
     caches_with(&ctx, pod_still_running(JOB_UID));
     let server = tokio::spawn(async move {
@@ -767,47 +782,8 @@ async fn an_unannounced_running_pod_is_not_recorded_even_with_outputs_stored() {
     tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
 }
 
-/// Announces a fixed list of stored outputs, then ends its stream.
-struct Announcing(Vec<crate::artifacts::OutputsStored>);
-impl super::context::ArtifactStore for Announcing {
-    fn stage_package<'a>(
-        &'a self,
-        _: &'a str,
-        _: &'a str,
-        _: Vec<u8>,
-    ) -> futures::future::BoxFuture<'a, Result<(), super::context::ArtifactError>> {
-        Box::pin(async { Ok(()) })
-    }
-    fn delete<'a>(&'a self, _: &'a str, _: &'a str) -> futures::future::BoxFuture<'a, Result<(), super::context::ArtifactError>> {
-        Box::pin(async { Ok(()) })
-    }
-    fn outputs<'a>(
-        &'a self,
-        _: &'a str,
-        _: &'a str,
-    ) -> futures::future::BoxFuture<'a, Result<Option<crate::artifacts::OutputManifest>, super::context::ArtifactError>> {
-        Box::pin(async { Ok(None) })
-    }
-    fn output_file<'a>(
-        &'a self,
-        _: &'a str,
-        _: &'a str,
-        path: &'a str,
-    ) -> futures::future::BoxFuture<'a, Result<Vec<u8>, super::context::ArtifactError>> {
-        Box::pin(async move { Err(super::context::ArtifactError::Unsupported(path.into())) })
-    }
-    fn follow_stored(
-        &self,
-    ) -> futures::future::BoxFuture<'_, Result<crate::artifacts::operator::StoredStream, super::context::ArtifactError>> {
-        let events = self.0.clone();
-        Box::pin(async move {
-            use futures::StreamExt;
-            // Then the stream breaks: the follower must keep going (it follows again).
-            let broken = super::context::ArtifactError::Unreachable { what: "follow".into(), detail: "reset".into() };
-            Ok(futures::stream::iter(events.into_iter().map(Ok).chain([Err(broken)])).boxed())
-        })
-    }
-}
+/// The same first 12 hex digits as [`UID`], so the same Job name.
+const LOOK_ALIKE_UID: &str = "0f0e0d0c-0b0a-4999-8999-999999999999";
 
 #[tokio::test]
 async fn announced_runs_wake_their_own_skilljob_only() {
@@ -818,9 +794,12 @@ async fn announced_runs_wake_their_own_skilljob_only() {
         // Another namespace's job of the same UID, and a UID we have no Job for: nothing.
         stored("elsewhere", UID),
         stored("team", "99999999-9999-9999-9999-999999999999"),
+        // Another job whose UID starts like this run's: its Job name would
+        // be the same, but the Job's owner is not it.
+        stored("team", LOOK_ALIKE_UID),
         stored("team", UID),
     ];
-    let ctx = Arc::new(Context { artifacts: Arc::new(Announcing(announced)), ..(*plain).clone() });
+    let ctx = Arc::new(Context { artifacts: Arc::new(StoredOutputs { announced }), ..(*plain).clone() });
     drop(plain);
     caches_with(&ctx, pod_still_running(JOB_UID));
     let mut wakes = Box::pin(skilljob::follow_stored(ctx.clone()));
@@ -828,6 +807,7 @@ async fn announced_runs_wake_their_own_skilljob_only() {
     assert_eq!((first.name.as_str(), first.namespace.as_deref()), ("report", Some("team")));
     assert!(ctx.stored.take("team", UID), "the reconcile is not told why it woke");
     assert!(!ctx.stored.take("elsewhere", UID));
+    assert!(!ctx.stored.take("team", LOOK_ALIKE_UID), "a job named like this run's woke it");
     // After the break it follows again and hears the same announcements.
     let again = tokio::time::timeout(Duration::from_secs(5), wakes.next()).await.expect("followed again").expect("the stream goes on");
     assert_eq!(again.name, "report");

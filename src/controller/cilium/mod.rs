@@ -213,25 +213,10 @@ pub async fn sync(ctx: &Context, leaving: Option<&str>) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::package::{OciSource, PackageSource, RunResources, RuntimeProfile, SkillPackageSpec};
-    use crate::core::declaration::Interpreter;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn package(name: &str, allowed: &[&str], deleting: bool) -> SkillPackage {
-        let profile = RuntimeProfile {
-            interpreter: Interpreter::Python,
-            image: Some("python@sha256:0".into()),
-            interpreter_path: None,
-            allowed_scripts: vec![],
-            allowed_egress: allowed.iter().map(|s| s.to_string()).collect(),
-            timeout_seconds: None,
-            resources: RunResources::default(),
-            prepare: false,
-            image_mode: None,
-            dependencies: None,
-        };
-        let source = PackageSource { oci: OciSource { reference: "r/x:1".into(), pull_secret: None, insecure: false } };
-        let mut p = SkillPackage::new(name, SkillPackageSpec { source, runtime: Some(profile) });
+        let mut p = super::super::egress::package_allowing(name, allowed);
         if deleting {
             p.metadata.deletion_timestamp = Some(Time(Default::default()));
         }
