@@ -3,7 +3,8 @@
 # (well under a second) when everything is already in place. Run as root on
 # Debian. Only target/ (gitignored) is written inside the repository.
 #
-#   apt:    bubblewrap, docker-registry (installed, never started), python3-venv
+#   apt:    bubblewrap, docker-registry (installed, never started), skopeo, umoci,
+#           npm and nodejs when missing, python3-venv
 #           (only when the chosen python cannot create a venv with pip)
 #   python: target/test-deps/venv  <- tests/requirements.txt (pytest, mcp, kubernetes-validate)
 #   node:   target/test-deps/node  <- tests/conformance/package{,-lock}.json
@@ -51,6 +52,9 @@ need_pkg bubblewrap
 need_pkg docker-registry
 need_pkg skopeo
 need_pkg umoci
+# npm installs the Node packages below; the samples' scripts run on `node`.
+command -v npm >/dev/null 2>&1 || need_pkg npm
+command -v node >/dev/null 2>&1 || need_pkg nodejs
 if ! command -v "$PYTHON" >/dev/null 2>&1 || ! python_can_venv "$PYTHON"; then
   need_pkg python3-venv
   PYTHON=/usr/bin/python3
