@@ -169,10 +169,22 @@ pub struct Problem {
     /// The skill it concerns, when there is one (its served name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skill: Option<String>,
-    /// Stable reason code.
+    /// Stable reason code (what each means: the README's problems table, or `skill-operator docs`).
+    #[schemars(schema_with = "reason_codes")]
     pub reason: Reason,
     /// What exactly is wrong, in words a skill author can act on.
     pub detail: String,
+}
+
+/// `reason` in the tools' output schemas: the codes as a plain `enum`.
+/// The derived schema of [`Reason`] describes every code (it makes the
+/// README table); sent in `skill_list`'s and `skill_load`'s output schemas
+/// it was 3.7 KiB each, two fifths of every `tools/list` answer, telling a
+/// client what the README already says while each problem carries its own
+/// `detail`.
+fn reason_codes(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let codes: Vec<&str> = Reason::ALL.iter().map(|r| r.code()).collect();
+    schemars::json_schema!({ "type": "string", "enum": codes })
 }
 
 impl Problem {
@@ -214,5 +226,16 @@ mod tests {
         let mut all: Vec<String> = Reason::ALL.iter().map(|r| r.code().to_string()).collect();
         all.sort();
         assert_eq!(wire, all);
+    }
+
+    #[test]
+    fn problem_schema_enumerates_every_code_without_per_code_text() {
+        let schema = serde_json::to_value(schemars::schema_for!(Problem)).unwrap();
+        let reason = &schema["properties"]["reason"];
+        let codes: Vec<&str> = reason["enum"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        assert_eq!(codes, Reason::ALL.iter().map(|r| r.code()).collect::<Vec<_>>());
+        assert_eq!(reason["type"], "string");
+        assert!(reason["description"].as_str().unwrap().contains("README"), "{reason}");
+        assert!(schema.get("$defs").and_then(|d| d.get("Reason")).is_none(), "the described Reason schema is not inlined: {schema}");
     }
 }
