@@ -288,3 +288,57 @@ async fn setup_failures_are_errors_not_script_results() {
     let e = execute(s).await.unwrap_err();
     assert!(matches!(e, ExecError::SandboxPath { .. }), "{e}");
 }
+
+/// A stand-in for bwrap that fails its first `failures` calls with
+/// `message` (as bwrap prints a clone(2) failure) and then runs the real
+/// one; every call is counted in `calls`.
+fn flaky_bwrap(dir: &std::path::Path, failures: usize, message: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    // bwrap runs as the uid scripts get (nobody, for a root test process).
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let calls = dir.join("calls");
+    let script = dir.join("bwrap");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho call >> '{calls}'\nif [ \"$(wc -l < '{calls}')\" -le {failures} ]; then echo 'bwrap: {message}' >&2; exit 1; fi\nexec /usr/bin/bwrap \"$@\"\n",
+            calls = calls.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (script, calls)
+}
+
+fn calls(path: &std::path::Path) -> usize {
+    std::fs::read_to_string(path).map(|s| s.lines().count()).unwrap_or(0)
+}
+
+/// A self-test that met EAGAIN (other sandboxes starting at that moment)
+/// used to give the sandbox up for the server's whole life: seen as a root
+/// server refusing every run during a loaded test run.
+#[tokio::test]
+async fn a_transient_self_test_failure_is_tried_again() {
+    use skill_operator::runner::sandbox::{bwrap_self_test, SELF_TEST_ATTEMPTS};
+    if sandbox().await.is_none() {
+        return;
+    }
+    let eagain = "Creating new namespace failed: Resource temporarily unavailable";
+    let dir = tempfile::tempdir().unwrap();
+    let (bwrap, count) = flaky_bwrap(dir.path(), SELF_TEST_ATTEMPTS as usize - 1, eagain);
+    bwrap_self_test(&bwrap, Default::default()).await.expect("works on the last try");
+    assert_eq!(calls(&count), SELF_TEST_ATTEMPTS as usize);
+
+    // Still failing after every try: given up, with bwrap's message.
+    let dir = tempfile::tempdir().unwrap();
+    let (bwrap, count) = flaky_bwrap(dir.path(), usize::MAX >> 1, eagain);
+    let err = bwrap_self_test(&bwrap, Default::default()).await.expect_err("never works");
+    assert!(err.to_string().contains("Resource temporarily unavailable"), "{err}");
+    assert_eq!(calls(&count), SELF_TEST_ATTEMPTS as usize);
+
+    // Any other failure is the verdict at once.
+    let dir = tempfile::tempdir().unwrap();
+    let (bwrap, count) = flaky_bwrap(dir.path(), 1, "No permissions to creating new namespace");
+    let err = bwrap_self_test(&bwrap, Default::default()).await.expect_err("a real refusal");
+    assert!(err.to_string().contains("No permissions"), "{err}");
+    assert_eq!(calls(&count), 1);
+}

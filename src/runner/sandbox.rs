@@ -336,7 +336,35 @@ pub fn detect_bwrap() -> Option<PathBuf> {
 /// profile, bwrap < 0.8 without `--disable-userns`, ...). Runs `true` in exactly the
 /// sandbox shape the executor uses. Call once at startup and fall back (or refuse) on
 /// error; the error carries bwrap's own message.
+///
+/// A probe that failed for want of a kernel resource at that moment (EAGAIN
+/// from clone(2): the user-namespace or process count while other sandboxes
+/// start) says nothing about whether bwrap works here, and the verdict lasts
+/// the server's lifetime: it is tried again, [`SELF_TEST_ATTEMPTS`] times in
+/// all, before the sandbox is given up.
 pub async fn bwrap_self_test(bwrap: &Path, run_as: RunAs) -> Result<(), ExecError> {
+    let mut pause = SELF_TEST_FIRST_PAUSE;
+    for attempt in 1..SELF_TEST_ATTEMPTS {
+        match self_test_once(bwrap, run_as).await {
+            Err(ExecError::SandboxSelfTest { message }) if message.contains(TRANSIENT) => {
+                tracing::warn!(bwrap = %bwrap.display(), attempt, %message, "bwrap self-test hit a transient limit; trying again");
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            other => return other,
+        }
+    }
+    self_test_once(bwrap, run_as).await
+}
+
+/// How often the self-test runs when it keeps failing transiently, and its
+/// first pause (doubled after each try: 0.1 + 0.2 + 0.4 s at most).
+pub const SELF_TEST_ATTEMPTS: u32 = 4;
+const SELF_TEST_FIRST_PAUSE: Duration = Duration::from_millis(100);
+/// strerror(EAGAIN), as bwrap prints it.
+const TRANSIENT: &str = "Resource temporarily unavailable";
+
+async fn self_test_once(bwrap: &Path, run_as: RunAs) -> Result<(), ExecError> {
     let program = ["/usr/bin/true", "/bin/true"]
         .iter()
         .map(PathBuf::from)

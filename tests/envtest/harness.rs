@@ -21,6 +21,9 @@ pub(crate) fn assets() -> Option<PathBuf> {
     (dir.join("etcd").is_file() && dir.join("kube-apiserver").is_file()).then_some(dir)
 }
 
+/// Starts tried when a picked port was taken in the meantime.
+const PORT_ATTEMPTS: usize = 3;
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -49,6 +52,20 @@ impl Envtest {
     // between (a failed openssl step) leaves them to the test process's end.
     #[allow(clippy::zombie_processes)]
     pub(crate) async fn start(assets: &Path) -> Envtest {
+        // The ports are picked free and then handed over, so another test's
+        // process can take one in between: such a start is tried again on
+        // new ports.
+        for _ in 0..PORT_ATTEMPTS - 1 {
+            if let Some(envtest) = Envtest::try_start(assets).await {
+                return envtest;
+            }
+        }
+        Envtest::try_start(assets).await.expect("etcd or kube-apiserver exited at start every time (a port taken in between each time?)")
+    }
+
+    /// None when a port was taken before etcd or kube-apiserver bound it.
+    #[allow(clippy::zombie_processes)]
+    async fn try_start(assets: &Path) -> Option<Envtest> {
         let dir = tempfile::tempdir().unwrap();
         let (client_port, peer_port, api_port) = (free_port(), free_port(), free_port());
         let etcd = Command::new(assets.join("etcd"))
@@ -94,13 +111,21 @@ impl Envtest {
         let config =
             kube::Config::from_custom_kubeconfig(Kubeconfig::read_from(&path).unwrap(), &KubeConfigOptions::default()).await.unwrap();
         let client = Client::try_from(config).unwrap();
+        let mut envtest = Envtest { etcd, apiserver, _dir: dir, client, kubeconfig: path };
         for _ in 0..120 {
-            if client.apiserver_version().await.is_ok() {
-                return Envtest { etcd, apiserver, _dir: dir, client, kubeconfig: path };
+            if envtest.client.apiserver_version().await.is_ok() {
+                return Some(envtest);
+            }
+            // etcd logs nowhere; at start it exits only when it cannot bind.
+            let etcd_gone = envtest.etcd.try_wait().ok().flatten().is_some();
+            let apiserver_gone = envtest.apiserver.try_wait().ok().flatten().is_some();
+            let log = std::fs::read_to_string(envtest._dir.path().join("apiserver.log")).unwrap_or_default();
+            if etcd_gone || (apiserver_gone && log.contains("address already in use")) {
+                return None;
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        let log = std::fs::read_to_string(dir.path().join("apiserver.log")).unwrap_or_default();
+        let log = std::fs::read_to_string(envtest._dir.path().join("apiserver.log")).unwrap_or_default();
         panic!(
             "kube-apiserver did not become ready in 60 s; last log lines:\n{}",
             log.lines().rev().take(20).collect::<Vec<_>>().join("\n")
