@@ -371,7 +371,12 @@ mkdir -p "$WORK/www"
 echo egress-ok >"$WORK/www/index.html"
 "$PY" -m http.server "$EGRESS_PORT" --bind 0.0.0.0 --directory "$WORK/www" >"$WORK/egress-server.log" 2>&1 &
 EGRESS_SERVER_PID=$!
-for _ in $(seq 50); do curl -sf "http://127.0.0.1:$EGRESS_PORT/" >/dev/null && break; sleep 0.1; done
+# Its own page, on its own process: another listener on the port (the bind
+# then fails) answered the readiness probe once, and the egress checks below
+# failed for a reason they do not name.
+egress_server_up() { kill -0 "$EGRESS_SERVER_PID" 2>/dev/null && [ "$(curl -sf "http://127.0.0.1:$EGRESS_PORT/")" = egress-ok ]; }
+for _ in $(seq 50); do egress_server_up && break; sleep 0.1; done
+check "the egress test server serves on port $EGRESS_PORT (EGRESS_PORT= to move it)" egress_server_up
 ALLOWED="$POD_GW:$EGRESS_PORT"
 seen_by_server() { grep -v '^127\.0\.0\.1 ' "$WORK/egress-server.log" | grep -c '"GET / HTTP'; }
 bind_egress() {
