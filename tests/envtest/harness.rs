@@ -118,9 +118,10 @@ impl Envtest {
             }
             // etcd logs nowhere; at start it exits only when it cannot bind.
             let etcd_gone = envtest.etcd.try_wait().ok().flatten().is_some();
-            let apiserver_gone = envtest.apiserver.try_wait().ok().flatten().is_some();
-            let log = std::fs::read_to_string(envtest._dir.path().join("apiserver.log")).unwrap_or_default();
-            if etcd_gone || (apiserver_gone && log.contains("address already in use")) {
+            let port_taken = || {
+                std::fs::read_to_string(envtest._dir.path().join("apiserver.log")).is_ok_and(|log| log.contains("address already in use"))
+            };
+            if etcd_gone || (envtest.apiserver.try_wait().ok().flatten().is_some() && port_taken()) {
                 return None;
             }
             tokio::time::sleep(Duration::from_millis(500)).await;

@@ -29,6 +29,7 @@
 //!   ERROR and shown as `state="invalid"`.
 //! - Any other API error: WARN, `state="failed"`, tried again within 30 s.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,7 +43,7 @@ use crate::core::limits::{CILIUM_CRD_RECHECK, CILIUM_REAPPLY};
 use crate::egress::allowlist::Allowlist;
 
 pub mod state;
-pub use state::*;
+pub use state::{CiliumPolicyConfig, CiliumSync, PolicyState, DEFAULT_NAME};
 
 /// How soon a package reconcile comes back after an API error here.
 const RETRY_AFTER_ERROR: Duration = Duration::from_secs(30);
@@ -50,16 +51,16 @@ const RETRY_AFTER_ERROR: Duration = Duration::from_secs(30);
 const CACHE_WAIT: Duration = Duration::from_secs(30);
 
 /// The union of the allowed hosts of every package that counts: not being
-/// deleted, or being deleted while still bound; never `leaving`.
+/// deleted, or being deleted while still bound; never one that `left`.
 pub fn allowed_union<'a>(
     packages: impl IntoIterator<Item = &'a SkillPackage>,
     still_bound: impl Fn(&str) -> bool,
-    leaving: Option<&str>,
+    left: &HashSet<String>,
 ) -> Allowlist {
     let mut entries = Vec::new();
     for pkg in packages {
         let name = pkg.metadata.name.as_deref().unwrap_or_default();
-        if Some(name) == leaving || (pkg.metadata.deletion_timestamp.is_some() && !still_bound(name)) {
+        if left.contains(name) || (pkg.metadata.deletion_timestamp.is_some() && !still_bound(name)) {
             continue;
         }
         if let Ok(list) = super::egress::allowed(pkg.spec.runtime.as_ref()) {
@@ -128,12 +129,7 @@ pub async fn sync(ctx: &Context, leaving: Option<&str>) -> Option<Duration> {
         state.leaving.insert(name.to_string());
     }
     state.leaving.retain(|name| packages.iter().any(|p| p.metadata.name.as_deref() == Some(name.as_str())));
-    let gone = &state.leaving;
-    let union = allowed_union(
-        packages.iter().map(|p| p.as_ref()).filter(|p| !p.metadata.name.as_ref().is_some_and(|n| gone.contains(n))),
-        |name| ctx.lookups.package_is_bound(name),
-        leaving,
-    );
+    let union = allowed_union(packages.iter().map(|p| p.as_ref()), |name| ctx.lookups.package_is_bound(name), &state.leaving);
     let hosts = union.entries().len();
     let (policy, render_error) = match build_cilium_policy(&params(target, config, union)) {
         Ok(policy) => (policy, None),
@@ -232,7 +228,7 @@ mod tests {
         let a = package("a", &["api.example.com", "*.cdn.example.net:443,8443"], false);
         let b = package("b", &["api.example.com:8080", "203.0.113.7:22"], false);
         let broken = package("c", &["api.example.com", "*"], false);
-        let union = allowed_union([&a, &b, &broken], |_| false, None);
+        let union = allowed_union([&a, &b, &broken], |_| false, &HashSet::new());
         assert_eq!(texts(&union), ["api.example.com:443,8080", "*.cdn.example.net:443,8443", "203.0.113.7:22"]);
     }
 
@@ -241,10 +237,10 @@ mod tests {
         let a = package("a", &["a.example.com"], false);
         let gone = package("b", &["b.example.com"], true);
         let held = package("c", &["c.example.com"], true);
-        let union = allowed_union([&a, &gone, &held], |name| name == "c", None);
+        let union = allowed_union([&a, &gone, &held], |name| name == "c", &HashSet::new());
         assert_eq!(texts(&union), ["a.example.com:443", "c.example.com:443"]);
-        let union = allowed_union([&a, &gone, &held], |name| name == "c", Some("a"));
+        let union = allowed_union([&a, &gone, &held], |name| name == "c", &HashSet::from(["a".to_string()]));
         assert_eq!(texts(&union), ["c.example.com:443"]);
-        assert!(allowed_union([&gone], |_| false, None).is_empty());
+        assert!(allowed_union([&gone], |_| false, &HashSet::new()).is_empty());
     }
 }

@@ -2,7 +2,7 @@
 //! apart from the sync itself so that the reconcilers' shared context can
 //! hold it without depending on the sync.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Instant;
 
 /// Default name of the object (the chart names it after the release).
@@ -69,5 +69,5 @@ pub(super) struct SyncState {
     pub(super) render_error: Option<String>,
     /// Packages whose deletion went ahead, kept out of the union until the
     /// package cache no longer shows them.
-    pub(super) leaving: std::collections::HashSet<String>,
+    pub(super) leaving: HashSet<String>,
 }

@@ -27,7 +27,6 @@ mod observe;
 mod start;
 mod stored;
 
-pub use hints::StoredHints;
 pub use stored::follow as follow_stored;
 
 use std::sync::Arc;
