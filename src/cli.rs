@@ -45,6 +45,13 @@ pub enum Command {
     /// Inside a standalone run's sandbox: the egress forwarder, then the script as a child (started by `serve`).
     #[command(hide = true)]
     SandboxInit(crate::runner::init::InitArgs),
+    /// The built-in sandbox for runs on machines without bubblewrap: bubblewrap's command line, carried out by this binary (started by `serve`).
+    #[command(hide = true, disable_help_flag = true)]
+    SandboxExec {
+        /// bubblewrap's options, `--`, then the program and its arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Print the CustomResourceDefinitions (or write one file per CRD into --out).
     Crdgen {
         /// Write `<crd name>.yaml` files into this directory instead of printing.
@@ -57,6 +64,16 @@ pub enum Command {
 pub enum PackageCommand {
     /// Build a package from a skill directory or a ZIP and push it; prints the digest and a SkillPackage.
     Push(crate::oci::publish::PushArgs),
+}
+
+/// The subcommands that must run before any runtime thread exists (the
+/// built-in sandbox forks without exec'ing): carried out here, and every
+/// other command line handed back for [`run`].
+pub fn run_single_threaded(cli: Cli) -> Result<ExitCode, Cli> {
+    match cli.command {
+        Command::SandboxExec { args } => Ok(crate::runner::builtin::command(args)),
+        command => Err(Cli { command }),
+    }
 }
 
 /// Run one subcommand; the exit code is the subcommand's own.
@@ -75,6 +92,24 @@ pub async fn run(cli: Cli, shutdown: Shutdown) -> anyhow::Result<ExitCode> {
         Command::EgressProxy(args) => crate::egress::run(args, shutdown.wait_owned()).await?,
         Command::Crdgen { out } => crate::api::crdgen(out.as_deref())?,
         Command::Docs => crate::docs::print(),
+        Command::SandboxExec { .. } => anyhow::bail!("sandbox-exec runs before the async runtime starts (cli::run_single_threaded)"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sandbox's command line reaches it whole: every flag, the `--`
+    /// and the program's own flags (clap must not read any of them).
+    #[test]
+    fn sandbox_exec_gets_its_argv_verbatim() {
+        let argv = ["--unshare-all", "--ro-bind", "/usr", "/usr", "--chdir", "/work", "--", "/usr/bin/python3", "--help", "-c", "--"];
+        let cli = Cli::try_parse_from(["skill-operator", "sandbox-exec"].into_iter().chain(argv)).expect("parses");
+        match cli.command {
+            Command::SandboxExec { args } => assert_eq!(args, argv.iter().map(std::ffi::OsString::from).collect::<Vec<_>>()),
+            other => panic!("{other:?}"),
+        }
+    }
 }

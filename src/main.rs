@@ -2,14 +2,27 @@
 
 use clap::Parser;
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     // Logs go to stderr: over stdio, stdout belongs to the protocol.
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SKILL_OPERATOR_LOG").unwrap_or_else(|_| "warn".into()))
         .init();
-    let cli = skill_operator::cli::Cli::parse();
+    let cli = match skill_operator::cli::run_single_threaded(skill_operator::cli::Cli::parse()) {
+        Ok(code) => return code,
+        Err(cli) => cli,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("skill-operator: cannot start the async runtime: {err}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    runtime.block_on(run(cli))
+}
+
+async fn run(cli: skill_operator::cli::Cli) -> std::process::ExitCode {
     // Before anything else runs: a SIGTERM must never meet the default action.
     let shutdown = match skill_operator::shutdown::Shutdown::on_signals() {
         Ok(shutdown) => shutdown,

@@ -25,7 +25,7 @@ use crate::mcp::executor::{Caller, ExecutionSummary, Executor, JobStatus, RunCom
 
 use super::cgroup::CgroupMode;
 use super::egress::EgressOptions;
-use super::local::{LocalRunner, RunnerOptions, SandboxMode};
+use super::local::{LocalRunner, RunnerOptions, SandboxBackend, SandboxMode};
 
 /// How the local backend is set up (from `serve`'s flags): the runner's
 /// options and the job store's limits.
@@ -41,6 +41,7 @@ impl LocalOptions {
         LocalOptions {
             runner: RunnerOptions {
                 sandbox: SandboxMode::Auto,
+                sandbox_backend: SandboxBackend::Auto,
                 max_concurrent: 1,
                 run_as_uid: None,
                 run_as_uids: None,
@@ -227,8 +228,8 @@ impl Executor for LocalExecutor {
             Some(Err(why)) => SandboxSummary { mode: self.options.runner.sandbox.as_str().into(), active: false, detail: why.clone() },
             None => SandboxSummary {
                 mode: self.options.runner.sandbox.as_str().into(),
-                active: self.options.runner.sandbox != SandboxMode::Off && super::sandbox::detect_bwrap().is_some(),
-                detail: "bubblewrap self-test still running (it runs in the background at start-up; a run waits for it)".into(),
+                active: self.options.runner.sandbox != SandboxMode::Off,
+                detail: "the sandbox self-test is still running (it runs in the background at start-up; a run waits for it)".into(),
             },
         };
         ExecutionSummary {

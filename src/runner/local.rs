@@ -50,7 +50,7 @@ use crate::shutdown::Shutdown;
 use super::cgroup::{CgroupMode, Cgroups, RunCgroup, RunLimits};
 use super::egress::{EgressError, EgressOptions, LocalEgress, RunEgress, EXE_INSIDE, FORWARD_ADDR, SOCKET_INSIDE};
 use super::process::{check_accessible, execute, ExecError, ExecOutcome, ExecSpec, RunAs};
-use super::sandbox::{bwrap_self_test, detect_bwrap, SandboxSpec};
+use super::sandbox::{builtin_self_test, bwrap_self_test, detect_bwrap, Launcher, SandboxSpec};
 use super::script::{fd_path, open_beneath, ScriptError};
 use super::tmpfs::RunTmpfs;
 use super::uids::{UidLease, UidPool, UidRange};
@@ -65,13 +65,25 @@ pub const INTERPRETER_DIRS: &[&str] = &["/usr/local/bin", "/usr/bin", "/bin"];
 pub const SKILL_MOUNT: &str = "/skill";
 pub const WORK_MOUNT: &str = "/work";
 
+/// Which sandbox carries runs out, when there is a choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxBackend {
+    /// bubblewrap when it is installed and works here, else the built-in sandbox.
+    Auto,
+    /// bubblewrap only.
+    Bwrap,
+    /// The built-in sandbox only (this binary's `sandbox-exec`).
+    Builtin,
+}
+
 /// The operator's sandbox choice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum SandboxMode {
     /// Refuse to run anything without a working sandbox.
     Required,
-    /// Sandbox when bubblewrap works here, plain processes otherwise.
+    /// Sandbox when a sandbox works here, plain processes otherwise.
     Auto,
     /// Never sandbox.
     Off,
@@ -169,6 +181,7 @@ pub fn find_interpreters(run_as: RunAs) -> BTreeMap<Interpreter, PathBuf> {
 #[derive(Debug, Clone)]
 pub struct RunnerOptions {
     pub sandbox: SandboxMode,
+    pub sandbox_backend: SandboxBackend,
     pub max_concurrent: usize,
     /// The uid sandboxed runs use when no range is given (root servers only).
     pub run_as_uid: Option<u32>,
@@ -196,7 +209,8 @@ enum Limits {
 /// The local backend.
 pub struct LocalRunner {
     mode: SandboxMode,
-    bwrap: Option<PathBuf>,
+    /// The sandbox runs use, when one works here.
+    sandbox: Option<Launcher>,
     sandbox_detail: String,
     interpreters: BTreeMap<Interpreter, PathBuf>,
     /// The default uid (no range, or the preview before a uid is leased).
@@ -246,6 +260,46 @@ fn open_self_exe(path: Option<&Path>) -> Result<Arc<OwnedFd>, String> {
     Ok(Arc::new(file.into()))
 }
 
+/// What to do on a machine where no sandbox works, in the words every
+/// message about it uses.
+pub const SANDBOX_REMEDY: &str = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap), \
+or allow unprivileged user namespaces for the built-in sandbox (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0)";
+
+/// The sandbox runs get here, and in words: bubblewrap when it passes its
+/// self-test (where asked for or on `auto`), else the built-in one when
+/// it passes the same test.
+async fn detect_sandbox(backend: SandboxBackend, exe: Option<Arc<OwnedFd>>, probe_as: RunAs) -> (Option<Launcher>, String) {
+    let mut why: Vec<String> = Vec::new();
+    if backend != SandboxBackend::Builtin {
+        match detect_bwrap() {
+            None => why.push("bubblewrap (bwrap) is not installed".into()),
+            Some(path) => match bwrap_self_test(&path, probe_as).await {
+                Ok(()) => return (Some(Launcher::Bwrap(path.clone())), format!("bubblewrap at {}", path.display())),
+                Err(err) => why.push(format!("bubblewrap at {} does not work here: {err}", path.display())),
+            },
+        }
+    }
+    if backend != SandboxBackend::Bwrap {
+        match exe {
+            None => why.push("the built-in sandbox needs this server's own binary, which could not be opened".into()),
+            Some(exe) => {
+                let fd = std::os::fd::AsRawFd::as_raw_fd(exe.as_ref());
+                match builtin_self_test(exe, probe_as).await {
+                    Ok(()) => {
+                        let mut detail = "built-in sandbox (user, mount, PID, network, IPC and UTS namespaces; no capabilities; seccomp)".to_string();
+                        if !why.is_empty() {
+                            detail.push_str(&format!(": {}", why.join("; ")));
+                        }
+                        return (Some(Launcher::Builtin(fd)), detail);
+                    }
+                    Err(err) => why.push(format!("the built-in sandbox does not work here: {err}")),
+                }
+            }
+        }
+    }
+    (None, format!("{}; {SANDBOX_REMEDY}", why.join("; ")))
+}
+
 impl LocalRunner {
     /// Probe the machine: interpreters usable by the run-as uid, a
     /// bubblewrap that passes its self-test, cgroups, the egress proxy.
@@ -265,23 +319,20 @@ impl LocalRunner {
         }
         let probe_as = uids.as_ref().map(|p| RunAs::User { uid: p.range().first, gid: p.range().first }).unwrap_or(run_as);
         let interpreters = find_interpreters(probe_as);
-        let (bwrap, sandbox_detail) = match o.sandbox {
+        let self_exe = open_self_exe(o.self_exe.as_deref());
+        let (sandbox, sandbox_detail) = match o.sandbox {
             SandboxMode::Off => (None, "sandbox switched off (--sandbox off)".to_string()),
-            _ => match detect_bwrap() {
-                None => (None, "bubblewrap (bwrap) is not installed".to_string()),
-                Some(path) => match bwrap_self_test(&path, probe_as).await {
-                    Ok(()) => (Some(path.clone()), format!("bubblewrap at {}", path.display())),
-                    Err(err) => (None, format!("bubblewrap at {} does not work here: {err}", path.display())),
-                },
-            },
+            _ => detect_sandbox(o.sandbox_backend, self_exe.as_ref().ok().cloned(), probe_as).await,
         };
-        if o.sandbox == SandboxMode::Required && bwrap.is_none() {
+        if o.sandbox == SandboxMode::Required && sandbox.is_none() {
             tracing::warn!(%sandbox_detail, "--sandbox required but unavailable: every run will be refused");
+        } else if o.sandbox == SandboxMode::Auto && sandbox.is_none() && !is_root {
+            tracing::warn!(%sandbox_detail, "no sandbox works here: runs are NOT sandboxed (they can read your files and reach the network)");
         }
-        if bwrap.is_none() && o.sandbox != SandboxMode::Required && is_root && uids.is_none() {
+        if sandbox.is_none() && o.sandbox != SandboxMode::Required && is_root && uids.is_none() {
             tracing::warn!(
                 "runs are not sandboxed and no --run-as-uids range is configured: unsandboxed runs are refused; \
-                 install bubblewrap, or give --run-as-uids a range of uids nothing else uses"
+                 {SANDBOX_REMEDY}, or give --run-as-uids a range of uids nothing else uses"
             );
         }
         let max_concurrent = o.max_concurrent.max(1);
@@ -307,13 +358,13 @@ impl LocalRunner {
                 tracing::warn!(reason = %why, "no cgroup per run: limits are per process only (memory not counted across processes or for shared memory)");
             }
         }
-        let egress = match bwrap {
+        let egress = match sandbox {
             Some(_) => LocalEgress::new(&o.data_dir, &o.egress).map_err(|e| e.to_string()),
             None => Err("no sandbox".into()),
         };
         LocalRunner {
             mode: o.sandbox,
-            bwrap,
+            sandbox,
             sandbox_detail,
             interpreters,
             run_as,
@@ -322,7 +373,7 @@ impl LocalRunner {
             cgroup_mode: o.cgroup,
             egress,
             egress_allow: o.egress.allow_cidrs.clone(),
-            self_exe: open_self_exe(o.self_exe.as_deref()),
+            self_exe,
             is_root,
             permits: Arc::new(Semaphore::new(max_concurrent)),
             max_concurrent,
@@ -345,7 +396,7 @@ impl LocalRunner {
         };
         SandboxSummary {
             mode: self.mode.as_str().into(),
-            active: self.bwrap.is_some(),
+            active: self.sandbox.is_some(),
             detail: format!("{}; {limits}", self.sandbox_detail),
         }
     }
@@ -357,10 +408,10 @@ impl LocalRunner {
 
     /// Everything that refuses a run here before anything starts.
     fn refusals(&self) -> Result<(), RunError> {
-        if self.mode == SandboxMode::Required && self.bwrap.is_none() {
+        if self.mode == SandboxMode::Required && self.sandbox.is_none() {
             return Err(RunError::SandboxRequired(self.sandbox_detail.clone()));
         }
-        if self.bwrap.is_none() && self.is_root && self.uids.is_none() {
+        if self.sandbox.is_none() && self.is_root && self.uids.is_none() {
             return Err(RunError::UnsandboxedNeedsUids(self.sandbox_detail.clone()));
         }
         if let (CgroupMode::Required, Limits::PerProcess(why)) = (self.cgroup_mode, &self.limits) {
@@ -371,7 +422,7 @@ impl LocalRunner {
 
     /// Whether this plan reaches the network through the proxy here, and in words.
     fn network(&self, plan: &RunPlan) -> (bool, String) {
-        match (&self.bwrap, plan.egress_granted) {
+        match (&self.sandbox, plan.egress_granted) {
             (Some(_), false) => (false, "none (own network namespace)".into()),
             (Some(_), true) => {
                 let (allow, dropped) = super::egress::allowlist(&plan.egress);
@@ -448,7 +499,7 @@ impl LocalRunner {
         self.refusals()?;
         let program = self.program(plan)?.clone();
         let (egress, network_text) = self.network(plan);
-        let sandboxed = self.bwrap.is_some();
+        let sandboxed = self.sandbox.is_some();
         let (script_path, cwd, tmp) = if sandboxed {
             (PathBuf::from(SKILL_MOUNT).join(plan.script.as_str()), PathBuf::from(WORK_MOUNT), "/tmp".to_string())
         } else {
@@ -462,8 +513,11 @@ impl LocalRunner {
         spec.env = env.vars.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))).collect();
         spec.timeout = Duration::from_secs(plan.timeout_secs.min(MAX_TIMEOUT_SECS));
         spec.run_as = self.run_as;
-        if let Some(bwrap) = &self.bwrap {
-            let mut sb = SandboxSpec::new(bwrap).with_network(egress);
+        if let Some(launcher) = &self.sandbox {
+            let mut sb = SandboxSpec::with_launcher(launcher.clone()).with_network(egress);
+            if let (Launcher::Builtin(_), Ok(exe)) = (launcher, &self.self_exe) {
+                spec.keep_fds.push(exe.clone());
+            }
             sb.ro_binds.push((plan.skill_dir.clone(), PathBuf::from(SKILL_MOUNT)));
             sb.rw_binds.push((work.to_path_buf(), PathBuf::from(WORK_MOUNT)));
             spec.sandbox = Some(sb);
@@ -479,7 +533,7 @@ impl LocalRunner {
             timeout_secs: spec.timeout.as_secs(),
             env: env.names.clone(),
             env_missing: env.missing.clone(),
-            sandbox: if sandboxed { "bubblewrap".into() } else { "off".into() },
+            sandbox: self.sandbox.as_ref().map_or("off", Launcher::name).into(),
             network: network_text,
             run_as: self.run_as_text(),
             limits: self.limit_words(sandboxed, job_bytes),

@@ -2,7 +2,7 @@
 //! ([`crate::core::fence`]); a runner only starts processes.
 //!
 //! - [`process`]: the local process executor (process group, timeout, caps, uid drop, rlimits).
-//! - [`sandbox`]: bubblewrap wrapping for the local executor.
+//! - [`sandbox`]: bubblewrap wrapping for the local executor; [`builtin`]: the same sandbox built by this binary (`sandbox-exec`) where bubblewrap is missing.
 //! - [`local`]: the local backend (interpreters, sandbox probe, run slots, run directories).
 //! - [`executor`]: the standalone server's MCP executor (job store + local backend).
 //! - [`launch`]: `skill-operator launch`, the same fence inside a Job's pod.
@@ -12,6 +12,7 @@
 //! - [`uids`]: the pool of dedicated uids for runs.
 //! - [`script`]: the declared script opened once, beneath the skill (unsandboxed runs execute that descriptor).
 
+pub mod builtin;
 pub mod cgroup;
 pub mod egress;
 pub mod executor;

@@ -320,7 +320,7 @@ pub enum ExecError {
     NotAccessible { path: PathBuf, uid: u32, need: &'static str },
     #[error("sandbox path {path:?}: {reason}")]
     SandboxPath { path: PathBuf, reason: &'static str },
-    #[error("bubblewrap could not set up the sandbox (exit {code}): {message}")]
+    #[error("the sandbox could not be set up (exit {code}): {message}")]
     SandboxSetup { code: i32, message: String },
     #[error("bubblewrap does not work here: {message}")]
     SandboxSelfTest { message: String },
@@ -663,8 +663,9 @@ fn build_command(spec: &ExecSpec, sandbox: Option<&SandboxSpec>, ident: &Identit
             c
         }
         Some(sb) => {
-            let mut c = Command::new(&sb.bwrap);
-            c.args(bwrap_args(sb, spec)?).current_dir("/");
+            let (program, first) = sb.launcher.program();
+            let mut c = Command::new(program);
+            c.args(first).args(bwrap_args(sb, spec)?).current_dir("/");
             c
         }
     };
@@ -680,6 +681,9 @@ fn build_command(spec: &ExecSpec, sandbox: Option<&SandboxSpec>, ident: &Identit
     let mut keep: Vec<RawFd> = spec.keep_fds.iter().map(|f| f.as_raw_fd()).collect();
     if let Some(fd) = sandbox.and_then(|sb| sb.status_fd) {
         keep.push(fd);
+    }
+    if let Some(super::sandbox::Launcher::Builtin(fd)) = sandbox.map(|sb| &sb.launcher) {
+        keep.push(*fd);
     }
     let plan = ChildPlan {
         limits: ChildLimits::from(&spec.limits),
@@ -926,7 +930,10 @@ pub async fn execute(spec: ExecSpec) -> Result<ExecOutcome, ExecError> {
                 check_access_as(&spec.cwd, uid, gid, Need::Search)?;
             }
             Some(sb) => {
-                check_access_as(&sb.bwrap, uid, gid, Need::Exec)?;
+                // The built-in launcher is exec'd from a descriptor: no path to check.
+                if let super::sandbox::Launcher::Bwrap(bwrap) = &sb.launcher {
+                    check_access_as(bwrap, uid, gid, Need::Exec)?;
+                }
                 for (src, write) in sb.required_sources() {
                     check_access_as(src, uid, gid, if write { Need::ReadWrite } else { Need::Read })?;
                 }
@@ -939,7 +946,7 @@ pub async fn execute(spec: ExecSpec) -> Result<ExecOutcome, ExecError> {
     let kill_at = term_at + spec.kill_grace;
     let hard_at = start + spec.hard_deadline();
 
-    let spawned_program = spec.sandbox.as_ref().map(|s| s.bwrap.clone()).unwrap_or_else(|| spec.program.clone());
+    let spawned_program = spec.sandbox.as_ref().map(|s| s.launcher.program().0).unwrap_or_else(|| spec.program.clone());
     let spawned = cmd.spawn();
     // Our copy of the write end: bubblewrap holds its own now.
     drop(status_write);

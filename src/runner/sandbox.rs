@@ -72,19 +72,50 @@
 //! makes `RLIMIT_NPROC` apply (it is not enforced for kuid 0, and `bwrap --uid` run as
 //! root would map the inside uid to kuid 0 outside).
 use std::ffi::OsString;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::process::{execute, ExecError, ExecSpec, RunAs};
 use crate::core::limits::RUN_TMP_BYTES;
 
-/// How to build the bubblewrap sandbox. Paths are absolute; binds are
+/// Which program builds the sandbox from [`bwrap_args`]' command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Launcher {
+    /// bubblewrap, at this absolute path (see [`detect_bwrap`]).
+    Bwrap(PathBuf),
+    /// This binary's `sandbox-exec` ([`crate::runner::builtin`]), exec'd
+    /// through a descriptor of it that the caller keeps open and lists in
+    /// [`ExecSpec::keep_fds`]: the run's uid then needs no path to the
+    /// binary (a server under a 0700 home still sandboxes its runs).
+    Builtin(RawFd),
+}
+
+impl Launcher {
+    /// The program to exec and the arguments before bubblewrap's options.
+    pub(crate) fn program(&self) -> (PathBuf, Option<&'static str>) {
+        match self {
+            Launcher::Bwrap(path) => (path.clone(), None),
+            Launcher::Builtin(fd) => (PathBuf::from(format!("/proc/self/fd/{fd}")), Some("sandbox-exec")),
+        }
+    }
+
+    /// The name a preview and the status give this sandbox.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Launcher::Bwrap(_) => "bubblewrap",
+            Launcher::Builtin(_) => "builtin",
+        }
+    }
+}
+
+/// How to build the sandbox. Paths are absolute; binds are
 /// `(host source, path inside the sandbox)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxSpec {
-    /// Absolute path of the `bwrap` binary (see [`detect_bwrap`]).
-    pub bwrap: PathBuf,
+    /// The program that builds it: bubblewrap or the built-in sandbox.
+    pub launcher: Launcher,
     /// Read-only binds whose source must exist (validated before spawn).
     pub ro_binds: Vec<(PathBuf, PathBuf)>,
     /// Read-only binds skipped silently when the source is missing (`--ro-bind-try`).
@@ -124,6 +155,16 @@ impl SandboxSpec {
     /// symlinks, loader cache), a tmpfs `/tmp`, and no network. Add the skill package
     /// with [`Self::ro_bind`] and a work dir with [`Self::rw_bind`].
     pub fn new(bwrap: impl Into<PathBuf>) -> Self {
+        Self::with_launcher(Launcher::Bwrap(bwrap.into()))
+    }
+
+    /// The same sandbox, built by this binary's `sandbox-exec` from `exe`,
+    /// an open descriptor of it (kept open by the caller, in `keep_fds`).
+    pub fn builtin(exe: RawFd) -> Self {
+        Self::with_launcher(Launcher::Builtin(exe))
+    }
+
+    pub fn with_launcher(launcher: Launcher) -> Self {
         let mut ro_binds = vec![(PathBuf::from("/usr"), PathBuf::from("/usr"))];
         let mut symlinks = Vec::new();
         for cand in ROOT_LINK_CANDIDATES {
@@ -139,7 +180,7 @@ impl SandboxSpec {
             }
         }
         SandboxSpec {
-            bwrap: bwrap.into(),
+            launcher,
             ro_binds,
             ro_binds_try: ETC_RUNTIME.iter().map(|p| (PathBuf::from(p), PathBuf::from(p))).collect(),
             rw_binds: Vec::new(),
@@ -207,7 +248,9 @@ fn check_abs(path: &Path, what: &'static str) -> Result<(), ExecError> {
 /// Validate the spec and build bwrap's argv (without the bwrap program itself).
 /// Also usable for a dry-run preview: it contains no environment values.
 pub fn bwrap_args(sb: &SandboxSpec, spec: &ExecSpec) -> Result<Vec<OsString>, ExecError> {
-    check_abs(&sb.bwrap, "the bwrap path must be absolute")?;
+    if let Launcher::Bwrap(path) = &sb.launcher {
+        check_abs(path, "the bwrap path must be absolute")?;
+    }
     for (src, dst) in sb.ro_binds.iter().chain(sb.rw_binds.iter()) {
         check_abs(src, "bind sources must be absolute")?;
         check_abs(dst, "bind destinations must be absolute")?;
@@ -343,28 +386,38 @@ pub fn detect_bwrap() -> Option<PathBuf> {
 /// the server's lifetime: it is tried again, [`SELF_TEST_ATTEMPTS`] times in
 /// all, before the sandbox is given up.
 pub async fn bwrap_self_test(bwrap: &Path, run_as: RunAs) -> Result<(), ExecError> {
+    sandbox_self_test(&Launcher::Bwrap(bwrap.to_path_buf()), None, run_as).await
+}
+
+/// [`bwrap_self_test`] for the built-in sandbox: `exe` is an open
+/// descriptor of this binary (see [`Launcher::Builtin`]).
+pub async fn builtin_self_test(exe: Arc<OwnedFd>, run_as: RunAs) -> Result<(), ExecError> {
+    sandbox_self_test(&Launcher::Builtin(exe.as_raw_fd()), Some(exe), run_as).await
+}
+
+async fn sandbox_self_test(launcher: &Launcher, keep: Option<Arc<OwnedFd>>, run_as: RunAs) -> Result<(), ExecError> {
     let mut pause = SELF_TEST_FIRST_PAUSE;
     for attempt in 1..SELF_TEST_ATTEMPTS {
-        match self_test_once(bwrap, run_as).await {
+        match self_test_once(launcher, keep.clone(), run_as).await {
             Err(ExecError::SandboxSelfTest { message }) if message.contains(TRANSIENT) => {
-                tracing::warn!(bwrap = %bwrap.display(), attempt, %message, "bwrap self-test hit a transient limit; trying again");
+                tracing::warn!(sandbox = launcher.name(), attempt, %message, "sandbox self-test hit a transient limit; trying again");
                 tokio::time::sleep(pause).await;
                 pause *= 2;
             }
             other => return other,
         }
     }
-    self_test_once(bwrap, run_as).await
+    self_test_once(launcher, keep, run_as).await
 }
 
 /// How often the self-test runs when it keeps failing transiently, and its
 /// first pause (doubled after each try: 0.1 + 0.2 + 0.4 s at most).
 pub const SELF_TEST_ATTEMPTS: u32 = 4;
 const SELF_TEST_FIRST_PAUSE: Duration = Duration::from_millis(100);
-/// strerror(EAGAIN), as bwrap prints it.
+/// strerror(EAGAIN), as bwrap (and the built-in sandbox) print it.
 const TRANSIENT: &str = "Resource temporarily unavailable";
 
-async fn self_test_once(bwrap: &Path, run_as: RunAs) -> Result<(), ExecError> {
+async fn self_test_once(launcher: &Launcher, keep: Option<Arc<OwnedFd>>, run_as: RunAs) -> Result<(), ExecError> {
     let program = ["/usr/bin/true", "/bin/true"]
         .iter()
         .map(PathBuf::from)
@@ -374,14 +427,15 @@ async fn self_test_once(bwrap: &Path, run_as: RunAs) -> Result<(), ExecError> {
     spec.env = vec![("PATH".into(), "/usr/bin:/bin".into())];
     spec.timeout = Duration::from_secs(10);
     spec.run_as = run_as;
-    spec.sandbox = Some(SandboxSpec::new(bwrap));
+    spec.sandbox = Some(SandboxSpec::with_launcher(launcher.clone()));
+    spec.keep_fds.extend(keep);
     let out = match execute(spec).await {
         Ok(o) => o,
         Err(ExecError::SandboxSetup { message, .. }) => return Err(ExecError::SandboxSelfTest { message }),
         Err(e) => return Err(ExecError::SandboxSelfTest { message: e.to_string() }),
     };
     if out.outcome.exit_code == Some(0) {
-        tracing::debug!(bwrap = %bwrap.display(), "bwrap self-test passed");
+        tracing::debug!(sandbox = launcher.name(), "sandbox self-test passed");
         Ok(())
     } else {
         Err(ExecError::SandboxSelfTest {

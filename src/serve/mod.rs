@@ -54,9 +54,13 @@ pub struct ServeArgs {
     /// else /var/lib/skill-operator as root, else $XDG_STATE_HOME (or ~/.local/state)/skill-operator.
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Sandbox runs with bubblewrap: `required` refuses to run without it.
+    /// Sandbox runs (bubblewrap, or the built-in sandbox where bubblewrap is missing): `required`
+    /// refuses to run without one, `off` never sandboxes.
     #[arg(long, value_enum, default_value = "auto")]
     pub sandbox: SandboxMode,
+    /// Which sandbox: `auto` takes bubblewrap when it works here and the built-in one otherwise.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub sandbox_backend: crate::runner::local::SandboxBackend,
     /// Confirmation before a run: ask (preview + token, or the client asks its user), auto, refuse.
     /// Any other value means refuse.
     #[arg(long, env = "SKILL_OPERATOR_CONFIRM", default_value = "ask", value_name = "MODE")]
@@ -176,6 +180,7 @@ async fn state_and_rescan(args: &ServeArgs) -> anyhow::Result<(ServerState, watc
         crate::runner::executor::prepare(&data_dir)?;
         let mut options = LocalOptions::new(data_dir);
         options.runner.sandbox = args.sandbox;
+        options.runner.sandbox_backend = args.sandbox_backend;
         options.runner.max_concurrent = args.max_concurrent_runs;
         options.runner.run_as_uid = args.run_as_uid;
         options.runner.run_as_uids = args.run_as_uids;

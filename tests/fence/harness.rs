@@ -17,6 +17,7 @@ use skill_operator::core::grants::Grants;
 use skill_operator::mcp::executor::{Caller, Executor, RunControl, RunReport};
 use skill_operator::mcp::snapshot::Snapshot;
 use skill_operator::runner::executor::{LocalExecutor, LocalOptions};
+use skill_operator::runner::local::SandboxBackend;
 
 pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_skill-operator");
 
@@ -28,8 +29,19 @@ pub(crate) fn is_root() -> bool {
     skill_operator::gated::is_root()
 }
 
+/// `SKILL_OPERATOR_TEST_SANDBOX=builtin`: every fence test against the built-in
+/// sandbox (scripts/test.sh runs them both ways); otherwise `auto` (bubblewrap here).
+pub(crate) fn test_backend() -> SandboxBackend {
+    match std::env::var("SKILL_OPERATOR_TEST_SANDBOX").as_deref() {
+        Ok("builtin") => SandboxBackend::Builtin,
+        Ok("bwrap") => SandboxBackend::Bwrap,
+        _ => SandboxBackend::Auto,
+    }
+}
+
+/// A sandbox the tests expect to work: bubblewrap installed, or the built-in one asked for.
 pub(crate) fn bwrap_works() -> bool {
-    skill_operator::runner::sandbox::detect_bwrap().is_some()
+    test_backend() == SandboxBackend::Builtin || skill_operator::runner::sandbox::detect_bwrap().is_some()
 }
 
 impl World {
@@ -82,6 +94,7 @@ impl World {
     pub(crate) fn options(&self) -> LocalOptions {
         let mut o = LocalOptions::new(self.data());
         o.runner.self_exe = Some(PathBuf::from(BIN));
+        o.runner.sandbox_backend = test_backend();
         o
     }
 

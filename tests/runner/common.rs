@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use skill_operator::runner::process::{ExecSpec, RunAs};
-use skill_operator::runner::sandbox::{bwrap_self_test, detect_bwrap, SandboxSpec};
+use skill_operator::runner::sandbox::{builtin_self_test, bwrap_self_test, detect_bwrap, SandboxSpec};
 
 pub(crate) const PY: &str = "/usr/bin/python3";
 pub(crate) const NODE: &str = "/usr/bin/node";
@@ -127,10 +127,38 @@ pub(crate) fn pid_alive(pid: i32) -> bool {
     }
 }
 
+/// Which sandbox the sandbox tests exercise: `SKILL_OPERATOR_TEST_SANDBOX=builtin`
+/// runs every one of them against the built-in sandbox (scripts/test.sh runs
+/// them both ways); otherwise bubblewrap.
+pub(crate) fn test_builtin() -> bool {
+    std::env::var("SKILL_OPERATOR_TEST_SANDBOX").is_ok_and(|v| v == "builtin")
+}
+
+/// This build's binary, open for the built-in sandbox's launcher (kept for the test process's life).
+pub(crate) fn self_exe() -> std::sync::Arc<std::os::fd::OwnedFd> {
+    use std::os::unix::fs::OpenOptionsExt;
+    static EXE: OnceLock<std::sync::Arc<std::os::fd::OwnedFd>> = OnceLock::new();
+    EXE.get_or_init(|| {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+            .open(env!("CARGO_BIN_EXE_skill-operator"))
+            .expect("open the skill-operator binary");
+        std::sync::Arc::new(file.into())
+    })
+    .clone()
+}
+
 /// The sandbox base, or None (test skipped) when bwrap is not installed. When bwrap is
-/// installed the self-test must pass: a broken sandbox is a failure, not a skip.
+/// installed the self-test must pass: a broken sandbox is a failure, not a skip. With
+/// [`test_builtin`], the built-in sandbox, whose self-test must pass.
 pub(crate) async fn sandbox() -> Option<SandboxSpec> {
     init_tracing();
+    if test_builtin() {
+        let exe = self_exe();
+        builtin_self_test(exe.clone(), RunAs::Auto).await.expect("built-in sandbox self-test");
+        return Some(SandboxSpec::builtin(std::os::fd::AsRawFd::as_raw_fd(exe.as_ref())));
+    }
     let Some(bwrap) = detect_bwrap() else {
         skill_operator::gated::skip("sandbox test", "bwrap not installed (apt-get install bubblewrap)");
         return None;
