@@ -200,13 +200,22 @@ fn main() {
     let baseline = std::env::var("RUN_OVERHEAD_BASELINE_BIN").ok();
     let mut configs: Vec<(String, String, Vec<&str>)> = vec![
         ("sandbox off".into(), BIN.into(), [&["--sandbox", "off"][..], uids].concat()),
-        ("bubblewrap, no cgroup".into(), BIN.into(), vec!["--sandbox", "required", "--cgroup", "off"]),
+        ("bubblewrap, no cgroup".into(), BIN.into(), vec!["--sandbox", "required", "--sandbox-backend", "bwrap", "--cgroup", "off"]),
         (
             "same, favordynmods not asked for".into(),
             BIN.into(),
-            vec!["--sandbox", "required", "--cgroup", "required", "--cgroup-favor-dynmods", "false"],
+            vec!["--sandbox", "required", "--sandbox-backend", "bwrap", "--cgroup", "required", "--cgroup-favor-dynmods", "false"],
         ),
-        ("bubblewrap, cgroup + sized mounts".into(), BIN.into(), vec!["--sandbox", "required", "--cgroup", "required"]),
+        (
+            "bubblewrap, cgroup + sized mounts".into(),
+            BIN.into(),
+            vec!["--sandbox", "required", "--sandbox-backend", "bwrap", "--cgroup", "required"],
+        ),
+        (
+            "built-in sandbox, cgroup + sized mounts".into(),
+            BIN.into(),
+            vec!["--sandbox", "required", "--sandbox-backend", "builtin", "--cgroup", "required"],
+        ),
     ];
     if let Some(bin) = &baseline {
         configs.push(("bubblewrap, baseline build".into(), bin.clone(), vec!["--sandbox", "required"]));
@@ -234,7 +243,18 @@ fn main() {
     if let (Some((_, n0, p0)), Some((_, n1, p1))) = (sandboxed.get(1), sandboxed.get(3)) {
         println!("added by the cgroup per run (with its watcher): node {:+.1} ms, python {:+.1} ms", n1 - n0, p1 - p0);
     }
-    if let (Some((_, nb, pb)), Some((_, n1, p1))) = (sandboxed.get(4), sandboxed.get(3)) {
+    let row = |label: &str| sandboxed.iter().find(|(l, _, _)| l == label).map(|(_, n, p)| (*n, *p));
+    if let (Some((nb, pb)), Some((n1, p1))) = (row("bubblewrap, cgroup + sized mounts"), row("built-in sandbox, cgroup + sized mounts")) {
+        println!(
+            "built-in sandbox vs bubblewrap, same run: node {:+.1} ms ({:.2}x), python {:+.1} ms ({:.2}x)",
+            n1 - nb,
+            n1 / nb,
+            p1 - pb,
+            p1 / pb
+        );
+    }
+    if let (Some((_, nb, pb)), Some((_, n1, p1))) = (sandboxed.iter().find(|(l, _, _)| l == "bubblewrap, baseline build"), sandboxed.get(3))
+    {
         println!("this build vs the baseline build, sandboxed: node {:+.1} ms, python {:+.1} ms", n1 - nb, p1 - pb);
     }
 

@@ -286,7 +286,8 @@ async fn detect_sandbox(backend: SandboxBackend, exe: Option<Arc<OwnedFd>>, prob
                 let fd = std::os::fd::AsRawFd::as_raw_fd(exe.as_ref());
                 match builtin_self_test(exe, probe_as).await {
                     Ok(()) => {
-                        let mut detail = "built-in sandbox (user, mount, PID, network, IPC and UTS namespaces; no capabilities; seccomp)".to_string();
+                        let mut detail =
+                            "built-in sandbox (user, mount, PID, network, IPC and UTS namespaces; no capabilities; seccomp)".to_string();
                         if !why.is_empty() {
                             detail.push_str(&format!(": {}", why.join("; ")));
                         }

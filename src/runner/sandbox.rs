@@ -73,8 +73,8 @@
 //! root would map the inside uid to kuid 0 outside).
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::Arc;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::process::{execute, ExecError, ExecSpec, RunAs};

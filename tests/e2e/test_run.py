@@ -961,21 +961,43 @@ async def test_sandbox_required_refuses_when_bwrap_is_unusable(serve, world):
     fake.chmod(0o755)
     make_skill(world, "probe", [run_row("scripts/echo.py")], {"scripts/echo.py": ECHO_PY})
     env = {"PATH": f"{fake_bin}:/usr/local/bin:/usr/bin:/bin"}
-    async with serve("--confirm", "auto", "--sandbox", "required", env=env) as client:
+    # bubblewrap only, and it does not work: nothing runs.
+    async with serve("--confirm", "auto", "--sandbox", "required", "--sandbox-backend", "bwrap", env=env) as client:
         await refused(client, "skill_run", {"skill": "probe", "script": "scripts/echo.py"}, "sandbox-required")
         assert await job_count(client) == 0, "a refused run created a job"
         listing = await ok(client, "skill_list")
         sandbox = listing["execution"]["sandbox"]
         assert sandbox["mode"] == "required" and sandbox["active"] is False, sandbox
         assert str(fake) in sandbox["detail"], sandbox
-    # --sandbox auto with the same broken bwrap falls back, and says so.
-    async with serve("--confirm", "ask", "--sandbox", "auto", env=env) as client:
+        assert "apt-get install bubblewrap" in sandbox["detail"], "the detail says what to install"
+    # --sandbox auto, bubblewrap only: falls back to plain processes, and says so.
+    async with serve("--confirm", "ask", "--sandbox", "auto", "--sandbox-backend", "bwrap", env=env) as client:
         # A preview waits for the start-up self-test (skill_list may answer before it, as pending).
         preview = await ok(client, "skill_run", {"skill": "probe", "script": "scripts/echo.py"})
         assert preview["preview"]["command"]["sandbox"] == "off"
         assert "egress is NOT enforced" not in preview["preview"]["command"]["network"], "the probe declares no egress"
         sandbox = (await ok(client, "skill_list"))["execution"]["sandbox"]
         assert sandbox["active"] is False and "does not work" in sandbox["detail"], sandbox
+    # The default backend: the built-in sandbox takes over from the broken bubblewrap, and says why.
+    async with serve("--confirm", "ask", "--sandbox", "required", env=env) as client:
+        preview = await ok(client, "skill_run", {"skill": "probe", "script": "scripts/echo.py"})
+        assert preview["preview"]["command"]["sandbox"] == "builtin", preview
+        sandbox = (await ok(client, "skill_list"))["execution"]["sandbox"]
+        assert sandbox["active"] is True and sandbox["detail"].startswith("built-in sandbox"), sandbox
+        assert "does not work" in sandbox["detail"], "the detail names why bubblewrap was not taken"
+
+
+async def test_builtin_sandbox_runs_what_bubblewrap_runs(serve, world):
+    """A machine without bubblewrap: the built-in sandbox, same view as bubblewrap's."""
+    make_skill(world, "probe", [run_row("scripts/probe.py")], {"scripts/probe.py": SANDBOX_PROBE})
+    async with serve("--confirm", "auto", "--sandbox", "required", "--sandbox-backend", "builtin") as client:
+        result = await ok(client, "skill_run", {"skill": "probe", "script": "scripts/probe.py"})
+        assert result["command"]["sandbox"] == "builtin", result["command"]
+        seen = stdout_json(result)
+        assert seen["cwd"] == "/work", seen
+        assert result["command"]["network"].startswith("none"), result["command"]
+        if os.geteuid() == 0:
+            assert seen["uid"] != 0 and result["command"]["runAs"] != 0, (seen, result["command"])
 
 
 async def test_sandbox_off_and_auto(serve, world):

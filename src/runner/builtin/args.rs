@@ -163,7 +163,8 @@ mod tests {
         v.iter().map(OsString::from).collect()
     }
 
-    const FULL: &[&str] = &["--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--die-with-parent", "--new-session"];
+    const FULL: &[&str] =
+        &["--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--die-with-parent", "--new-session"];
 
     fn with(extra: &[&str]) -> Vec<OsString> {
         let mut v = os(FULL);
@@ -209,13 +210,37 @@ mod tests {
             "--proc",
         ]))
         .expect("parses");
-        assert_eq!(plan.ops.len(), 8);
+        assert_eq!(plan.ops.len(), 9);
         assert_eq!(plan.ops[3], Op::Tmpfs { dest: "/tmp".into(), size: Some(1024) });
-        assert_eq!(plan.ops[5], Op::Bind { src: "/etc/ld.so.cache".into(), dest: "/etc/ld.so.cache".into(), writable: false, must_exist: false });
+        assert_eq!(
+            plan.ops[5],
+            Op::Bind { src: "/etc/ld.so.cache".into(), dest: "/etc/ld.so.cache".into(), writable: false, must_exist: false }
+        );
         assert_eq!(plan.ops[6], Op::Bind { src: "/w".into(), dest: "/work".into(), writable: true, must_exist: true });
         assert_eq!(plan.status_fd, Some(9));
         assert_eq!(plan.chdir, Some("/work".into()));
         assert_eq!(plan.argv, os(&["/usr/bin/python3", "-c", "--proc"]), "everything after -- is the program's");
+    }
+
+    /// Whatever the argv builder writes, in its fullest shape, this parser
+    /// takes: a flag added there and not here fails this test, not a run.
+    #[test]
+    fn takes_the_argv_builders_fullest_output() {
+        use crate::runner::process::ExecSpec;
+        use crate::runner::sandbox::{bwrap_args, SandboxSpec};
+        let mut sb = SandboxSpec::builtin(7).with_network(true).ro_bind("/usr").rw_bind("/tmp");
+        sb.fd_binds.push((7, "/run/exe".into()));
+        sb.symlinks.push(("usr/lib".into(), "/lib-test".into()));
+        sb.wrapper = vec!["/usr/bin/env".into(), "--".into()];
+        sb.status_fd = Some(9);
+        let mut spec = ExecSpec::new("/usr/bin/true", "/tmp");
+        spec.args = vec!["--help".into(), "--".into()];
+        let argv = bwrap_args(&sb, &spec).expect("a valid spec");
+        let plan = parse(&argv).expect("the built-in sandbox takes every option bwrap_args writes");
+        assert_eq!(plan.argv, os(&["/usr/bin/env", "--", "/usr/bin/true", "--help", "--"]));
+        assert_eq!(plan.status_fd, Some(9));
+        assert!(plan.ops.contains(&Op::BindFd { fd: 7, dest: "/run/exe".into() }));
+        assert!(plan.ops.iter().any(|op| matches!(op, Op::RemountRo(p) if p.as_os_str() == "/")));
     }
 
     #[test]
@@ -223,8 +248,14 @@ mod tests {
         assert!(matches!(parse(&with(&["--share-net", "--", "/bin/true"])), Err(ArgsError::Unknown(_))));
         assert!(matches!(parse(&with(&["--cap-add", "ALL", "--", "/bin/true"])), Err(ArgsError::Unknown(_))));
         assert_eq!(parse(&with(&["--bind", "/a", "--", "/bin/true"])), Err(ArgsError::Relative { flag: "--bind", path: "--".into() }));
-        assert_eq!(parse(&with(&["--bind", "relative", "/x", "--", "/bin/true"])), Err(ArgsError::Relative { flag: "--bind", path: "relative".into() }));
-        assert_eq!(parse(&with(&["--bind", "/a", "/x/../etc", "--", "/bin/true"])), Err(ArgsError::Relative { flag: "--bind", path: "/x/../etc".into() }));
+        assert_eq!(
+            parse(&with(&["--bind", "relative", "/x", "--", "/bin/true"])),
+            Err(ArgsError::Relative { flag: "--bind", path: "relative".into() })
+        );
+        assert_eq!(
+            parse(&with(&["--bind", "/a", "/x/../etc", "--", "/bin/true"])),
+            Err(ArgsError::Relative { flag: "--bind", path: "/x/../etc".into() })
+        );
         assert_eq!(parse(&with(&["--size", "10", "--proc", "/proc", "--", "/bin/true"])), Err(ArgsError::DanglingSize));
         assert_eq!(parse(&with(&["--size", "ten", "--tmpfs", "/tmp"])), Err(ArgsError::Number { flag: "--size", value: "ten".into() }));
         assert_eq!(parse(&with(&["--chdir"])), Err(ArgsError::Missing("--chdir", 1)));

@@ -42,8 +42,13 @@ use std::process::ExitCode;
 use args::Plan;
 
 /// The namespaces of the sandbox (bubblewrap's `--unshare-all --unshare-user`).
-const NAMESPACES: libc::c_int =
-    libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWNET | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS | libc::CLONE_NEWCGROUP;
+const NAMESPACES: libc::c_int = libc::CLONE_NEWUSER
+    | libc::CLONE_NEWNS
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWNET
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWUTS
+    | libc::CLONE_NEWCGROUP;
 
 /// Exit status of the launcher when the sandbox could not be built (as bubblewrap's).
 const SETUP_FAILED: u8 = 1;
@@ -231,10 +236,8 @@ fn init(plan: &Plan, filter: &[libc::sock_filter], go: OwnedFd, started: OwnedFd
         die(format_args!("cannot drop capabilities: {e}"));
     }
     let argv = cstrings(plan.argv.iter().map(|a| a.as_bytes()));
-    let mut env: Vec<Vec<u8>> = std::env::vars_os()
-        .filter(|(k, _)| k != "PWD")
-        .map(|(k, v)| [k.as_bytes(), b"=", v.as_bytes()].concat())
-        .collect();
+    let mut env: Vec<Vec<u8>> =
+        std::env::vars_os().filter(|(k, _)| k != "PWD").map(|(k, v)| [k.as_bytes(), b"=", v.as_bytes()].concat()).collect();
     let cwd = plan.chdir.clone().unwrap_or_else(|| "/".into());
     env.push([b"PWD=".as_slice(), cwd.as_os_str().as_bytes()].concat());
     let envp = cstrings(env.iter().map(|e| e.as_slice()));
@@ -335,7 +338,9 @@ fn hide_command_line() {
     // Fields after the ")" that closes comm; arg_start and arg_end are fields 48 and 49.
     let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else { return };
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let (Some(start), Some(end)) = (fields.get(45).and_then(|f| f.parse::<usize>().ok()), fields.get(46).and_then(|f| f.parse::<usize>().ok())) else {
+    let (Some(start), Some(end)) =
+        (fields.get(45).and_then(|f| f.parse::<usize>().ok()), fields.get(46).and_then(|f| f.parse::<usize>().ok()))
+    else {
         return;
     };
     if end <= start {
@@ -353,7 +358,8 @@ fn hide_command_line() {
 /// No capability left in any set, and none to gain back (bounding and
 /// ambient sets cleared).
 fn drop_capabilities() -> io::Result<()> {
-    let last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap").ok().and_then(|s| s.trim().parse::<libc::c_ulong>().ok()).unwrap_or(40);
+    let last =
+        std::fs::read_to_string("/proc/sys/kernel/cap_last_cap").ok().and_then(|s| s.trim().parse::<libc::c_ulong>().ok()).unwrap_or(40);
     // SAFETY: plain prctls on this process.
     unsafe {
         for cap in 0..=last {

@@ -84,14 +84,16 @@ pub fn build(ops: &[Op]) -> Result<(), MountError> {
     // Nothing mounted here reaches the host, nor the host's later mounts us.
     mount(None, root, None, libc::MS_REC | libc::MS_PRIVATE, None).map_err(fail("make private", root))?;
     let base = Path::new("/tmp");
-    mount(Some(Path::new("tmpfs")), base, Some("tmpfs"), libc::MS_NODEV | libc::MS_NOSUID, Some("mode=0755")).map_err(fail("mount the base tmpfs on", base))?;
+    mount(Some(Path::new("tmpfs")), base, Some("tmpfs"), libc::MS_NODEV | libc::MS_NOSUID, Some("mode=0755"))
+        .map_err(fail("mount the base tmpfs on", base))?;
     let newroot_base = base.join("newroot");
     let oldroot_base = base.join("oldroot");
     for d in [&newroot_base, &oldroot_base] {
         std::fs::create_dir(d).map_err(fail("mkdir", d))?;
     }
     // The new root must be a mount point of its own for the last pivot.
-    mount(Some(&newroot_base), &newroot_base, None, libc::MS_BIND | libc::MS_REC, None).map_err(fail("bind the new root", &newroot_base))?;
+    mount(Some(&newroot_base), &newroot_base, None, libc::MS_BIND | libc::MS_REC, None)
+        .map_err(fail("bind the new root", &newroot_base))?;
     pivot_root(base, &oldroot_base).map_err(fail("pivot_root into", base))?;
     std::env::set_current_dir(root).map_err(fail("chdir", root))?;
 
@@ -161,7 +163,8 @@ fn apply(op: &Op) -> Result<(), MountError> {
                 Some(n) => format!("mode=0755,size={n}"),
                 None => "mode=0755".into(),
             };
-            mount(Some(Path::new("tmpfs")), &at, Some("tmpfs"), libc::MS_NOSUID | libc::MS_NODEV, Some(&data)).map_err(fail("mount tmpfs on", &at))
+            mount(Some(Path::new("tmpfs")), &at, Some("tmpfs"), libc::MS_NOSUID | libc::MS_NODEV, Some(&data))
+                .map_err(fail("mount tmpfs on", &at))
         }
         Op::Bind { src, dest, writable, .. } => {
             let from = host(src);
@@ -171,11 +174,17 @@ fn apply(op: &Op) -> Result<(), MountError> {
             bind(&from, &at, !*writable)
         }
         Op::BindFd { fd, dest } => {
-            let from = host(Path::new(&format!("/proc/self/fd/{fd}")));
+            // A descriptor of another mount namespace cannot be a bind's
+            // source: bind the path it names (as bubblewrap does), then make
+            // sure the bound file is the descriptor's (no swap in between).
+            let link = host(Path::new(&format!("/proc/self/fd/{fd}")));
+            let named = std::fs::read_link(&link).map_err(fail("read descriptor", &link))?;
+            let from = host(&named);
             let at = inside(dest);
-            let dir = std::fs::metadata(&from).map_err(fail("bind descriptor", &from))?.is_dir();
+            let dir = std::fs::metadata(&from).map_err(fail("bind descriptor's file", &named))?.is_dir();
             mount_point(&at, dir)?;
             bind(&from, &at, true)?;
+            same_file(*fd, &at).map_err(fail("bind descriptor's file", &named))?;
             // SAFETY: the descriptor was handed to us for this bind alone.
             unsafe { libc::close(*fd) };
             Ok(())
@@ -198,6 +207,21 @@ fn apply(op: &Op) -> Result<(), MountError> {
             Ok(())
         }
         Op::Dev(dest) => dev(&inside(dest)),
+    }
+}
+
+/// Is what `at` names the file `fd` is open on?
+fn same_file(fd: std::os::fd::RawFd, at: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let bound = std::fs::metadata(at)?;
+    // SAFETY: fstat fills the struct for a descriptor we hold.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    check(unsafe { libc::fstat(fd, &mut st) })?;
+    if bound.dev() == st.st_dev as u64 && bound.ino() == st.st_ino as u64 {
+        Ok(())
+    } else {
+        Err(io::Error::other("the file changed between opening it and binding it"))
     }
 }
 
@@ -239,12 +263,8 @@ fn remount(at: &Path, extra: libc::c_ulong) -> io::Result<()> {
 /// Mount points at `at` or beneath it, outermost first.
 fn mounts_at_or_below(at: &Path) -> io::Result<Vec<PathBuf>> {
     let text = std::fs::read_to_string(host(Path::new("/proc/self/mountinfo")))?;
-    let mut found: Vec<PathBuf> = text
-        .lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .map(|p| PathBuf::from(unescape(p)))
-        .filter(|p| p.starts_with(at))
-        .collect();
+    let mut found: Vec<PathBuf> =
+        text.lines().filter_map(|line| line.split(' ').nth(4)).map(|p| PathBuf::from(unescape(p))).filter(|p| p.starts_with(at)).collect();
     found.dedup();
     if found.is_empty() {
         found.push(at.to_path_buf());
@@ -273,14 +293,17 @@ fn unescape(field: &str) -> String {
 /// private devpts, and the usual links.
 fn dev(at: &Path) -> Result<(), MountError> {
     mkdirs(at)?;
-    mount(Some(Path::new("tmpfs")), at, Some("tmpfs"), libc::MS_NOSUID | libc::MS_NOEXEC, Some("mode=0755")).map_err(fail("mount tmpfs on", at))?;
+    mount(Some(Path::new("tmpfs")), at, Some("tmpfs"), libc::MS_NOSUID | libc::MS_NOEXEC, Some("mode=0755"))
+        .map_err(fail("mount tmpfs on", at))?;
     for name in DEVICES {
         let node = at.join(name);
         mount_point(&node, false)?;
         let from = host(&Path::new("/dev").join(name));
         mount(Some(&from), &node, None, libc::MS_BIND, None).map_err(fail("bind device", &node))?;
     }
-    for (target, link) in [("/proc/self/fd", "fd"), ("/proc/self/fd/0", "stdin"), ("/proc/self/fd/1", "stdout"), ("/proc/self/fd/2", "stderr")] {
+    for (target, link) in
+        [("/proc/self/fd", "fd"), ("/proc/self/fd/0", "stdin"), ("/proc/self/fd/1", "stdout"), ("/proc/self/fd/2", "stderr")]
+    {
         std::os::unix::fs::symlink(target, at.join(link)).map_err(fail("symlink", &at.join(link)))?;
     }
     mkdirs(&at.join("shm"))?;
@@ -288,7 +311,9 @@ fn dev(at: &Path) -> Result<(), MountError> {
     mkdirs(&pts)?;
     // A pty is a convenience, not part of the fence: where the kernel
     // refuses a devpts in a user namespace the sandbox goes on without one.
-    if mount(Some(Path::new("devpts")), &pts, Some("devpts"), libc::MS_NOSUID | libc::MS_NOEXEC, Some("newinstance,ptmxmode=0666,mode=620")).is_ok() {
+    if mount(Some(Path::new("devpts")), &pts, Some("devpts"), libc::MS_NOSUID | libc::MS_NOEXEC, Some("newinstance,ptmxmode=0666,mode=620"))
+        .is_ok()
+    {
         std::os::unix::fs::symlink("pts/ptmx", at.join("ptmx")).map_err(fail("symlink", &at.join("ptmx")))?;
     }
     Ok(())

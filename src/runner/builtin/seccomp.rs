@@ -83,7 +83,8 @@ pub fn program() -> Option<Vec<libc::sock_filter>> {
 pub unsafe fn install(prog: &[libc::sock_filter]) -> std::io::Result<()> {
     let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_ptr() as *mut libc::sock_filter };
     // SAFETY: fprog points at a live, well-formed program for the duration of the call.
-    let rc = unsafe { libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER as libc::c_ulong, &fprog as *const _ as libc::c_ulong, 0, 0) };
+    let rc =
+        unsafe { libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER as libc::c_ulong, &fprog as *const _ as libc::c_ulong, 0, 0) };
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
     }
