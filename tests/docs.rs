@@ -250,7 +250,11 @@ fn the_readme_is_a_short_start_page() {
         .filter(|(_, p)| p.chars().count() > PARAGRAPH_MAX_CHARS)
         .map(|(n, p)| format!("README.md:{n}: {} characters: {}…", p.chars().count(), p.chars().take(60).collect::<String>()))
         .collect();
-    assert!(long.is_empty(), "paragraphs over {PARAGRAPH_MAX_CHARS} characters (split them, or move them into docs/):\n{}", long.join("\n"));
+    assert!(
+        long.is_empty(),
+        "paragraphs over {PARAGRAPH_MAX_CHARS} characters (split them, or move them into docs/):\n{}",
+        long.join("\n")
+    );
     // The project's rule: a fresh machine needs exactly these two commands.
     for command in ["cargo run --release -- serve", "scripts/test.sh"] {
         assert!(readme.lines().any(|l| l.starts_with(command)), "README.md lost its set-up command `{command}`");
@@ -289,7 +293,11 @@ fn quickstart(readme: &str) -> (Vec<String>, String) {
 #[test]
 fn the_quickstart_agent_in_the_readme_is_the_sample_file() {
     let (_, agent) = quickstart(&read("README.md"));
-    assert_eq!(agent, read(QUICKSTART_AGENT), "the README's quickstart agent differs from {QUICKSTART_AGENT}: copy the file into the block");
+    assert_eq!(
+        agent,
+        read(QUICKSTART_AGENT),
+        "the README's quickstart agent differs from {QUICKSTART_AGENT}: copy the file into the block"
+    );
 }
 
 #[test]

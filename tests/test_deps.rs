@@ -87,11 +87,7 @@ fn kind_names_each_missing_dependency_with_its_install_command() {
     let out = suite("tests/kind/run.sh", &["--check-deps"], &[("TEST_DEPS_DIR", &e.deps), ("SKILL_OPERATOR_BIN", &e.binary)]);
     let (_, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert_names(
-        &stderr,
-        "kind",
-        &[(e.binary.clone(), "(run: cargo build --release)"), (e.deps.join("venv/bin/python"), INSTALL)],
-    );
+    assert_names(&stderr, "kind", &[(e.binary.clone(), "(run: cargo build --release)"), (e.deps.join("venv/bin/python"), INSTALL)]);
 }
 
 #[test]
@@ -100,11 +96,8 @@ fn kind_with_a_cluster_configured_checks_its_dependencies_before_anything_else()
     // `.../venv/bin/python: No such file or directory` after the install.
     let e = empty();
     let kubeconfig = e.deps.join("kubeconfig");
-    let out = suite(
-        "tests/kind/run.sh",
-        &[],
-        &[("TEST_DEPS_DIR", &e.deps), ("SKILL_OPERATOR_BIN", &e.binary), ("KUBECONFIG", &kubeconfig)],
-    );
+    let out =
+        suite("tests/kind/run.sh", &[], &[("TEST_DEPS_DIR", &e.deps), ("SKILL_OPERATOR_BIN", &e.binary), ("KUBECONFIG", &kubeconfig)]);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
     assert_names(&stderr, "kind", &[(e.deps.join("venv/bin/python"), INSTALL)]);
