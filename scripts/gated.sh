@@ -11,14 +11,45 @@
 #     SKILL_OPERATOR_REQUIRE_GATED=1 is set, so a suite that skips fails.
 #   - otherwise each suite prints SKIPPED and nothing is counted as passed.
 # KUBECONFIG or KUBEBUILDER_ASSETS already set win over the local cluster.
+#
+# Test dependencies: when the suites are going to run for real (a cluster, or
+# KUBECONFIG / KUBEBUILDER_ASSETS set), every tool they use is looked for
+# first, before the cluster is started; each missing one is named with the
+# command that installs it and nothing runs (exit 1). Without a cluster the
+# suites skip and need none of them. `gated.sh --check-deps` runs only that
+# check. TEST_DEPS_DIR: where the test tools are (default target/test-deps).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=test-deps-lib.sh
+source "$ROOT/scripts/test-deps-lib.sh"
 H="${LOCAL_CLUSTER_HOME:-/var/lib/local-cluster}"
 SCRIPTS="${LOCAL_CLUSTER_SCRIPTS:-$ROOT/../shared/local-cluster}"
 started=0
 
+# The union of what the suites below need; the real-cluster suite checks its
+# own list (tests/kind/run.sh --check-deps) and prints it the same way.
+check_deps() {
+  local kind_ok=0
+  deps_need_cmd cargo "install Rust with rustup"
+  # tests/chart/cluster_rbac.sh uses the pinned helm and kubectl.
+  deps_need_cmd "${HELM:-$TEST_DEPS/bin/helm}" "$DEPS_INSTALL"
+  deps_need_cmd "${KUBECTL:-$TEST_DEPS/bin/kubectl}" "$DEPS_INSTALL"
+  # The suites and the controller benchmark start real registries.
+  deps_need_exec /usr/bin/docker-registry "$DEPS_INSTALL_ROOT"
+  # Its report goes to stderr like ours; KUBECONFIG is not needed for it.
+  bash "$ROOT/tests/kind/run.sh" --check-deps >/dev/null || kind_ok=1
+  deps_report gated || return 1
+  return "$kind_ok"
+}
+if [[ "${1:-}" == --check-deps ]]; then
+  check_deps || exit 1
+  echo "gated: every test dependency is in place"
+  exit 0
+fi
+
 if [[ -z "${KUBECONFIG:-}${KUBEBUILDER_ASSETS:-}" ]]; then
   if [[ -x "$H/assets/kube-apiserver" && -f "$H/kubeconfig" && -x "$SCRIPTS/up.sh" ]]; then
+    check_deps || exit 1
     if ! KUBECONFIG="$H/kubeconfig" "$H/cache/bin/kubectl" version --request-timeout=5s >/dev/null 2>&1; then
       echo "gated: starting the local cluster in $H"
       "$SCRIPTS/up.sh" >"$ROOT/target/local-cluster-up.log" 2>&1 || { tail -n 20 "$ROOT/target/local-cluster-up.log"; exit 1; }
@@ -29,6 +60,8 @@ if [[ -z "${KUBECONFIG:-}${KUBEBUILDER_ASSETS:-}" ]]; then
   else
     echo "gated: no local cluster in $H (or its scripts in $SCRIPTS): the gated suites print SKIPPED"
   fi
+else
+  check_deps || exit 1
 fi
 stop() { if [[ $started == 1 ]]; then "$SCRIPTS/down.sh" >/dev/null 2>&1 || true; fi; }
 trap stop EXIT

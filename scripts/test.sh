@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command (README; CI runs it through .ci/run): installs what the
+# The test command (README.md, docs/testing.md; CI runs it through .ci/run): installs what the
 # tests need (idempotent), builds, then runs every suite with real peers:
 # cargo tests (unit, runner, integration), the Python `mcp` client end to
 # end over stdio and HTTP, and the MCP conformance suite on Node 22.

@@ -20,7 +20,7 @@ pub struct Cli {
 pub enum Command {
     /// Serve skills directories to MCP clients (stdio by default, or streamable HTTP).
     Serve(crate::serve::ServeArgs),
-    /// Print the README's generated reference tables (tools, problem reasons).
+    /// Print the generated reference tables of docs/reference.md (tools, problem reasons).
     Docs,
     /// Skill packages: build a deterministic artifact and push it to an OCI registry.
     #[command(subcommand)]

@@ -1,6 +1,6 @@
-//! Reference tables generated from the real types, so the README cannot
-//! drift: a test checks that the README holds exactly these blocks, and
-//! `skill-operator docs` prints them for pasting.
+//! Reference tables generated from the real types, so the documentation
+//! cannot drift: a test checks that docs/reference.md holds exactly these
+//! blocks, and `skill-operator docs` prints them for pasting there.
 
 use serde_json::Value;
 
@@ -61,7 +61,10 @@ pub fn tools_reference() -> String {
     out
 }
 
-/// `skill-operator docs`: the generated blocks, ready to paste into the README.
+/// The file the generated blocks live in, relative to the repository root.
+pub const REFERENCE_FILE: &str = "docs/reference.md";
+
+/// `skill-operator docs`: the generated blocks, ready to paste into docs/reference.md.
 pub fn print() {
     println!("<!-- BEGIN tools (generated: skill-operator docs) -->\n{}<!-- END tools -->\n", tools_reference());
     println!("<!-- BEGIN reasons (generated: skill-operator docs) -->\n{}<!-- END reasons -->", reasons_table());
@@ -71,19 +74,32 @@ pub fn print() {
 mod tests {
     use super::*;
 
-    fn block<'a>(readme: &'a str, name: &str) -> &'a str {
+    fn block<'a>(doc: &'a str, name: &str) -> &'a str {
         let begin = format!("<!-- BEGIN {name} (generated: skill-operator docs) -->\n");
         let end = format!("<!-- END {name} -->");
-        let start = readme.find(&begin).unwrap_or_else(|| panic!("README has no {name} block")) + begin.len();
-        let stop = readme[start..].find(&end).unwrap_or_else(|| panic!("README {name} block is not closed")) + start;
-        &readme[start..stop]
+        let start = doc.find(&begin).unwrap_or_else(|| panic!("{REFERENCE_FILE} has no {name} block")) + begin.len();
+        let stop = doc[start..].find(&end).unwrap_or_else(|| panic!("{REFERENCE_FILE} {name} block is not closed")) + start;
+        &doc[start..stop]
+    }
+
+    fn reference() -> String {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(REFERENCE_FILE);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     }
 
     #[test]
-    fn readme_tables_match_the_code() {
+    fn reference_tables_match_the_code() {
+        let doc = reference();
+        let hint = format!("run `skill-operator docs` and paste its output into {REFERENCE_FILE}");
+        assert_eq!(block(&doc, "reasons"), reasons_table(), "the reason table drifted: {hint}");
+        assert_eq!(block(&doc, "tools"), tools_reference(), "the tool table drifted: {hint}");
+    }
+
+    #[test]
+    fn the_readme_holds_no_generated_block() {
+        // One copy of each table: a second one in the README would drift unchecked.
         let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-        assert_eq!(block(&readme, "reasons"), reasons_table(), "README reason table drifted: run `skill-operator docs`");
-        assert_eq!(block(&readme, "tools"), tools_reference(), "README tool table drifted: run `skill-operator docs`");
+        assert!(!readme.contains("(generated: skill-operator docs)"), "README.md holds a generated block: it belongs in {REFERENCE_FILE}");
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Every bound the project enforces, in one place, so the code, the tool
-//! descriptions, the error messages, the Kubernetes builders and the README
+//! descriptions, the error messages, the Kubernetes builders and the docs
 //! quote the same numbers. Nothing else defines a cap: a module that needs
 //! one names the constant here (a test scans tool descriptions for figures
 //! that are not one of these).

@@ -3,7 +3,7 @@
 //!
 //! Discovery never drops anything silently: a bad skill harms only itself and
 //! the reason shows up here. The codes are a published, additive set (the
-//! README table is checked against [`Reason::ALL`] by a test): clients may
+//! table in docs/reference.md is checked against [`Reason::ALL`] by a test): clients may
 //! branch on them, so a code is never renamed or reused.
 
 use std::fmt;
@@ -169,7 +169,7 @@ pub struct Problem {
     /// The skill it concerns, when there is one (its served name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skill: Option<String>,
-    /// Stable reason code (what each means: the README's problems table, or `skill-operator docs`).
+    /// Stable reason code (what each means: the problem reasons table in docs/reference.md, or `skill-operator docs`).
     #[schemars(schema_with = "reason_codes")]
     pub reason: Reason,
     /// What exactly is wrong, in words a skill author can act on.
@@ -178,9 +178,9 @@ pub struct Problem {
 
 /// `reason` in the tools' output schemas: the codes as a plain `enum`.
 /// The derived schema of [`Reason`] describes every code (it makes the
-/// README table); sent in `skill_list`'s and `skill_load`'s output schemas
+/// table in docs/reference.md); sent in `skill_list`'s and `skill_load`'s output schemas
 /// it was 3.7 KiB each, two fifths of every `tools/list` answer, telling a
-/// client what the README already says while each problem carries its own
+/// client what the reference already says while each problem carries its own
 /// `detail`.
 fn reason_codes(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     let codes: Vec<&str> = Reason::ALL.iter().map(|r| r.code()).collect();
@@ -216,7 +216,7 @@ mod tests {
     #[test]
     fn all_lists_every_variant() {
         // The generated schema enumerates every serde variant; ALL (and so
-        // the README table) must hold exactly those.
+        // the reference table) must hold exactly those.
         let schema = serde_json::to_value(schemars::schema_for!(Reason)).unwrap();
         let mut wire: Vec<String> = match schema.get("oneOf") {
             Some(Value::Array(items)) => items.iter().filter_map(|i| i.get("const").and_then(Value::as_str).map(String::from)).collect(),
@@ -235,7 +235,7 @@ mod tests {
         let codes: Vec<&str> = reason["enum"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
         assert_eq!(codes, Reason::ALL.iter().map(|r| r.code()).collect::<Vec<_>>());
         assert_eq!(reason["type"], "string");
-        assert!(reason["description"].as_str().unwrap().contains("README"), "{reason}");
+        assert!(reason["description"].as_str().unwrap().contains("docs/reference.md"), "{reason}");
         assert!(schema.get("$defs").and_then(|d| d.get("Reason")).is_none(), "the described Reason schema is not inlined: {schema}");
     }
 }

@@ -13,7 +13,7 @@
 //! with splice(2) through a pipe of its own ([`super::zerocopy`]), under
 //! the same budget, idle and half-close rules: the bytes of a bulk
 //! transfer never enter user space, which takes the proxy's CPU per byte
-//! down by more than half (the README's egress benchmark).
+//! down by more than half (the egress benchmark in docs/benchmarks.md).
 //!
 //! Two optional first steps:
 //! - up, for CONNECT: the ClientHello is read (bounded in size and time),

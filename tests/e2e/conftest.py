@@ -3,7 +3,10 @@ the real Python `mcp` client over stdio and Streamable HTTP, in both the
 handshake era (mode="legacy") and with era discovery (mode="auto").
 
 Binary: $SKILL_OPERATOR_BIN, else target/release/skill-operator under the repo
-root. A missing binary fails every test (it is never a skip).
+root. A missing binary, interpreter or Python package stops the run before any
+test, naming what is missing and the command that provides it (it is never a
+skip): run the suite as `target/test-deps/venv/bin/pytest tests/e2e` after
+`bash scripts/install-test-deps.sh`.
 """
 
 from __future__ import annotations
@@ -19,13 +22,20 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
 
-import anyio
-import pytest
-import yaml
-from mcp import Client, StdioServerParameters
-from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+INSTALL = "bash scripts/install-test-deps.sh"
+try:
+    import anyio
+    import pytest
+    import yaml
+    from mcp import Client, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+except ImportError as missing:  # another python than the test venv's
+    raise SystemExit(
+        f"e2e: missing: the Python module {missing.name} (run: {INSTALL}, "
+        "then run the suite with target/test-deps/venv/bin/pytest tests/e2e)"
+    ) from None
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = REPO_ROOT / "config" / "samples" / "skills"
@@ -47,6 +57,28 @@ def _binary_path() -> Path:
 
 def pytest_report_header(config: pytest.Config) -> str:
     return f"skill-operator binary: {_binary_path()}"
+
+
+# Where the server looks for interpreters (never the caller's PATH).
+INTERPRETER_DIRS = ("/usr/local/bin", "/usr/bin", "/bin")
+
+
+def missing_dependencies(binary: Path) -> list[str]:
+    """One line per piece the suite needs and does not find, with how to get it."""
+    missing = []
+    if not binary.is_file() or not os.access(binary, os.X_OK):
+        shown = binary.relative_to(REPO_ROOT) if binary.is_relative_to(REPO_ROOT) else binary
+        missing.append(f"missing: {shown} (run: cargo build --release, or set SKILL_OPERATOR_BIN)")
+    for name in ("bash", "python3", "node"):
+        if not any(os.access(Path(d) / name, os.X_OK) for d in INTERPRETER_DIRS):
+            missing.append(f"missing: {name} in {', '.join(INTERPRETER_DIRS)} (run: {INSTALL}, as root)")
+    return missing
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    missing = missing_dependencies(_binary_path())
+    if missing:
+        pytest.exit("\n".join(f"e2e: {line}" for line in missing), returncode=1)
 
 
 @pytest.fixture(scope="session")

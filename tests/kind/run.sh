@@ -21,6 +21,12 @@
 # check failed. Without a reachable cluster it prints SKIPPED (and fails
 # when SKILL_OPERATOR_REQUIRE_GATED=1).
 #
+# Test dependencies: once KUBECONFIG is set, and before anything else, every
+# tool the checks use is looked for; each missing one is named with the
+# command that installs it, and the suite exits 1 without running a check.
+# Without KUBECONFIG the suite is SKIPPED before that: it would use none of
+# them. `run.sh --check-deps` runs only that check.
+#
 # Settings (environment):
 #   IMAGE_REGISTRY       host:port the node pulls images from, plain HTTP (default 127.0.0.1:5000)
 #   ARTIFACT_REGISTRY    host:port for packages and job artifacts, reached by this
@@ -39,12 +45,40 @@
 #   RUN_IMAGE            the run image (default IMAGE_REGISTRY/runtime:trixie) and
 #   PYTHON, NODE, BASH   its interpreter paths (default /usr/bin/python3, /usr/bin/node, /bin/bash)
 #   KEEP=1               leave the namespaces and release in place afterwards
+#   TEST_DEPS_DIR        where scripts/install-test-deps.sh put the test tools
+#                        (default target/test-deps)
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# shellcheck source=../../scripts/test-deps-lib.sh
+source "$ROOT/scripts/test-deps-lib.sh"
 BIN="${SKILL_OPERATOR_BIN:-$ROOT/target/release/skill-operator}"
-KUBECTL="${KUBECTL:-$(command -v kubectl || echo "$ROOT/target/test-deps/bin/kubectl")}"
-HELM="${HELM:-$(command -v helm || echo "$ROOT/target/test-deps/bin/helm")}"
+[[ "$BIN" == /* ]] || BIN="$ROOT/$BIN"
+KUBECTL="${KUBECTL:-$(command -v kubectl || echo "$TEST_DEPS/bin/kubectl")}"
+HELM="${HELM:-$(command -v helm || echo "$TEST_DEPS/bin/helm")}"
 PY="${PYTHON_FOR_TESTS:-python3}"
+VENV_PY="$TEST_DEPS/venv/bin/python"
+
+# Every tool a check below runs, so none of them fails as `No such file`.
+check_deps() {
+  deps_need_exec "$BIN" "$DEPS_BUILD_RELEASE"
+  deps_need_cmd "$KUBECTL" "$DEPS_INSTALL"
+  deps_need_cmd "$HELM" "$DEPS_INSTALL"
+  # The gateway checks drive the real Python `mcp` client from the test venv.
+  deps_need_exec "$VENV_PY" "$DEPS_INSTALL"
+  deps_need_python_module "$VENV_PY" mcp "$DEPS_INSTALL"
+  # The egress test server and the pod checks run on the machine's python3.
+  deps_need_cmd "$PY" "apt-get install python3"
+  deps_need_cmd curl "apt-get install curl"
+  # Without ARTIFACT_REGISTRY the suite starts its own registry.
+  [[ -n "${ARTIFACT_REGISTRY:-}" ]] || deps_need_exec /usr/bin/docker-registry "$DEPS_INSTALL_ROOT"
+  if [[ "${BENCH_RUNS:-0}" -gt 0 ]]; then deps_need_cmd cargo "install Rust with rustup"; fi
+  deps_report kind
+}
+if [[ "${1:-}" == --check-deps ]]; then
+  check_deps || exit 1
+  echo "kind: every test dependency is in place"
+  exit 0
+fi
 
 skip() {
   echo "kind: SKIPPED ($1; the real-cluster suite did not run)"
@@ -55,8 +89,8 @@ skip() {
   exit 0
 }
 [[ -n "${KUBECONFIG:-}" ]] || skip "KUBECONFIG is not set"
+check_deps || exit 1
 "$KUBECTL" version --request-timeout=5s >/dev/null 2>&1 || skip "KUBECONFIG does not point at a reachable cluster"
-[[ -x "$BIN" ]] || { echo "kind: $BIN is missing: cargo build --release" >&2; exit 1; }
 
 PASS=0 FAIL=0
 ok() { PASS=$((PASS + 1)); echo "ok   $1"; }
@@ -333,7 +367,7 @@ gateway_setup() {
   for _ in $(seq 60); do curl -sf "$GW/readyz" >/dev/null && return 0; sleep 1; done
   echo "the gateway at $GW never became ready"; return 1
 }
-gw() { "$ROOT/target/test-deps/venv/bin/python" "$ROOT/tests/kind/gateway_client.py" "$1" "$GW" "$NS" "$NS2" "$ALLOWED" "$DENIED"; }
+gw() { "$VENV_PY" "$ROOT/tests/kind/gateway_client.py" "$1" "$GW" "$NS" "$NS2" "$ALLOWED" "$DENIED"; }
 gateway_bind() {
   local out="$WORK/gw-bind.out"
   gw bind >"$out" 2>&1 &
