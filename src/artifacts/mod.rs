@@ -109,6 +109,7 @@
 pub mod client;
 pub mod operator;
 pub mod server;
+pub mod store;
 
 use serde::{Deserialize, Serialize};
 

@@ -67,7 +67,7 @@ use std::time::Duration;
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::Client;
 
-use crate::core::package::{self, Limits, PackageError};
+use crate::core::package::{Limits, PackageError};
 
 /// Blobs uploaded or downloaded at once.
 const CONCURRENCY: usize = 4;
@@ -93,9 +93,9 @@ pub struct OciLimits {
 
 impl OciLimits {
     pub const DEFAULT: OciLimits = OciLimits {
-        max_manifest_bytes: 4 * 1024 * 1024,
+        max_manifest_bytes: crate::core::limits::STORE_MANIFEST_MAX_BYTES,
         max_config_bytes: 1024 * 1024,
-        max_package_bytes: package::MAX_TOTAL_BYTES + 8 * 1024 * 1024,
+        max_package_bytes: crate::core::limits::STORE_BLOB_MAX_BYTES,
         max_index_entries: 32,
         files: Limits::DEFAULT,
     };
