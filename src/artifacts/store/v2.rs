@@ -349,9 +349,17 @@ async fn start_upload(state: &V2State, name: &str, q: V2Query, req: Request) -> 
     Ok(upload_response(StatusCode::ACCEPTED, name, &id, 0))
 }
 
+/// A body refused for its declared size gives its upload up, as one that
+/// passes the cap while streaming does.
+fn check_declared_upload(state: &V2State, id: &str, req: &Request) -> Result<(), V2Error> {
+    check_declared(req, STORE_BLOB_MAX_BYTES, "the blob").inspect_err(|_| {
+        let _ = state.store.cancel(id);
+    })
+}
+
 async fn patch_upload(state: &V2State, name: &str, id: &str, req: Request) -> Result<Response, V2Error> {
     check_name(name)?;
-    check_declared(&req, STORE_BLOB_MAX_BYTES, "the blob")?;
+    check_declared_upload(state, id, &req)?;
     if let Some(range) = req.headers().get(header::CONTENT_RANGE).and_then(|v| v.to_str().ok()) {
         let start = range.trim().trim_start_matches("bytes ").split('-').next().and_then(|s| s.parse::<u64>().ok());
         let have = state.store.upload_len(id)?;
@@ -374,7 +382,7 @@ async fn put_upload(state: &V2State, name: &str, id: &str, q: V2Query, req: Requ
     check_name(name)?;
     let digest = q.digest.ok_or_else(|| V2Error::new(StatusCode::BAD_REQUEST, "DIGEST_INVALID", "PUT needs ?digest=sha256:<hex>"))?;
     super::check_digest(&digest)?;
-    check_declared(&req, STORE_BLOB_MAX_BYTES, "the blob")?;
+    check_declared_upload(state, id, &req)?;
     state.store.append(id, req.into_body().into_data_stream()).await?;
     state.store.finish(id, &digest).await?;
     Ok(blob_created(name, &digest))
