@@ -450,3 +450,24 @@ async fn package_push_reaches_the_store_of_the_real_binary_with_the_operator_cre
     let _ = endpoint.kill();
     let _ = endpoint.wait();
 }
+
+/// The controller's resolver, configured from the artifact endpoint URL as
+/// `controller` does, resolves a SkillPackage naming the store (the chart's
+/// samples); without the operator credential the store refuses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controllers_resolver_reads_the_store_with_the_credential_derived_from_the_endpoint_url() {
+    use skill_operator::controller::context::PackageResolver;
+    use skill_operator::controller::resolver::OciResolver;
+    let s = start_store().await;
+    let seeded = s.state.seed_samples().await.unwrap();
+    let (reference, digest) = seeded.iter().find(|(r, _)| r.contains("/csv-stats:")).unwrap().clone();
+    let source: skill_operator::api::package::OciSource =
+        serde_json::from_value(serde_json::json!({ "reference": reference, "insecure": true })).unwrap();
+    let store = skill_operator::artifacts::operator::store_access(&format!("http://{}", s.addr), KEY).unwrap();
+    let with = OciResolver { plain_http: vec![store.registry.clone()], credentials: vec![(store.registry, store.auth)] };
+    let fetched = with.fetch(&source).await.unwrap();
+    assert_eq!(fetched.digest, digest);
+    let without = OciResolver { plain_http: Vec::new(), credentials: Vec::new() };
+    let err = without.fetch(&source).await.unwrap_err();
+    assert!(err.to_string().contains("refused access"), "{err}");
+}

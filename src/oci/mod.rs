@@ -111,6 +111,11 @@ impl Default for OciLimits {
 #[derive(Debug, Clone, Default)]
 pub struct RegistryOptions {
     pub auth: Auth,
+    /// Credentials for particular registries (`host:port`, as written in
+    /// references), used instead of `auth` there: the controller and
+    /// gateway reach the artifact endpoint's built-in store with the operator
+    /// credential while every other registry keeps its own.
+    pub credentials: Vec<(String, Auth)>,
     /// Registries (`host:port`, as written in references) reached over plain
     /// HTTP; every other registry is HTTPS.
     pub plain_http: Vec<String>,
@@ -215,6 +220,12 @@ impl Registry {
 
     pub fn limits(&self) -> &OciLimits {
         &self.opts.limits
+    }
+
+    /// The credential for the registry a reference names.
+    pub(crate) fn auth_for(&self, r: &oci_client::Reference) -> &Auth {
+        let registry = r.resolve_registry();
+        self.opts.credentials.iter().find(|(host, _)| host == registry).map(|(_, a)| a).unwrap_or(&self.opts.auth)
     }
 }
 
