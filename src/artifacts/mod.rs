@@ -108,6 +108,7 @@
 
 pub mod client;
 pub mod operator;
+pub mod sample_packages;
 pub mod server;
 pub mod store;
 

@@ -536,8 +536,12 @@ pub struct ArtifactsArgs {
     #[arg(long, value_name = "DIR")]
     pub store: Option<PathBuf>,
     /// With --store: do not push the embedded sample skills into it at start.
-    #[arg(long, requires = "store")]
+    #[arg(long, requires = "store", conflicts_with = "sample_packages")]
     pub no_samples: bool,
+    /// With --store: once the samples are seeded, apply these SkillPackages
+    /// (a JSON list; the chart renders it) to the cluster.
+    #[arg(long, value_name = "FILE", requires = "store")]
+    pub sample_packages: Option<PathBuf>,
     /// Talk plain HTTP to the registry (test registries only).
     #[arg(long, alias = "insecure-registry")]
     pub plain_http: bool,
@@ -568,7 +572,8 @@ pub async fn command(a: ArtifactsArgs, shutdown: crate::shutdown::Shutdown) -> a
         (None, Some(dir)) => {
             anyhow::ensure!(a.registry_config.is_none() && !a.plain_http, "--registry-config and --plain-http go with --registry, not --store");
             let mut cfg = ServerConfig::with_store(dir.clone(), key);
-            cfg.seed_samples = !a.no_samples;
+            // With --sample-packages the seeding is done before they are applied (below).
+            cfg.seed_samples = !a.no_samples && a.sample_packages.is_none();
             cfg.use_store(listener.local_addr()?);
             cfg
         }
@@ -583,7 +588,22 @@ pub async fn command(a: ArtifactsArgs, shutdown: crate::shutdown::Shutdown) -> a
     cfg.spool_dir = a.spool_dir;
     cfg.memory_budget_mib = a.memory_budget_mib;
     cfg.bounds = a.listener.bounds()?;
+    let sample_packages = a.sample_packages.as_deref().map(crate::artifacts::sample_packages::read).transpose()?;
     let state = AppState::new(cfg)?;
+    if let Some(packages) = sample_packages {
+        let seeded = state.clone();
+        tokio::spawn(async move {
+            // The packages name the seeded samples: seed first (serve seeds
+            // too; pushing twice uploads nothing).
+            if let Err(e) = seeded.seed_samples().await {
+                tracing::error!(error = %e, "seeding the sample skills failed; not applying their SkillPackages");
+                return;
+            }
+            if let Err(e) = crate::artifacts::sample_packages::apply(packages).await {
+                tracing::error!(error = %format!("{e:#}"), "the sample SkillPackages were not applied");
+            }
+        });
+    }
     match &a.store {
         Some(dir) => eprintln!("skill-operator: artifact endpoint on {}, built-in store in {}", listener.local_addr()?, dir.display()),
         None => eprintln!("skill-operator: artifact endpoint on {}", listener.local_addr()?),
