@@ -95,6 +95,13 @@ cleanup() {
     done
     "$KUBECTL" -n "$OPNS" delete pvc "$RELEASE-skill-operator-artifacts-store" --ignore-not-found --wait=true --timeout=60s >/dev/null 2>&1
     "$KUBECTL" delete namespace "$OPNS" --ignore-not-found --wait=false >/dev/null 2>&1
+    # CRDs this run brought are kept by uninstall (as checked) but owned by
+    # its release, which would stop the next install of another release:
+    # they go when nothing of anyone else's uses them.
+    if [[ "${CRDS_MADE:-}" == 1 && -z "$("$KUBECTL" get skillpackages,skillbindings,skilljobs -A -o name 2>/dev/null)" ]]; then
+      "$KUBECTL" delete crd skillpackages.skill-operator.dev skillbindings.skill-operator.dev skilljobs.skill-operator.dev \
+        --ignore-not-found >/dev/null 2>&1
+    fi
     if [[ $LOCAL == 1 && -z "${QS_SET:-}" ]]; then
       "$KUBECTL" delete pv "$PV" --ignore-not-found >/dev/null 2>&1
       "$KUBECTL" delete storageclass "$SC" --ignore-not-found >/dev/null 2>&1
@@ -156,6 +163,8 @@ spec:
 YAML
 fi
 # CRDs owned by another release on this cluster cannot be adopted: leave them.
+CRDS_MADE=1
+"$KUBECTL" get crd skilljobs.skill-operator.dev >/dev/null 2>&1 && CRDS_MADE=0
 owner="$("$KUBECTL" get crd skilljobs.skill-operator.dev -o jsonpath='{.metadata.annotations.meta\.helm\.sh/release-name}' 2>/dev/null)"
 if "$KUBECTL" get crd skilljobs.skill-operator.dev >/dev/null 2>&1 && [[ "$owner" != "$RELEASE" ]]; then
   "$KUBECTL" apply --server-side --force-conflicts -f "$ROOT/crds/" >/dev/null
@@ -163,6 +172,22 @@ if "$KUBECTL" get crd skilljobs.skill-operator.dev >/dev/null 2>&1 && [[ "$owner
   echo "note: the CRDs belong to ${owner:-no release}; installing with crds.install=false"
 fi
 echo "extras: ${extras[*]}"
+
+# persistence.enabled=auto asks the cluster (helm's lookup; --dry-run=server looks up):
+# a claim with a default StorageClass, else an emptyDir and the NOTES warning.
+auto_volume() {
+  local has_default out
+  has_default="$("$KUBECTL" get storageclass -o jsonpath='{range .items[*]}{.metadata.annotations.storageclass\.kubernetes\.io/is-default-class}{"\n"}{end}' | grep -cx true)"
+  out="$("$HELM" install "$RELEASE-probe" charts/skill-operator -n "$OPNS-probe" --dry-run=server --set crds.install=false 2>&1)" || { echo "$out" | tail -n 3; return 1; }
+  if [[ "$has_default" -gt 0 ]]; then
+    grep -q "claimName: $RELEASE-probe-skill-operator-artifacts-store" <<<"$out" || { echo "a default StorageClass, but no claim"; return 1; }
+  else
+    grep -q "WARNING: the artifact store is on an emptyDir" <<<"$out" || { echo "no default StorageClass, but no emptyDir warning"; return 1; }
+    grep -q "kind: PersistentVolumeClaim" <<<"$out" && { echo "no default StorageClass, but a claim"; return 1; }
+  fi
+  return 0
+}
+check "persistence auto follows the cluster's default StorageClass (dry-run=server)" auto_volume
 
 # ------------------------------------------------------ the three lines, timed
 T0=$(now_ms)
