@@ -93,7 +93,8 @@ fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
 }
 
 fn error_code(body: &[u8]) -> String {
-    let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_else(|_| panic!("not a registry error: {}", String::from_utf8_lossy(body)));
+    let v: serde_json::Value =
+        serde_json::from_slice(body).unwrap_or_else(|_| panic!("not a registry error: {}", String::from_utf8_lossy(body)));
     v["errors"][0]["code"].as_str().unwrap_or_default().to_string()
 }
 
@@ -173,8 +174,8 @@ async fn hostile_names_digests_and_tags_touch_nothing_outside_the_store() {
     let d = format!("sha256:{}", "a".repeat(64));
     let hostile = [
         ("GET", "/v2/../blobs/sha256/x".to_string(), 404),
-        ("GET", format!("/v2/%2e%2e/manifests/latest"), 400),
-        ("GET", format!("/v2/jobs/%2e%2e/%2e%2e/manifests/latest"), 400),
+        ("GET", "/v2/%2e%2e/manifests/latest".to_string(), 400),
+        ("GET", "/v2/jobs/%2e%2e/%2e%2e/manifests/latest".to_string(), 400),
         ("GET", format!("/v2/jobs/blobs/sha256:..%2f..%2f{}", "a".repeat(58)), 404),
         ("GET", "/v2/jobs/blobs/sha256:../../outside".to_string(), 404),
         ("GET", "/v2/jobs/manifests/..".to_string(), 400),
@@ -246,7 +247,10 @@ async fn oversize_blobs_and_manifests_are_refused() {
     // A declared body over the cap: refused before a byte is read.
     let loc = begin(&s, "jobs").await;
     let mut c = tokio::net::TcpStream::connect(s.addr).await.unwrap();
-    let head = format!("PATCH {loc} HTTP/1.1\r\nHost: t\r\nAuthorization: {op}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", STORE_BLOB_MAX_BYTES + 1);
+    let head = format!(
+        "PATCH {loc} HTTP/1.1\r\nHost: t\r\nAuthorization: {op}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        STORE_BLOB_MAX_BYTES + 1
+    );
     c.write_all(head.as_bytes()).await.unwrap();
     let mut resp = vec![0u8; 12];
     c.read_exact(&mut resp).await.unwrap();
@@ -314,7 +318,13 @@ async fn a_tag_pointing_at_another_jobs_manifest_is_refused() {
     let op = artifacts::operator_bearer(KEY);
     let (ns, a, b) = ("team-a", "aaaaaaaa-0000-4000-8000-000000000001", "bbbbbbbb-0000-4000-8000-000000000002");
     for uid in [a, b] {
-        let r = http.put(format!("{base}/{ns}/{uid}/inputs/in.txt")).header("authorization", &op).body(format!("input of {uid}")).send().await.unwrap();
+        let r = http
+            .put(format!("{base}/{ns}/{uid}/inputs/in.txt"))
+            .header("authorization", &op)
+            .body(format!("input of {uid}"))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 200);
     }
     // Re-tag A's inputs manifest as B's inputs, through the store's own API.

@@ -77,7 +77,9 @@ fn push_auth(args: &PushArgs) -> anyhow::Result<super::Auth> {
         });
     }
     match &args.password {
-        Some(password) => Ok(super::Auth::Basic { username: args.username.clone().unwrap_or_else(|| "operator".into()), password: password.clone() }),
+        Some(password) => {
+            Ok(super::Auth::Basic { username: args.username.clone().unwrap_or_else(|| "operator".into()), password: password.clone() })
+        }
         None => Ok(super::Auth::Anonymous),
     }
 }

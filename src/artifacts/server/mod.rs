@@ -570,7 +570,10 @@ pub async fn command(a: ArtifactsArgs, shutdown: crate::shutdown::Shutdown) -> a
     let mut cfg = match (&a.registry, &a.store) {
         (Some(registry), None) => ServerConfig::new(registry.clone(), key),
         (None, Some(dir)) => {
-            anyhow::ensure!(a.registry_config.is_none() && !a.plain_http, "--registry-config and --plain-http go with --registry, not --store");
+            anyhow::ensure!(
+                a.registry_config.is_none() && !a.plain_http,
+                "--registry-config and --plain-http go with --registry, not --store"
+            );
             let mut cfg = ServerConfig::with_store(dir.clone(), key);
             // With --sample-packages the seeding is done before they are applied (below).
             cfg.seed_samples = !a.no_samples && a.sample_packages.is_none();

@@ -566,7 +566,12 @@ impl Store {
             if keep.contains(&name) || name.starts_with('.') {
                 continue;
             }
-            let old = entry.metadata().ok().and_then(|m| m.modified().ok()).and_then(|t| t.elapsed().ok()).is_some_and(|age| age > STORE_GC_GRACE);
+            let old = entry
+                .metadata()
+                .ok()
+                .and_then(|m| m.modified().ok())
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > STORE_GC_GRACE);
             if old && std::fs::remove_file(entry.path()).is_ok() {
                 removed += 1;
             }
@@ -594,7 +599,8 @@ mod tests {
         for ok in ["jobs", "samples/csv-stats", "a.b_c__d--e/f0", "x"] {
             assert!(check_name(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "..", "a/../b", "a//b", "/a", "a/", "_manifests", "a/_tags", "A", "a..b", "a._b", "a b", "a/.", "-a", "a-", "a%2f"] {
+        for bad in ["", "..", "a/../b", "a//b", "/a", "a/", "_manifests", "a/_tags", "A", "a..b", "a._b", "a b", "a/.", "-a", "a-", "a%2f"]
+        {
             assert!(check_name(bad).is_err(), "{bad} was accepted");
         }
         assert!(check_name(&"a".repeat(256)).is_err());

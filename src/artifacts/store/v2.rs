@@ -214,7 +214,8 @@ async fn dispatch(
 ) -> Result<Response, V2Error> {
     authorize(&state.key, req.headers())?;
     let Query(q) = query.map_err(|e| V2Error::new(StatusCode::BAD_REQUEST, "UNSUPPORTED", e.body_text()))?;
-    let target = parse_target(&rest).ok_or_else(|| V2Error::new(StatusCode::NOT_FOUND, "NAME_UNKNOWN", format!("no registry route /v2/{rest}")))?;
+    let target =
+        parse_target(&rest).ok_or_else(|| V2Error::new(StatusCode::NOT_FOUND, "NAME_UNKNOWN", format!("no registry route /v2/{rest}")))?;
     let method = req.method().clone();
     match (target, method) {
         (Target::Blob(name, digest), m) if m == Method::GET || m == Method::HEAD => get_blob(&state, name, digest, m == Method::HEAD).await,
@@ -272,7 +273,9 @@ async fn get_blob(state: &V2State, name: &str, digest: &str, head: bool) -> Resu
     let body = if head {
         Body::empty()
     } else {
-        let file = tokio::fs::File::open(&path).await.map_err(|e| V2Error::from(StoreError::Io { path: path.display().to_string(), source: e }))?;
+        let file = tokio::fs::File::open(&path)
+            .await
+            .map_err(|e| V2Error::from(StoreError::Io { path: path.display().to_string(), source: e }))?;
         Body::from_stream(file_stream(file))
     };
     let mut resp = Response::new(body);
