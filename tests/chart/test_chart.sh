@@ -106,7 +106,8 @@ check "helm template (built-in store on an emptyDir, no samples)" render emptydi
   --set samples.enabled=false
 check "helm template (built-in store, a named StorageClass, pinned ClusterIP)" render store-ip \
   --set artifacts.persistence.storageClassName=fast --set artifacts.service.clusterIP=10.96.0.50 \
-  --set samples.images.python=registry.example.com/python:3.13 --set samples.interpreterPaths.python=/usr/bin/python3
+  --set samples.images.python=registry.example.com/python:3.13 --set samples.interpreterPaths.python=/usr/bin/python3 \
+  --set samples.resources.cpu=250m
 check_fails "helm template refuses 2 replicas on the built-in store" "not shared between replicas" \
   "$HELM" template "$RELEASE" "$CHART" --namespace "$NS" --set artifacts.replicas=2
 check "helm template (values-all.yaml)" render all -f "$HERE/values-all.yaml"
@@ -170,7 +171,8 @@ check "checks (built-in store, a named StorageClass, pinned ClusterIP)" rendered
   --expect controller-arg=--artifact-endpoint=http://10.96.0.50:8443
 sample_profile() { # the python sample's profile takes samples.images / interpreterPaths
   grep -qF 'registry.example.com/python:3.13' "$OUT/store-ip.yaml" && grep -qF '/usr/bin/python3' "$OUT/store-ip.yaml" \
-    && grep -qF '10.96.0.50:8443/samples/csv-stats:latest' "$OUT/store-ip.yaml" && grep -qF 'storageClassName: fast' "$OUT/store-ip.yaml"
+    && grep -qF '10.96.0.50:8443/samples/csv-stats:latest' "$OUT/store-ip.yaml" && grep -qF 'storageClassName: fast' "$OUT/store-ip.yaml" \
+    && grep -qF '\"resources\":{\"cpu\":\"250m\"}' "$OUT/store-ip.yaml"
 }
 check "samples: the profile's image, interpreter path and the store by its pinned IP" sample_profile
 check "checks (values-min.yaml)" rendered min \

@@ -136,7 +136,7 @@ elif [[ $LOCAL == 1 ]]; then
     --set gateway.service.clusterIP=10.0.0.72 --set "gateway.replicas=1" --set gateway.resources.cpu=100m
     --set "samples.images.python=$IMAGE_REGISTRY/runtime:trixie" --set samples.interpreterPaths.python=/usr/bin/python3
     --set "samples.images.node=$IMAGE_REGISTRY/runtime:trixie" --set samples.interpreterPaths.node=/usr/bin/node
-    --set "samples.images.bash=$IMAGE_REGISTRY/runtime:trixie"
+    --set "samples.images.bash=$IMAGE_REGISTRY/runtime:trixie" --set samples.resources.cpu=250m
     --set cluster.networkPolicy=not-enforced --set "artifacts.persistence.storageClassName=$SC")
   STORE_DIR="${QS_STORAGE_DIR:-}"
   if [[ -z "$STORE_DIR" ]]; then STORE_DIR="$(mktemp -d /tmp/quickstart-store.XXXXXX)"; STORE_DIR_MADE="$STORE_DIR"; fi

@@ -228,6 +228,7 @@ credential, and no DNS is needed when the ClusterIP is pinned).
 {{- if .interpreter -}}
 {{- $runtime := dict "interpreter" .interpreter "image" (index $s.images .interpreter) "allowedScripts" .scripts "timeoutSeconds" 60 -}}
 {{- with index ($s.interpreterPaths | default dict) .interpreter -}}{{- $_ := set $runtime "interpreterPath" . -}}{{- end -}}
+{{- with $s.resources -}}{{- $_ := set $runtime "resources" . -}}{{- end -}}
 {{- $_ := set $spec "runtime" $runtime -}}
 {{- end -}}
 {{- $labels := dict "app.kubernetes.io/name" (include "skill-operator.name" $) "app.kubernetes.io/instance" $.Release.Name "app.kubernetes.io/part-of" "skill-operator" "skill-operator.dev/sample" .name -}}
