@@ -6,7 +6,8 @@
 #     beside the checkout): it is started (up.sh) if it is not running, and
 #     tests/envtest.rs, the controller benchmark in a short mode, the
 #     prepared-image suite tests/cluster_prepare.rs and the real-cluster
-#     suite tests/kind/run.sh run against it; a cluster this
+#     suite tests/kind/run.sh and the quick start tests/kind/quickstart.sh
+#     run against it; a cluster this
 #     script started is stopped again (down.sh). With the cluster present,
 #     SKILL_OPERATOR_REQUIRE_GATED=1 is set, so a suite that skips fails.
 #   - otherwise each suite prints SKIPPED and nothing is counted as passed.
@@ -80,3 +81,4 @@ for s in envtest envtest_egress envtest_cilium gateway_auth gateway_catalog gate
 bash "$ROOT/tests/chart/cluster_rbac.sh"
 SKILLJOBS="${GATED_BENCH_SKILLJOBS:-100}" cargo bench --locked --bench controller_throughput 2>&1 | tail -n 20
 bash "$ROOT/tests/kind/run.sh"
+bash "$ROOT/tests/kind/quickstart.sh"

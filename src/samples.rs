@@ -63,3 +63,62 @@ fn write_dir(dir: &Dir<'_>, target: &Path) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// One embedded sample as a package: what `package push` of its directory
+/// makes (same archive bytes, same artifact config, so the same digest).
+pub struct SamplePackage {
+    pub name: String,
+    pub archive: Vec<u8>,
+    pub config: crate::oci::SkillConfig,
+}
+
+/// Every embedded sample as a deterministic package, by name.
+///
+/// The embedded copy keeps contents but not file modes; a file is executable
+/// when it starts with `#!`, which is exactly the files the repository marks
+/// executable (a unit test holds the two together).
+pub fn packages() -> anyhow::Result<Vec<SamplePackage>> {
+    let mut out = Vec::new();
+    for entry in SAMPLES.dirs() {
+        let name = entry.path().to_string_lossy().into_owned();
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut stack = vec![entry];
+        while let Some(dir) = stack.pop() {
+            for e in dir.entries() {
+                match e {
+                    DirEntry::Dir(d) => stack.push(d),
+                    DirEntry::File(f) => {
+                        let rel = f.path().strip_prefix(entry.path()).unwrap_or(f.path());
+                        let mut h = tar::Header::new_gnu();
+                        h.set_size(f.contents().len() as u64);
+                        h.set_mode(if f.contents().starts_with(b"#!") { 0o755 } else { 0o644 });
+                        h.set_entry_type(tar::EntryType::Regular);
+                        tar.append_data(&mut h, rel, f.contents())?;
+                    }
+                }
+            }
+        }
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, &tar.into_inner()?)?;
+        let archive = crate::core::package::build_from_tarball(&gz.finish()?, &crate::core::package::Limits::DEFAULT)?;
+        let described = crate::oci::publish::describe(&archive)?;
+        out.push(SamplePackage { name, archive, config: described.config });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn embedded_packages_are_what_package_push_builds_from_the_repository() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/samples/skills");
+        let packages = super::packages().unwrap();
+        assert_eq!(packages.len(), std::fs::read_dir(&root).unwrap().count());
+        for p in packages {
+            let from_dir = crate::core::package::build_from_dir(&root.join(&p.name)).unwrap();
+            assert!(from_dir == p.archive, "{}: the embedded package differs from `package push` of the directory", p.name);
+            assert_eq!(p.config.name, p.name);
+        }
+    }
+}

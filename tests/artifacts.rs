@@ -1,6 +1,8 @@
 //! The artifact endpoint against a real registry (`/usr/bin/docker-registry`
 //! on a loopback port per test), with `fetch` and `upload` as library calls
 //! and, where the process matters (round trip, SIGTERM), as the real binary.
+//! `tests/artifacts_store.rs` runs every test here again with the endpoint on
+//! its built-in store (`--store`) instead of the registry.
 
 #[path = "oci/common.rs"]
 mod common;
@@ -28,8 +30,15 @@ const OTHER_UID: &str = "9a8b7c6d-0000-4000-8000-000000000001";
 const BIN: &str = env!("CARGO_BIN_EXE_skill-operator");
 const MIB: u64 = 1024 * 1024;
 
+/// Whether `start` puts the endpoint on its built-in store; the including
+/// crate's value wins (tests/artifacts_store.rs sets it).
+#[allow(dead_code)]
+const ON_BUILTIN_STORE: bool = false;
+
 struct Env {
     reg: Option<TestRegistry>,
+    /// The built-in store's directory, when the endpoint runs on it.
+    store: Option<tempfile::TempDir>,
     addr: SocketAddr,
     base: String,
     http: reqwest::Client,
@@ -42,6 +51,9 @@ async fn start() -> Env {
 }
 
 async fn start_with(limits: ArtifactLimits) -> Env {
+    if crate::ON_BUILTIN_STORE {
+        return serve_on_store(limits).await;
+    }
     let reg = TestRegistry::start().await;
     let registry = format!("{}/jobs", reg.addr);
     serve(Some(reg), registry, limits).await
@@ -64,7 +76,25 @@ async fn serve(reg: Option<TestRegistry>, registry: String, limits: ArtifactLimi
     let addr = listener.local_addr().unwrap();
     tokio::spawn(server::serve(listener, state, std::future::pending()));
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
-    Env { reg, addr, base: format!("http://{addr}/v1"), http, limits, _spool: spool }
+    Env { reg, store: None, addr, base: format!("http://{addr}/v1"), http, limits, _spool: spool }
+}
+
+/// The endpoint on its built-in store, as `artifacts --store DIR` runs it.
+async fn serve_on_store(limits: ArtifactLimits) -> Env {
+    skill_operator::tls::install_crypto_provider();
+    let spool = tempfile::tempdir().unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let mut cfg = ServerConfig::with_store(store.path(), KEY.to_vec());
+    cfg.seed_samples = false;
+    cfg.limits = limits;
+    cfg.spool_dir = Some(spool.path().into());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    cfg.use_store(addr);
+    let state = AppState::new(cfg).unwrap();
+    tokio::spawn(server::serve(listener, state, std::future::pending()));
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    Env { reg: None, store: Some(store), addr, base: format!("http://{addr}/v1"), http, limits, _spool: spool }
 }
 
 fn op() -> String {
@@ -80,8 +110,13 @@ fn csv_stats_dir() -> PathBuf {
 }
 
 impl Env {
-    fn reg(&self) -> &TestRegistry {
-        self.reg.as_ref().unwrap()
+    /// Where the backing keeps a blob's bytes.
+    fn blob_path(&self, digest: &str) -> PathBuf {
+        match (&self.reg, &self.store) {
+            (Some(reg), _) => reg.blob_path(digest),
+            (None, Some(store)) => store.path().join("blobs/sha256").join(digest.strip_prefix("sha256:").unwrap()),
+            (None, None) => panic!("this endpoint has no backing"),
+        }
     }
 
     fn url(&self, tail: &str) -> String {
@@ -387,8 +422,8 @@ async fn round_trip_stage_fetch_run_upload_read_back() {
 
 // -- integrity ----------------------------------------------------------------
 
-fn tamper(reg: &TestRegistry, digest: &str) {
-    let p = reg.blob_path(digest);
+fn tamper(env: &Env, digest: &str) {
+    let p = env.blob_path(digest);
     let mut b = std::fs::read(&p).unwrap();
     let last = b.len() - 1;
     b[last] ^= 0xff;
@@ -401,7 +436,7 @@ async fn tampered_input_blob_fails_fetch_with_a_digest_error() {
     env.stage_package(NS, UID).await;
     let data = b"a,b\n1,2\n".to_vec();
     assert_eq!(env.put_input(NS, UID, "in.csv", data.clone()).await.0, 200);
-    tamper(env.reg(), &sha256_digest(&data));
+    tamper(&env, &sha256_digest(&data));
 
     let d = pod_dirs(NS, UID);
     let err = client::fetch(&fetch_opts(&env, NS, UID, &d)).await.unwrap_err();
@@ -417,7 +452,7 @@ async fn tampered_input_blob_fails_fetch_with_a_digest_error() {
 async fn tampered_package_blob_fails_fetch_with_a_digest_error() {
     let env = start().await;
     let pkg = env.stage_package(NS, UID).await;
-    tamper(env.reg(), &package::digest(&pkg));
+    tamper(&env, &package::digest(&pkg));
     let d = pod_dirs(NS, UID);
     let err = client::fetch(&fetch_opts(&env, NS, UID, &d)).await.unwrap_err();
     assert!(matches!(&err, ClientError::Endpoint { status: 502, code, .. } if code == "digest_mismatch"), "{err}");

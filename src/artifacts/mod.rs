@@ -108,7 +108,9 @@
 
 pub mod client;
 pub mod operator;
+pub mod sample_packages;
 pub mod server;
+pub mod store;
 
 use serde::{Deserialize, Serialize};
 

@@ -329,3 +329,42 @@ pub fn versioned_endpoint(endpoint: &str) -> String {
         e => format!("{e}/v1"),
     }
 }
+
+/// How the controller and gateway reach the artifact endpoint's built-in
+/// store: the registry a SkillPackage names it by is the endpoint URL's own
+/// `host:port` (the chart renders sample references exactly so, IP literal
+/// when the ClusterIP is pinned, the Service name otherwise), plain HTTP when
+/// the URL is `http`, and the operator credential derived from the key.
+/// Harmless when the endpoint runs on an external registry: no reference
+/// names the endpoint's address then.
+pub struct StoreAccess {
+    pub registry: String,
+    pub plain_http: bool,
+    pub auth: crate::oci::Auth,
+}
+
+pub fn store_access(endpoint: &str, key: &[u8]) -> Option<StoreAccess> {
+    let uri: http::Uri = endpoint.parse().ok()?;
+    let host = uri.host()?;
+    let plain = uri.scheme_str() == Some("http");
+    let port = uri.port_u16().unwrap_or(if plain { 80 } else { 443 });
+    Some(StoreAccess {
+        registry: format!("{host}:{port}"),
+        plain_http: plain,
+        auth: crate::oci::Auth::Bearer(format!("{}:{}", super::OPERATOR_SUBJECT, super::operator_token(key))),
+    })
+}
+
+#[cfg(test)]
+mod store_access_tests {
+    #[test]
+    fn the_registry_is_the_endpoint_urls_host_and_port() {
+        let a = super::store_access("http://10.96.0.50:8443", b"k").unwrap();
+        assert_eq!((a.registry.as_str(), a.plain_http), ("10.96.0.50:8443", true));
+        let a = super::store_access("http://skills-skill-operator-artifacts.skill-operator.svc:8443/", b"k").unwrap();
+        assert_eq!(a.registry, "skills-skill-operator-artifacts.skill-operator.svc:8443");
+        let a = super::store_access("https://artifacts.example", b"k").unwrap();
+        assert_eq!((a.registry.as_str(), a.plain_http), ("artifacts.example:443", false));
+        assert!(super::store_access("not a url", b"k").is_none());
+    }
+}

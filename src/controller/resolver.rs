@@ -12,12 +12,16 @@ use crate::oci::{registry_of, Registry, RegistryOptions};
 pub struct OciResolver {
     /// Registries always reached over plain HTTP (in-cluster test registries).
     pub plain_http: Vec<String>,
+    /// Credentials for particular registries: the artifact endpoint's
+    /// built-in store takes the operator credential.
+    pub credentials: Vec<(String, crate::oci::Auth)>,
 }
 
 impl PackageResolver for OciResolver {
     fn fetch<'a>(&'a self, source: &'a OciSource) -> BoxFuture<'a, Result<FetchedPackage, ResolveError>> {
         Box::pin(async move {
-            let mut options = RegistryOptions { plain_http: self.plain_http.clone(), ..Default::default() };
+            let mut options =
+                RegistryOptions { plain_http: self.plain_http.clone(), credentials: self.credentials.clone(), ..Default::default() };
             if source.insecure {
                 options.plain_http.push(
                     registry_of(&source.reference).map_err(|e| ResolveError::Pull { reference: source.reference.clone(), source: e })?,

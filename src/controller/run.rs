@@ -368,7 +368,15 @@ pub async fn command(args: ControllerArgs, shutdown: crate::shutdown::Shutdown) 
         network_policy: args.egress.network_policy,
     };
     // Every SkillJob pulls its pinned package: keep up to 64 MiB of them.
-    let resolver = Arc::new(PinnedCache::new(Arc::new(OciResolver { plain_http: args.plain_http_registries }), 64 << 20));
+    // SkillPackages may name the artifact endpoint's built-in store (the chart's samples do).
+    let mut oci = OciResolver { plain_http: args.plain_http_registries, credentials: Vec::new() };
+    if let Some(store) = crate::artifacts::operator::store_access(&args.artifact_endpoint, &config.token_key) {
+        if store.plain_http {
+            oci.plain_http.push(store.registry.clone());
+        }
+        oci.credentials.push((store.registry, store.auth));
+    }
+    let resolver = Arc::new(PinnedCache::new(Arc::new(oci), 64 << 20));
     let artifacts = Arc::new(HttpArtifacts::new(&config.artifact_endpoint, &config.token_key));
     let ctx = Arc::new(Context::new(client, Arc::new(Metrics::default()), config, resolver, artifacts).with_images(Arc::new(images)));
     run_bounded(ctx, args.listen, args.listener.bounds()?, shutdown).await

@@ -227,6 +227,25 @@ pub const FILE_ROUTE_BYTES: u64 = MAX_FILE_BYTES;
 /// a run lasts seconds to minutes, and each poll reads its SkillJob.
 pub const TASK_POLL_INTERVAL: Duration = Duration::from_secs(2);
 
+// ---- the artifact endpoint's built-in store (`artifacts --store DIR`) -----
+
+/// Largest blob the store accepts: the compressed package layer (the
+/// content cap plus tar and gzip overhead), which is also what
+/// `oci::OciLimits` lets a pull download. Every job file is smaller.
+pub const STORE_BLOB_MAX_BYTES: u64 = MAX_TOTAL_BYTES + 8 * MIB;
+/// Largest manifest or index body (distribution's own limit).
+pub const STORE_MANIFEST_MAX_BYTES: u64 = 4 * MIB;
+/// Blob uploads open at once; past it a new one is refused (429) until
+/// one finishes or is given up.
+pub const STORE_UPLOADS_MAX: usize = 256;
+/// An upload with no request for this long is given up and its bytes freed.
+pub const STORE_UPLOAD_IDLE: Duration = Duration::from_secs(600);
+/// How often blobs no manifest names are swept.
+pub const STORE_GC_INTERVAL: Duration = Duration::from_secs(600);
+/// A blob younger than this (written, or found present by a push) is never
+/// swept: a push uploads blobs before the manifest that names them.
+pub const STORE_GC_GRACE: Duration = Duration::from_secs(3600);
+
 // The caps that must agree, checked when the crate compiles: a job's
 // outputs fit what a package may ship, inline inputs are one upload call,
 // the default timeout is under the ceiling.
@@ -238,6 +257,7 @@ const _: () = assert!(DEFAULT_TIMEOUT_SECS <= MAX_TIMEOUT_SECS);
 const _: () = assert!(OUTPUT_HASH_BUDGET >= MAX_TOTAL_BYTES);
 const _: () = assert!(BUILD_TIMEOUT_SECS <= MAX_TIMEOUT_SECS);
 const _: () = assert!(RUN_PIDS >= 8 && RUN_CPUS >= 1);
+const _: () = assert!(STORE_GC_GRACE.as_secs() > STORE_UPLOAD_IDLE.as_secs());
 
 /// Renders a byte count the way the docs write it: `1 MiB`, `256 KiB`, `8192 bytes`.
 pub fn bytes_text(n: u64) -> String {

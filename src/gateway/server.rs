@@ -166,6 +166,13 @@ pub async fn command(args: GatewayArgs, shutdown: Shutdown) -> anyhow::Result<()
         cache_options.cap_bytes = cap;
     }
     cache_options.plain_http = args.plain_http_registries.clone();
+    // SkillPackages may name the artifact endpoint's built-in store (the chart's samples do).
+    if let Some(store) = crate::artifacts::operator::store_access(&args.artifact_endpoint, &token_key) {
+        if store.plain_http {
+            cache_options.plain_http.push(store.registry.clone());
+        }
+        cache_options.credentials.push((store.registry, store.auth));
+    }
     if let Some(ns) = &args.pull_secret_namespace {
         cache_options.secrets = Some(Arc::new(KubeSecrets::new(client.clone(), ns)));
     }

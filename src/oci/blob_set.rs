@@ -196,7 +196,7 @@ impl Registry {
         let scheme = if self.opts.plain_http.iter().any(|h| h == &registry) { "http" } else { "https" };
         let url = format!("{scheme}://{registry}/v2/{}/manifests/{digest}", r.repository());
         let mut req = self.http.delete(&url);
-        match (token.as_deref(), &self.opts.auth) {
+        match (token.as_deref(), self.auth_for(&r)) {
             (Some(t), _) => req = req.bearer_auth(t),
             (None, Auth::Basic { username, password }) => req = req.basic_auth(username, Some(password)),
             (None, _) => {}

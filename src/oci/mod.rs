@@ -67,7 +67,7 @@ use std::time::Duration;
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::Client;
 
-use crate::core::package::{self, Limits, PackageError};
+use crate::core::package::{Limits, PackageError};
 
 /// Blobs uploaded or downloaded at once.
 const CONCURRENCY: usize = 4;
@@ -93,9 +93,9 @@ pub struct OciLimits {
 
 impl OciLimits {
     pub const DEFAULT: OciLimits = OciLimits {
-        max_manifest_bytes: 4 * 1024 * 1024,
+        max_manifest_bytes: crate::core::limits::STORE_MANIFEST_MAX_BYTES,
         max_config_bytes: 1024 * 1024,
-        max_package_bytes: package::MAX_TOTAL_BYTES + 8 * 1024 * 1024,
+        max_package_bytes: crate::core::limits::STORE_BLOB_MAX_BYTES,
         max_index_entries: 32,
         files: Limits::DEFAULT,
     };
@@ -111,6 +111,11 @@ impl Default for OciLimits {
 #[derive(Debug, Clone, Default)]
 pub struct RegistryOptions {
     pub auth: Auth,
+    /// Credentials for particular registries (`host:port`, as written in
+    /// references), used instead of `auth` there: the controller and
+    /// gateway reach the artifact endpoint's built-in store with the operator
+    /// credential while every other registry keeps its own.
+    pub credentials: Vec<(String, Auth)>,
     /// Registries (`host:port`, as written in references) reached over plain
     /// HTTP; every other registry is HTTPS.
     pub plain_http: Vec<String>,
@@ -215,6 +220,12 @@ impl Registry {
 
     pub fn limits(&self) -> &OciLimits {
         &self.opts.limits
+    }
+
+    /// The credential for the registry a reference names.
+    pub(crate) fn auth_for(&self, r: &oci_client::Reference) -> &Auth {
+        let registry = r.resolve_registry();
+        self.opts.credentials.iter().find(|(host, _)| host == registry).map(|(_, a)| a).unwrap_or(&self.opts.auth)
     }
 }
 

@@ -28,18 +28,32 @@ pub struct PushArgs {
     /// Talk plain HTTP to the registry (loopback or in-cluster test registries).
     #[arg(long)]
     pub plain_http: bool,
+    /// Push to an artifact endpoint's built-in store with the operator
+    /// credential derived from this token key (the chart's token-key Secret).
+    #[arg(long, value_name = "FILE", conflicts_with = "password")]
+    pub token_key_file: Option<PathBuf>,
+    /// Registry user for Basic auth (default with a password: `operator`).
+    #[arg(long, env = "SKILL_OPERATOR_REGISTRY_USERNAME")]
+    pub username: Option<String>,
+    /// Registry password, or a built-in store's operator token (prefer the variable: a flag shows in the process list).
+    #[arg(long, env = "SKILL_OPERATOR_REGISTRY_PASSWORD", hide_env_values = true)]
+    pub password: Option<String>,
 }
 
-/// Build, push, print the digest and a SkillPackage to apply.
-pub async fn push(args: PushArgs) -> anyhow::Result<()> {
-    let archive = if args.source.is_dir() {
-        package::build_from_dir(&args.source)?
-    } else {
-        let bytes = std::fs::read(&args.source).with_context(|| format!("cannot read {}", args.source.display()))?;
-        package::build_from_zip(&bytes, args.path.as_deref())?
-    };
+/// What an archive is, as its artifact says it: the skill's name, version
+/// and the config pushed with it.
+pub struct Described {
+    pub skill: String,
+    pub version: Option<String>,
+    pub config: super::SkillConfig,
+}
+
+/// Reads the name, description and version from the archive's `SKILL.md`
+/// (as files only) and makes the artifact config: what `package push` and the
+/// built-in store's sample seeding both push, so both give one digest.
+pub fn describe(archive: &[u8]) -> anyhow::Result<Described> {
     let dir = tempfile::tempdir()?;
-    package::unpack(&archive, &dir.path().join("pkg"))?;
+    package::unpack(archive, &dir.path().join("pkg"))?;
     let text = std::fs::read_to_string(dir.path().join("pkg/SKILL.md"))?;
     let md = crate::core::frontmatter::parse(crate::core::frontmatter::decode(text.as_bytes(), false)?)?;
     let skill =
@@ -47,14 +61,49 @@ pub async fn push(args: PushArgs) -> anyhow::Result<()> {
     crate::core::spec::servable_name(&skill).map_err(|why| anyhow::anyhow!("SKILL.md `name` {skill:?} cannot be served: it {why}"))?;
     let description = md.frontmatter.get("description").and_then(|v| v.as_str()).unwrap_or_default().to_string();
     let version = md.frontmatter.get("metadata").and_then(|m| m.get("version")).and_then(|v| v.as_str()).map(String::from);
+    let config = super::SkillConfig::for_package(archive, &skill, &description, version.clone())?;
+    Ok(Described { skill, version, config })
+}
+
+/// The push credential: the operator credential derived from a token key
+/// file (the built-in store), or a user and password from the environment.
+fn push_auth(args: &PushArgs) -> anyhow::Result<super::Auth> {
+    if let Some(path) = &args.token_key_file {
+        let key = std::fs::read(path).with_context(|| format!("cannot read the token key {}", path.display()))?;
+        anyhow::ensure!(key.len() >= 32, "the token key in {} is shorter than 32 bytes", path.display());
+        return Ok(super::Auth::Basic {
+            username: crate::artifacts::store::v2::OPERATOR_USER.into(),
+            password: crate::artifacts::operator_token(&key),
+        });
+    }
+    match &args.password {
+        Some(password) => {
+            Ok(super::Auth::Basic { username: args.username.clone().unwrap_or_else(|| "operator".into()), password: password.clone() })
+        }
+        None => Ok(super::Auth::Anonymous),
+    }
+}
+
+/// Build, push, print the digest and a SkillPackage to apply.
+pub async fn push(args: PushArgs) -> anyhow::Result<()> {
+    let auth = push_auth(&args)?;
+    let archive = if args.source.is_dir() {
+        package::build_from_dir(&args.source)?
+    } else {
+        let bytes = std::fs::read(&args.source).with_context(|| format!("cannot read {}", args.source.display()))?;
+        package::build_from_zip(&bytes, args.path.as_deref())?
+    };
+    let described = describe(&archive)?;
+    let (skill, version) = (described.skill.clone(), described.version.clone());
     let name = args.name.unwrap_or_else(|| skill.clone());
     let tag = args.tag.or(version.clone()).unwrap_or_else(|| "latest".into());
     let reference = format!("{}/{name}:{tag}", args.registry.trim_end_matches('/'));
-    let config = super::SkillConfig::for_package(&archive, &skill, &description, version)?;
+    let config = described.config;
     let mut options = super::RegistryOptions::default();
     if args.plain_http {
         options.plain_http.push(super::registry_of(&reference)?);
     }
+    options.auth = auth;
     let digest = super::Registry::new(options)?.push(&reference, &archive, &config).await?;
     let pinned = format!("{}/{name}@{digest}", args.registry.trim_end_matches('/'));
     eprintln!("pushed {reference} ({} files, {} bytes)", config.file_count, config.total_bytes);

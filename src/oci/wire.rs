@@ -48,7 +48,7 @@ impl Registry {
                 return Ok(token.clone());
             }
         }
-        let token = self.client.auth(r, &self.opts.auth.to_oci(), op).await.map_err(|e| map_oci_error(r, e))?;
+        let token = self.client.auth(r, &self.auth_for(r).to_oci(), op).await.map_err(|e| map_oci_error(r, e))?;
         self.logins.lock().unwrap().insert(key, (std::time::Instant::now(), token.clone()));
         Ok(token)
     }
@@ -91,7 +91,7 @@ impl Registry {
         let mut req = self.http.get(&url).header(reqwest::header::ACCEPT, accept);
         // The bearer token `authenticate` got wins; else basic credentials;
         // else anonymous.
-        match (token, &self.opts.auth) {
+        match (token, self.auth_for(r)) {
             (Some(t), _) => req = req.bearer_auth(t),
             (None, Auth::Basic { username, password }) => req = req.basic_auth(username, Some(password)),
             (None, _) => {}

@@ -279,6 +279,88 @@ def _(objs, value):
     return out
 
 
+@expect("store")
+def _(objs, value):
+    # pvc | emptyDir | absent: the artifact endpoint's built-in store and its
+    # volume. With the store: --store on that volume, strategy Recreate (one
+    # writer), one replica, and a claim (when pvc) that uninstall keeps.
+    deploy = deployments(objs)["artifacts"]
+    spec = deploy["spec"]["template"]["spec"]
+    args = args_of(deploy)
+    claims = [o for o in objs if o["kind"] == "PersistentVolumeClaim"]
+    if value == "absent":
+        out = [f"--store in artifacts args {args}" for a in args if a.startswith("--store")]
+        out += [f"a claim {c['metadata']['name']} without the store" for c in claims]
+        if not any(a.startswith("--registry=") for a in args):
+            out.append(f"neither --store nor --registry in {args}")
+        return out
+    out = []
+    if "--store=/var/lib/skill-operator/store" not in args or any(a.startswith("--registry") for a in args):
+        out.append(f"artifacts args {args}: want --store=/var/lib/skill-operator/store and no --registry")
+    mounts = {m["name"]: m for m in spec["containers"][0].get("volumeMounts") or []}
+    if (mounts.get("store") or {}).get("mountPath") != "/var/lib/skill-operator/store":
+        out.append("the store volume is not mounted at /var/lib/skill-operator/store")
+    vol = next((v for v in spec.get("volumes") or [] if v["name"] == "store"), {})
+    if (deploy["spec"].get("strategy") or {}).get("type") != "Recreate":
+        out.append("the store's Deployment must use strategy Recreate (one writer)")
+    if deploy["spec"]["replicas"] != 1:
+        out.append(f"{deploy['spec']['replicas']} replicas on the built-in store")
+    if value == "pvc":
+        if len(claims) != 1:
+            return out + [f"{len(claims)} claims, want 1"]
+        c = claims[0]
+        if (vol.get("persistentVolumeClaim") or {}).get("claimName") != c["metadata"]["name"]:
+            out.append(f"the store volume {vol} is not the claim {c['metadata']['name']}")
+        if (c["metadata"].get("annotations") or {}).get("helm.sh/resource-policy") != "keep":
+            out.append("the claim lacks helm.sh/resource-policy: keep (uninstall would delete the store)")
+    else:
+        if "emptyDir" not in vol:
+            out.append(f"the store volume is {vol}, want an emptyDir")
+        if claims:
+            out.append(f"claims {[c['metadata']['name'] for c in claims]} with an emptyDir store")
+    return out
+
+
+@expect("samples")
+def _(objs, value):
+    # N | 0: the sample SkillPackages in the ConfigMap the endpoint applies.
+    # Each names the store by the artifact endpoint URL's host:port (what the
+    # controller maps to the operator credential); the artifacts ClusterRole
+    # may create SkillPackages and get/patch exactly these, nothing more.
+    import json
+    from urllib.parse import urlsplit
+    maps = [o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-samples")]
+    role = next((o for o in objs if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-artifacts")), None)
+    rules = [r for r in (role or {}).get("rules") or [] if "skillpackages" in r["resources"]]
+    if value == "0":
+        out = [f"a samples ConfigMap {m['metadata']['name']}" for m in maps]
+        return out + [f"artifacts rule on skillpackages without samples: {r}" for r in rules]
+    if len(maps) != 1:
+        return [f"{len(maps)} samples ConfigMaps, want 1"]
+    packages = json.loads(maps[0]["data"]["skillpackages.json"])
+    out = [] if len(packages) == int(value) else [f"{len(packages)} sample packages, want {value}"]
+    endpoint = next(a.split("=", 1)[1] for a in args_of(deployments(objs)["controller"]) if a.startswith("--artifact-endpoint="))
+    u = urlsplit(endpoint)
+    host = f"{u.hostname}:{u.port or (443 if u.scheme == 'https' else 80)}"
+    names = []
+    for p in packages:
+        name = p["metadata"]["name"]
+        names.append(name)
+        src = p["spec"]["source"]["oci"]
+        if not src["reference"].startswith(f"{host}/samples/"):
+            out.append(f"{name}: reference {src['reference']} does not name the store as {host}")
+        if src.get("insecure", False) != (u.scheme == "http"):
+            out.append(f"{name}: insecure {src.get('insecure')} for an {u.scheme} endpoint")
+        if p["kind"] != "SkillPackage" or "namespace" in p["metadata"]:
+            out.append(f"{name}: not a cluster-scoped SkillPackage")
+    want_rules = [{"verbs": ["create"]}, {"verbs": ["get", "patch"], "resourceNames": sorted(names)}]
+    got_rules = [{k: (sorted(v) if isinstance(v, list) else v) for k, v in r.items() if k in ("verbs", "resourceNames")} for r in rules]
+    canon = lambda rs: sorted(json.dumps(r, sort_keys=True) for r in rs)
+    if canon(got_rules) != canon(want_rules):
+        out.append(f"artifacts skillpackages rules {got_rules}, want {want_rules}")
+    return out
+
+
 gateway_checks.register(expect)
 INTERNAL_V4 = {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16", "127.0.0.0/8"}
 INTERNAL_V6 = {"fc00::/7", "fe80::/10", "::1/128"}

@@ -82,6 +82,18 @@ dry_run() {
     || { echo "the gateway Deployment was not dry-run: $out"; return 1; }
 }
 check "the API server accepts every rendered object, no PodSecurity warning (server-side dry run)" dry_run
+# The defaults (no values): the built-in store on its claim, the samples'
+# ConfigMap and the artifacts RBAC that applies them.
+"$HELM" template "$RELEASE" "$CHART" --namespace "$OPNS" --set crds.install=false >"$OUT/defaults.yaml"
+dry_run_defaults() {
+  local out
+  out="$("$KUBECTL" apply --dry-run=server -f "$OUT/defaults.yaml" 2>&1)" || { echo "$out"; return 1; }
+  if grep -i "podsecurity\|warning" <<<"$out"; then return 1; fi
+  grep -q "persistentvolumeclaim/$RELEASE-skill-operator-artifacts-store created (server dry run)" <<<"$out" \
+    && grep -q "configmap/$RELEASE-skill-operator-samples created (server dry run)" <<<"$out" \
+    || { echo "the store's claim or the samples' ConfigMap was not dry-run: $out"; return 1; }
+}
+check "with no values (built-in store, samples) the API server accepts every object, no PodSecurity warning" dry_run_defaults
 
 "$HELM" template "$RELEASE" "$CHART" --namespace "$OPNS" --set crds.install=false \
   --set artifacts.registry=registry.example.com/skill-operator/artifacts \

@@ -2,8 +2,9 @@
 # The Helm chart's render test (no cluster needed; about 10 s):
 #   - the chart's CRD copies (charts/skill-operator/files/crds) equal crds/ (drift)
 #   - helm lint --strict: default values, and values-all.yaml (every option on)
-#   - helm template: values-min.yaml (defaults + the required registry) and
-#     values-all.yaml; without artifacts.registry rendering fails closed
+#   - helm template: no values at all (the built-in store, samples, gateway),
+#     values-min.yaml (empty), an external registry, values-all.yaml; the
+#     store's volume (claim kept on uninstall, or emptyDir), one replica only
 #   - every rendered manifest passes kubernetes-validate --strict for 1.34
 #     (CRDs as CustomResourceDefinition objects; the ServiceMonitor, not a
 #     built-in kind, is checked by check_rendered.py instead)
@@ -97,12 +98,21 @@ render() { # name, helm args...
   shift
   "$HELM" template "$RELEASE" "$CHART" --namespace "$NS" --kube-version "$KVER" "$@" >"$OUT/$name.yaml"
 }
-check_fails "helm template without artifacts.registry fails closed" "artifacts.registry is required" \
-  "$HELM" template "$RELEASE" "$CHART" --namespace "$NS"
+check "helm template with no values at all" render none
 check "helm template (values-min.yaml)" render min -f "$HERE/values-min.yaml"
+check "helm template (an external registry)" render registry --set artifacts.registry=registry.example.com/skill-operator/artifacts \
+  --set artifacts.replicas=2
+check "helm template (built-in store on an emptyDir, no samples)" render emptydir --set artifacts.persistence.enabled=false \
+  --set samples.enabled=false
+check "helm template (built-in store, a named StorageClass, pinned ClusterIP)" render store-ip \
+  --set artifacts.persistence.storageClassName=fast --set artifacts.service.clusterIP=10.96.0.50 \
+  --set samples.images.python=registry.example.com/python:3.13 --set samples.interpreterPaths.python=/usr/bin/python3 \
+  --set samples.resources.cpu=250m
+check_fails "helm template refuses 2 replicas on the built-in store" "not shared between replicas" \
+  "$HELM" template "$RELEASE" "$CHART" --namespace "$NS" --set artifacts.replicas=2
 check "helm template (values-all.yaml)" render all -f "$HERE/values-all.yaml"
 check "helm template (gateway on, no API access for artifacts)" render variant -f "$HERE/values-min.yaml" \
-  --set gateway.enabled=true --set artifacts.rbac.getSkillJobs=false --set crds.install=false --set egressProxy.enabled=false \
+  --set gateway.enabled=true --set artifacts.rbac.getSkillJobs=false --set samples.enabled=false --set crds.install=false --set egressProxy.enabled=false \
   --set image.tag=1.2.3
 check "helm template (gateway off)" render gw-off -f "$HERE/values-min.yaml" --set gateway.enabled=false
 check "helm template (gateway: 1 replica, no NetworkPolicy)" render gw-one -f "$HERE/values-min.yaml" \
@@ -136,7 +146,7 @@ validate() { # file
   fi
   grep -q "passed for resource" <<<"$out" || { echo "nothing validated: $out"; return 1; }
 }
-for r in min all variant gw-off gw-one kind; do
+for r in none min registry emptydir store-ip all variant gw-off gw-one kind; do
   [[ -s "$OUT/$r.yaml" ]] && check "kubernetes-validate --strict -k $KVER ($r)" validate "$OUT/$r.yaml"
 done
 # kubectl --dry-run=client still needs a server for discovery; `annotate
@@ -147,8 +157,26 @@ check "kubectl decodes every rendered object (values-all.yaml)" \
 # ----------------------------------------------------------- rendered checks
 rendered() { "$PY" "$HERE/check_rendered.py" "$OUT/$1.yaml" "$RELEASE" crds "${@:2}"; }
 D1=sha256:1111111111111111111111111111111111111111111111111111111111111111
+check "checks (no values at all)" rendered none \
+  --expect kinds=ClusterRole,ClusterRoleBinding,ConfigMap,CustomResourceDefinition,Deployment,NetworkPolicy,PersistentVolumeClaim,PodDisruptionBudget,Role,RoleBinding,Secret,Service,ServiceAccount \
+  --expect store=pvc --expect samples=5 --expect gateway-pdb=present --expect gateway-netpol=present \
+  --expect artifacts-arg=--sample-packages=/etc/skill-operator/samples/skillpackages.json \
+  --expect "controller-arg=--artifact-endpoint=http://$RELEASE-skill-operator-artifacts.$NS.svc:8443" \
+  --expect no-gateway-arg=--token-audience --expect no-gateway-arg=--allow-anonymous
+check "checks (an external registry)" rendered registry --expect store=absent --expect samples=0 \
+  --expect artifacts-arg=--registry=registry.example.com/skill-operator/artifacts
+check "checks (built-in store on an emptyDir, no samples)" rendered emptydir --expect store=emptyDir --expect samples=0 \
+  --expect artifacts-arg=--no-samples
+check "checks (built-in store, a named StorageClass, pinned ClusterIP)" rendered store-ip --expect store=pvc --expect samples=5 \
+  --expect controller-arg=--artifact-endpoint=http://10.96.0.50:8443
+sample_profile() { # the python sample's profile takes samples.images / interpreterPaths
+  grep -qF 'registry.example.com/python:3.13' "$OUT/store-ip.yaml" && grep -qF '/usr/bin/python3' "$OUT/store-ip.yaml" \
+    && grep -qF '10.96.0.50:8443/samples/csv-stats:latest' "$OUT/store-ip.yaml" && grep -qF 'storageClassName: fast' "$OUT/store-ip.yaml" \
+    && grep -qF '\"resources\":{\"cpu\":\"250m\"}' "$OUT/store-ip.yaml"
+}
+check "samples: the profile's image, interpreter path and the store by its pinned IP" sample_profile
 check "checks (values-min.yaml)" rendered min \
-  --expect kinds=ClusterRole,ClusterRoleBinding,CustomResourceDefinition,Deployment,NetworkPolicy,PodDisruptionBudget,Role,RoleBinding,Secret,Service,ServiceAccount \
+  --expect kinds=ClusterRole,ClusterRoleBinding,ConfigMap,CustomResourceDefinition,Deployment,NetworkPolicy,PersistentVolumeClaim,PodDisruptionBudget,Role,RoleBinding,Secret,Service,ServiceAccount \
   --expect rule=controller:skill-operator.dev:skilljobs:get+list+watch+patch+update \
   --expect rule=egress-proxy:skill-operator.dev:skilljobs:get+list+watch \
   --expect rule=egress-proxy::secrets: \
@@ -177,7 +205,7 @@ check "checks (values-min.yaml)" rendered min \
   --expect "controller-arg=--artifact-endpoint=http://$RELEASE-skill-operator-artifacts.$NS.svc:8443" \
   --expect "controller-arg=--operator-namespace=$NS" \
   --expect controller-arg=--token-key-file=/var/run/skill-operator/key/token-key \
-  --expect artifacts-arg=--registry=registry.example.com/skill-operator/artifacts \
+  --expect artifacts-arg=--store=/var/lib/skill-operator/store --expect store=pvc --expect samples=5 \
   --expect token-key-secret=$RELEASE-skill-operator-token-key \
   --expect gateway-pdb=present --expect gateway-netpol=present \
   --expect "gateway-arg=--artifact-endpoint=http://$RELEASE-skill-operator-artifacts.$NS.svc:8443" \
@@ -222,13 +250,13 @@ check "checks (values-all.yaml)" rendered all \
   --expect gateway-arg=--plain-http-registry=registry.example.com:5000 --expect gateway-arg=--example-flag \
   --expect gateway-pull-secrets=registry-a,registry-b
 check "checks (gateway on, artifacts without API access)" rendered variant \
-  --expect kinds=ClusterRole,ClusterRoleBinding,Deployment,NetworkPolicy,PodDisruptionBudget,Role,RoleBinding,Secret,Service,ServiceAccount \
+  --expect kinds=ClusterRole,ClusterRoleBinding,Deployment,NetworkPolicy,PersistentVolumeClaim,PodDisruptionBudget,Role,RoleBinding,Secret,Service,ServiceAccount \
   --expect rule=artifacts:skill-operator.dev:skilljobs: \
   --expect no-controller-arg=--egress-proxy --expect no-controller-arg=--egress-cilium \
   --expect nsrule=controller-cilium:cilium.io:ciliumnetworkpolicies: \
   --expect controller-arg=--operator-image=ghcr.io/example/skill-operator:1.2.3
 check "checks (gateway off)" rendered gw-off --expect gateway=absent \
-  --expect kinds=ClusterRole,ClusterRoleBinding,CustomResourceDefinition,Deployment,NetworkPolicy,Secret,Service,ServiceAccount
+  --expect kinds=ClusterRole,ClusterRoleBinding,ConfigMap,CustomResourceDefinition,Deployment,NetworkPolicy,PersistentVolumeClaim,Secret,Service,ServiceAccount
 check "checks (gateway: 1 replica, no NetworkPolicy)" rendered gw-one \
   --expect gateway-pdb=absent --expect gateway-netpol=absent
 check "checks (tests/kind/run.sh's local-cluster values)" rendered kind \
@@ -247,6 +275,12 @@ yaml.safe_dump_all(objs, open(dst, "w"), sort_keys=False)
 PY
   rendered "altered-$1" "${@:4}"
 }
+check_fails "the store check sees a claim without resource-policy keep" "FAIL expect store=pvc: the claim lacks" \
+  altered no-keep none 'by("PersistentVolumeClaim", "-artifacts-store")["metadata"]["annotations"].pop("helm.sh/resource-policy")' --expect store=pvc
+check_fails "the samples check sees a sample naming another registry" "does not name the store" \
+  altered other-registry none 'import json; m = by("ConfigMap", "-samples"); ps = json.loads(m["data"]["skillpackages.json"]); ps[0]["spec"]["source"]["oci"]["reference"] = "evil.example/x:1"; m["data"]["skillpackages.json"] = json.dumps(ps)' --expect samples=5
+check_fails "the samples check sees get on every SkillPackage" "artifacts skillpackages rules" \
+  altered wide-samples none 'by("ClusterRole", "-artifacts")["rules"][-1].pop("resourceNames")' --expect samples=5
 check_fails "gateway checks refuse a Secrets rule in the gateway ClusterRole" "FAIL gateway-rbac: ClusterRole: get on ''/secrets" \
   altered secrets min 'by("ClusterRole", "-gateway")["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})'
 check_fails "gateway checks refuse a wildcard verb" "FAIL gateway-rbac: ClusterRole: wildcard" \
@@ -320,6 +354,23 @@ check "NOTES: the anonymous warning with gateway.auth.allowAnonymous" notes_say 
 check "NOTES: no API server rule is said when none could be rendered" notes_say notes-min.txt "no API server rule"
 check "NOTES: API server CIDRs given, nothing to say" notes_lack notes-all.txt "no API server rule"
 check "NOTES: no gateway lines with the gateway off" notes_lack notes-off.txt "/mcp/"
+check "NOTES.txt renders (no values at all)" notes notes-none.txt
+check "NOTES: the quick start (apply, port-forward, token, the MCP URL) and what uninstall keeps" notes_say notes-none.txt \
+  "kubectl apply -f config/samples/k8s/quickstart.yaml" \
+  "kubectl -n $NS port-forward svc/$RELEASE-skill-operator-gateway 8090:8090 &" \
+  'TOKEN=$(kubectl -n skills-demo create token skills-agent)' "http://localhost:8090/mcp/skills-demo" \
+  "call skill_run on csv-stats" "this release names it $RELEASE-csv-stats" \
+  "built-in store on pvc/$RELEASE-skill-operator-artifacts-store" \
+  "keeps the CRDs" "the store's claim pvc/$RELEASE-skill-operator-artifacts-store" "the sample SkillPackages"
+check "NOTES: no emptyDir warning on a claim" notes_lack notes-none.txt "WARNING: the artifact store is on an emptyDir"
+check "NOTES.txt renders (emptyDir store)" notes notes-emptydir.txt --set artifacts.persistence.enabled=false
+check "NOTES: the emptyDir warning (data lost, one replica)" notes_say notes-emptydir.txt \
+  "WARNING: the artifact store is on an emptyDir" "LOST whenever that pod goes" "one replica only"
+check "NOTES.txt renders (an external registry)" notes notes-registry.txt --set artifacts.registry=registry.example.com/x/y
+check "NOTES: no quick start or store lines with an external registry" notes_lack notes-registry.txt "quickstart.yaml"
+check "NOTES: the release named skills needs no edit of quickstart.yaml" notes_lack \
+  "$(KUBECONFIG=/dev/null "$HELM" install skills "$CHART" --namespace skill-operator --dry-run=client | sed -n '/^NOTES:/,$p' >"$OUT/notes-skills.txt"; echo notes-skills.txt)" \
+  "edit spec.package"
 
 check "artifacts pod has no SA token without RBAC" \
   grep -qE '^ +automountServiceAccountToken: false' <(sed -n '/^kind: Deployment/,/^---/p' "$OUT/variant.yaml" | sed -n '/name: rel-test-skill-operator-artifacts/,/containers:/p')
@@ -358,17 +409,47 @@ bad "gateway.networkPolicy.apiServer.cidrs: a host name" --set 'gateway.networkP
 bad "gateway.networkPolicy.registries: a rule without ports" --set 'gateway.networkPolicy.registries[0].cidr=10.0.0.1/32'
 bad "cluster.networkPolicy: maybe" --set cluster.networkPolicy=maybe
 bad "egressProxy.networkPolicy.ports: [] (nothing to serve)" --set 'egressProxy.networkPolicy.ports=null'
-bad "egressProxy.podCIDRs: a host name" --set 'egressProxy.podCIDRs[0]=pods.example' 
+bad "egressProxy.podCIDRs: a host name" --set 'egressProxy.podCIDRs[0]=pods.example'
+bad "artifacts.persistence.enabled: maybe" --set artifacts.persistence.enabled=maybe
+bad "artifacts.persistence.size: big" --set artifacts.persistence.size=big
+bad 'samples.images.python: ""' --set samples.images.python=
+bad "samples.interpreterPaths.python: relative" --set samples.interpreterPaths.python=bin/python3
 
 # -------------------------------------------------------------------- samples
+# quickstart.yaml is its own scenario (it repeats agent-rbac.yaml's objects
+# and binds the chart's sample package): checked apart, below.
+mkdir -p "$OUT/samples-main"
+cp config/samples/k8s/*.yaml "$OUT/samples-main/" && rm "$OUT/samples-main/quickstart.yaml"
 check "samples: custom resources against the CRD schemas, references" \
-  "$PY" "$HERE/validate_samples.py" config/samples/k8s crds "$OUT/samples-builtin.yaml"
+  "$PY" "$HERE/validate_samples.py" "$OUT/samples-main" crds "$OUT/samples-builtin.yaml"
+# The quick start with the packages `helm install skills` makes: the binding's
+# package exists, the RBAC is exactly agent-rbac.yaml's.
+quickstart_dir() {
+  mkdir -p "$OUT/quickstart"
+  cp config/samples/k8s/quickstart.yaml "$OUT/quickstart/"
+  "$HELM" template skills "$CHART" --namespace skill-operator --show-only templates/samples.yaml \
+    | "$PY" -c 'import sys, json, yaml; m = yaml.safe_load(sys.stdin); yaml.safe_dump_all(json.loads(m["data"]["skillpackages.json"]), open(sys.argv[1], "w"))' \
+      "$OUT/quickstart/chart-samples.yaml"
+  "$PY" "$HERE/validate_samples.py" "$OUT/quickstart" crds "$OUT/quickstart-builtin.yaml"
+}
+check "samples: quickstart.yaml with the chart's sample packages (release skills)" quickstart_dir
+same_rbac() {
+  "$PY" - config/samples/k8s/quickstart.yaml config/samples/k8s/agent-rbac.yaml <<'PY'
+import sys, yaml
+def rbac(path):
+    return {(d["kind"], d["metadata"]["name"]): {k: v for k, v in d.items() if k in ("rules", "roleRef", "subjects")}
+            for d in yaml.safe_load_all(open(path)) if d and d["kind"] in ("ServiceAccount", "Role", "RoleBinding")}
+q, a = rbac(sys.argv[1]), rbac(sys.argv[2])
+sys.exit(0 if q == a else f"quickstart.yaml RBAC {q} != agent-rbac.yaml {a}")
+PY
+}
+check "samples: quickstart.yaml grants exactly agent-rbac.yaml's RBAC" same_rbac
 [[ -s "$OUT/samples-builtin.yaml" ]] && check "samples: built-in kinds, kubernetes-validate --strict -k $KVER" validate "$OUT/samples-builtin.yaml"
 check "samples: kubectl decodes every file (annotate --local)" \
   "$KUBECTL" annotate --local -o name -f config/samples/k8s/ check=ok
 # The sample validator itself catches unknown and mistyped fields.
 mkdir -p "$OUT/bad-samples"
-cp config/samples/k8s/*.yaml "$OUT/bad-samples/"
+cp "$OUT"/samples-main/*.yaml "$OUT/bad-samples/"
 printf '  unknownField: 1\n' >>"$OUT/bad-samples/skilljob.yaml"
 check_fails "samples: the CR validator refuses an unknown field" "unknownField" \
   "$PY" "$HERE/validate_samples.py" "$OUT/bad-samples" crds "$OUT/bad-builtin.yaml"

@@ -328,7 +328,8 @@ impl Stack {
             network_policy: Default::default(),
         };
         let artifacts = Arc::new(HttpArtifacts::new(&endpoint, &key));
-        let resolver = Arc::new(PinnedCache::new(Arc::new(OciResolver { plain_http: vec![REGISTRY.into()] }), 64 << 20));
+        let resolver =
+            Arc::new(PinnedCache::new(Arc::new(OciResolver { plain_http: vec![REGISTRY.into()], credentials: Vec::new() }), 64 << 20));
         let ctx = Context::new(client.clone(), Arc::new(Metrics::default()), config, resolver, artifacts.clone())
             .with_images(Arc::new(RegistryImages::new(registry_options(), vec![], None)));
         let controller_shutdown = shutdown.clone();

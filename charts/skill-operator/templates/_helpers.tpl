@@ -137,9 +137,59 @@ affinity:
 {{- end }}
 {{- end -}}
 
-{{/* The registry is required: fail closed with an actionable message. */}}
-{{- define "skill-operator.registry" -}}
-{{- required "artifacts.registry is required: the OCI repository (host/repo) where job inputs and outputs are stored, e.g. --set artifacts.registry=registry.example.com/skill-operator/artifacts" .Values.artifacts.registry -}}
+{{/*
+Where the artifact endpoint keeps packages and job files: "registry" (an
+external one, artifacts.registry) or "store" (the built-in store on the
+endpoint's own volume).
+*/}}
+{{- define "skill-operator.storage" -}}
+{{- if .Values.artifacts.registry -}}registry{{- else -}}store{{- end -}}
+{{- end -}}
+
+{{/* The built-in store's claim name. */}}
+{{- define "skill-operator.storeClaim" -}}
+{{- printf "%s-artifacts-store" (include "skill-operator.fullname" .) -}}
+{{- end -}}
+
+{{/*
+The built-in store's volume: "pvc" or "emptyDir" (artifacts.persistence.enabled).
+auto: the claim when it exists already (an upgrade keeps its data), when a
+StorageClass is named, when the cluster has a default StorageClass, or when
+no cluster can be asked (`helm template`, --dry-run=client: GitOps renders get
+the claim, which stays Pending visibly rather than losing data silently);
+an emptyDir only on a cluster that was asked and has no default StorageClass.
+*/}}
+{{- define "skill-operator.storeVolume" -}}
+{{- $p := .Values.artifacts.persistence -}}
+{{- $mode := toString $p.enabled -}}
+{{- if eq $mode "true" -}}pvc
+{{- else if eq $mode "false" -}}emptyDir
+{{- else if lookup "v1" "PersistentVolumeClaim" .Release.Namespace (include "skill-operator.storeClaim" .) -}}pvc
+{{- else if $p.storageClassName -}}pvc
+{{- else if not (lookup "v1" "Namespace" "" "kube-system") -}}pvc
+{{- else -}}
+{{- $default := false -}}
+{{- range (lookup "storage.k8s.io/v1" "StorageClass" "" "").items -}}
+{{- $a := .metadata.annotations | default dict -}}
+{{- if or (eq (index $a "storageclass.kubernetes.io/is-default-class" | default "") "true") (eq (index $a "storageclass.beta.kubernetes.io/is-default-class" | default "") "true") -}}
+{{- $default = true -}}
+{{- end -}}
+{{- end -}}
+{{- if $default -}}pvc{{- else -}}emptyDir{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The registry host run pods never see but the controller and gateway pull
+sample packages from: the built-in store, named exactly as the artifact
+endpoint URL names its host and port (so the operator maps it to its
+credential, and no DNS is needed when the ClusterIP is pinned).
+*/}}
+{{- define "skill-operator.storeRegistry" -}}
+{{- $url := include "skill-operator.artifactEndpoint" . | trimSuffix "/" -}}
+{{- $rest := regexReplaceAll "^[a-z]+://" $url "" -}}
+{{- $hostport := regexReplaceAll "/.*$" $rest "" -}}
+{{- if contains ":" $hostport -}}{{ $hostport }}{{- else if hasPrefix "https://" $url -}}{{ $hostport }}:443{{- else -}}{{ $hostport }}:80{{- end -}}
 {{- end -}}
 
 {{/* The egress proxy Service name, and the address run pods get (HOST:PORT). */}}
@@ -152,4 +202,47 @@ affinity:
 {{- else -}}
 {{- printf "%s.%s.svc:3128" (include "skill-operator.egressProxyService" .) .Release.Namespace -}}
 {{- end -}}
+{{- end -}}
+
+{{/* Whether the sample SkillPackages are made: samples.enabled with the built-in store. */}}
+{{- define "skill-operator.samplesOn" -}}
+{{- and .Values.samples.enabled (eq (include "skill-operator.storage" .) "store") -}}
+{{- end -}}
+
+{{/* The sample SkillPackages as a JSON list (see templates/samples.yaml). */}}
+{{- define "skill-operator.samplePackages" -}}
+{{- $registry := include "skill-operator.storeRegistry" . -}}
+{{- $insecure := hasPrefix "http://" (include "skill-operator.artifactEndpoint" .) -}}
+{{- $s := .Values.samples -}}
+{{- $defs := list
+  (dict "name" "csv-stats" "interpreter" "python" "scripts" (list "scripts/stats.py"))
+  (dict "name" "json-pretty" "interpreter" "node" "scripts" (list "scripts/pretty.js"))
+  (dict "name" "word-count" "interpreter" "bash" "scripts" (list "scripts/wc.sh"))
+  (dict "name" "weather-brief" "interpreter" "node" "scripts" (list "scripts/forecast.js"))
+  (dict "name" "release-notes") -}}
+{{- $out := list -}}
+{{- range $defs -}}
+{{- $oci := dict "reference" (printf "%s/samples/%s:latest" $registry .name) -}}
+{{- if $insecure -}}{{- $_ := set $oci "insecure" true -}}{{- end -}}
+{{- $spec := dict "source" (dict "oci" $oci) -}}
+{{- if .interpreter -}}
+{{- $runtime := dict "interpreter" .interpreter "image" (index $s.images .interpreter) "allowedScripts" .scripts "timeoutSeconds" 60 -}}
+{{- with index ($s.interpreterPaths | default dict) .interpreter -}}{{- $_ := set $runtime "interpreterPath" . -}}{{- end -}}
+{{- with $s.resources -}}{{- $_ := set $runtime "resources" . -}}{{- end -}}
+{{- $_ := set $spec "runtime" $runtime -}}
+{{- end -}}
+{{- $labels := dict "app.kubernetes.io/name" (include "skill-operator.name" $) "app.kubernetes.io/instance" $.Release.Name "app.kubernetes.io/part-of" "skill-operator" "skill-operator.dev/sample" .name -}}
+{{- $meta := dict "name" (printf "%s-%s" $.Release.Name .name | trunc 63 | trimSuffix "-") "labels" $labels -}}
+{{- $out = append $out (dict "apiVersion" "skill-operator.dev/v1alpha1" "kind" "SkillPackage" "metadata" $meta "spec" $spec) -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* The sample SkillPackages' names, for the artifacts RBAC. */}}
+{{- define "skill-operator.samplePackageNames" -}}
+{{- $names := list -}}
+{{- range (include "skill-operator.samplePackages" . | fromJsonArray) -}}
+{{- $names = append $names .metadata.name -}}
+{{- end -}}
+{{- toJson $names -}}
 {{- end -}}

@@ -97,9 +97,32 @@ pub struct ServerConfig {
     pub bounds: crate::listener::Bounds,
     /// Its counters, served at `/metrics`.
     pub listener_metrics: crate::listener::ListenerMetrics,
+    /// The built-in store's directory (`--store`): the endpoint serves
+    /// `/v2/...` from it and is its own registry (see [`ServerConfig::use_store`]).
+    pub store: Option<PathBuf>,
+    /// With the store: push the embedded sample skills into it at start.
+    pub seed_samples: bool,
 }
 
 impl ServerConfig {
+    /// The endpoint on its built-in store at `dir`; call [`ServerConfig::use_store`]
+    /// with the bound address before [`AppState::new`].
+    pub fn with_store(dir: impl Into<PathBuf>, token_key: Vec<u8>) -> Self {
+        ServerConfig { store: Some(dir.into()), seed_samples: true, ..ServerConfig::new(String::new(), token_key) }
+    }
+
+    /// Points the endpoint at its own `/v2` on `listen` (an unspecified
+    /// address is reached on loopback), with the operator credential.
+    pub fn use_store(&mut self, listen: std::net::SocketAddr) {
+        let ip = match listen.ip() {
+            std::net::IpAddr::V4(v4) if v4.is_unspecified() => std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+            std::net::IpAddr::V6(v6) if v6.is_unspecified() => std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+            ip => ip,
+        };
+        self.registry = format!("{}/{STORE_JOBS_REPO}", std::net::SocketAddr::new(ip, listen.port()));
+        self.plain_http = true;
+        self.registry_auth = oci::Auth::Bearer(format!("operator:{}", super::operator_token(&self.token_key)));
+    }
     pub fn new(registry: impl Into<String>, token_key: Vec<u8>) -> Self {
         ServerConfig {
             registry: registry.into(),
@@ -111,9 +134,16 @@ impl ServerConfig {
             memory_budget_mib: 1024,
             bounds: crate::listener::Bounds::default(),
             listener_metrics: crate::listener::ListenerMetrics::default(),
+            store: None,
+            seed_samples: false,
         }
     }
 }
+
+/// The repository job artifacts live in, in the built-in store.
+pub const STORE_JOBS_REPO: &str = "jobs";
+/// The repository prefix the embedded samples are seeded under (`samples/<name>:latest`).
+pub const STORE_SAMPLES_REPO: &str = "samples";
 
 /// Shared state of the router.
 #[derive(Clone)]
@@ -126,6 +156,10 @@ pub enum ConfigError {
     Registry { value: String, why: &'static str },
     #[error("the token key is {len} bytes; it must be at least 32 (the Helm chart generates one)")]
     ShortKey { len: usize },
+    #[error("--store {dir}: {source}")]
+    Store { dir: String, source: crate::artifacts::store::StoreError },
+    #[error("--store needs the endpoint's own address first (ServerConfig::use_store)")]
+    StoreUnbound,
     #[error(transparent)]
     Client(#[from] OciError),
 }
@@ -151,6 +185,9 @@ pub(super) struct Inner {
     stored: tokio::sync::broadcast::Sender<crate::artifacts::OutputsStored>,
     /// Cancelled at shutdown: ends the streams that would never finish.
     stop: tokio_util::sync::CancellationToken,
+    /// The built-in store, when the endpoint is its own registry.
+    store: Option<crate::artifacts::store::Store>,
+    seed_samples: bool,
 }
 
 /// Validated package configs kept before the memo is cleared.
@@ -161,6 +198,16 @@ pub(super) const STAGED_PACKAGE_NAME: &str = "staged-package";
 
 impl AppState {
     pub fn new(cfg: ServerConfig) -> Result<AppState, ConfigError> {
+        if cfg.store.is_some() && cfg.registry.is_empty() {
+            return Err(ConfigError::StoreUnbound);
+        }
+        let store = match &cfg.store {
+            Some(dir) => Some(
+                crate::artifacts::store::Store::open(dir)
+                    .map_err(|source| ConfigError::Store { dir: dir.display().to_string(), source })?,
+            ),
+            None => None,
+        };
         let (host, repo) = cfg
             .registry
             .split_once('/')
@@ -199,7 +246,29 @@ impl AppState {
             listener_metrics: cfg.listener_metrics,
             stored: tokio::sync::broadcast::channel(events::BACKLOG).0,
             stop: tokio_util::sync::CancellationToken::new(),
+            store,
+            seed_samples: cfg.seed_samples,
         })))
+    }
+
+    /// The built-in store, if the endpoint runs on one.
+    pub fn store(&self) -> Option<&crate::artifacts::store::Store> {
+        self.0.store.as_ref()
+    }
+
+    /// Pushes the embedded sample skills to `samples/<name>:latest` in the
+    /// endpoint's registry, the artifacts `package push` makes of them (same
+    /// digests), and returns `(reference, digest)` per sample. Pushing what
+    /// is there already uploads nothing and changes nothing.
+    pub async fn seed_samples(&self) -> anyhow::Result<Vec<(String, String)>> {
+        let host = self.0.repo.split('/').next().unwrap_or_default().to_string();
+        let mut seeded = Vec::new();
+        for sample in crate::samples::packages()? {
+            let reference = format!("{host}/{STORE_SAMPLES_REPO}/{}:latest", sample.name);
+            let digest = self.0.packages.push(&reference, &sample.archive, &sample.config).await?;
+            seeded.push((reference, digest));
+        }
+        Ok(seeded)
     }
 
     fn reference(&self, ns: &str, uid: &str, kind: ArtifactKind) -> String {
@@ -323,7 +392,7 @@ pub fn router(state: AppState) -> Router {
     let file = DefaultBodyLimit::max((l.max_file_bytes + DRAIN_SLACK) as usize);
     let pkg = DefaultBodyLimit::max((l.max_package_bytes + DRAIN_SLACK) as usize);
     let listener_metrics = state.0.listener_metrics.clone();
-    Router::new()
+    let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(move || std::future::ready(listener_metrics.render())))
@@ -340,7 +409,15 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/outputs/stored", get(events::stored_outputs))
         .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
         .layer(DefaultBodyLimit::max(64 * 1024))
-        .with_state(state)
+        .with_state(state.clone());
+    match &state.0.store {
+        // The registry API for the operator credential (src/artifacts/store/v2.rs).
+        Some(store) => app.merge(crate::artifacts::store::v2::router(crate::artifacts::store::v2::V2State {
+            store: store.clone(),
+            key: Arc::new(state.0.key.clone()),
+        })),
+        None => app,
+    }
 }
 
 /// Serves `router` under the configured listener bounds until `shutdown`
@@ -353,6 +430,23 @@ pub async fn serve(
     let (bounds, metrics) = (state.0.bounds, state.0.listener_metrics.clone());
     // Graceful shutdown waits for every response to end: the event streams must.
     let stop = state.0.stop.clone();
+    if let Some(store) = state.0.store.clone() {
+        tokio::spawn(crate::artifacts::store::v2::collect_garbage_every(store, crate::core::limits::STORE_GC_INTERVAL, stop.clone()));
+    }
+    if state.0.store.is_some() && state.0.seed_samples {
+        // The listener is bound already: the pushes queue until it accepts.
+        let seeder = state.clone();
+        tokio::spawn(async move {
+            match seeder.seed_samples().await {
+                Ok(seeded) => {
+                    for (reference, digest) in seeded {
+                        tracing::info!(%reference, %digest, "sample skill in the store");
+                    }
+                }
+                Err(e) => tracing::error!(error = %e, "seeding the sample skills failed; SkillPackages naming them will not resolve"),
+            }
+        });
+    }
     let shutdown = async move {
         shutdown.await;
         stop.cancel();
@@ -435,8 +529,19 @@ pub struct ArtifactsArgs {
     #[arg(long, default_value = "0.0.0.0:8443")]
     pub listen: std::net::SocketAddr,
     /// Registry and repository for job artifacts, e.g. registry.example:5000/skill-operator/jobs.
-    #[arg(long, value_name = "HOST/REPO")]
-    pub registry: String,
+    #[arg(long, value_name = "HOST/REPO", required_unless_present = "store", conflicts_with = "store")]
+    pub registry: Option<String>,
+    /// Keep packages and job files in DIR instead (the built-in store: an OCI
+    /// registry API at /v2 on this listener, for the operator credential only).
+    #[arg(long, value_name = "DIR")]
+    pub store: Option<PathBuf>,
+    /// With --store: do not push the embedded sample skills into it at start.
+    #[arg(long, requires = "store", conflicts_with = "sample_packages")]
+    pub no_samples: bool,
+    /// With --store: once the samples are seeded, apply these SkillPackages
+    /// (a JSON list; the chart renders it) to the cluster.
+    #[arg(long, value_name = "FILE", requires = "store")]
+    pub sample_packages: Option<PathBuf>,
     /// Talk plain HTTP to the registry (test registries only).
     #[arg(long, alias = "insecure-registry")]
     pub plain_http: bool,
@@ -461,8 +566,23 @@ pub async fn command(a: ArtifactsArgs, shutdown: crate::shutdown::Shutdown) -> a
     use anyhow::Context;
     crate::tls::install_crypto_provider();
     let key = std::fs::read(&a.token_key_file).with_context(|| format!("cannot read the token key {}", a.token_key_file.display()))?;
-    let mut cfg = ServerConfig::new(a.registry, key);
-    cfg.plain_http = a.plain_http;
+    let listener = crate::listener::bind(a.listen).with_context(|| format!("cannot listen on {}", a.listen))?;
+    let mut cfg = match (&a.registry, &a.store) {
+        (Some(registry), None) => ServerConfig::new(registry.clone(), key),
+        (None, Some(dir)) => {
+            anyhow::ensure!(
+                a.registry_config.is_none() && !a.plain_http,
+                "--registry-config and --plain-http go with --registry, not --store"
+            );
+            let mut cfg = ServerConfig::with_store(dir.clone(), key);
+            // With --sample-packages the seeding is done before they are applied (below).
+            cfg.seed_samples = !a.no_samples && a.sample_packages.is_none();
+            cfg.use_store(listener.local_addr()?);
+            cfg
+        }
+        _ => anyhow::bail!("give exactly one of --registry HOST/REPO and --store DIR"),
+    };
+    cfg.plain_http |= a.plain_http;
     if let Some(path) = &a.registry_config {
         let json = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
         let host = cfg.registry.split('/').next().unwrap_or_default().to_string();
@@ -471,9 +591,26 @@ pub async fn command(a: ArtifactsArgs, shutdown: crate::shutdown::Shutdown) -> a
     cfg.spool_dir = a.spool_dir;
     cfg.memory_budget_mib = a.memory_budget_mib;
     cfg.bounds = a.listener.bounds()?;
+    let sample_packages = a.sample_packages.as_deref().map(crate::artifacts::sample_packages::read).transpose()?;
     let state = AppState::new(cfg)?;
-    let listener = crate::listener::bind(a.listen).with_context(|| format!("cannot listen on {}", a.listen))?;
-    eprintln!("skill-operator: artifact endpoint on {}", listener.local_addr()?);
+    if let Some(packages) = sample_packages {
+        let seeded = state.clone();
+        tokio::spawn(async move {
+            // The packages name the seeded samples: seed first (serve seeds
+            // too; pushing twice uploads nothing).
+            if let Err(e) = seeded.seed_samples().await {
+                tracing::error!(error = %e, "seeding the sample skills failed; not applying their SkillPackages");
+                return;
+            }
+            if let Err(e) = crate::artifacts::sample_packages::apply(packages).await {
+                tracing::error!(error = %format!("{e:#}"), "the sample SkillPackages were not applied");
+            }
+        });
+    }
+    match &a.store {
+        Some(dir) => eprintln!("skill-operator: artifact endpoint on {}, built-in store in {}", listener.local_addr()?, dir.display()),
+        None => eprintln!("skill-operator: artifact endpoint on {}", listener.local_addr()?),
+    }
     serve(listener, state, shutdown.wait_owned()).await?;
     Ok(())
 }

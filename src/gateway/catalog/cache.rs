@@ -50,6 +50,10 @@ pub struct CacheOptions {
     pub cap_bytes: u64,
     /// Registries (`host:port`) always reached over plain HTTP.
     pub plain_http: Vec<String>,
+    /// Credentials for particular registries (`host:port`), winning over a
+    /// pull secret there: the artifact endpoint's built-in store takes the
+    /// operator credential.
+    pub credentials: Vec<(String, Auth)>,
     /// Where a package's `pullSecret` is read; `None`: packages naming one are refused.
     pub secrets: Option<Arc<dyn PullSecrets>>,
     pub limits: OciLimits,
@@ -57,7 +61,14 @@ pub struct CacheOptions {
 
 impl CacheOptions {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        CacheOptions { dir: dir.into(), cap_bytes: DEFAULT_CACHE_BYTES, plain_http: Vec::new(), secrets: None, limits: OciLimits::DEFAULT }
+        CacheOptions {
+            dir: dir.into(),
+            cap_bytes: DEFAULT_CACHE_BYTES,
+            plain_http: Vec::new(),
+            credentials: Vec::new(),
+            secrets: None,
+            limits: OciLimits::DEFAULT,
+        }
     }
 }
 
@@ -329,7 +340,12 @@ impl Inner {
     async fn pull(&self, source: &OciSource, digest: &str) -> Result<Unpacked, CacheError> {
         let reference = pinned_reference(&source.reference, digest);
         let registry_host = registry_of(&reference).map_err(|e| CacheError::Pull { reference: reference.clone(), source: Box::new(e) })?;
-        let mut options = RegistryOptions { plain_http: self.opts.plain_http.clone(), limits: self.opts.limits, ..Default::default() };
+        let mut options = RegistryOptions {
+            plain_http: self.opts.plain_http.clone(),
+            credentials: self.opts.credentials.clone(),
+            limits: self.opts.limits,
+            ..Default::default()
+        };
         if source.insecure {
             options.plain_http.push(registry_host.clone());
         }
