@@ -190,9 +190,27 @@ auto_volume() {
 check "persistence auto follows the cluster's default StorageClass (dry-run=server)" auto_volume
 
 # ------------------------------------------------------ the three lines, timed
+# The README's lines as a newcomer copies them (scripts/quickstart-commands.sh
+# prints them; tests/docs.rs holds the two together): only this cluster's
+# extras are added to the install, and other names replace the defaults when
+# QS_RELEASE, QS_NS, QS_DEMO_NS or QS_PORT ask for them.
+mapfile -t LINES < <(bash scripts/quickstart-commands.sh)
+if [[ ${#LINES[@]} != 3 ]]; then bad "the README quickstart has ${#LINES[@]} commands, not 3"; finish; fi
+localize() {
+  local l="$1"
+  l="${l//skills-skill-operator-gateway/$RELEASE-skill-operator-gateway}"
+  l="${l//helm install skills /helm install $RELEASE }"
+  l="${l//-n skill-operator /-n $OPNS }"
+  l="${l//-n skills-demo /-n $DEMO }"
+  l="${l//8090:8090/$PORT:8090}"
+  printf '%s' "$l"
+}
+mkdir -p "$WORK/bin"
+ln -sf "$(command -v "$HELM")" "$WORK/bin/helm"
+ln -sf "$(command -v "$KUBECTL")" "$WORK/bin/kubectl"
+PATH="$WORK/bin:$PATH"
 T0=$(now_ms)
-check "helm install $RELEASE charts/skill-operator -n $OPNS --create-namespace --wait" \
-  "$HELM" install "$RELEASE" charts/skill-operator -n "$OPNS" --create-namespace --wait --timeout 300s "${extras[@]}"
+check "${LINES[0]}" eval "$(localize "${LINES[0]}") --timeout 300s $(printf '%q ' "${extras[@]}")"
 T1=$(now_ms)
 if [[ $FAIL != 0 ]]; then
   "$KUBECTL" -n "$OPNS" get pods,pvc -o wide
@@ -203,22 +221,35 @@ quickstart_yaml() {
   # The file as it is, with the names this run uses when they are not the defaults.
   sed -e "s/skills-demo/$DEMO/g" -e "s/package: skills-csv-stats/package: $RELEASE-csv-stats/" config/samples/k8s/quickstart.yaml
 }
-check "kubectl apply -f config/samples/k8s/quickstart.yaml" "$KUBECTL" apply -f <(quickstart_yaml)
+if [[ "$RELEASE/$DEMO" == skills/skills-demo ]]; then
+  check "${LINES[1]}" eval "${LINES[1]}"
+else
+  check "${LINES[1]} (names: $RELEASE, $DEMO)" "$KUBECTL" apply -f <(quickstart_yaml)
+fi
 T2=$(now_ms)
-"$KUBECTL" -n "$OPNS" port-forward "svc/$RELEASE-skill-operator-gateway" "$PORT:8090" >"$WORK/port-forward.log" 2>&1 &
+TOKEN=""
+eval "$(localize "${LINES[2]}")" >"$WORK/port-forward.log" 2>&1
 PF_PID=$!
-TOKEN=$("$KUBECTL" -n "$DEMO" create token skills-agent)
+[[ -n "$TOKEN" ]] && ok "${LINES[2]}" || bad "${LINES[2]}: no token"
 for _ in $(seq 100); do grep -q "Forwarding from" "$WORK/port-forward.log" && break; sleep 0.1; done
 T3=$(now_ms)
-if "$VENV_PY" tests/kind/quickstart_client.py "http://localhost:$PORT/mcp/$DEMO" "$TOKEN" >"$WORK/client.out" 2>&1; then
-  ok "the agent's csv-stats skill_run through the gateway: $(cat "$WORK/client.out")"
+# The README's agent, verbatim: preview, confirm, the run's statistics.
+if GATEWAY_URL="http://localhost:$PORT/mcp/$DEMO" TOKEN="$TOKEN" "$VENV_PY" config/samples/agent/quickstart_agent.py >"$WORK/agent.out" 2>&1 \
+  && grep -q '"rows"' "$WORK/agent.out"; then
+  ok "the README's agent (config/samples/agent/quickstart_agent.py): $(head -c 200 "$WORK/agent.out" | tr '\n' ' ')"
 else
-  bad "the agent's csv-stats skill_run: $(tail -n 5 "$WORK/client.out" | tr '\n' ' ')"
+  bad "the README's agent: $(tail -n 5 "$WORK/agent.out" | tr '\n' ' ')"
   "$KUBECTL" get skillpackages -o wide; "$KUBECTL" -n "$DEMO" get skillbindings,skilljobs,pods -o wide
   "$KUBECTL" -n "$OPNS" logs deploy/"$RELEASE"-skill-operator-controller --tail=30
 fi
 T4=$(now_ms)
-echo "timings: helm install --wait $((T1 - T0)) ms; apply $((T2 - T1)) ms; port-forward + token $((T3 - T2)) ms; client to first result $((T4 - T3)) ms; total $((T4 - T0)) ms"
+# A second client checks the statistics of an inline CSV (and times nothing).
+if "$VENV_PY" tests/kind/quickstart_client.py "http://localhost:$PORT/mcp/$DEMO" "$TOKEN" >"$WORK/client.out" 2>&1; then
+  ok "csv-stats on an inline CSV through the gateway: $(cat "$WORK/client.out")"
+else
+  bad "csv-stats on an inline CSV: $(tail -n 5 "$WORK/client.out" | tr '\n' ' ')"
+fi
+echo "timings: helm install --wait $((T1 - T0)) ms; apply $((T2 - T1)) ms; port-forward + token $((T3 - T2)) ms; the README's agent to its result $((T4 - T3)) ms; total $((T4 - T0)) ms"
 
 # ---------------------------------------- what the chart made, on this cluster
 check "the sample SkillPackages are Ready, pinned to the store's digests" bash -c "
