@@ -302,7 +302,8 @@ async fn a_namespace_without_rights_is_403_on_every_route_and_asks_nothing_of_it
             let message = body["error"]["message"].as_str().unwrap_or_default();
             assert!(message.contains(&format!("may not get skillbindings.skill-operator.dev in namespace {ns}")), "{message}");
         }
-        let (status, _, _) = send(&env.app, post(&format!("/ui/api/ns/{ns}/run"), caller, json!({"skill": "echo", "script": "scripts/echo.sh"}))).await;
+        let (status, _, _) =
+            send(&env.app, post(&format!("/ui/api/ns/{ns}/run"), caller, json!({"skill": "echo", "script": "scripts/echo.sh"}))).await;
         assert_eq!(status, StatusCode::FORBIDDEN);
     }
     silent(&mut env.api).await;
@@ -321,7 +322,8 @@ async fn reading_skills_is_not_reading_jobs_or_running() {
     let (status, _, loaded) = send(&env.app, get(&format!("/ui/api/ns/{TEAM}/skills/echo"), Some("carol-token"))).await;
     assert_eq!(status, StatusCode::OK);
     assert!(loaded["body"].as_str().unwrap().contains("<script>alert(2)</script>"));
-    let (status, _, file) = send(&env.app, get(&format!("/ui/api/ns/{TEAM}/skills/echo/file?path=scripts/echo.sh"), Some("carol-token"))).await;
+    let (status, _, file) =
+        send(&env.app, get(&format!("/ui/api/ns/{TEAM}/skills/echo/file?path=scripts/echo.sh"), Some("carol-token"))).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(file["content"], "#!/bin/bash\necho \"$@\"\n");
     // A path outside the skill, or not one of its files, is refused by skill_file's own checks.
@@ -400,7 +402,8 @@ async fn a_run_goes_through_the_preview_and_confirm_gate() {
         .body(AxumBody::from(call.to_string()))
         .unwrap();
     assert_eq!(send(&env.app, bad).await.0, StatusCode::BAD_REQUEST);
-    let (status, _, body) = send(&env.app, post(&uri, "alice-token", json!({ "skill": "echo", "script": "scripts/echo.sh", "shell": true }))).await;
+    let (status, _, body) =
+        send(&env.app, post(&uri, "alice-token", json!({ "skill": "echo", "script": "scripts/echo.sh", "shell": true }))).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(body["error"]["code"], "invalid-arguments");
     let (status, _, body) = send(&env.app, post(&uri, "alice-token", json!({ "skill": "echo", "script": "scripts/other.sh" }))).await;

@@ -246,13 +246,8 @@ pub async fn job(
     let mut streams = serde_json::Map::new();
     for stream in ["stdout", "stderr"] {
         let read = if over {
-            let input = JobReadInput {
-                job: job.clone(),
-                path: None,
-                stream: Some(stream.into()),
-                offset: 0,
-                limit: Some(STREAM_SHOWN_BYTES),
-            };
+            let input =
+                JobReadInput { job: job.clone(), path: None, stream: Some(stream.into()), offset: 0, limit: Some(STREAM_SHOWN_BYTES) };
             match run::job_read(&ns.state, input, &cx).await {
                 Ok(chunk) => serde_json::to_value(chunk).unwrap_or(Value::Null),
                 Err(err) => json!({ "error": { "code": err.code, "message": err.message } }),

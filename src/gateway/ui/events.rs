@@ -96,17 +96,21 @@ pub async fn events(State(console): State<Console>, Path(namespace): Path<String
     let ticks = stream::select(stream::select(jobs, skills), stream::select(heartbeat, end));
     let hello = stream::once(async move { frame("hello", &json!({ "namespace": namespace, "lifetimeSecs": lifetime.as_secs() })) });
     let body = hello
-        .chain(ticks.scan(false, |ended, tick| {
-            let next = if *ended { None } else { Some(tick) };
-            if matches!(next, Some(Tick::End)) {
-                *ended = true;
-            }
-            futures::future::ready(next)
-        }).map(move |tick| {
-            // The permit lives as long as the stream does.
-            let _held = &permit;
-            encode(&tick, lifetime)
-        }))
+        .chain(
+            ticks
+                .scan(false, |ended, tick| {
+                    let next = if *ended { None } else { Some(tick) };
+                    if matches!(next, Some(Tick::End)) {
+                        *ended = true;
+                    }
+                    futures::future::ready(next)
+                })
+                .map(move |tick| {
+                    // The permit lives as long as the stream does.
+                    let _held = &permit;
+                    encode(&tick, lifetime)
+                }),
+        )
         .map(Ok::<_, std::convert::Infallible>);
     let headers = [
         (header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream")),

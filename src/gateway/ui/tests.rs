@@ -58,7 +58,9 @@ async fn every_answer_carries_the_policy_and_its_media_type() {
 #[test]
 fn the_policy_allows_no_inline_script_no_other_origin_and_no_framing() {
     let directives: Vec<&str> = CONTENT_SECURITY_POLICY.split(';').map(str::trim).collect();
-    for needed in ["default-src 'none'", "script-src 'self'", "style-src 'self'", "connect-src 'self'", "frame-ancestors 'none'", "base-uri 'none'"] {
+    for needed in
+        ["default-src 'none'", "script-src 'self'", "style-src 'self'", "connect-src 'self'", "frame-ancestors 'none'", "base-uri 'none'"]
+    {
         assert!(directives.contains(&needed), "{needed} missing from {CONTENT_SECURITY_POLICY}");
     }
     for forbidden in ["unsafe-inline", "unsafe-eval", "http:", "https:", "*"] {
@@ -86,7 +88,9 @@ async fn an_asset_revalidates_by_its_content_tag() {
 fn the_page_has_no_markup_sinks_inline_script_or_third_party_source() {
     let js = include_str!("assets/app.js");
     let code: String = js.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n");
-    for sink in ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function", "setAttribute(\"on", "javascript:"] {
+    for sink in
+        ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function", "setAttribute(\"on", "javascript:"]
+    {
         assert!(!code.contains(sink), "app.js uses {sink}");
     }
     let html = include_str!("assets/index.html");
