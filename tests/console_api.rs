@@ -169,6 +169,10 @@ fn skill_tree() -> tempfile::TempDir {
 }
 
 fn env() -> Env {
+    env_with_hosts(Vec::new())
+}
+
+fn env_with_hosts(hosts: Vec<String>) -> Env {
     let (auth_service, auth_handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let reviews: Arc<Mutex<Vec<Review>>> = Default::default();
     tokio::spawn(answer_reviews(auth_handle, reviews.clone()));
@@ -189,7 +193,7 @@ fn env() -> Env {
     ready.set_ready();
     let (feed, rx) = futures::channel::mpsc::unbounded();
     let directory = Arc::new(Feed { changes: Mutex::new(Some(rx)), asked: Mutex::default() });
-    let console = Console::new(Arc::new(Namespaces::new(backend, options)), ready, auth, directory.clone());
+    let console = Console::new(Arc::new(Namespaces::new(backend, options)), ready, auth, directory.clone()).with_allowed_hosts(hosts);
     Env { app: ui::routes(console), api, reviews, feed, directory }
 }
 
@@ -447,4 +451,27 @@ async fn the_event_stream_says_hello_then_the_callers_job_changes() {
     assert!(job.starts_with("event: job\ndata: {") && job.contains("\"state\":\"running\""), "{job}");
     env.feed.unbounded_send(JobChange::Gone("skj-0123456789abcdef0123456789abcdef".into())).unwrap();
     assert_eq!(next(&mut body).await, "event: gone\ndata: {\"id\":\"skj-0123456789abcdef0123456789abcdef\"}\n\n");
+}
+
+#[tokio::test]
+async fn a_host_name_the_gateway_does_not_serve_is_refused_before_anything_else() {
+    let env = env_with_hosts(vec!["localhost".into(), "gw.skills.svc".into()]);
+    let with_host = |host: &str, uri: &str| {
+        HttpRequest::get(uri)
+            .header(header::HOST, host)
+            .header(header::AUTHORIZATION, "Bearer alice-token")
+            .body(AxumBody::empty())
+            .unwrap()
+    };
+    // A rebound name: the page and the API alike, with the policy on the refusal.
+    for uri in ["/ui/", "/ui/api/namespaces", &format!("/ui/api/ns/{TEAM}/skills")] {
+        let (status, headers, body) = send(&env.app, with_host("evil.example", uri)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{uri}: {body}");
+        assert_eq!(body["error"]["code"], "host-not-allowed", "{uri}");
+        assert_eq!(headers[header::CONTENT_SECURITY_POLICY], CONTENT_SECURITY_POLICY);
+    }
+    assert!(env.reviews.lock().unwrap().is_empty(), "a refused host asked nothing of the API server");
+    let (status, _, body) = send(&env.app, with_host("gw.skills.svc:8090", "/ui/api/namespaces")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(send(&env.app, with_host("localhost:8090", "/ui/")).await.0, StatusCode::OK);
 }

@@ -205,7 +205,7 @@ pub async fn command(args: GatewayArgs, shutdown: Shutdown) -> anyhow::Result<()
     let mut origins: Vec<String> = vec!["http://localhost:*".into(), "http://127.0.0.1:*".into(), "http://[::1]:*".into()];
     origins.extend(args.allowed_origins.iter().cloned());
     let http = StreamableHttpServerConfig::default()
-        .with_allowed_hosts(hosts)
+        .with_allowed_hosts(hosts.clone())
         .with_allowed_origins(origins)
         .enforce_origin_validation()
         .with_cancellation_token(shutdown.token());
@@ -220,7 +220,8 @@ pub async fn command(args: GatewayArgs, shutdown: Shutdown) -> anyhow::Result<()
     let listener_counters = counters.clone();
     let metrics = Arc::new(move || listener_counters.render_after(&super::metrics::render(&stats_auth)));
     let gate = axum::middleware::from_fn_with_state(authenticator.clone(), super::auth::require_caller);
-    let console = super::ui::Console::new(namespaces.clone(), ready.clone(), authenticator.clone(), backend.clone());
+    let console = super::ui::Console::new(namespaces.clone(), ready.clone(), authenticator.clone(), backend.clone())
+        .with_allowed_hosts(hosts.clone());
     let app = router(namespaces, ready, metrics, gate).merge(super::auth::metadata_routes(authenticator)).merge(super::ui::routes(console));
     let listener = crate::listener::bind(args.listen).with_context(|| format!("cannot listen on {}", args.listen))?;
     tracing::info!(listen = %args.listen, "gateway serving /mcp/{{namespace}} and the console at /ui/");

@@ -28,6 +28,7 @@ pub mod assets;
 pub mod events;
 pub mod feed;
 pub mod headers;
+pub mod host;
 pub mod limits;
 #[cfg(test)]
 mod tests;
@@ -77,11 +78,26 @@ pub struct Console {
     pub(crate) directory: Arc<dyn Directory>,
     /// One permit per open event stream ([`limits::STREAMS_MAX`]).
     pub(crate) streams: Arc<tokio::sync::Semaphore>,
+    /// Host names served ([`host`]); empty: any.
+    pub(crate) allowed_hosts: Vec<String>,
 }
 
 impl Console {
     pub fn new(namespaces: Arc<Namespaces>, ready: Readiness, auth: Authenticator, directory: Arc<dyn Directory>) -> Console {
-        Console { namespaces, ready, auth, directory, streams: Arc::new(tokio::sync::Semaphore::new(limits::STREAMS_MAX)) }
+        Console {
+            namespaces,
+            ready,
+            auth,
+            directory,
+            streams: Arc::new(tokio::sync::Semaphore::new(limits::STREAMS_MAX)),
+            allowed_hosts: Vec::new(),
+        }
+    }
+
+    /// Serve the console only under these Host names (the MCP endpoint's list).
+    pub fn with_allowed_hosts(mut self, hosts: Vec<String>) -> Console {
+        self.allowed_hosts = hosts;
+        self
     }
 }
 
@@ -111,5 +127,11 @@ pub fn routes(console: Console) -> Router {
         .route(&format!("{UI_PREFIX}/api/me"), get(api::me))
         .route(&format!("{UI_PREFIX}/api/namespaces"), get(api::namespaces))
         .route(&format!("{UI_PREFIX}/{{*rest}}"), get(api::not_found));
-    Router::new().merge(namespaced).merge(open).layer(axum::middleware::map_response(headers::secure)).with_state(console)
+    // Layers wrap from the inside out: the headers go on every answer, the Host refusal included.
+    Router::new()
+        .merge(namespaced)
+        .merge(open)
+        .layer(axum::middleware::from_fn_with_state(console.clone(), host::check_host))
+        .layer(axum::middleware::map_response(headers::secure))
+        .with_state(console)
 }
