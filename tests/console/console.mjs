@@ -132,7 +132,8 @@ try {
     await page.locator("#run-preview").waitFor();
     const preview = await page.locator("#run-preview").textContent();
     assert(preview.includes("Nothing has run yet") && preview.includes("Network") && preview.includes("pod"), `preview: ${preview}`);
-    assert(preview.includes(payload), "the preview does not show the argument as given");
+    // The command is shown as a JSON array: the argument, quoted.
+    assert(preview.includes(JSON.stringify(payload).slice(1, -1)), `the preview does not show the argument as given: ${preview}`);
     const focused = await page.evaluate(() => document.activeElement && document.activeElement.id);
     assert(focused === "run-confirm", `focus after the preview is on ${focused}`);
     await noXss(page, "the preview");

@@ -34,7 +34,7 @@
 #   CONSOLE_RELEASE       release name (default console); namespaces are named after it
 #   RUN_IMAGE, BASH       the run image and its bash (default IMAGE_REGISTRY/runtime:trixie, /bin/bash)
 #   CHROMIUM              the browser (default /usr/bin/chromium)
-#   KEEP=1                leave the release and namespaces in place afterwards
+#   KEEP=1                leave the release, the namespaces and the registry in place afterwards
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
@@ -109,10 +109,12 @@ if [[ -z "${ARTIFACT_REGISTRY:-}" ]]; then
   PORT="${CONSOLE_REGISTRY_PORT:-5011}"
   ARTIFACT_REGISTRY="$POD_GW:$PORT"
   if ! curl -sf "http://127.0.0.1:$PORT/v2/" >/dev/null; then
-    mkdir -p "$WORK/registry"
+    # Under target/ (not the scratch dir): with KEEP=1 the registry outlives this run.
+    STORE="$ROOT/target/console-registry"
+    mkdir -p "$STORE"
     printf 'version: 0.1\nlog: {level: error, accesslog: {disabled: true}}\nstorage: {filesystem: {rootdirectory: %s}, delete: {enabled: true}}\nhttp: {addr: "0.0.0.0:%s"}\n' \
-      "$WORK/registry" "$PORT" >"$WORK/registry.yml"
-    /usr/bin/docker-registry serve "$WORK/registry.yml" >"$WORK/registry.log" 2>&1 &
+      "$STORE" "$PORT" >"$STORE.yml"
+    /usr/bin/docker-registry serve "$STORE.yml" >"$STORE.log" 2>&1 &
     REGISTRY_PID=$!
     for _ in $(seq 100); do curl -sf "http://127.0.0.1:$PORT/v2/" >/dev/null && break; sleep 0.1; done
   fi
