@@ -31,7 +31,7 @@ for i in $(seq -w 1 "$N"); do
   PKGS+=("skillpackage/$pkg")
   printf -- '---\napiVersion: skill-operator.dev/v1alpha1\nkind: SkillBinding\nmetadata: { name: bench-%s }\nspec: { package: %s }\n' "$i" "$pkg" >>"$WORK/bench/bindings.yaml"
 done
-cat "$WORK"/bench/pkg-*.yaml | "$KUBECTL" apply -f - >/dev/null || exit 1
+for f in "$WORK"/bench/pkg-*.yaml; do echo ---; cat "$f"; done | "$KUBECTL" apply -f - >/dev/null || exit 1
 "$KUBECTL" wait --for=condition=Ready "${PKGS[@]}" --timeout=180s >/dev/null || { echo "console bench: the packages did not become Ready" >&2; exit 1; }
 K apply -f "$WORK/bench/bindings.yaml" >/dev/null || exit 1
 K wait --for=condition=Ready skillbinding --all --timeout=180s >/dev/null || { echo "console bench: the bindings did not become Ready" >&2; exit 1; }

@@ -67,10 +67,15 @@ function when(ms) {
   return new Date(ms).toLocaleString();
 }
 
+function seconds(ms) {
+  return ms < 1000 ? `${ms} ms` : `${(ms / 1000).toFixed(1)} s`;
+}
+
+/** The script's own run time when the launcher reported it, else start to finish. */
 function duration(run) {
   if (!run) return "—";
-  if (run.durationMs) return `${(run.durationMs / 1000).toFixed(1)} s`;
-  if (run.finishedAtMs && run.startedAtMs) return `${((run.finishedAtMs - run.startedAtMs) / 1000).toFixed(1)} s`;
+  if (run.durationMs) return seconds(run.durationMs);
+  if (run.finishedAtMs && run.startedAtMs) return seconds(run.finishedAtMs - run.startedAtMs);
   return "—";
 }
 
@@ -133,11 +138,28 @@ function failure(err, what) {
 // ---------------------------------------------------------------- live updates
 
 let live = null;
+// What the current view follows, to resume when its tab is shown again.
+let following = null;
 
 function stopLive() {
   if (live) live.abort();
   live = null;
+  following = null;
 }
+
+// A hidden tab gives its stream up: a browser allows six connections per
+// host, and every open console tab would otherwise hold one. Shown again,
+// it reconnects; the stream's first events are every current job.
+document.addEventListener("visibilitychange", () => {
+  if (document.hidden && live) {
+    const resume = following;
+    live.abort();
+    live = null;
+    following = resume;
+  } else if (!document.hidden && following && !live) {
+    follow(...following);
+  }
+});
 
 /**
  * Follow a namespace's events: fetch (so the token travels in a header),
@@ -148,6 +170,7 @@ function follow(namespace, onEvent, onState) {
   stopLive();
   const controller = new AbortController();
   live = controller;
+  following = [namespace, onEvent, onState];
   let failures = 0;
   const connect = async () => {
     while (!controller.signal.aborted) {
@@ -480,7 +503,9 @@ async function route() {
   const parts = hash.split("/").filter(Boolean).map(decodeURIComponent);
   if (!token() || parts[0] === "login") return login();
   try {
-    if (document.getElementById("signout").hidden) await whoami();
+    // Who is signed in is shown when it arrives; the view does not wait for
+    // it (a refused token is answered 401 by the view's own calls too).
+    if (document.getElementById("signout").hidden) whoami().catch(() => {});
     if (parts.length === 0) return await namespacesView();
     if (parts[0] === "ns" && parts.length === 2) return await namespaceView(parts[1]);
     if (parts[0] === "ns" && parts[2] === "skill" && parts.length === 4) return await skillView(parts[1], parts[3]);
