@@ -7,8 +7,8 @@
 // the sample is the page's own clock (performance.now(), from navigation
 // start) at the moment both tables hold every row, plus Chromium's
 // first-contentful-paint entry. Memory: VmRSS of the gateway's process
-// (this machine is the node) before any session, with 50 browser sessions
-// (contexts) each showing the namespace and holding its event stream, and
+// (this machine is the node) before any page, with 50 browser contexts
+// each showing the namespace and holding its event stream, and
 // after they closed.
 import { chromium } from "playwright-core";
 import { readFileSync } from "node:fs";
@@ -75,18 +75,18 @@ try {
 
   if (PID) {
     const before = rssKiB();
-    // One browser context per session: a browser allows six connections
+    // One browser context per open console: a browser allows six connections
     // per host, so the event streams of more pages in one context would
     // leave the seventh page no connection to load with.
-    const sessions = [];
+    const contexts = [];
     for (let i = 0; i < PAGES; i++) {
       const context = await withToken();
       const { page } = await openNamespace(context);
       await page.locator("#live", { hasText: "live" }).waitFor({ timeout: 60_000 });
-      sessions.push(context);
+      contexts.push(context);
     }
     const open = rssKiB();
-    for (const context of sessions) await context.close();
+    for (const context of contexts) await context.close();
     const after = rssKiB();
     const mib = (k) => (k / 1024).toFixed(1);
     console.log(`console bench: gateway RSS ${mib(before)} MiB before, ${mib(open)} MiB with ${PAGES} pages open (+${mib(open - before)} MiB; goal: <= +20 MiB), ${mib(after)} MiB after they closed`);

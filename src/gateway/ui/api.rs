@@ -300,7 +300,7 @@ pub async fn run(
     match run::skill_run(&ns.state, &snap, input, &cx).await {
         Ok(RunReply::Json(value)) => axum::Json(value).into_response(),
         Ok(RunReply::Task(view)) => (StatusCode::ACCEPTED, axum::Json(json!({ "status": "started", "job": view.id }))).into_response(),
-        // Only a session that can be asked gets a question; this one cannot.
+        // Only an MCP client that can be asked gets a question; the console cannot.
         Ok(RunReply::InputRequired(_)) => refusal(ToolError::internal("the run asked a question the console cannot show")),
         Err(err) => refusal(err),
     }
