@@ -95,9 +95,11 @@ cleanup() {
     # still run their SkillJobs' finalizers.
     "$KUBECTL" delete namespace "$NS" "$NS_DENIED" "$NS_BENCH" --ignore-not-found --wait=true --timeout=120s >/dev/null 2>&1 ||
       echo "console: the test namespaces did not go within 120 s" >&2
+    # The packages too while the controller runs: it lifts their in-use finalizer.
+    "$KUBECTL" get skillpackages -o name 2>/dev/null | grep -- "-$RELEASE\$" | xargs -r "$KUBECTL" delete --timeout=120s >/dev/null 2>&1 ||
+      echo "console: the test's SkillPackages did not go within 120 s" >&2
     "$HELM" uninstall "$RELEASE" -n "$OPNS" >/dev/null 2>&1
     "$KUBECTL" delete namespace "$OPNS" --wait=false >/dev/null 2>&1
-    "$KUBECTL" get skillpackages -o name 2>/dev/null | grep -- "-$RELEASE\$" | xargs -r "$KUBECTL" delete >/dev/null 2>&1
     [[ -n "$REGISTRY_PID" ]] && kill "$REGISTRY_PID" 2>/dev/null
   fi
   rm -rf "$WORK"
