@@ -10,7 +10,8 @@
 //! - [`catalog`]: packages pulled by digest into a bounded cache, and the
 //!   namespace's snapshot built from its bindings;
 //! - [`executor`]: the SkillJob-backed executor;
-//! - [`files`]: the file route, for job files too large for an MCP call.
+//! - [`files`]: the file route, for job files too large for an MCP call;
+//! - [`ui`]: the web console at `/ui`, over the same gate and tools.
 
 pub mod auth;
 pub mod catalog;
@@ -22,4 +23,5 @@ pub mod metrics;
 pub mod namespaces;
 pub mod server;
 mod shared;
+pub mod ui;
 pub mod watch;

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
+use futures::stream::BoxStream;
 use hmac::{Hmac, Mac};
 use kube::ResourceExt;
 use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
@@ -32,7 +33,7 @@ use super::watch::{self, Stores};
 
 #[derive(Debug, clap::Args)]
 pub struct GatewayArgs {
-    /// Where `/mcp/{namespace}`, `/healthz`, `/readyz` and `/metrics` are served.
+    /// Where `/mcp/{namespace}`, the console (`/ui/`), `/healthz`, `/readyz` and `/metrics` are served.
     #[arg(long, default_value = "0.0.0.0:8090")]
     pub listen: SocketAddr,
     /// The artifact endpoint (inputs are staged and results read there).
@@ -149,6 +150,19 @@ impl Backend for ClusterBackend {
     }
 }
 
+/// The console's view of the cluster: the namespaces the binding
+/// reflector holds, and a watch of the caller's SkillJobs.
+impl super::ui::Directory for ClusterBackend {
+    fn bound_namespaces(&self) -> std::collections::BTreeSet<String> {
+        let Some(stores) = self.stores.get() else { return Default::default() };
+        stores.bindings.state().iter().filter_map(|b| b.namespace()).collect()
+    }
+
+    fn job_changes(&self, namespace: &str, caller: &crate::mcp::executor::Caller) -> Option<BoxStream<'static, super::ui::JobChange>> {
+        Some(super::ui::feed::skilljobs(self.client.clone(), namespace, caller))
+    }
+}
+
 /// `skill-operator gateway`: serve until shutdown.
 pub async fn command(args: GatewayArgs, shutdown: Shutdown) -> anyhow::Result<()> {
     let token_key =
@@ -198,7 +212,7 @@ pub async fn command(args: GatewayArgs, shutdown: Shutdown) -> anyhow::Result<()
     let mut origins: Vec<String> = vec!["http://localhost:*".into(), "http://127.0.0.1:*".into(), "http://[::1]:*".into()];
     origins.extend(args.allowed_origins.iter().cloned());
     let http = StreamableHttpServerConfig::default()
-        .with_allowed_hosts(hosts)
+        .with_allowed_hosts(hosts.clone())
         .with_allowed_origins(origins)
         .enforce_origin_validation()
         .with_cancellation_token(shutdown.token());
@@ -213,9 +227,11 @@ pub async fn command(args: GatewayArgs, shutdown: Shutdown) -> anyhow::Result<()
     let listener_counters = counters.clone();
     let metrics = Arc::new(move || listener_counters.render_after(&super::metrics::render(&stats_auth)));
     let gate = axum::middleware::from_fn_with_state(authenticator.clone(), super::auth::require_caller);
-    let app = router(namespaces, ready, metrics, gate).merge(super::auth::metadata_routes(authenticator));
+    let console = super::ui::Console::new(namespaces.clone(), ready.clone(), authenticator.clone(), backend.clone())
+        .with_allowed_hosts(hosts.clone());
+    let app = router(namespaces, ready, metrics, gate).merge(super::auth::metadata_routes(authenticator)).merge(super::ui::routes(console));
     let listener = crate::listener::bind(args.listen).with_context(|| format!("cannot listen on {}", args.listen))?;
-    tracing::info!(listen = %args.listen, "gateway serving /mcp/{{namespace}}");
+    tracing::info!(listen = %args.listen, "gateway serving /mcp/{{namespace}} and the console at /ui/");
     let bounds = args.listener.bounds()?;
     crate::listener::serve(listener, app, bounds, counters, shutdown.wait_owned()).await.context("the gateway's HTTP server failed")?;
     Ok(())

@@ -37,14 +37,20 @@ pub(super) fn json_error(status: StatusCode, code: &str, message: String) -> Res
 /// The namespace a request names, or the answer when it cannot be served
 /// (not synced yet, not a namespace name, too many namespaces).
 pub(super) async fn namespace_or_refusal(shared: &Shared, namespace: &str) -> Result<Arc<Namespace>, Response> {
-    if !shared.ready.is_ready() {
+    served_or_refusal(&shared.namespaces, &shared.ready, namespace).await
+}
+
+/// [`namespace_or_refusal`] for routes that hold the namespaces and the
+/// readiness themselves (the console).
+pub(super) async fn served_or_refusal(namespaces: &Namespaces, ready: &Readiness, namespace: &str) -> Result<Arc<Namespace>, Response> {
+    if !ready.is_ready() {
         return Err(json_error(
             StatusCode::SERVICE_UNAVAILABLE,
             "not-ready",
             "the gateway is still reading the cluster's bindings; retry in a moment".into(),
         ));
     }
-    match shared.namespaces.get(namespace).await {
+    match namespaces.get(namespace).await {
         Ok(ns) => Ok(ns),
         Err(err @ NamespaceError::BadName(_)) => Err(json_error(StatusCode::NOT_FOUND, "bad-namespace", err.to_string())),
         Err(err @ NamespaceError::Full { .. }) => {
