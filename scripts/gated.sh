@@ -82,3 +82,4 @@ bash "$ROOT/tests/chart/cluster_rbac.sh"
 SKILLJOBS="${GATED_BENCH_SKILLJOBS:-100}" cargo bench --locked --bench controller_throughput 2>&1 | tail -n 20
 bash "$ROOT/tests/kind/run.sh"
 bash "$ROOT/tests/kind/quickstart.sh"
+bash "$ROOT/tests/console/run.sh"

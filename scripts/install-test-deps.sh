@@ -3,7 +3,7 @@
 # (well under a second) when everything is already in place. Run as root on
 # Debian. Only target/ (gitignored) is written inside the repository.
 #
-#   apt:    bubblewrap, docker-registry (installed, never started), skopeo, umoci,
+#   apt:    bubblewrap, docker-registry (installed, never started), skopeo, umoci, chromium,
 #           npm and nodejs when missing, python3-venv
 #           (only when the chosen python cannot create a venv with pip)
 #   python: target/test-deps/venv  <- tests/requirements.txt (pytest, mcp, kubernetes-validate)
@@ -52,6 +52,8 @@ need_pkg bubblewrap
 need_pkg docker-registry
 need_pkg skopeo
 need_pkg umoci
+# The console's real-browser suite (tests/console/run.sh) drives Debian's chromium.
+need_pkg chromium
 # npm installs the Node packages below; the samples' scripts run on `node`.
 command -v npm >/dev/null 2>&1 || need_pkg npm
 command -v node >/dev/null 2>&1 || need_pkg nodejs
@@ -162,6 +164,9 @@ export PATH
 exec "$NODE22" "$CONFORMANCE_JS" "\$@"
 EOF
 chmod 755 "$BIN/node22" "$BIN/conformance"
+
+# playwright-core for the console suite (pinned by tests/console/package-lock.json; no browser download)
+bash "$ROOT/tests/console/install.sh" >&2
 
 # -------------------------------------------------------------------- verify
 fail=0
