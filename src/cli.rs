@@ -67,12 +67,12 @@ pub enum PackageCommand {
 }
 
 /// The subcommands that must run before any runtime thread exists (the
-/// built-in sandbox forks without exec'ing): carried out here, and every
-/// other command line handed back for [`run`].
-pub fn run_single_threaded(cli: Cli) -> Result<ExitCode, Cli> {
-    match cli.command {
-        Command::SandboxExec { args } => Ok(crate::runner::builtin::command(args)),
-        command => Err(Cli { command }),
+/// built-in sandbox forks without exec'ing): carried out here; `None` for
+/// every other command line, which [`run`] then takes.
+pub fn run_single_threaded(cli: &Cli) -> Option<ExitCode> {
+    match &cli.command {
+        Command::SandboxExec { args } => Some(crate::runner::builtin::command(args.clone())),
+        _ => None,
     }
 }
 

@@ -8,10 +8,10 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SKILL_OPERATOR_LOG").unwrap_or_else(|_| "warn".into()))
         .init();
-    let cli = match skill_operator::cli::run_single_threaded(skill_operator::cli::Cli::parse()) {
-        Ok(code) => return code,
-        Err(cli) => cli,
-    };
+    let cli = skill_operator::cli::Cli::parse();
+    if let Some(code) = skill_operator::cli::run_single_threaded(&cli) {
+        return code;
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {

@@ -264,17 +264,17 @@ mod tests {
 
     #[test]
     fn every_namespace_option_is_required() {
-        for left_out in 0..FULL.len() {
-            if FULL[left_out] == "ALL" {
+        for (left_out, flag) in FULL.iter().enumerate() {
+            if *flag == "ALL" {
                 continue;
             }
             let mut v: Vec<&str> = FULL.to_vec();
             v.remove(left_out);
-            if FULL[left_out] == "--cap-drop" {
+            if *flag == "--cap-drop" {
                 v.retain(|a| *a != "ALL");
             }
             v.extend(["--", "/bin/true"]);
-            assert_eq!(parse(&os(&v)), Err(ArgsError::Weaker), "without {}", FULL[left_out]);
+            assert_eq!(parse(&os(&v)), Err(ArgsError::Weaker), "without {flag}");
         }
     }
 }
