@@ -43,33 +43,15 @@ KUBECTL="${KUBECTL:-$(command -v kubectl || echo "$ROOT/target/test-deps/bin/kub
 HELM="${HELM:-$(command -v helm || echo "$ROOT/target/test-deps/bin/helm")}"
 CHROMIUM="${CHROMIUM:-/usr/bin/chromium}"
 
-skip() {
-  echo "console: SKIPPED ($1; the console's browser suite did not run)"
-  if [[ "${SKILL_OPERATOR_REQUIRE_GATED:-}" == 1 ]]; then
-    echo "console: SKILL_OPERATOR_REQUIRE_GATED=1 requires it to run" >&2
-    exit 1
-  fi
-  exit 0
-}
+SUITE=console SUITE_WHAT="the console's browser suite"
+# shellcheck source=tests/kind/suite.sh
+source "$ROOT/tests/kind/suite.sh"
 [[ -n "${KUBECONFIG:-}" ]] || skip "KUBECONFIG is not set"
 "$KUBECTL" version --request-timeout=5s >/dev/null 2>&1 || skip "KUBECONFIG does not point at a reachable cluster"
 [[ -d "$HERE/node_modules/playwright-core" ]] || skip "playwright-core is not installed: run tests/console/install.sh"
 [[ -x "$CHROMIUM" ]] || skip "$CHROMIUM is missing: run tests/console/install.sh"
 [[ -x "$BIN" ]] || { echo "console: $BIN is missing: cargo build --release" >&2; exit 1; }
 
-PASS=0 FAIL=0
-ok() { PASS=$((PASS + 1)); echo "ok   $1"; }
-bad() { FAIL=$((FAIL + 1)); echo "FAIL $1"; }
-check() {
-  local name="$1" out
-  shift
-  if out="$("$@" 2>&1)"; then ok "$name"; else bad "$name: $(printf '%s' "$out" | tail -n 5 | tr '\n' ' ')"; fi
-}
-finish() {
-  echo "console: $PASS passed, $FAIL failed"
-  [[ $FAIL == 0 ]]
-  exit $?
-}
 
 WORK="$(mktemp -d)"
 IMAGE_REGISTRY="${IMAGE_REGISTRY:-127.0.0.1:5000}"

@@ -45,32 +45,14 @@ KUBECTL="${KUBECTL:-$(command -v kubectl || echo "$ROOT/target/test-deps/bin/kub
 HELM="${HELM:-$(command -v helm || echo "$ROOT/target/test-deps/bin/helm")}"
 VENV_PY="$ROOT/target/test-deps/venv/bin/python"
 
-skip() {
-  echo "quickstart: SKIPPED ($1; the quick start did not run)"
-  if [[ "${SKILL_OPERATOR_REQUIRE_GATED:-}" == 1 ]]; then
-    echo "quickstart: SKILL_OPERATOR_REQUIRE_GATED=1 requires it to run" >&2
-    exit 1
-  fi
-  exit 0
-}
+SUITE=quickstart SUITE_WHAT="the quick start"
+# shellcheck source=tests/kind/suite.sh
+source "$ROOT/tests/kind/suite.sh"
 [[ -n "${KUBECONFIG:-}" ]] || skip "KUBECONFIG is not set"
 "$KUBECTL" version --request-timeout=5s >/dev/null 2>&1 || skip "KUBECONFIG does not point at a reachable cluster"
 [[ -x "$BIN" ]] || { echo "quickstart: $BIN is missing: cargo build --release" >&2; exit 1; }
 [[ -x "$VENV_PY" ]] || { echo "quickstart: $VENV_PY is missing: scripts/install-test-deps.sh" >&2; exit 1; }
 
-PASS=0 FAIL=0
-ok() { PASS=$((PASS + 1)); echo "ok   $1"; }
-bad() { FAIL=$((FAIL + 1)); echo "FAIL $1"; }
-check() {
-  local name="$1" out
-  shift
-  if out="$("$@" 2>&1)"; then ok "$name"; else bad "$name: $(printf '%s' "$out" | tail -n 5 | tr '\n' ' ')"; fi
-}
-finish() {
-  echo "quickstart: $PASS passed, $FAIL failed"
-  [[ $FAIL == 0 ]]
-  exit $?
-}
 now_ms() { date +%s%3N; }
 
 RELEASE="${QS_RELEASE:-skills}" OPNS="${QS_NS:-skill-operator}" DEMO="${QS_DEMO_NS:-skills-demo}" PORT="${QS_PORT:-8090}"

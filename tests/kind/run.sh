@@ -80,33 +80,13 @@ if [[ "${1:-}" == --check-deps ]]; then
   exit 0
 fi
 
-skip() {
-  echo "kind: SKIPPED ($1; the real-cluster suite did not run)"
-  if [[ "${SKILL_OPERATOR_REQUIRE_GATED:-}" == 1 ]]; then
-    echo "kind: SKILL_OPERATOR_REQUIRE_GATED=1 requires it to run" >&2
-    exit 1
-  fi
-  exit 0
-}
+SUITE=kind SUITE_WHAT="the real-cluster suite"
+# shellcheck source=tests/kind/suite.sh
+source "$ROOT/tests/kind/suite.sh"
 [[ -n "${KUBECONFIG:-}" ]] || skip "KUBECONFIG is not set"
 check_deps || exit 1
 "$KUBECTL" version --request-timeout=5s >/dev/null 2>&1 || skip "KUBECONFIG does not point at a reachable cluster"
 
-PASS=0 FAIL=0
-ok() { PASS=$((PASS + 1)); echo "ok   $1"; }
-bad() { FAIL=$((FAIL + 1)); echo "FAIL $1"; }
-# check NAME COMMAND...: one line per check, never aborts the suite.
-check() {
-  local name="$1"
-  shift
-  local out
-  if out="$("$@" 2>&1)"; then ok "$name"; else bad "$name: $(printf '%s' "$out" | tail -n 3 | tr '\n' ' ')"; fi
-}
-finish() {
-  echo "kind: $PASS passed, $FAIL failed"
-  [[ $FAIL == 0 ]]
-  exit $?
-}
 
 WORK="$(mktemp -d)"
 IMAGE_REGISTRY="${IMAGE_REGISTRY:-127.0.0.1:5000}"
