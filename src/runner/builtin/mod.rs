@@ -64,14 +64,14 @@ fn die(what: impl std::fmt::Display) -> ! {
 
 /// The subcommand: carry out `args` or say why not (exit 1, no `exit-code` status).
 pub fn command(args: Vec<OsString>) -> ExitCode {
-    let plan = match args::parse(&args) {
+    let mut plan = match args::parse(&args) {
         Ok(plan) => plan,
         Err(err) => {
             eprintln!("{NAME}: {err}");
             return ExitCode::from(SETUP_FAILED);
         }
     };
-    let ops = match mounts::resolve_sources(plan.ops.clone()) {
+    plan.ops = match mounts::resolve_sources(std::mem::take(&mut plan.ops)) {
         Ok(ops) => ops,
         Err(err) => {
             eprintln!("{NAME}: {err}");
@@ -82,7 +82,7 @@ pub fn command(args: Vec<OsString>) -> ExitCode {
         eprintln!("{NAME}: the built-in sandbox has no seccomp filter for this architecture; install bubblewrap");
         return ExitCode::from(SETUP_FAILED);
     };
-    ExitCode::from(launch(Plan { ops, ..plan }, &filter))
+    ExitCode::from(launch(plan, &filter))
 }
 
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
