@@ -344,6 +344,7 @@ async fn the_controllers_verdict_decides_which_binding_serves_and_runs() {
     assert_eq!(binding_verdict(&second).unwrap_err().0, Reason::DuplicateName);
     let snap = index.build("team", &[second.clone(), first.clone()], &pkgs, &cache).await;
     assert_eq!(snap.catalog.names(), vec!["alpha"]);
+    assert!(!snap.settling, "a refusal is a verdict: nothing to wait for");
     assert_eq!(runs.binding_of("alpha").as_deref(), Some("z-first"), "a run names the binding the snapshot serves");
     let alpha = snap.catalog.get("alpha").unwrap();
     assert_eq!(format!("{:?}", snap.status(alpha, &alpha.scripts[0])), "Runnable { env: [\"API_KEY\"] }", "z-first's grant applies");
@@ -371,12 +372,19 @@ async fn the_controllers_verdict_decides_which_binding_serves_and_runs() {
     edited.spec.env.clear();
     let snap = index.build("team", std::slice::from_ref(&edited), &pkgs, &cache).await;
     assert!(snap.catalog.skills.is_empty());
+    assert!(snap.settling, "the controller's verdict on generation 2 is on its way");
     assert!(snap.problems.iter().any(|p| p.path == "skillbinding/a-second" && p.detail.contains("generation 2")), "{:?}", snap.problems);
     assert_eq!(runs.binding_of("alpha"), None);
     // Nor does a binding the controller never looked at serve.
     let snap = index.build("team", &[undecided("fresh", "alpha-1", &[], false)], &pkgs, &cache).await;
     assert!(snap.catalog.skills.is_empty());
+    assert!(snap.settling, "a binding just applied: calls wait for its verdict");
     assert!(snap.problems.iter().any(|p| p.path == "skillbinding/fresh" && p.detail.contains("not decided")), "{:?}", snap.problems);
+    // A package the controller has not checked yet is on its way too.
+    let mut unchecked = pkgs.clone();
+    unchecked.get_mut("alpha-1").unwrap().status = None;
+    let snap = index.build("team", std::slice::from_ref(&second_alone), &unchecked, &cache).await;
+    assert!(snap.catalog.skills.is_empty() && snap.settling);
 }
 
 #[tokio::test]

@@ -218,6 +218,9 @@ pub const GATEWAY_SESSIONS_PER_NAMESPACE: usize = 1_024;
 /// Quiet time after a binding or package change before the namespaces it
 /// touches are rebuilt (a `kubectl apply` of many bindings is one rebuild).
 pub const GATEWAY_REBUILD_DEBOUNCE: Duration = Duration::from_millis(200);
+/// How long a call waits for a binding the controller has not decided on
+/// yet (just applied, or changed) before it is answered without it.
+pub const GATEWAY_SETTLE_WAIT: Duration = Duration::from_secs(15);
 /// The largest file the gateway's file route (`/files/{namespace}/{job}/{path}`)
 /// moves in one request, up or down: the per-file cap of a job's inputs and
 /// outputs. Files over [`JOB_UPLOAD_CHUNK`] need it (an MCP call carries at

@@ -109,11 +109,12 @@ pub struct ClusterBackend {
 impl ClusterBackend {
     /// The SkillJob executor of `namespace` (once the watches are running).
     fn executor(&self, namespace: &str) -> Option<Arc<KubeExecutor>> {
-        self.stores.get()?;
+        let stores = self.stores.get()?;
         let mut options = KubeOptions::new(namespace, self.gateway_namespace.clone());
         options.on_disconnect = self.on_disconnect;
         options.public_base = self.public_base.clone();
-        Some(Arc::new(KubeExecutor::new(self.client.clone(), self.artifacts.clone(), self.served.namespace(namespace), options)))
+        let executor = KubeExecutor::new(self.client.clone(), self.artifacts.clone(), self.served.namespace(namespace), options);
+        Some(Arc::new(executor.with_index(stores.jobs.clone())))
     }
 }
 
@@ -159,7 +160,7 @@ impl super::ui::Directory for ClusterBackend {
     }
 
     fn job_changes(&self, namespace: &str, caller: &crate::mcp::executor::Caller) -> Option<BoxStream<'static, super::ui::JobChange>> {
-        Some(super::ui::feed::skilljobs(self.client.clone(), namespace, caller))
+        Some(super::ui::feed::skilljobs(self.stores.get()?.jobs.clone(), namespace, caller))
     }
 }
 

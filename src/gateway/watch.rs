@@ -19,6 +19,7 @@ use crate::api::{SkillBinding, SkillPackage};
 use crate::core::limits::GATEWAY_REBUILD_DEBOUNCE;
 use crate::shutdown::Shutdown;
 
+use super::executor::index::JobIndex;
 use super::http::Readiness;
 use super::namespaces::Namespaces;
 
@@ -36,10 +37,12 @@ pub enum Touched {
 pub struct Stores {
     pub bindings: Store<SkillBinding>,
     pub packages: Store<SkillPackage>,
+    /// The SkillJobs this gateway wrote, every namespace (job lists and the console's streams).
+    pub jobs: Arc<JobIndex>,
 }
 
 /// Start the reflectors and the rebuild loop; the stores fill as the
-/// watches list, and `ready` is set once both have.
+/// watches list, and `ready` is set once all three have.
 pub fn spawn(client: Client, namespaces: Arc<Namespaces>, ready: Readiness, shutdown: Shutdown) -> Stores {
     let (bindings, binding_writer) = reflector::store::<SkillBinding>();
     let (packages, package_writer) = reflector::store::<SkillPackage>();
@@ -47,18 +50,19 @@ pub fn spawn(client: Client, namespaces: Arc<Namespaces>, ready: Readiness, shut
         .default_backoff()
         .touched_objects()
         .filter_map(|b| async move { b.ok().map(|b| Touched::Namespace(b.namespace().unwrap_or_default())) });
+    let jobs = JobIndex::spawn(client.clone(), shutdown.clone());
     let package_events = reflector(package_writer, watcher(Api::<SkillPackage>::all(client), watcher::Config::default()))
         .default_backoff()
         .touched_objects()
         .filter_map(|p| async move { p.ok().map(|_| Touched::Everything) });
     let events = futures::stream::select(binding_events, package_events);
-    let stores = Stores { bindings: bindings.clone(), packages: packages.clone() };
+    let stores = Stores { bindings: bindings.clone(), packages: packages.clone(), jobs: jobs.clone() };
     tokio::spawn(run_rebuilds(events, namespaces.clone(), shutdown.clone()));
     tokio::spawn(async move {
         tokio::select! {
             _ = shutdown.wait() => return,
             synced = async { tokio::try_join!(bindings.wait_until_ready(), packages.wait_until_ready()) } => {
-                if synced.is_err() {
+                if synced.is_err() || !jobs.wait_until_ready().await {
                     return;
                 }
             }
@@ -66,7 +70,7 @@ pub fn spawn(client: Client, namespaces: Arc<Namespaces>, ready: Readiness, shut
         // Namespaces made before the sync saw empty stores: bring them current.
         namespaces.refresh_all().await;
         ready.set_ready();
-        tracing::info!("bindings and packages synced; serving");
+        tracing::info!("bindings, packages and SkillJobs synced; serving");
     });
     stores
 }

@@ -164,7 +164,7 @@ impl SkillServer {
     /// Dispatch one tool call on the snapshot current when it arrived.
     async fn call(&self, request: CallToolRequestParams, context: &RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
         let state = self.state.as_ref();
-        let snap = state.snapshot();
+        let snap = state.settled().await;
         let cx = CallContext {
             caller: caller_of(context),
             retry: Retry { input_responses: request.input_responses.clone(), request_state: request.request_state.clone() },
@@ -280,6 +280,7 @@ impl ServerHandler for SkillServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
+        self.state.settled().await;
         Ok(ListToolsResult::with_all_items(offered_tools(&self.state)))
     }
 

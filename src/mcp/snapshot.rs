@@ -82,6 +82,11 @@ pub struct Snapshot {
     pub extension_names: BTreeSet<String>,
     /// Who may cache `skills/list` answers.
     pub cache_scope: CacheScope,
+    /// Something here is still being decided (a binding the controller has
+    /// not called Ready or not-Ready yet): calls wait a moment for the
+    /// verdict ([`crate::mcp::state::ServerState::settled`]) rather than
+    /// answer from a snapshot that is about to change.
+    pub settling: bool,
     /// Digest cache: (skill, path) -> (size, mtime, digest).
     digests: Mutex<DigestCache>,
 }
@@ -99,7 +104,15 @@ impl Snapshot {
                 Err(problem) => problems.push(problem),
             }
         }
-        Snapshot { catalog, policy, problems, extension_names, cache_scope: CacheScope::Public, digests: Mutex::new(HashMap::new()) }
+        Snapshot {
+            catalog,
+            policy,
+            problems,
+            extension_names,
+            cache_scope: CacheScope::Public,
+            settling: false,
+            digests: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The standalone server's snapshot of `roots` (blocking: it scans them).
@@ -183,7 +196,7 @@ fn fingerprint(s: &Snapshot) -> impl PartialEq {
         })
         .collect();
     let roots: Vec<_> = s.catalog.roots.iter().map(|r| (r.shown.clone(), r.skills, r.digest.clone())).collect();
-    (skills, s.problems.clone(), s.policy.source_label(), s.policy.note(), roots)
+    (skills, s.problems.clone(), s.policy.source_label(), s.policy.note(), roots, s.settling)
 }
 
 /// The current snapshot of a server, swappable while calls are in flight.

@@ -9,6 +9,7 @@ use crate::core::confirm::{ConfirmMode, ConfirmStore, Confirmations};
 use super::error::ToolError;
 use super::executor::{Caller, Executor, Tasks};
 use super::snapshot::{Snapshot, SnapshotCell};
+use crate::core::limits::GATEWAY_SETTLE_WAIT as SETTLE_WAIT;
 
 /// What a request wants to do, as an authorizer sees it. Every tool maps
 /// to exactly one ([`Action::of_tool`]); the gateway asks a
@@ -123,5 +124,61 @@ impl ServerState {
     /// The snapshot a call works on, from its start to its end.
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.snapshots.load()
+    }
+
+    /// The snapshot once nothing in it is still being decided, or as it is
+    /// after [`SETTLE_WAIT`]: a caller who applies a binding and calls at
+    /// once gets its skill, not an empty list that changes a moment later.
+    pub async fn settled(&self) -> Arc<Snapshot> {
+        let deadline = tokio::time::Instant::now() + SETTLE_WAIT;
+        // Subscribed before the first look, so a swap in between is seen.
+        let mut changes = self.snapshots.subscribe();
+        loop {
+            let snap = self.snapshot();
+            if !snap.settling {
+                return snap;
+            }
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => continue,
+                _ => return self.snapshot(),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::grants::Grants;
+
+    fn empty(settling: bool) -> Snapshot {
+        let mut snap = Snapshot::scan(&[], Grants::resolve(&|_| None, None), Default::default());
+        snap.settling = settling;
+        snap
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_settling_snapshot_is_waited_for_until_its_verdict() {
+        let state = Arc::new(ServerState::new(empty(true)));
+        let waiter = tokio::spawn({
+            let state = state.clone();
+            async move { state.settled().await.settling }
+        });
+        tokio::time::sleep(SETTLE_WAIT / 2).await;
+        assert!(!waiter.is_finished(), "answered from a snapshot about to change");
+        assert!(state.snapshots.replace(empty(false)), "settling is part of what changed");
+        assert!(!waiter.await.unwrap(), "the settled snapshot is the one served");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_verdict_that_never_comes_costs_one_wait_at_most() {
+        let state = ServerState::new(empty(true));
+        let start = tokio::time::Instant::now();
+        assert!(state.settled().await.settling, "answered as it is");
+        assert_eq!(start.elapsed(), SETTLE_WAIT);
+        let state = ServerState::new(empty(false));
+        let start = tokio::time::Instant::now();
+        state.settled().await;
+        assert_eq!(start.elapsed(), std::time::Duration::ZERO, "a settled namespace never waits");
     }
 }

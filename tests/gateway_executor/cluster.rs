@@ -373,7 +373,11 @@ pub(crate) async fn runs_on_the_real_cluster() {
     let Some(setup) = setup("the gateway executor on a real cluster").await else { return };
     let n = setup.names.clone();
     let (client, artifacts, bindings) = (setup.client.clone(), setup.artifacts.clone(), setup.bindings.clone());
-    let exec_a = KubeExecutor::new(client.clone(), artifacts.clone(), bindings.clone(), KubeOptions::new(n.a.as_str(), n.gw.as_str()));
+    // A's executor lists from the shared SkillJob cache, as the gateway's do; B's asks the API server.
+    let index = skill_operator::gateway::executor::index::JobIndex::spawn(client.clone(), setup.shutdown.clone());
+    assert!(index.wait_until_ready().await);
+    let exec_a = KubeExecutor::new(client.clone(), artifacts.clone(), bindings.clone(), KubeOptions::new(n.a.as_str(), n.gw.as_str()))
+        .with_index(index.clone());
     let exec_b = KubeExecutor::new(client.clone(), artifacts.clone(), bindings.clone(), KubeOptions::new(n.b.as_str(), n.gw.as_str()));
     let alice = Caller::named(format!("system:serviceaccount:{}:alice", n.a));
 
@@ -514,6 +518,15 @@ pub(crate) async fn runs_on_the_real_cluster() {
     .await;
     assert_eq!(done.state, TaskState::Cancelled);
     assert_eq!(done.report.expect("a cancelled task has a report").record.state, JobState::Cancelled);
+
+    // The cache shows the caller their own writes at once: a list right after
+    // a run or a delete holds it or not, with no wait in the test.
+    let listed: Vec<String> = exec_a.list(&alice).await.unwrap().into_iter().map(|r| r.id).collect();
+    assert!(listed.contains(&task) && listed.contains(&gone), "{listed:?}");
+    exec_a.delete(&alice, &gone).await.unwrap();
+    let listed: Vec<String> = exec_a.list(&alice).await.unwrap().into_iter().map(|r| r.id).collect();
+    assert!(!listed.contains(&gone) && listed.contains(&job), "{listed:?}");
+    assert!(exec_a.list(&Caller::named("mallory")).await.unwrap().is_empty(), "the cache lists the caller's jobs only");
 
     setup.teardown().await;
 }

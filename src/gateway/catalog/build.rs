@@ -77,6 +77,13 @@ pub fn binding_verdict(binding: &SkillBinding) -> Result<(), (Reason, String)> {
     }
 }
 
+/// Whether the controller has yet to decide on `binding` (no Ready
+/// condition, or one from an older generation): a verdict is on its way.
+fn undecided(binding: &SkillBinding) -> bool {
+    let ready = binding.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"));
+    ready.is_none_or(|c| matches!((c.observed_generation, binding.metadata.generation), (Some(seen), Some(now)) if seen != now))
+}
+
 /// A binding that may be served, once its package is in the cache.
 struct Candidate<'a> {
     name: String,
@@ -109,11 +116,13 @@ impl NamespaceCatalog {
     ) -> ServedNamespace {
         let mut problems: BTreeMap<String, Vec<Problem>> = BTreeMap::new();
         let mut candidates = Vec::new();
+        let mut settling = false;
         let mut sorted: Vec<&SkillBinding> = bindings.iter().collect();
         sorted.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         for binding in sorted {
             let Some(name) = binding.metadata.name.clone() else { continue };
             if let Err((reason, why)) = binding_verdict(binding) {
+                settling |= undecided(binding);
                 let mut p = Problem::new(binding_path(&name), reason, format!("{why}; its skill is not served"));
                 if let Some(s) = binding.status.as_ref().and_then(|s| s.skill_name.clone()) {
                     p = p.for_skill(s);
@@ -137,6 +146,7 @@ impl NamespaceCatalog {
             };
             let ready = status.conditions.iter().find(|c| c.type_ == "Ready");
             if ready.is_none_or(|c| c.status != "True") {
+                settling |= ready.is_none();
                 let why = ready.map_or_else(|| "not checked yet".to_string(), |c| format!("{}: {}", c.reason, c.message));
                 problems
                     .entry(name.clone())
@@ -261,7 +271,9 @@ impl NamespaceCatalog {
                 (name.clone(), ServedSkill { binding: b.binding.clone(), package: b.package.clone(), digest: b.digest.clone() })
             })
             .collect();
-        ServedNamespace { snapshot: Snapshot::new(catalog, Box::new(BindingPolicy::new(namespace, bound, kept))), skills }
+        let mut snapshot = Snapshot::new(catalog, Box::new(BindingPolicy::new(namespace, bound, kept)));
+        snapshot.settling = settling;
+        ServedNamespace { snapshot, skills }
     }
 
     /// A digest of everything [`Self::build`] reads: each binding's name,

@@ -240,7 +240,10 @@ impl KubeExecutor {
         let spec = self.spec_for(plan, named)?;
         let wanted = self.new_skilljob(caller, job, &plan.skill, spec.clone());
         let sj = match self.jobs.create(&Default::default(), &wanted).await {
-            Ok(sj) => sj,
+            Ok(sj) => {
+                self.wrote(job, true);
+                sj
+            }
             Err(e) if super::error::is_status(&e, 409) => match self.owned_skilljob(caller, job).await? {
                 Some(sj) if sj.spec == spec => sj,
                 _ => return Err(ExecError::NameTaken { name: job.to_string() }),
@@ -254,7 +257,9 @@ impl KubeExecutor {
             let digest = crate::core::package::digest(&bytes);
             if digest != f.sha256 {
                 // Nothing ran (the controller waits for exactly the named digests): undo.
-                let _ = self.jobs.delete(job, &DeleteParams::background()).await;
+                if self.jobs.delete(job, &DeleteParams::background()).await.is_ok() {
+                    self.wrote(job, false);
+                }
                 loaded.draft.state = DraftState::Open;
                 let _ = self.drafts.save(&loaded).await;
                 return Err(inputs_changed(format!("{} is now {digest}, not the confirmed {}", f.path, f.sha256)));
@@ -342,7 +347,10 @@ impl KubeExecutor {
                 // The controller's finalizer removes the run's artifacts with it.
                 let dp = DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..Default::default() };
                 match self.jobs.delete(job, &dp).await {
-                    Ok(_) => Ok(()),
+                    Ok(_) => {
+                        self.wrote(job, false);
+                        Ok(())
+                    }
                     Err(e) if super::error::is_status(&e, 404) => Ok(()),
                     Err(e) => Err(ExecError::Kube { what: format!("delete SkillJob {job}"), source: e }),
                 }
@@ -351,14 +359,19 @@ impl KubeExecutor {
     }
 
     pub(super) async fn job_list(&self, caller: &Caller) -> Result<Vec<JobRecord>> {
-        let lp = ListParams::default().labels(&format!("{LABEL_OWNER}={}", owner_label(&caller.principal)));
-        let list = self.jobs.list(&lp).await.map_err(ExecError::kube("list the caller's SkillJobs"))?;
-        let mut records: Vec<JobRecord> = list
-            .items
-            .iter()
-            .filter(|sj| owner(sj) == Some(caller.principal.as_str()))
-            .map(|sj| record::job_record(sj, &record::outcome_of(sj, None)))
-            .collect();
+        let mine = |sj: &SkillJob| owner(sj) == Some(caller.principal.as_str());
+        let cached = match &self.index {
+            Some(index) => index.jobs(&self.options.namespace).await,
+            None => None,
+        };
+        let mut records: Vec<JobRecord> = match cached {
+            Some(jobs) => jobs.iter().filter(|sj| mine(sj)).map(|sj| record::job_record(sj, &record::outcome_of(sj, None))).collect(),
+            None => {
+                let lp = ListParams::default().labels(&format!("{LABEL_OWNER}={}", owner_label(&caller.principal)));
+                let list = self.jobs.list(&lp).await.map_err(ExecError::kube("list the caller's SkillJobs"))?;
+                list.items.iter().filter(|sj| mine(sj)).map(|sj| record::job_record(sj, &record::outcome_of(sj, None))).collect()
+            }
+        };
         let (drafts, _) = self.drafts.list().await?;
         let drafts: Vec<JobRecord> =
             drafts.iter().filter(|d| d.owner == caller.principal && !records.iter().any(|r| r.id == d.id)).map(draft_record).collect();

@@ -38,6 +38,7 @@
 pub mod drafts;
 pub mod error;
 mod files;
+pub mod index;
 mod jobs;
 pub mod limits;
 pub mod names;
@@ -125,6 +126,9 @@ pub struct KubeExecutor {
     artifacts: Arc<HttpArtifacts>,
     bindings: Arc<dyn SkillBindings>,
     options: KubeOptions,
+    /// The gateway's shared SkillJob cache: job lists read it instead of
+    /// listing (`None`: every list asks the API server).
+    index: Option<Arc<index::JobIndex>>,
 }
 
 impl KubeExecutor {
@@ -135,6 +139,21 @@ impl KubeExecutor {
             artifacts,
             bindings,
             options,
+            index: None,
+        }
+    }
+
+    /// Lists from `index` (see [`index`]).
+    pub fn with_index(mut self, index: Arc<index::JobIndex>) -> Self {
+        self.index = Some(index);
+        self
+    }
+
+    /// This executor created (`present`) or deleted SkillJob `name`: the
+    /// shared index shows the caller their own write in their next list.
+    fn wrote(&self, name: &str, present: bool) {
+        if let Some(index) = &self.index {
+            index.expect(&self.options.namespace, name, present);
         }
     }
 

@@ -98,7 +98,10 @@ impl KubeExecutor {
                 self.check_cap().await?;
                 let wanted = self.new_skilljob(caller, name, &plan.skill, spec.clone());
                 match self.jobs.create(&PostParams::default(), &wanted).await {
-                    Ok(created) => created,
+                    Ok(created) => {
+                        self.wrote(name, true);
+                        created
+                    }
                     // Another replica carried the same retry out first.
                     Err(e) if is_status(&e, 409) => {
                         let existing = self.jobs.get(name).await.map_err(ExecError::kube(format!("read SkillJob {name}")))?;
