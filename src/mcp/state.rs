@@ -2,6 +2,7 @@
 //! the current skills snapshot and, when it runs scripts, the execution
 //! seam with its confirmation gate. Shared by every session.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::core::confirm::{ConfirmMode, ConfirmStore, Confirmations};
@@ -90,11 +91,20 @@ pub struct ServerState {
     /// Offer no tools while the snapshot has no skill (the gateway: a
     /// namespace without a ready binding shows nothing to call).
     pub tools_only_when_bound: bool,
+    /// The snapshot generation (plus one) whose settling [`Self::settled`]
+    /// waited out; 0: none.
+    waited_out: AtomicU64,
 }
 
 impl ServerState {
     pub fn new(snapshot: Snapshot) -> Self {
-        ServerState { snapshots: SnapshotCell::new(snapshot), execution: None, authorizer: None, tools_only_when_bound: false }
+        ServerState {
+            snapshots: SnapshotCell::new(snapshot),
+            execution: None,
+            authorizer: None,
+            tools_only_when_bound: false,
+            waited_out: AtomicU64::new(0),
+        }
     }
 
     pub fn with_authorizer(mut self, authorizer: std::sync::Arc<dyn Authorize>) -> Self {
@@ -129,18 +139,25 @@ impl ServerState {
     /// The snapshot once nothing in it is still being decided, or as it is
     /// after [`SETTLE_WAIT`]: a caller who applies a binding and calls at
     /// once gets its skill, not an empty list that changes a moment later.
+    /// A snapshot waited out once is not waited for again (a controller
+    /// that is down must not make every call slow), a new one is.
     pub async fn settled(&self) -> Arc<Snapshot> {
         let deadline = tokio::time::Instant::now() + SETTLE_WAIT;
         // Subscribed before the first look, so a swap in between is seen.
         let mut changes = self.snapshots.subscribe();
         loop {
+            let generation = *changes.borrow_and_update() + 1;
             let snap = self.snapshot();
-            if !snap.settling {
+            if !snap.settling || self.waited_out.load(Ordering::Relaxed) == generation {
                 return snap;
             }
             match tokio::time::timeout_at(deadline, changes.changed()).await {
                 Ok(Ok(())) => continue,
-                _ => return self.snapshot(),
+                _ => {
+                    tracing::warn!("a binding here is still undecided after {SETTLE_WAIT:?}; answering without it");
+                    self.waited_out.store(generation, Ordering::Relaxed);
+                    return self.snapshot();
+                }
             }
         }
     }
@@ -176,6 +193,15 @@ mod tests {
         let start = tokio::time::Instant::now();
         assert!(state.settled().await.settling, "answered as it is");
         assert_eq!(start.elapsed(), SETTLE_WAIT);
+        let start = tokio::time::Instant::now();
+        state.settled().await;
+        assert_eq!(start.elapsed(), std::time::Duration::ZERO, "the same snapshot is not waited for twice");
+        let mut next = empty(true);
+        next.problems.push(crate::core::problems::Problem::new("skillbinding/b", crate::core::problems::Reason::RootUnreadable, "another"));
+        assert!(state.snapshots.replace(next));
+        let start = tokio::time::Instant::now();
+        state.settled().await;
+        assert_eq!(start.elapsed(), SETTLE_WAIT, "a new undecided binding is waited for again");
         let state = ServerState::new(empty(false));
         let start = tokio::time::Instant::now();
         state.settled().await;
