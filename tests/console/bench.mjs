@@ -5,7 +5,7 @@
 // First paint: a fresh browser context per sample (no cache, a new
 // sessionStorage holding the token), navigated to the namespace's page;
 // the sample is the page's own clock (performance.now(), from navigation
-// start) at the moment both tables hold every row, plus Chromium's
+// start) in the first animation frame in which both tables hold every row, plus Chromium's
 // first-contentful-paint entry. Memory: VmRSS of the gateway's process
 // (this machine is the node) before any page, with 50 browser contexts
 // each showing the namespace and holding its event stream, and
@@ -40,10 +40,13 @@ function pct(xs, p) {
 async function openNamespace(context) {
   const page = await context.newPage();
   await page.goto(`${URL_}#/ns/${NS}`);
-  await page.waitForFunction(([skills, jobs]) =>
-    document.querySelectorAll("#skills tbody tr").length >= skills && document.querySelectorAll("#jobs-body tr").length >= jobs,
+  // The predicate runs in the page on every animation frame and returns the
+  // page's own clock the first time both tables are full: the sample is
+  // that moment, not the later one at which Playwright hears of it.
+  const filled = await page.waitForFunction(([skills, jobs]) =>
+    document.querySelectorAll("#skills tbody tr").length >= skills && document.querySelectorAll("#jobs-body tr").length >= jobs && performance.now(),
   [SKILLS, JOBS], { timeout: 60_000, polling: "raf" });
-  const loaded = await page.evaluate(() => performance.now());
+  const loaded = await filled.jsonValue();
   const fcp = await page.evaluate(() => (performance.getEntriesByName("first-contentful-paint")[0] || {}).startTime || null);
   return { page, loaded, fcp };
 }

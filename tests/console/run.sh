@@ -34,6 +34,7 @@
 #   CONSOLE_RELEASE       release name (default console); namespaces are named after it
 #   RUN_IMAGE, BASH       the run image and its bash (default IMAGE_REGISTRY/runtime:trixie, /bin/bash)
 #   CHROMIUM              the browser (default /usr/bin/chromium)
+#   CONSOLE_GATEWAY_CPU   the gateway's CPU limit (default 100m; the chart's default is 200m)
 #   KEEP=1                leave the release, the namespaces and the registry in place afterwards
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -111,7 +112,7 @@ if [[ "$digest" == sha256:* ]]; then ok "image self pushed $ref"; else bad "imag
 helm_args=(--set "image.repository=$IMAGE_REGISTRY/skill-operator" --set "image.digest=$digest"
   --set "artifacts.registry=$ARTIFACT_REGISTRY/skill-operator/jobs" --set artifacts.insecureRegistry=true
   --set egressProxy.enabled=false --set cluster.networkPolicy=not-enforced
-  --set gateway.replicas=1 --set gateway.resources.cpu=100m)
+  --set gateway.replicas=1 --set "gateway.resources.cpu=${CONSOLE_GATEWAY_CPU:-100m}")
 [[ -n "$ARTIFACTS_CLUSTER_IP" ]] && helm_args+=(--set "artifacts.service.clusterIP=$ARTIFACTS_CLUSTER_IP")
 [[ -n "$GATEWAY_CLUSTER_IP" ]] && helm_args+=(--set "gateway.service.clusterIP=$GATEWAY_CLUSTER_IP" --set "gateway.allowedHosts={$GATEWAY_CLUSTER_IP}")
 # CRDs another release or suite installed stay theirs; this release leaves them alone.
