@@ -352,7 +352,7 @@ impl ServerHandler for SkillServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
-        Ok(ListResourceTemplatesResult::with_all_items(vec![ResourceTemplate::new("skill://{skill}/{+path}", "skill-file")
+        Ok(ListResourceTemplatesResult::with_all_items(vec![ResourceTemplate::new("skill://{+skill}/{+path}", "skill-file")
             .with_description("A file of a served skill; skill_list names the skills, skill_load lists their files.")]))
     }
 
