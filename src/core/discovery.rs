@@ -10,6 +10,10 @@
 //! reported as `hidden-skipped`). Version-control folders inside a skill are
 //! not indexed.
 //!
+//! That is [`Layout::Standard`], the default. [`Layout::Recursive`]
+//! (`serve --layout recursive`) walks each root deeper and names a nested
+//! skill by its path; its rules are in [`recursive`].
+//!
 //! A skill is served under its directory name, never its frontmatter name:
 //! a grant names a skill, so a package that could pick its own name could
 //! claim its neighbour's grant. Two different directories contributing one
@@ -46,6 +50,16 @@ impl Default for Limits {
     }
 }
 
+/// How skills are laid out under each root.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Layout {
+    /// `<root>/SKILL.md`, `<root>/<name>`, `<root>/skills/<name>` (and hidden groups).
+    #[default]
+    Standard,
+    /// Any depth up to the recursive limit, named by path (`document-skills/xlsx`).
+    Recursive,
+}
+
 /// Folders inside a skill that are never indexed.
 const VCS_DIRS: &[&str] = &[".git", ".hg", ".svn"];
 
@@ -60,12 +74,20 @@ struct Candidate {
     via_symlink: bool,
 }
 
-/// Scan every root and build the catalog.
+/// Scan every root in the standard layout and build the catalog.
 pub fn discover(roots: &[PathBuf], limits: Limits) -> Catalog {
+    discover_with(roots, limits, Layout::Standard)
+}
+
+/// Scan every root in `layout` and build the catalog.
+pub fn discover_with(roots: &[PathBuf], limits: Limits, layout: Layout) -> Catalog {
     let mut problems = Vec::new();
     let mut candidates = Vec::new();
     for (index, root) in roots.iter().enumerate() {
-        collect_root(index, root, &mut candidates, &mut problems);
+        match layout {
+            Layout::Standard => collect_root(index, root, &mut candidates, &mut problems),
+            Layout::Recursive => recursive::collect_root(index, root, &mut candidates, &mut problems),
+        }
     }
 
     // The same real directory is served once: prefer the entry whose name
@@ -110,7 +132,7 @@ pub fn discover(roots: &[PathBuf], limits: Limits) -> Catalog {
         }
         accepted.extend(group);
     }
-
+    let mut accepted = refuse_prefix_clashes(accepted, &mut problems);
     accepted.sort_by(|a, b| (a.root_index, &a.name).cmp(&(b.root_index, &b.name)));
     if accepted.len() > limits.skills {
         for cand in accepted.drain(limits.skills..) {
@@ -135,6 +157,42 @@ pub fn discover(roots: &[PathBuf], limits: Limits) -> Catalog {
     Catalog { roots: roots.iter().zip(root_counts).map(|(path, skills)| Root::on_disk(path.clone(), skills)).collect(), skills, problems }
 }
 
+/// A name that is a whole-segment prefix of another (`a` and `a/b`, only
+/// in the recursive layout) would make `skill://a/b/SKILL.md` name two
+/// files, so both are refused, like two directories claiming one name.
+fn refuse_prefix_clashes(accepted: Vec<Candidate>, problems: &mut Vec<Problem>) -> Vec<Candidate> {
+    let names: HashSet<&str> = accepted.iter().map(|c| c.name.as_str()).collect();
+    let mut clashing: BTreeMap<String, String> = BTreeMap::new();
+    for cand in &accepted {
+        for (cut, _) in cand.name.match_indices('/') {
+            let prefix = &cand.name[..cut];
+            if names.contains(prefix) {
+                clashing.insert(prefix.to_string(), cand.name.clone());
+                clashing.insert(cand.name.clone(), prefix.to_string());
+            }
+        }
+    }
+    if clashing.is_empty() {
+        return accepted;
+    }
+    let (refused, kept): (Vec<Candidate>, Vec<Candidate>) = accepted.into_iter().partition(|c| clashing.contains_key(&c.name));
+    for cand in refused {
+        let other = &clashing[&cand.name];
+        problems.push(
+            Problem::new(
+                &cand.seen_at,
+                Reason::DuplicateName,
+                format!(
+                    "`{}` and `{other}` would share skill:// URIs (one name is a folder of the other); both are refused, rename or move one",
+                    cand.name
+                ),
+            )
+            .for_skill(&cand.name),
+        );
+    }
+    kept
+}
+
 /// Read every accepted candidate; on two or more cores the work is split
 /// across threads (each skill is independent, and most of the time is
 /// spent in syscalls).
@@ -152,30 +210,33 @@ fn load_all(cands: &[Candidate], limits: Limits) -> Vec<(Option<Skill>, Vec<Prob
 }
 
 fn collect_root(index: usize, root: &Path, out: &mut Vec<Candidate>, problems: &mut Vec<Problem>) {
-    let real_root = match root.canonicalize() {
-        Ok(real) if real.is_dir() => real,
-        Ok(_) => {
-            problems.push(Problem::new(root, Reason::RootUnreadable, "not a directory"));
-            return;
-        }
-        Err(err) => {
-            problems.push(Problem::new(root, Reason::RootUnreadable, err.to_string()));
-            return;
-        }
-    };
+    let Some(real_root) = open_root(root, problems) else { return };
     if real_root.join("SKILL.md").exists() {
-        let name = real_root.file_name().and_then(OsStr::to_str).unwrap_or("").to_string();
-        out.push(Candidate {
-            name,
-            root: root.to_path_buf(),
-            root_index: index,
-            seen_at: root.to_path_buf(),
-            real: real_root,
-            via_symlink: false,
-        });
+        out.push(root_skill(index, root, real_root));
         return;
     }
     scan_container(index, root, &real_root, root, ContainerKind::Root, out, problems);
+}
+
+/// The real path of a root that is a directory; otherwise the problem saying why not.
+fn open_root(root: &Path, problems: &mut Vec<Problem>) -> Option<PathBuf> {
+    match root.canonicalize() {
+        Ok(real) if real.is_dir() => Some(real),
+        Ok(_) => {
+            problems.push(Problem::new(root, Reason::RootUnreadable, "not a directory"));
+            None
+        }
+        Err(err) => {
+            problems.push(Problem::new(root, Reason::RootUnreadable, err.to_string()));
+            None
+        }
+    }
+}
+
+/// A root that holds a `SKILL.md` is one skill, named by the root directory.
+fn root_skill(index: usize, root: &Path, real_root: PathBuf) -> Candidate {
+    let name = real_root.file_name().and_then(OsStr::to_str).unwrap_or("").to_string();
+    Candidate { name, root: root.to_path_buf(), root_index: index, seen_at: root.to_path_buf(), real: real_root, via_symlink: false }
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -294,7 +355,7 @@ fn load_skill(cand: &Candidate, limits: Limits) -> (Option<Skill>, Vec<Problem>)
     let mut problems = Vec::new();
     let name = cand.name.clone();
     let at = |p: &Path, reason: Reason, detail: String| Problem::new(p, reason, detail).for_skill(&name);
-    if let Err(why) = spec::servable_name(&name) {
+    if let Err(why) = spec::servable_path_name(&name) {
         problems.push(at(&cand.seen_at, Reason::UnusableName, format!("directory name {name:?} {why}")));
         return (None, problems);
     }
@@ -521,6 +582,9 @@ fn walk_files(real_dir: &Path, seen_dir: &Path, limits: Limits, report: &mut dyn
     files.sort_by(|a, b| a.path.cmp(&b.path));
     (files, total)
 }
+
+#[path = "discovery_recursive.rs"]
+pub mod recursive;
 
 #[cfg(test)]
 #[path = "discovery_tests.rs"]

@@ -275,6 +275,16 @@ mod tests {
     }
 
     #[test]
+    fn a_nested_skill_name_is_granted_by_its_whole_name() {
+        let rows = r#"[{"skill":"document-skills/xlsx","script":"a.js","env":["K"]}]"#;
+        let g = Grants::resolve(&env(&[("MCP_SKILL_RUN", rows)]), None);
+        assert_eq!(g.decide("document-skills/xlsx", "a.js", &["K".into()]), Ok(vec!["K".to_string()]));
+        for other in ["xlsx", "document-skills", "document-skills/xlsx/", "other/xlsx"] {
+            assert!(g.decide(other, "a.js", &[]).is_err(), "{other}");
+        }
+    }
+
+    #[test]
     fn malformed_grant_runs_nothing() {
         for bad in ["{", r#"{"skill":"s"}"#, r#"[{"skill":"s"}]"#, r#"[{"skill":"s","script":"a","extra":1}]"#] {
             let g = Grants::resolve(&env(&[("MCP_SKILL_RUN", bad)]), None);

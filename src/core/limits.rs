@@ -40,6 +40,15 @@ pub const SKILLS_TOTAL: usize = 5_000;
 pub const PATH_MAX_BYTES: usize = 1_024;
 /// Deepest directory nesting walked inside a skill, a package or a job.
 pub const MAX_DEPTH: usize = 32;
+/// `serve --layout recursive`: deepest skill directory below a root, in
+/// folders (`plugins/<p>/skills/<n>` is 4). Deeper ones are reported
+/// `dir-limit`, not served.
+pub const RECURSIVE_DEPTH: usize = 6;
+/// `serve --layout recursive`: folders listed per root while looking for
+/// skills (a guard against a root that is a whole home directory).
+pub const RECURSIVE_DIRS: usize = 10 * MAX_DIRS;
+/// Bytes of a `.claude-plugin/marketplace.json` or `plugin.json` read.
+pub const MARKETPLACE_READ_CAP: u64 = MIB;
 /// Largest uncompressed-to-compressed ratio of a ZIP upload (a bomb guard).
 pub const MAX_ZIP_RATIO: u64 = 200;
 /// Below this many uncompressed bytes the ZIP ratio is not checked.

@@ -26,6 +26,7 @@ pub mod fence;
 pub mod frontmatter;
 pub mod grants;
 pub mod limits;
+pub mod marketplace;
 pub mod package;
 pub mod paths;
 pub mod problems;

@@ -33,7 +33,7 @@ pub enum Reason {
     SpecViolation,
     /// A frontmatter key the Agent Skills spec does not define.
     UnknownKey,
-    /// The directory name cannot be served as a skill name.
+    /// The directory name (with `--layout recursive`, a segment of the name its path gives) cannot be served as a skill name.
     UnusableName,
     /// Two directories claim the same skill name: both are refused.
     DuplicateName,
@@ -61,16 +61,20 @@ pub enum Reason {
     UnusablePath,
     /// More files in one skill than the per-skill cap; the rest are not served.
     FileLimit,
-    /// More directories in one skill than the per-skill cap; the rest are not walked.
+    /// More directories in one skill than the per-skill cap; the rest are not walked (`--layout recursive`: also a skill nested too deep, or a root with too many folders).
     DirLimit,
     /// More skills than the server's cap; the rest are not served.
     SkillLimit,
-    /// A hidden directory at a root holds a `SKILL.md`; hidden root folders are not scanned.
+    /// A hidden directory at a root holds a `SKILL.md`; hidden root folders are not scanned (`--layout recursive`: any hidden folder but agent homes and `skills/` groups).
     HiddenSkipped,
     /// The skill is served by the tools but left out of `skills/list` (SEP-2640 rules).
     ExtensionExcluded,
     /// A grant row or grant source is malformed or grants nothing.
     Grant,
+    /// `--layout recursive` does not follow a symlinked folder while looking for skills.
+    SymlinkNotFollowed,
+    /// A `.claude-plugin/marketplace.json` or `plugin.json` is unreadable, names a path outside the root, or a remote plugin source `serve` does not fetch.
+    Marketplace,
 }
 
 impl Reason {
@@ -104,6 +108,8 @@ impl Reason {
         Reason::HiddenSkipped,
         Reason::ExtensionExcluded,
         Reason::Grant,
+        Reason::SymlinkNotFollowed,
+        Reason::Marketplace,
     ];
 
     /// The wire code, e.g. `no-skill-md`.
@@ -137,6 +143,8 @@ impl Reason {
             Reason::HiddenSkipped => "hidden-skipped",
             Reason::ExtensionExcluded => "extension-excluded",
             Reason::Grant => "grant",
+            Reason::SymlinkNotFollowed => "symlink-not-followed",
+            Reason::Marketplace => "marketplace",
         }
     }
 

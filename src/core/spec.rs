@@ -55,7 +55,7 @@ pub fn check(served_name: &str, fm: &Map<String, Value>) -> Result<(SkillMeta, V
             if let Err(why) = spec_name(name) {
                 findings.push((Reason::SpecViolation, format!("`name` {name:?} {why}")));
             }
-            if name != served_name {
+            if name != leaf(served_name) {
                 findings.push((
                     Reason::NameMismatch,
                     format!("frontmatter `name` is {name:?}; the skill is served under its directory name `{served_name}`"),
@@ -150,6 +150,29 @@ pub fn servable_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether a served name can be served: one [`servable_name`] segment, or
+/// (`serve --layout recursive`) several joined by `/`, each servable, 1-128
+/// characters in all. A single segment gets exactly [`servable_name`]'s
+/// answer; otherwise the answer names the failing segment.
+pub fn servable_path_name(name: &str) -> Result<(), String> {
+    if !name.contains('/') {
+        return servable_name(name);
+    }
+    if name.len() > 128 {
+        return Err("must be 1-128 characters in all".into());
+    }
+    for segment in name.split('/') {
+        servable_name(segment).map_err(|why| format!("has a segment {segment:?} that {why}"))?;
+    }
+    Ok(())
+}
+
+/// The last segment of a served name: the part the frontmatter `name`
+/// must equal (the Agent Skills rule), and SEP-2640's URI segment.
+pub fn leaf(name: &str) -> &str {
+    name.rsplit('/').next().unwrap_or(name)
+}
+
 pub(crate) fn kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "nothing",
@@ -225,6 +248,24 @@ mod tests {
         let (_, f) = check("a", &fm(json!({"name":"a","description":"d","requires":"x","tags":[1],"mcp-host":{}}))).unwrap();
         assert_eq!(reasons(&f), vec![Reason::UnknownKey]);
         assert!(f[0].1.contains("requires") && f[0].1.contains("tags") && !f[0].1.contains("mcp-host"));
+    }
+
+    #[test]
+    fn nested_names_check_every_segment_and_compare_the_leaf() {
+        for ok in ["pdf", "document-skills/xlsx", "a/b/c"] {
+            assert!(servable_path_name(ok).is_ok(), "{ok}");
+        }
+        for bad in ["a//b", "/a", "a/", "a/.b", "a/has space", "a/..", &format!("a/{}", "x".repeat(127))] {
+            assert!(servable_path_name(bad).is_err(), "{bad}");
+        }
+        assert!(servable_path_name("a/has space").unwrap_err().contains("\"has space\""));
+        assert_eq!(servable_path_name(".x"), servable_name(".x"));
+        assert_eq!(leaf("document-skills/xlsx"), "xlsx");
+        assert_eq!(leaf("pdf"), "pdf");
+        let (_, f) = check("document-skills/xlsx", &fm(json!({"name":"xlsx","description":"d"}))).unwrap();
+        assert!(f.is_empty(), "{f:?}");
+        let (_, f) = check("document-skills/xlsx", &fm(json!({"name":"document-skills","description":"d"}))).unwrap();
+        assert_eq!(reasons(&f), vec![Reason::NameMismatch]);
     }
 
     #[test]

@@ -90,6 +90,30 @@ fn job_dir(root: &tempfile::TempDir, id: &str) -> PathBuf {
 // -- ids and paths -------------------------------------------------------------
 
 #[test]
+fn a_nested_skill_name_is_never_a_path() {
+    // `serve --layout recursive` serves names like `a/b`: a job keeps the
+    // name in its record and lives under its random id, so `a/b` can
+    // neither escape the store nor meet the jobs of skills `a` and `b`.
+    let (root, store) = open_store(small());
+    let nested = store.create("a/b", "local").unwrap();
+    let a = store.create("a", "local").unwrap();
+    let b = store.create("../b", "local").unwrap();
+    for job in [&nested, &a, &b] {
+        assert!(job_dir(&root, &job.id).is_dir());
+        assert_eq!(job.id.len(), 32, "{}", job.id);
+    }
+    let mut on_disk: Vec<String> =
+        std::fs::read_dir(root.path().join("jobs")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    on_disk.sort();
+    let mut ids = vec![nested.id.clone(), a.id.clone(), b.id.clone()];
+    ids.sort();
+    assert_eq!(on_disk, ids, "nothing but the job ids under jobs/");
+    assert!(!root.path().join("a").exists() && !root.path().join("b").exists());
+    assert_eq!(store.get(&nested.id).unwrap().skill, "a/b");
+    assert_eq!(store.get(&a.id).unwrap().skill, "a");
+}
+
+#[test]
 fn bad_job_ids_are_refused_by_every_call() {
     let (_root, store) = open_store(small());
     let valid = store.create("demo", "local").unwrap().id;

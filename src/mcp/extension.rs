@@ -3,7 +3,9 @@
 //! `skills/list` and `skills/get` describe each skill with its verbatim
 //! frontmatter and a manifest of `sha256:` digests. The extension has rules
 //! of its own that the tools do not: the URI's last skill segment must equal
-//! a spec-valid frontmatter `name`, and a manifest holds at most 512 files
+//! a spec-valid frontmatter `name` (a nested name like `document-skills/xlsx`
+//! is served at `skill://document-skills/xlsx/SKILL.md`, its leaf `xlsx` is
+//! the one compared), and a manifest holds at most 512 files
 //! and 16 MiB. A skill that breaks them is still served by the tools,
 //! prompts and resources, and is reported `extension-excluded` instead of
 //! breaking the whole listing.
@@ -14,7 +16,7 @@ use serde_json::Value;
 use crate::core::catalog::Skill;
 use crate::core::limits::{EXTENSION_BYTES_MAX, EXTENSION_FILES_MAX};
 use crate::core::problems::{Problem, Reason};
-use crate::core::spec::spec_name;
+use crate::core::spec::{leaf, spec_name};
 
 use super::uri::file_uri;
 
@@ -34,10 +36,10 @@ pub fn eligibility(skill: &Skill) -> Result<(), Problem> {
         .for_skill(&skill.name))
     };
     match skill.frontmatter.get("name") {
-        Some(Value::String(name)) if name == &skill.name => {}
+        Some(Value::String(name)) if name == leaf(&skill.name) => {}
         _ => return exclude("skills/list needs a frontmatter `name` equal to the directory name".into()),
     }
-    if spec_name(&skill.name).is_err() {
+    if spec_name(leaf(&skill.name)).is_err() {
         return exclude("skills/list needs a spec-valid name (lowercase letters, digits, single hyphens)".into());
     }
     if skill.files.len() > EXTENSION_FILES_MAX {
@@ -65,7 +67,7 @@ pub(super) fn frontmatter(skill: &Skill) -> SkillFrontmatter {
     let mut extra = skill.frontmatter.clone();
     extra.remove("name");
     extra.remove("description");
-    let mut fm = SkillFrontmatter::new(skill.name.clone(), skill.meta.description.clone());
+    let mut fm = SkillFrontmatter::new(leaf(&skill.name).to_string(), skill.meta.description.clone());
     fm.extra = extra;
     fm
 }

@@ -352,7 +352,7 @@ impl ServerHandler for SkillServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
-        Ok(ListResourceTemplatesResult::with_all_items(vec![ResourceTemplate::new("skill://{skill}/{+path}", "skill-file")
+        Ok(ListResourceTemplatesResult::with_all_items(vec![ResourceTemplate::new("skill://{+skill}/{+path}", "skill-file")
             .with_description("A file of a served skill; skill_list names the skills, skill_load lists their files.")]))
     }
 
@@ -414,7 +414,8 @@ impl ServerHandler for SkillServer {
 /// resolved), whole files up to 16 MiB.
 fn read_skill_resource(state: &Snapshot, uri_text: &str) -> Result<ResourceContents, McpError> {
     let not_found = |msg: String| McpError::resource_not_found(msg, Some(serde_json::json!({ "uri": uri_text })));
-    let (name, rel) = uri::parse(uri_text).map_err(|e| McpError::invalid_params(format!("{uri_text}: {e}"), None))?;
+    let (name, rel) = uri::parse(uri_text, &|n| state.catalog.get(n).is_some())
+        .map_err(|e| McpError::invalid_params(format!("{uri_text}: {e}"), None))?;
     let skill = state.catalog.get(&name).ok_or_else(|| not_found(format!("no skill named `{name}`")))?;
     if skill.file(rel.as_str()).is_none() {
         return Err(not_found(format!("`{name}` has no file {rel}")));

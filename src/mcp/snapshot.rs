@@ -15,7 +15,7 @@ use rmcp::model::CacheScope;
 
 use crate::core::catalog::{Catalog, DeclaredScript, Skill};
 use crate::core::declaration::Interpreter;
-use crate::core::discovery::{self, Limits};
+use crate::core::discovery::{self, Layout, Limits};
 use crate::core::fence::{self, Grant, Profile, Refusal, Request, RunPlan, ScriptFacts, ScriptStatus};
 use crate::core::grants::Grants;
 use crate::core::problems::Problem;
@@ -117,7 +117,12 @@ impl Snapshot {
 
     /// The standalone server's snapshot of `roots` (blocking: it scans them).
     pub fn scan(roots: &[PathBuf], grants: Grants, interpreters: BTreeSet<Interpreter>) -> Self {
-        Snapshot::new(discovery::discover(roots, Limits::default()), Box::new(StandalonePolicy::new(grants, interpreters)))
+        Snapshot::scan_with(roots, Layout::Standard, grants, interpreters)
+    }
+
+    /// [`Snapshot::scan`] with the roots read in `layout`.
+    pub fn scan_with(roots: &[PathBuf], layout: Layout, grants: Grants, interpreters: BTreeSet<Interpreter>) -> Self {
+        Snapshot::new(discovery::discover_with(roots, Limits::default(), layout), Box::new(StandalonePolicy::new(grants, interpreters)))
     }
 
     /// One declared script's status under this snapshot's policy.

@@ -22,6 +22,7 @@ use rmcp::ServiceExt;
 
 use crate::core::confirm::ConfirmMode;
 use crate::core::declaration::Interpreter;
+use crate::core::discovery::Layout;
 use crate::core::grants::{is_set, Grants};
 use crate::jobs::JobLimits;
 use crate::mcp::snapshot::Snapshot;
@@ -114,6 +115,10 @@ pub struct ServeArgs {
     /// Without it a record is still replaced atomically, so a restart never sees a torn one.
     #[arg(long)]
     pub durable_jobs: bool,
+    /// How skills are laid out under each root: `standard` (<root>/<name>, <root>/skills/<name>)
+    /// or `recursive` (nested skills found deeper and named by their path, e.g. plugin/skill; docs/serve.md).
+    #[arg(long, value_enum, default_value = "standard")]
+    pub layout: Layout,
     /// Serve the skills but never run anything (no job store, no run tools).
     #[arg(long)]
     pub read_only: bool,
@@ -192,8 +197,9 @@ async fn state_and_rescan(args: &ServeArgs) -> anyhow::Result<(ServerState, watc
         let executor = LocalExecutor::start(options);
         Some(Execution::new(executor, mode))
     };
-    let rescan = watch::Rescan { roots: roots.clone(), grants_file: args.grants.clone(), interpreters: interpreters.clone() };
-    let snapshot = tokio::task::spawn_blocking(move || Snapshot::scan(&roots, grants, interpreters)).await?;
+    let layout = args.layout;
+    let rescan = watch::Rescan { roots: roots.clone(), layout, grants_file: args.grants.clone(), interpreters: interpreters.clone() };
+    let snapshot = tokio::task::spawn_blocking(move || Snapshot::scan_with(&roots, layout, grants, interpreters)).await?;
     tracing::info!(skills = snapshot.catalog.skills.len(), problems = snapshot.problems.len(), "catalog ready");
     let mut state = ServerState::new(snapshot);
     if let Some(execution) = execution {

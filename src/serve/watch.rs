@@ -36,6 +36,7 @@ pub enum WatchError {
 #[derive(Debug, Clone)]
 pub struct Rescan {
     pub roots: Vec<PathBuf>,
+    pub layout: crate::core::discovery::Layout,
     pub grants_file: Option<PathBuf>,
     pub interpreters: BTreeSet<Interpreter>,
 }
@@ -46,7 +47,7 @@ impl Rescan {
     pub fn snapshot(&self) -> Snapshot {
         let lookup = |k: &str| std::env::var(k).ok();
         let grants = Grants::resolve(&lookup, self.grants_file.as_deref());
-        Snapshot::scan(&self.roots, grants, self.interpreters.clone())
+        Snapshot::scan_with(&self.roots, self.layout, grants, self.interpreters.clone())
     }
 }
 
