@@ -13,7 +13,8 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 
 use skill_operator::runner::process::{execute, ExecOutcome, RunAs};
-use skill_operator::runner::sandbox::{builtin_self_test, detect_bwrap, SandboxSpec};
+use skill_operator::runner::sandbox::{detect_bwrap, SandboxSpec};
+use skill_operator::runner::sandbox_probe::builtin_self_test;
 
 const BIN: &str = env!("CARGO_BIN_EXE_skill-operator");
 

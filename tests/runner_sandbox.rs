@@ -150,7 +150,7 @@ async fn env_is_exact_inside_the_sandbox_and_not_on_the_command_line() {
     let Some(sb) = sandbox().await else { return };
     let mut s = sandboxed("/usr/bin/env", &["-0"], sb.clone());
     s.env = vec![("TOKEN".into(), "s3cr3t".into()), ("PATH".into(), "/usr/bin".into())];
-    let args = bwrap_args(&sb, &s).expect("args");
+    let args = bwrap_args(&sb, &s.inside()).expect("args");
     assert!(!args.iter().any(|a| a.to_string_lossy().contains("s3cr3t")), "env values must not be in bwrap's argv");
     let out = execute(s).await.expect("execute");
     let mut got = split_nul(&out.stdout);
@@ -319,7 +319,7 @@ fn calls(path: &std::path::Path) -> usize {
 /// server refusing every run during a loaded test run.
 #[tokio::test]
 async fn a_transient_self_test_failure_is_tried_again() {
-    use skill_operator::runner::sandbox::{bwrap_self_test, SELF_TEST_ATTEMPTS};
+    use skill_operator::runner::sandbox_probe::{bwrap_self_test, SELF_TEST_ATTEMPTS};
     if sandbox().await.is_none() {
         return;
     }

@@ -21,6 +21,7 @@ pub mod launch;
 pub mod local;
 pub mod process;
 pub mod sandbox;
+pub mod sandbox_probe;
 pub mod script;
 pub mod tmpfs;
 pub mod uids;

@@ -123,7 +123,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{timeout_at, Instant};
 use tracing::{debug, warn};
 
-use super::sandbox::{bwrap_args, SandboxSpec};
+use super::sandbox::{bwrap_args, Inside, SandboxPathError, SandboxSpec};
 use crate::api::outcome::{LimitHit, RunOutcome};
 use crate::core::limits;
 use crate::shutdown::Shutdown;
@@ -245,6 +245,11 @@ impl std::fmt::Debug for ExecSpec {
 }
 
 impl ExecSpec {
+    /// What the sandbox's command line is made of.
+    pub fn inside(&self) -> Inside<'_> {
+        Inside { program: &self.program, args: &self.args, cwd: &self.cwd }
+    }
+
     /// A spec with the fence defaults (60 s, 2 s grace, 250 ms drain, 1 MiB per
     /// stream, default limits, [`RunAs::Auto`], no sandbox, empty env and args).
     pub fn new(program: impl Into<PathBuf>, cwd: impl Into<PathBuf>) -> Self {
@@ -330,6 +335,12 @@ pub enum ExecError {
     Wait { source: io::Error },
     #[error("could not mark the server non-dumpable (prctl PR_SET_DUMPABLE): {source}")]
     ProtectEnviron { source: io::Error },
+}
+
+impl From<SandboxPathError> for ExecError {
+    fn from(e: SandboxPathError) -> Self {
+        ExecError::SandboxPath { path: e.path, reason: e.reason }
+    }
 }
 
 /// Make the server process non-dumpable so a same-uid child cannot read
@@ -665,7 +676,7 @@ fn build_command(spec: &ExecSpec, sandbox: Option<&SandboxSpec>, ident: &Identit
         Some(sb) => {
             let (program, first) = sb.launcher.program();
             let mut c = Command::new(program);
-            c.args(first).args(bwrap_args(sb, spec)?).current_dir("/");
+            c.args(first).args(bwrap_args(sb, &spec.inside())?).current_dir("/");
             c
         }
     };

@@ -1,6 +1,6 @@
 //! Bubblewrap (`bwrap`) wrapping for [`super::process::execute`].
 //!
-//! When an [`ExecSpec`] carries a [`SandboxSpec`], the executor does not spawn the
+//! When an exec spec carries a [`SandboxSpec`], the executor does not spawn the
 //! interpreter itself: it spawns `bwrap` with the argv built by [`bwrap_args`], and
 //! bwrap execs the interpreter inside fresh namespaces. Everything else (uid drop,
 //! rlimits, process group, timeout, caps on output) is applied by the executor to the
@@ -56,7 +56,7 @@
 //!
 //! The brief asked for `--clearenv` + the given env. We get the same result without
 //! putting values on bwrap's command line: bwrap is spawned with a *cleared*
-//! environment containing exactly `ExecSpec::env`, and bwrap passes its environment to
+//! environment containing exactly the exec spec's `env`, and bwrap passes its environment to
 //! the child unchanged. `--setenv NAME VALUE` would put every granted secret into
 //! `/proc/<bwrap-pid>/cmdline`, which is world-readable on the host for the life of
 //! the sandbox; the environment is readable only by the same uid / CAP_SYS_PTRACE.
@@ -72,12 +72,9 @@
 //! makes `RLIMIT_NPROC` apply (it is not enforced for kuid 0, and `bwrap --uid` run as
 //! root would map the inside uid to kuid 0 outside).
 use std::ffi::OsString;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
 
-use super::process::{execute, ExecError, ExecSpec, RunAs};
 use crate::core::limits::RUN_TMP_BYTES;
 
 /// Which program builds the sandbox from [`bwrap_args`]' command line.
@@ -87,7 +84,7 @@ pub enum Launcher {
     Bwrap(PathBuf),
     /// This binary's `sandbox-exec` ([`crate::runner::builtin`]), exec'd
     /// through a descriptor of it that the caller keeps open and lists in
-    /// [`ExecSpec::keep_fds`]: the run's uid then needs no path to the
+    /// the exec spec's `keep_fds`: the run's uid then needs no path to the
     /// binary (a server under a 0700 home still sandboxes its runs).
     Builtin(RawFd),
 }
@@ -133,7 +130,7 @@ pub struct SandboxSpec {
     /// proxy's socket, bound in by the runner.
     pub network: bool,
     /// `(descriptor, path inside)`: `--ro-bind-fd`. The descriptor (kept
-    /// open by the caller and listed in [`ExecSpec::keep_fds`]) is bound,
+    /// open by the caller and listed in the exec spec's `keep_fds`) is bound,
     /// not a path, so the run-as uid needs no access to where it lives.
     pub fd_binds: Vec<(RawFd, PathBuf)>,
     /// Programs and arguments placed before the script's interpreter
@@ -237,17 +234,34 @@ impl SandboxSpec {
     }
 }
 
-fn check_abs(path: &Path, what: &'static str) -> Result<(), ExecError> {
+/// What runs inside the sandbox: the part of an exec spec the sandbox's
+/// command line is made of (the environment is never on it).
+#[derive(Debug, Clone, Copy)]
+pub struct Inside<'a> {
+    pub program: &'a Path,
+    pub args: &'a [OsString],
+    pub cwd: &'a Path,
+}
+
+/// A sandbox path that cannot be used, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("sandbox path {}: {reason}", path.display())]
+pub struct SandboxPathError {
+    pub path: PathBuf,
+    pub reason: &'static str,
+}
+
+fn check_abs(path: &Path, what: &'static str) -> Result<(), SandboxPathError> {
     if path.is_absolute() {
         Ok(())
     } else {
-        Err(ExecError::SandboxPath { path: path.to_path_buf(), reason: what })
+        Err(SandboxPathError { path: path.to_path_buf(), reason: what })
     }
 }
 
 /// Validate the spec and build bwrap's argv (without the bwrap program itself).
 /// Also usable for a dry-run preview: it contains no environment values.
-pub fn bwrap_args(sb: &SandboxSpec, spec: &ExecSpec) -> Result<Vec<OsString>, ExecError> {
+pub fn bwrap_args(sb: &SandboxSpec, spec: &Inside<'_>) -> Result<Vec<OsString>, SandboxPathError> {
     if let Launcher::Bwrap(path) = &sb.launcher {
         check_abs(path, "the bwrap path must be absolute")?;
     }
@@ -255,7 +269,7 @@ pub fn bwrap_args(sb: &SandboxSpec, spec: &ExecSpec) -> Result<Vec<OsString>, Ex
         check_abs(src, "bind sources must be absolute")?;
         check_abs(dst, "bind destinations must be absolute")?;
         if !src.exists() {
-            return Err(ExecError::SandboxPath { path: src.clone(), reason: "bind source does not exist" });
+            return Err(SandboxPathError { path: src.clone(), reason: "bind source does not exist" });
         }
     }
     for (src, dst) in &sb.ro_binds_try {
@@ -271,22 +285,22 @@ pub fn bwrap_args(sb: &SandboxSpec, spec: &ExecSpec) -> Result<Vec<OsString>, Ex
     for (_, dest) in &sb.fd_binds {
         check_abs(dest, "bind destinations must be absolute")?;
     }
-    check_abs(&spec.cwd, "the working directory must be absolute")?;
-    if !sb.covers(&spec.cwd) {
-        return Err(ExecError::SandboxPath {
-            path: spec.cwd.clone(),
+    check_abs(spec.cwd, "the working directory must be absolute")?;
+    if !sb.covers(spec.cwd) {
+        return Err(SandboxPathError {
+            path: spec.cwd.to_path_buf(),
             reason: "the working directory is not inside any bind or tmpfs of the sandbox; bind it (rw_bind for a work dir)",
         });
     }
-    if !sb.covers(&spec.program) {
-        return Err(ExecError::SandboxPath {
-            path: spec.program.clone(),
+    if !sb.covers(spec.program) {
+        return Err(SandboxPathError {
+            path: spec.program.to_path_buf(),
             reason: "the interpreter is not inside any bind of the sandbox; add its directory with ro_bind",
         });
     }
     if let Some(first) = sb.wrapper.first() {
         if !sb.covers(Path::new(first)) {
-            return Err(ExecError::SandboxPath {
+            return Err(SandboxPathError {
                 path: PathBuf::from(first),
                 reason: "the wrapper program is not inside any bind of the sandbox",
             });
@@ -372,80 +386,4 @@ pub fn detect_bwrap() -> Option<PathBuf> {
         let m = std::fs::metadata(&p).ok()?;
         (m.is_file() && m.permissions().mode() & 0o111 != 0).then(|| std::fs::canonicalize(&p).unwrap_or(p))
     })
-}
-
-/// Prove that bwrap actually works here, as the uid scripts will run as: it may be
-/// installed yet fail (user namespaces disabled by sysctl or by a container's seccomp
-/// profile, bwrap < 0.8 without `--disable-userns`, ...). Runs `true` in exactly the
-/// sandbox shape the executor uses. Call once at startup and fall back (or refuse) on
-/// error; the error carries bwrap's own message.
-///
-/// A probe that failed for want of a kernel resource at that moment (EAGAIN
-/// from clone(2): the user-namespace or process count while other sandboxes
-/// start) says nothing about whether bwrap works here, and the verdict lasts
-/// the server's lifetime: it is tried again, [`SELF_TEST_ATTEMPTS`] times in
-/// all, before the sandbox is given up.
-pub async fn bwrap_self_test(bwrap: &Path, run_as: RunAs) -> Result<(), ExecError> {
-    sandbox_self_test(&Launcher::Bwrap(bwrap.to_path_buf()), None, run_as).await
-}
-
-/// [`bwrap_self_test`] for the built-in sandbox: `exe` is an open
-/// descriptor of this binary (see [`Launcher::Builtin`]).
-pub async fn builtin_self_test(exe: Arc<OwnedFd>, run_as: RunAs) -> Result<(), ExecError> {
-    sandbox_self_test(&Launcher::Builtin(exe.as_raw_fd()), Some(exe), run_as).await
-}
-
-async fn sandbox_self_test(launcher: &Launcher, keep: Option<Arc<OwnedFd>>, run_as: RunAs) -> Result<(), ExecError> {
-    let mut pause = SELF_TEST_FIRST_PAUSE;
-    for attempt in 1..SELF_TEST_ATTEMPTS {
-        match self_test_once(launcher, keep.clone(), run_as).await {
-            Err(ExecError::SandboxSelfTest { message }) if message.contains(TRANSIENT) => {
-                tracing::warn!(sandbox = launcher.name(), attempt, %message, "sandbox self-test hit a transient limit; trying again");
-                tokio::time::sleep(pause).await;
-                pause *= 2;
-            }
-            other => return other,
-        }
-    }
-    self_test_once(launcher, keep, run_as).await
-}
-
-/// How often the self-test runs when it keeps failing transiently, and its
-/// first pause (doubled after each try: 0.1 + 0.2 + 0.4 s at most).
-pub const SELF_TEST_ATTEMPTS: u32 = 4;
-const SELF_TEST_FIRST_PAUSE: Duration = Duration::from_millis(100);
-/// strerror(EAGAIN), as bwrap (and the built-in sandbox) print it.
-const TRANSIENT: &str = "Resource temporarily unavailable";
-
-async fn self_test_once(launcher: &Launcher, keep: Option<Arc<OwnedFd>>, run_as: RunAs) -> Result<(), ExecError> {
-    let program = ["/usr/bin/true", "/bin/true"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
-        .ok_or_else(|| ExecError::SandboxSelfTest { message: "no /usr/bin/true to run inside the sandbox".into() })?;
-    let mut spec = ExecSpec::new(program, "/");
-    spec.env = vec![("PATH".into(), "/usr/bin:/bin".into())];
-    spec.timeout = Duration::from_secs(10);
-    spec.run_as = run_as;
-    spec.sandbox = Some(SandboxSpec::with_launcher(launcher.clone()));
-    spec.keep_fds.extend(keep);
-    let out = match execute(spec).await {
-        Ok(o) => o,
-        Err(ExecError::SandboxSetup { message, .. }) => return Err(ExecError::SandboxSelfTest { message }),
-        Err(e) => return Err(ExecError::SandboxSelfTest { message: e.to_string() }),
-    };
-    if out.outcome.exit_code == Some(0) {
-        tracing::debug!(sandbox = launcher.name(), "sandbox self-test passed");
-        Ok(())
-    } else {
-        Err(ExecError::SandboxSelfTest {
-            message: format!(
-                "exit {:?}, signal {:?}, timed out {}: {}",
-                out.outcome.exit_code,
-                out.outcome.signal,
-                out.outcome.timed_out,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
-        })
-    }
 }

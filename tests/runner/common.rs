@@ -8,7 +8,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use skill_operator::runner::process::{ExecSpec, RunAs};
-use skill_operator::runner::sandbox::{builtin_self_test, bwrap_self_test, detect_bwrap, SandboxSpec};
+use skill_operator::runner::sandbox::{detect_bwrap, SandboxSpec};
+use skill_operator::runner::sandbox_probe::{builtin_self_test, bwrap_self_test};
 
 pub(crate) const PY: &str = "/usr/bin/python3";
 pub(crate) const NODE: &str = "/usr/bin/node";

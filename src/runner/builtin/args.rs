@@ -235,7 +235,7 @@ mod tests {
         sb.status_fd = Some(9);
         let mut spec = ExecSpec::new("/usr/bin/true", "/tmp");
         spec.args = vec!["--help".into(), "--".into()];
-        let argv = bwrap_args(&sb, &spec).expect("a valid spec");
+        let argv = bwrap_args(&sb, &spec.inside()).expect("a valid spec");
         let plan = parse(&argv).expect("the built-in sandbox takes every option bwrap_args writes");
         assert_eq!(plan.argv, os(&["/usr/bin/env", "--", "/usr/bin/true", "--help", "--"]));
         assert_eq!(plan.status_fd, Some(9));
