@@ -328,6 +328,13 @@ pub fn figures() -> Vec<String> {
     out
 }
 
+/// `skill_search`: the query's length (characters) and the words of it
+/// that count, and the most results one call returns (its default: 10).
+pub const SEARCH_QUERY_MAX_CHARS: usize = 200;
+pub const SEARCH_QUERY_MAX_WORDS: usize = 16;
+pub const SEARCH_RESULTS_MAX: usize = 50;
+pub const SEARCH_RESULTS_DEFAULT: usize = 10;
+
 #[cfg(test)]
 mod tests {
     use super::*;

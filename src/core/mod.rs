@@ -14,6 +14,8 @@
 //! - [`grants`], [`fence`], [`confirm`]: what may run, and the confirmation gate.
 //! - [`content`]: capped reads, encodings, digests.
 //! - [`package`]: the deterministic package archive (build, check, unpack).
+//! - [`marketplace`]: Claude Code plugin marketplaces (`serve --layout recursive`).
+//! - [`search`]: ranking skills for a query (`skill_search`).
 //! - [`token`]: per-job HMAC credentials.
 
 pub mod catalog;
@@ -30,6 +32,7 @@ pub mod marketplace;
 pub mod package;
 pub mod paths;
 pub mod problems;
+pub mod search;
 pub mod spec;
 pub mod token;
 pub mod yaml;

@@ -8,6 +8,7 @@ pub mod extension;
 pub mod gate;
 pub mod notify;
 pub mod run;
+pub mod search;
 pub mod snapshot;
 pub mod state;
 pub mod tasks;
@@ -193,6 +194,7 @@ impl SkillServer {
         }
         let result = match name {
             "skill_list" => tool!(|i| async { tools::skill_list(state, &snap, i) }),
+            "skill_search" => tool!(|i| async { search::skill_search(&snap, i) }),
             "skill_load" => tool!(|i| blocking(snap.clone(), i, tools::skill_load)),
             "skill_file" => tool!(|i| blocking(snap.clone(), i, tools::skill_file)),
             "skill_job_create" => tool!(|i| run::job_create(state, &snap, i, &cx)),

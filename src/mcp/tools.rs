@@ -1,4 +1,4 @@
-//! The read tools: `skill_list`, `skill_load`, `skill_file`.
+//! The read tools: `skill_list`, `skill_load`, `skill_file` (and `skill_search`, in [`super::search`]).
 //!
 //! Each tool is a pure function over [`ServerState`] returning a typed
 //! output or a [`ToolError`]; the handler turns them into MCP results. The
@@ -396,6 +396,13 @@ pub fn definitions() -> Vec<Tool> {
         )
         .with_raw_output_schema(output_schema::<SkillFileOutput>())
         .with_annotations(read_only("Read skill files")),
+        Tool::new_with_raw(
+            "skill_search",
+            Some("Find the skills that fit a task: the words are looked for in names, then descriptions, then authors (case, accents and small typos do not matter; every word must match). Optional category; ranked best first.".into()),
+            schema::<super::search::SkillSearchInput>(),
+        )
+        .with_raw_output_schema(output_schema::<super::search::SkillSearchOutput>())
+        .with_annotations(read_only("Search skills")),
     ]
 }
 

@@ -23,7 +23,7 @@ from conftest import (
 
 pytestmark = pytest.mark.anyio
 
-TOOLS = {"skill_list", "skill_load", "skill_file"}
+TOOLS = {"skill_list", "skill_load", "skill_file", "skill_search"}
 # mode="auto" must reach 2026-07-28 unless SKILL_OPERATOR_EXPECT_MODERN=0.
 EXPECT_MODERN = os.environ.get("SKILL_OPERATOR_EXPECT_MODERN", "1") != "0"
 

@@ -1,0 +1,169 @@
+//! `skill_search`: the skills served here ranked for a query
+//! ([`crate::core::search`]), so an agent facing hundreds of skills asks
+//! for the few that fit instead of reading `skill_list` whole.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::error::{codes, ToolError};
+use super::snapshot::Snapshot;
+use crate::core::limits::{SEARCH_QUERY_MAX_CHARS, SEARCH_QUERY_MAX_WORDS, SEARCH_RESULTS_DEFAULT, SEARCH_RESULTS_MAX};
+use crate::core::search::{self, Field, Searchable};
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SkillSearchInput {
+    /// Words to look for in skill names, descriptions and authors (case, accents and small typos do not matter).
+    pub query: String,
+    /// Only skills of this category (frontmatter `metadata.category`, or the first folder of a nested name).
+    #[serde(default)]
+    pub category: Option<String>,
+    /// How many results at most (default 10, at most 50).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SkillSearchOutput {
+    pub results: Vec<SearchResult>,
+    /// Skills that matched, before `limit`.
+    pub total: usize,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SearchResult {
+    pub name: String,
+    pub description: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
+    /// Higher is better: 3 for a name matching every word exactly, 2 for a description, 1 for an author.
+    pub score: f64,
+    /// Where the query's words were found.
+    pub matched: Vec<Field>,
+}
+
+fn invalid(message: String) -> ToolError {
+    ToolError::new(codes::INVALID_ARGUMENTS, message)
+}
+
+pub fn skill_search(snap: &Snapshot, input: SkillSearchInput) -> Result<SkillSearchOutput, ToolError> {
+    let chars = input.query.chars().count();
+    if chars > SEARCH_QUERY_MAX_CHARS {
+        return Err(invalid(format!("the query has {chars} characters; at most {SEARCH_QUERY_MAX_CHARS}: use fewer, more telling words")));
+    }
+    let words = search::words(&input.query).len();
+    if words == 0 {
+        return Err(invalid("the query has no words to look for; to see every skill, call skill_list".into()));
+    }
+    if words > SEARCH_QUERY_MAX_WORDS {
+        return Err(invalid(format!(
+            "the query has {words} words; at most {SEARCH_QUERY_MAX_WORDS} (every word must match, so fewer find more)"
+        )));
+    }
+    let limit = input.limit.unwrap_or(SEARCH_RESULTS_DEFAULT);
+    if !(1..=SEARCH_RESULTS_MAX).contains(&limit) {
+        return Err(invalid(format!("limit {limit} is out of range: 1 to {SEARCH_RESULTS_MAX}")));
+    }
+    let skills = &snap.catalog.skills;
+    let searchable: Vec<Searchable> = skills.iter().map(|s| Searchable::of(&s.name, &s.meta.description, &s.frontmatter)).collect();
+    let hits = search::rank(&searchable, &input.query, input.category.as_deref());
+    let total = hits.len();
+    let results = hits
+        .into_iter()
+        .take(limit)
+        .map(|hit| {
+            let s = &searchable[hit.index];
+            SearchResult {
+                name: s.name.clone(),
+                description: s.description.clone(),
+                author: s.author.clone(),
+                category: s.category.clone(),
+                score: (hit.score * 1000.0).round() / 1000.0,
+                matched: hit.matched,
+            }
+        })
+        .collect();
+    Ok(SkillSearchOutput { results, total })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::discovery::Layout;
+    use crate::core::grants::Grants;
+
+    fn write(root: &std::path::Path, dir: &str, frontmatter: &str) {
+        std::fs::create_dir_all(root.join(dir)).unwrap();
+        std::fs::write(root.join(dir).join("SKILL.md"), format!("---\n{frontmatter}\n---\nbody\n")).unwrap();
+    }
+
+    /// A nested tree as `serve --layout recursive` finds it.
+    fn snapshot() -> (tempfile::TempDir, Snapshot) {
+        let t = tempfile::tempdir().unwrap();
+        write(t.path(), "plugins/office/skills/xlsx", "name: xlsx\ndescription: Edit Excel spreadsheets and their formulas.");
+        write(t.path(), "plugins/office/skills/pdf", "name: pdf\ndescription: Fill PDF forms.\nmetadata:\n  author: Zoë Ames");
+        write(
+            t.path(),
+            "skills/csv-stats",
+            "name: csv-stats\ndescription: Column statistics of a spreadsheet exported as CSV.\ncategory: data",
+        );
+        let snap = Snapshot::scan_with(&[t.path().to_path_buf()], Layout::Recursive, Grants::resolve(&|_| None, None), Default::default());
+        (t, snap)
+    }
+
+    fn search(snap: &Snapshot, query: &str, category: Option<&str>, limit: Option<usize>) -> Result<SkillSearchOutput, ToolError> {
+        skill_search(snap, SkillSearchInput { query: query.into(), category: category.map(Into::into), limit })
+    }
+
+    fn names(out: &SkillSearchOutput) -> Vec<&str> {
+        out.results.iter().map(|r| r.name.as_str()).collect()
+    }
+
+    #[test]
+    fn finds_served_skills_by_name_description_author_and_category() {
+        let (_t, snap) = snapshot();
+        let out = search(&snap, "spreadsheet", None, None).unwrap();
+        assert_eq!(names(&out), ["csv-stats", "office/xlsx"], "an exact word (spreadsheet) before a prefix of one (spreadsheets)");
+        assert!(out.results[0].score > out.results[1].score);
+        assert_eq!(names(&search(&snap, "xlsx", None, None).unwrap()), ["office/xlsx"]);
+        let by_author = search(&snap, "zoe", None, None).unwrap();
+        assert_eq!(names(&by_author), ["office/pdf"]);
+        assert_eq!(by_author.results[0].matched, [Field::Author]);
+        assert_eq!(by_author.results[0].author.as_deref(), Some("Zoë Ames"));
+        assert_eq!(
+            names(&search(&snap, "spreadsheet", Some("office"), None).unwrap()),
+            ["office/xlsx"],
+            "the first folder is the category"
+        );
+        assert_eq!(names(&search(&snap, "spreadsheet", Some("Data"), None).unwrap()), ["csv-stats"], "the frontmatter's category");
+        assert_eq!(names(&search(&snap, "spreadshet", None, None).unwrap()).len(), 2, "a typo");
+        assert!(search(&snap, "kubernetes", None, None).unwrap().results.is_empty());
+    }
+
+    #[test]
+    fn limit_and_query_are_checked_at_their_edges() {
+        let (_t, snap) = snapshot();
+        let out = search(&snap, "spreadsheet", None, Some(1)).unwrap();
+        assert_eq!((out.results.len(), out.total), (1, 2), "total counts what the limit cut");
+        assert!(search(&snap, "pdf", None, Some(SEARCH_RESULTS_MAX)).is_ok());
+        for bad in [0, SEARCH_RESULTS_MAX + 1] {
+            let e = search(&snap, "pdf", None, Some(bad)).unwrap_err();
+            assert_eq!(e.code, codes::INVALID_ARGUMENTS);
+            assert!(e.message.contains("limit"), "{}", e.message);
+        }
+        let at_cap = format!("pdf {}", "a".repeat(SEARCH_QUERY_MAX_CHARS - 4));
+        assert!(search(&snap, &at_cap, None, None).is_ok());
+        let over = format!("{at_cap}a");
+        assert!(search(&snap, &over, None, None).unwrap_err().message.contains(&format!("at most {SEARCH_QUERY_MAX_CHARS}")));
+        let words = |n: usize| vec!["pdf"; n].join(" ");
+        assert_eq!(names(&search(&snap, &words(SEARCH_QUERY_MAX_WORDS), None, None).unwrap()), ["office/pdf"]);
+        assert!(search(&snap, &words(SEARCH_QUERY_MAX_WORDS + 1), None, None).unwrap_err().message.contains("words"));
+        for empty in ["", "  ", "--- !!"] {
+            assert!(search(&snap, empty, None, None).unwrap_err().message.contains("skill_list"), "{empty:?}");
+        }
+    }
+}
