@@ -210,3 +210,15 @@ async def test_resources(connect):
             assert str(content.uri) == uri
             assert content.text == path.read_text(), f"{uri} should be the file, verbatim"
         assert read.contents[0].mime_type is None or read.contents[0].mime_type.startswith("text/")
+
+
+async def test_skill_search_ranks_and_tolerates_typos(connect):
+    async with connect() as client:
+        exact = await call(client, "skill_search", {"query": "csv"})
+        typo = await call(client, "skill_search", {"query": "wether forcast"})
+        limited = await call(client, "skill_search", {"query": "file", "limit": 1})
+        refused = await call_error(client, "skill_search", {"query": "csv", "limit": 51})
+    assert exact["results"][0]["name"] == "csv-stats" and exact["results"][0]["matched"][0] == "name", exact
+    assert [r["name"] for r in typo["results"]] == ["weather-brief"], typo
+    assert len(limited["results"]) == 1 and limited["total"] > 1, limited
+    assert "limit 51" in refused and "50" in refused, refused
