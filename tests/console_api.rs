@@ -188,6 +188,7 @@ fn env_with_hosts(hosts: Vec<String>) -> Env {
         http: rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default(),
         max_sessions: 4,
         max_namespaces: 8,
+        rate_limits: Default::default(),
     };
     let ready = Readiness::default();
     ready.set_ready();

@@ -159,6 +159,7 @@ async fn env() -> Env {
         http: rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default(),
         max_sessions: 4,
         max_namespaces: 8,
+        rate_limits: Default::default(),
     };
     let ready = Readiness::default();
     ready.set_ready();

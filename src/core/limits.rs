@@ -239,6 +239,17 @@ pub const FILE_ROUTE_BYTES: u64 = MAX_FILE_BYTES;
 /// a run lasts seconds to minutes, and each poll reads its SkillJob.
 pub const TASK_POLL_INTERVAL: Duration = Duration::from_secs(2);
 
+// ---- rate limits per principal (src/mcp/ratelimit.rs) --------------------
+
+/// Principals one server (a `serve` process, or one gateway namespace)
+/// tracks buckets for at once; past it a principal it does not track yet is
+/// refused as over its limit (fail closed) until idle buckets age out.
+pub const RATE_PRINCIPALS_MAX: usize = 10_000;
+/// Checks between two sweeps of buckets that have refilled (and so hold
+/// nothing a fresh bucket would not): keeps memory at the principals seen
+/// within one refill time, not every principal ever seen.
+pub const RATE_SWEEP_EVERY: u64 = 4_096;
+
 // ---- the artifact endpoint's built-in store (`artifacts --store DIR`) -----
 
 /// Largest blob the store accepts: the compressed package layer (the

@@ -16,6 +16,7 @@ pub fn render(auth: &Authenticator) -> String {
     registry.register("token_cache_hits", "Bearer tokens answered from the cache", ConstCounter::new(stats.token_cache_hits));
     registry.register("access_reviews", "SubjectAccessReviews sent to the API server", ConstCounter::new(stats.access_reviews));
     registry.register("access_cache_hits", "Authorization decisions answered from the cache", ConstCounter::new(stats.access_cache_hits));
+    crate::mcp::ratelimit::register_metrics(&mut registry);
     let mut out = String::new();
     if encode(&mut out, &registry).is_err() {
         out = "# the metrics could not be encoded\n".into();

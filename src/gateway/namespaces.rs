@@ -59,6 +59,8 @@ pub struct ServiceOptions {
     pub max_sessions: usize,
     /// Namespaces held at once.
     pub max_namespaces: usize,
+    /// Each namespace's buckets per principal (its own: namespace × principal).
+    pub rate_limits: crate::mcp::ratelimit::RateLimits,
 }
 
 /// The namespaces made so far.
@@ -107,7 +109,7 @@ impl Namespaces {
             return Err(NamespaceError::Full { max: self.options.max_namespaces });
         }
         let snapshot = self.backend.snapshot(name).await;
-        let mut state = ServerState::new(snapshot).tools_only_when_bound();
+        let mut state = ServerState::new(snapshot).tools_only_when_bound().with_rate_limits(self.options.rate_limits);
         if let Some(execution) = self.backend.execution(name) {
             state = state.with_execution(execution);
         }
@@ -189,7 +191,12 @@ pub(crate) mod testing {
 
     pub(crate) fn registry(max_namespaces: usize) -> (Arc<Trees>, Namespaces) {
         let trees = Arc::new(Trees(Mutex::new(HashMap::new())));
-        let options = ServiceOptions { http: StreamableHttpServerConfig::default(), max_sessions: 4, max_namespaces };
+        let options = ServiceOptions {
+            http: StreamableHttpServerConfig::default(),
+            max_sessions: 4,
+            max_namespaces,
+            rate_limits: Default::default(),
+        };
         (trees.clone(), Namespaces::new(trees, options))
     }
 }

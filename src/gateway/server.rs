@@ -79,6 +79,9 @@ pub struct GatewayArgs {
     pub auth: AuthArgs,
     #[command(flatten)]
     pub listener: crate::listener::ListenerArgs,
+    /// Tool calls and runs per principal in each namespace, per replica.
+    #[command(flatten)]
+    pub rate_limits: crate::mcp::ratelimit::RateLimits,
 }
 
 /// The confirmation key: the token key under a label of its own, so a
@@ -217,7 +220,8 @@ pub async fn command(args: GatewayArgs, shutdown: Shutdown) -> anyhow::Result<()
         .with_allowed_origins(origins)
         .enforce_origin_validation()
         .with_cancellation_token(shutdown.token());
-    let options = ServiceOptions { http, max_sessions: args.max_sessions, max_namespaces: args.max_namespaces };
+    let options =
+        ServiceOptions { http, max_sessions: args.max_sessions, max_namespaces: args.max_namespaces, rate_limits: args.rate_limits };
     let namespaces = Arc::new(Namespaces::new(backend.clone(), options));
     let ready = Readiness::default();
     let stores = watch::spawn(client, namespaces.clone(), ready.clone(), shutdown.clone());

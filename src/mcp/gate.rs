@@ -22,7 +22,9 @@ use serde_json::{json, Value};
 use crate::core::confirm::{call_digest, ConfirmMode, TOKEN_TTL};
 
 use super::error::{codes, ToolError};
-use super::executor::{Caller, RunCommand};
+use super::executor::RunCommand;
+use super::ratelimit::RateLimiter;
+use super::run::CallContext;
 use super::state::Execution;
 
 /// What a run would do, shown before anything starts.
@@ -72,6 +74,9 @@ pub enum Gate {
     Run {
         key: String,
     },
+    /// Confirmed, but the caller's `runs` bucket is empty: nothing ran and
+    /// the token was not redeemed, so the same call may be retried.
+    Limited(super::ratelimit::Limited),
 }
 
 fn fresh_key() -> String {
@@ -147,15 +152,24 @@ pub fn question(preview: &Preview) -> String {
 }
 
 /// Decide whether the call runs now.
+///
+/// A run is counted against `runs` at the moment it is decided (a token
+/// given, an elicitation accepted, auto mode), before a token is redeemed:
+/// a refused call keeps its token for the retry, a preview costs no run,
+/// and a call with a wrong token costs its caller a run.
 pub async fn gate(
     exec: &Execution,
-    caller: &Caller,
+    runs: &RateLimiter,
+    cx: &CallContext,
     preview: &Preview,
     bound: &BoundCall<'_>,
     confirm: Option<&str>,
-    retry: &Retry,
-    asker: &Asker,
 ) -> Result<Gate, ToolError> {
+    let (caller, retry, asker) = (&cx.caller, &cx.retry, &cx.asker);
+    let admitted = |key: &dyn Fn() -> Result<String, ToolError>| match runs.check_run(&caller.principal) {
+        Ok(()) => Ok(Gate::Run { key: key()? }),
+        Err(limited) => Ok(Gate::Limited(limited)),
+    };
     let preview_json = serde_json::to_value(preview).unwrap_or_default();
     match exec.mode {
         ConfirmMode::Refuse => Err(ToolError::new(
@@ -163,13 +177,12 @@ pub async fn gate(
             "this server's confirmation mode is `refuse`: nothing runs here (the preview shows what would have run)",
         )
         .with_detail(json!({ "preview": preview_json }))),
-        ConfirmMode::Auto => Ok(Gate::Run { key: fresh_key() }),
+        ConfirmMode::Auto => admitted(&|| Ok(fresh_key())),
         ConfirmMode::Ask => {
             // A token confirms this call, on this server, for this caller only.
             let digest = call_digest(&(&exec.scope, &caller.principal, bound));
             if let Some(token) = confirm {
-                let key = exec.confirmations.redeem(token, &digest)?;
-                return Ok(Gate::Run { key });
+                return admitted(&|| Ok(exec.confirmations.redeem(token, &digest)?));
             }
             let declined = || {
                 Gate::Preview(json!({
@@ -193,8 +206,7 @@ pub async fn gate(
                     if !yes {
                         return Ok(declined());
                     }
-                    let key = exec.confirmations.redeem(handle, &digest)?;
-                    return Ok(Gate::Run { key });
+                    return admitted(&|| Ok(exec.confirmations.redeem(handle, &digest)?));
                 }
                 if asker.can_elicit {
                     let schema = ElicitationSchema::from_type::<RunConfirmation>()
@@ -211,7 +223,7 @@ pub async fn gate(
                 }
             } else if let Some(peer) = &asker.peer {
                 match peer.elicit::<RunConfirmation>(question).await {
-                    Ok(Some(RunConfirmation { run: true })) => return Ok(Gate::Run { key: fresh_key() }),
+                    Ok(Some(RunConfirmation { run: true })) => return admitted(&|| Ok(fresh_key())),
                     Ok(_) | Err(ElicitationError::UserDeclined) | Err(ElicitationError::UserCancelled) => return Ok(declined()),
                     Err(_) => {}
                 }

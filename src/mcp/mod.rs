@@ -7,6 +7,7 @@ pub mod executor;
 pub mod extension;
 pub mod gate;
 pub mod notify;
+pub mod ratelimit;
 pub mod run;
 pub mod search;
 pub mod snapshot;
@@ -151,23 +152,29 @@ fn tool_error(err: &ToolError) -> CallToolResult {
     result
 }
 
-/// A run tool's reply as an MCP response (a question travels as input-required).
-fn run_reply(reply: Result<run::RunReply, ToolError>) -> CallToolResponse {
-    match reply {
+/// A run tool's reply as an MCP response (a question travels as
+/// input-required, a rate-limit refusal as a JSON-RPC error).
+fn run_reply(reply: Result<run::RunReply, ToolError>) -> Result<CallToolResponse, McpError> {
+    Ok(match reply {
         Ok(run::RunReply::InputRequired(question)) => CallToolResponse::InputRequired(question),
         Ok(run::RunReply::Task(view)) => CallToolResponse::Task(tasks::created(&view)),
         Ok(run::RunReply::Json(value)) => shape(Ok::<_, ToolError>(value)).into(),
+        Ok(run::RunReply::Limited(limited)) => return Err(limited.into()),
         Err(err) => tool_error(&err).into(),
-    }
+    })
 }
 
 impl SkillServer {
     /// Dispatch one tool call on the snapshot current when it arrived.
     async fn call(&self, request: CallToolRequestParams, context: &RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
         let state = self.state.as_ref();
+        let caller = caller_of(context);
+        // First, before the settle wait and the authorizer's reviews: a
+        // refused call costs this server (and the API server) nothing.
+        state.rate_limits.check_call(&caller.principal)?;
         let snap = state.settled().await;
         let cx = CallContext {
-            caller: caller_of(context),
+            caller,
             retry: Retry { input_responses: request.input_responses.clone(), request_state: request.request_state.clone() },
             asker: Asker::from_context(context),
             progress: None,
@@ -204,16 +211,16 @@ impl SkillServer {
             "skill_job_delete" => tool!(|i| run::job_delete(state, i, &cx)),
             "skill_job_list" => tool!(|i| run::job_list(state, i, &cx)),
             "skill_run" => {
-                return Ok(match parse_args(args) {
+                return match parse_args(args) {
                     Ok(input) => run_reply(run::skill_run(state, &snap, input, &cx).await),
-                    Err(err) => tool_error(&err).into(),
-                })
+                    Err(err) => Ok(tool_error(&err).into()),
+                }
             }
             "skill_job_run" => {
-                return Ok(match parse_args(args) {
+                return match parse_args(args) {
                     Ok(input) => run_reply(run::job_run(state, &snap, input, &cx).await),
-                    Err(err) => tool_error(&err).into(),
-                })
+                    Err(err) => Ok(tool_error(&err).into()),
+                }
             }
             other => return Err(McpError::internal_error(format!("tool `{other}` is offered but not dispatched"), None)),
         };

@@ -43,6 +43,8 @@ pub enum RunReply {
     InputRequired(rmcp::model::InputRequiredResult),
     /// The confirmed run goes on as an MCP task ([`super::tasks`] answers for it).
     Task(Box<super::executor::TaskView>),
+    /// Refused by the caller's `runs` bucket; nothing ran.
+    Limited(super::ratelimit::Limited),
 }
 
 /// Everything a run tool gets from the request besides its arguments.
@@ -211,9 +213,10 @@ pub async fn skill_run(state: &ServerState, snap: &Snapshot, input: SkillRunInpu
         job: None,
         inputs: decoded.iter().map(|(p, d, _)| (p.as_str(), d.as_str())).collect(),
     };
-    match gate(exec, &cx.caller, &preview, &bound, input.confirm.as_deref(), &cx.retry, &cx.asker).await? {
+    match gate(exec, &state.rate_limits, cx, &preview, &bound, input.confirm.as_deref()).await? {
         Gate::Preview(value) => Ok(RunReply::Json(value)),
         Gate::Ask(question) => Ok(RunReply::InputRequired(question)),
+        Gate::Limited(limited) => Ok(RunReply::Limited(limited)),
         Gate::Run { key } => {
             let inputs = decoded.into_iter().map(|(p, _, b)| (p, b)).collect();
             // Only after the gate: a task client confirms exactly as any other.
@@ -301,9 +304,10 @@ pub async fn job_run(state: &ServerState, snap: &Snapshot, input: JobRunInput, c
         inputs: record.inputs.iter().map(|f| (f.path.as_str(), f.sha256.as_str())).collect(),
     };
     let preview = build_preview(exec.executor.as_ref(), snap, &plan, Some(&record.id), inputs).await?;
-    match gate(exec, &cx.caller, &preview, &bound, input.confirm.as_deref(), &cx.retry, &cx.asker).await? {
+    match gate(exec, &state.rate_limits, cx, &preview, &bound, input.confirm.as_deref()).await? {
         Gate::Preview(value) => Ok(RunReply::Json(value)),
         Gate::Ask(question) => Ok(RunReply::InputRequired(question)),
+        Gate::Limited(limited) => Ok(RunReply::Limited(limited)),
         Gate::Run { key } => {
             // The inputs the person confirmed, checked again when the run starts.
             let confirmed = record.inputs.iter().map(|f| (f.path.clone(), f.sha256.clone())).collect();

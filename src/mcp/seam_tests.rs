@@ -287,6 +287,7 @@ fn json(reply: RunReply) -> Value {
         RunReply::Json(v) => v,
         RunReply::InputRequired(_) => panic!("no question expected"),
         RunReply::Task(t) => panic!("no task expected: {t:?}"),
+        RunReply::Limited(l) => panic!("not rate limited: {l}"),
     }
 }
 
@@ -442,7 +443,7 @@ fn task_cx(principal: &str) -> CallContext {
 
 /// The `CallToolResult` a reply becomes on the wire, as JSON.
 fn wire(reply: Result<RunReply, ToolError>) -> Value {
-    match super::run_reply(reply) {
+    match super::run_reply(reply).expect("not a protocol error") {
         rmcp::model::CallToolResponse::Complete(r) => serde_json::to_value(r).unwrap(),
         other => panic!("a tool result expected: {other:?}"),
     }
@@ -633,4 +634,39 @@ async fn a_retried_job_run_reaches_the_executor_only_with_its_token() {
     .unwrap();
     assert_eq!(run::job_run(&state, &snap, other, &cx("alice")).await.unwrap_err().code, "call-changed");
     assert_eq!(fake.0.lock().unwrap().runs.len(), 2);
+}
+
+/// Previews are calls, not runs; a confirmed call over the runs limit runs
+/// nothing, keeps its token for the retry, and leaves another principal's runs alone.
+#[tokio::test]
+async fn the_runs_limit_counts_confirmed_runs_only_and_keeps_the_token() {
+    use super::ratelimit::{Limit, RateLimits};
+    let (_t, fake, state) = server(ConfirmMode::Ask);
+    let state = state.with_rate_limits(RateLimits { runs_per_minute: 1, burst_runs: 1, ..RateLimits::default() });
+    let snap = state.snapshot();
+    let preview = || async { json(run::skill_run(&state, &snap, run_input(None, &["x"]), &cx("alice")).await.unwrap()) };
+    for _ in 0..20 {
+        assert_eq!(preview().await["status"], "confirmation-required", "a preview costs no run");
+    }
+    json(confirmed(&state, &cx("alice")).await.unwrap());
+    assert_eq!(fake.0.lock().unwrap().runs.len(), 1);
+    let token = preview().await["token"].as_str().unwrap().to_string();
+    let jobs_before = fake.0.lock().unwrap().jobs.len();
+    match run::skill_run(&state, &snap, run_input(Some(&token), &["x"]), &cx("alice")).await.unwrap() {
+        RunReply::Limited(limited) => {
+            assert_eq!(limited.limit(), Limit::Runs);
+            assert!(limited.retry_after_secs() >= 1);
+        }
+        other => panic!("rate limited expected: {other:?}"),
+    }
+    assert_eq!(fake.0.lock().unwrap().runs.len(), 1, "nothing ran");
+    assert_eq!(fake.0.lock().unwrap().jobs.len(), jobs_before, "no job was created");
+    // Another principal's runs are untouched.
+    json(confirmed(&state, &cx("bob")).await.unwrap());
+    assert_eq!(fake.0.lock().unwrap().runs.len(), 2);
+    // The refused token was not redeemed: with a run to spend (here: the
+    // limit lifted, which the token store does not see), it still works.
+    let state = state.with_rate_limits(RateLimits::default());
+    let done = json(run::skill_run(&state, &snap, run_input(Some(&token), &["x"]), &cx("alice")).await.unwrap());
+    assert_eq!(done["status"], "completed", "{done}");
 }

@@ -9,6 +9,7 @@ use crate::core::confirm::{ConfirmMode, ConfirmStore, Confirmations};
 
 use super::error::ToolError;
 use super::executor::{Caller, Executor, Tasks};
+use super::ratelimit::{RateLimiter, RateLimits};
 use super::snapshot::{Snapshot, SnapshotCell};
 use crate::core::limits::GATEWAY_SETTLE_WAIT as SETTLE_WAIT;
 
@@ -91,6 +92,8 @@ pub struct ServerState {
     /// Offer no tools while the snapshot has no skill (the gateway: a
     /// namespace without a ready binding shows nothing to call).
     pub tools_only_when_bound: bool,
+    /// Calls and runs per principal ([`Self::with_rate_limits`]; unlimited by default).
+    pub rate_limits: RateLimiter,
     /// The snapshot generation (plus one) whose settling [`Self::settled`]
     /// waited out; 0: none.
     waited_out: AtomicU64,
@@ -103,12 +106,19 @@ impl ServerState {
             execution: None,
             authorizer: None,
             tools_only_when_bound: false,
+            rate_limits: RateLimiter::default(),
             waited_out: AtomicU64::new(0),
         }
     }
 
     pub fn with_authorizer(mut self, authorizer: std::sync::Arc<dyn Authorize>) -> Self {
         self.authorizer = Some(authorizer);
+        self
+    }
+
+    /// Limits every principal's tool calls and runs on this server.
+    pub fn with_rate_limits(mut self, limits: RateLimits) -> Self {
+        self.rate_limits = RateLimiter::new(limits);
         self
     }
 

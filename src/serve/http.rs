@@ -309,7 +309,7 @@ pub fn router(state: Arc<ServerState>, options: &HttpOptions, shutdown: &Shutdow
     Router::new()
         .merge(mcp)
         .route("/healthz", get(|| async { "ok" }))
-        .route("/metrics", get(move || std::future::ready(listener_metrics.render())))
+        .route("/metrics", get(move || std::future::ready(listener_metrics.render_after(&rate_limit_metrics()))))
         .route(RESOURCE_METADATA_PATH, metadata_route.clone())
         .route(&format!("{RESOURCE_METADATA_PATH}/mcp"), metadata_route)
 }
@@ -353,4 +353,9 @@ pub async fn serve_on(
     let metrics = options.listener_metrics.clone();
     crate::listener::serve(listener, app, options.bounds, metrics, shutdown.wait_owned()).await.context("HTTP server failed")?;
     Ok(())
+}
+
+/// The rate-limit refusals, under this server's metric prefix.
+fn rate_limit_metrics() -> String {
+    crate::mcp::ratelimit::render_metrics("skill_operator_serve")
 }

@@ -111,6 +111,9 @@ pub struct ServeArgs {
     /// HTTP: the listener's timeouts and connection caps.
     #[command(flatten)]
     pub listener: crate::listener::ListenerArgs,
+    /// Tool calls and runs per principal (every principal: `local` over stdio, a token's over HTTP).
+    #[command(flatten)]
+    pub rate_limits: crate::mcp::ratelimit::RateLimits,
     /// fsync job records on every state change (survives power loss; about 4 ms per run).
     /// Without it a record is still replaced atomically, so a restart never sees a torn one.
     #[arg(long)]
@@ -201,7 +204,7 @@ async fn state_and_rescan(args: &ServeArgs) -> anyhow::Result<(ServerState, watc
     let rescan = watch::Rescan { roots: roots.clone(), layout, grants_file: args.grants.clone(), interpreters: interpreters.clone() };
     let snapshot = tokio::task::spawn_blocking(move || Snapshot::scan_with(&roots, layout, grants, interpreters)).await?;
     tracing::info!(skills = snapshot.catalog.skills.len(), problems = snapshot.problems.len(), "catalog ready");
-    let mut state = ServerState::new(snapshot);
+    let mut state = ServerState::new(snapshot).with_rate_limits(args.rate_limits);
     if let Some(execution) = execution {
         state = state.with_execution(execution);
     }

@@ -211,6 +211,8 @@ check "checks (values-min.yaml)" rendered min \
   --expect "gateway-arg=--artifact-endpoint=http://$RELEASE-skill-operator-artifacts.$NS.svc:8443" \
   --expect gateway-arg=--confirm=ask --expect gateway-arg=--on-disconnect=cancel \
   --expect gateway-arg=--cache-max-bytes=805306368 --expect gateway-pull-secrets= \
+  --expect gateway-arg=--rate-calls-per-minute=600 --expect gateway-arg=--rate-runs-per-minute=60 \
+  --expect gateway-arg=--rate-burst-calls=60 --expect gateway-arg=--rate-burst-runs=10 \
   --expect no-gateway-arg=--allow-anonymous --expect no-gateway-arg=--token-audience \
   --expect no-gateway-arg=--max- --expect no-gateway-arg=--auth- --expect no-gateway-arg=--public-url \
   --expect no-gateway-arg=--authorization-server --expect no-gateway-arg=--plain-http-registry
@@ -247,6 +249,8 @@ check "checks (values-all.yaml)" rendered all \
   --expect gateway-arg=--auth-decision-ttl-secs=5 --expect gateway-arg=--auth-cache-entries=8192 \
   --expect gateway-arg=--authorization-server=https://oidc.example.com --expect gateway-arg=--public-url=https://mcp.example.com \
   --expect gateway-arg=--max-namespaces=500 --expect gateway-arg=--max-sessions=64 \
+  --expect gateway-arg=--rate-calls-per-minute=0 --expect gateway-arg=--rate-runs-per-minute=30 \
+  --expect gateway-arg=--rate-burst-calls=0 --expect gateway-arg=--rate-burst-runs=3 \
   --expect gateway-arg=--plain-http-registry=registry.example.com:5000 --expect gateway-arg=--example-flag \
   --expect gateway-pull-secrets=registry-a,registry-b
 check "checks (gateway on, artifacts without API access)" rendered variant \
@@ -403,6 +407,8 @@ bad "gateway.service.type: ExternalName" --set gateway.service.type=ExternalName
 bad "gateway.confirm: maybe" --set gateway.confirm=maybe
 bad "gateway.onDisconnect: drop" --set gateway.onDisconnect=drop
 bad "gateway.maxSessions: 0" --set gateway.maxSessions=0
+bad "gateway.rateLimits.callsPerMinute: -1" --set gateway.rateLimits.callsPerMinute=-1
+bad "gateway.rateLimits: an unknown key" --set gateway.rateLimits.perHour=5
 bad 'gateway.auth.allowAnonymous: "yes"' --set-string gateway.auth.allowAnonymous=yes
 bad "gateway.auth.publicUrl without a scheme" --set gateway.auth.publicUrl=mcp.example.com
 bad "gateway.networkPolicy.apiServer.cidrs: a host name" --set 'gateway.networkPolicy.apiServer.cidrs[0]=api.example'

@@ -252,7 +252,10 @@ pub(crate) async fn tasks_and_files_over_http_on_the_real_cluster() {
     });
     let http = rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default()
         .with_allowed_hosts(vec!["127.0.0.1".to_string(), "localhost".to_string()]);
-    let namespaces = Arc::new(Namespaces::new(backend.clone(), ServiceOptions { http, max_sessions: 16, max_namespaces: 8 }));
+    let namespaces = Arc::new(Namespaces::new(
+        backend.clone(),
+        ServiceOptions { http, max_sessions: 16, max_namespaces: 8, rate_limits: Default::default() },
+    ));
     let ready = Readiness::default();
     ready.set_ready();
     let gate = axum::middleware::from_fn_with_state(auth, require_caller);

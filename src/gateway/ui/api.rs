@@ -302,6 +302,13 @@ pub async fn run(
         Ok(RunReply::Task(view)) => (StatusCode::ACCEPTED, axum::Json(json!({ "status": "started", "job": view.id }))).into_response(),
         // Only an MCP client that can be asked gets a question; the console cannot.
         Ok(RunReply::InputRequired(_)) => refusal(ToolError::internal("the run asked a question the console cannot show")),
+        // The console's runs count against the same per-principal bucket as MCP runs.
+        Ok(RunReply::Limited(limited)) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(header::RETRY_AFTER, limited.retry_after_secs().to_string())],
+            axum::Json(json!({ "error": { "code": "rate-limited", "message": limited.to_string() } })),
+        )
+            .into_response(),
         Err(err) => refusal(err),
     }
 }
