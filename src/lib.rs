@@ -20,6 +20,7 @@ pub mod mcp;
 pub mod samples;
 pub mod serve;
 pub mod shutdown;
+pub mod source;
 pub mod tls;
 
 pub mod runner;

@@ -1,5 +1,5 @@
 //! `skill-operator package push`: build a deterministic package from a skill
-//! directory or a ZIP, push it, and print the digest and a SkillPackage
+//! directory, a ZIP or a git tree, push it, and print the digest and a SkillPackage
 //! pinned to it. Nothing from the package runs: it is read as files only.
 
 use std::path::PathBuf;
@@ -11,9 +11,15 @@ use crate::core::package;
 #[derive(Debug, clap::Args)]
 pub struct PushArgs {
     /// A skill directory (SKILL.md at its root) or a .zip file.
-    #[arg(value_name = "DIR|ZIP")]
-    pub source: PathBuf,
-    /// Inside a ZIP: the folder holding SKILL.md (default: the ZIP's root).
+    #[arg(value_name = "DIR|ZIP", required_unless_present = "git", conflicts_with = "git")]
+    pub source: Option<PathBuf>,
+    /// Instead of DIR|ZIP: a git repository (file:// or git://), read object by object; nothing in it runs.
+    #[arg(long, value_name = "URL")]
+    pub git: Option<String>,
+    /// With --git: the branch, tag or commit id (default: the repository's HEAD).
+    #[arg(long = "ref", value_name = "REF", requires = "git")]
+    pub reference: Option<String>,
+    /// Inside a ZIP or a --git repository: the folder holding SKILL.md (default: the root).
     #[arg(long, value_name = "PATH")]
     pub path: Option<String>,
     /// Registry and repository, e.g. registry.example:5000/skills.
@@ -84,15 +90,54 @@ fn push_auth(args: &PushArgs) -> anyhow::Result<super::Auth> {
     }
 }
 
+/// The OCI image-spec's provenance keys, reused on the SkillPackage.
+pub const ANNOTATION_SOURCE: &str = "org.opencontainers.image.source";
+pub const ANNOTATION_REVISION: &str = "org.opencontainers.image.revision";
+/// The folder of the repository the skill came from.
+pub const ANNOTATION_PATH: &str = "skill-operator.dev/source-path";
+
+/// Where a `--git` package came from.
+struct Provenance {
+    url: String,
+    path: Option<String>,
+    commit: String,
+    refused: Vec<crate::source::git::Refused>,
+}
+
+/// The package bytes, from a directory, a ZIP, or a git tree fetched into a
+/// temporary directory and then packaged exactly as a directory is.
+async fn build(args: &PushArgs) -> anyhow::Result<(Vec<u8>, Option<Provenance>)> {
+    use crate::source::git;
+    if let Some(url) = &args.git {
+        let path = args.path.as_deref().map(crate::core::paths::RelPath::parse).transpose().context("--path")?;
+        let source = git::GitRef { url: url.clone(), reference: args.reference.clone(), path };
+        let scratch = tempfile::tempdir()?;
+        let dest = scratch.path().join("tree");
+        let (source, fetched) = tokio::task::spawn_blocking(move || {
+            let fetched = git::fetch_tree(&source, &git::Caps::DEFAULT, &dest);
+            (source, fetched)
+        })
+        .await?;
+        let fetched = fetched?;
+        let archive = package::build_from_dir(&scratch.path().join("tree"))?;
+        let provenance =
+            Provenance { url: source.url, path: source.path.map(|p| p.to_string()), commit: fetched.commit, refused: fetched.refused };
+        return Ok((archive, Some(provenance)));
+    }
+    let source = args.source.as_ref().context("give a skill directory, a ZIP or --git URL")?;
+    let archive = if source.is_dir() {
+        package::build_from_dir(source)?
+    } else {
+        let bytes = std::fs::read(source).with_context(|| format!("cannot read {}", source.display()))?;
+        package::build_from_zip(&bytes, args.path.as_deref())?
+    };
+    Ok((archive, None))
+}
+
 /// Build, push, print the digest and a SkillPackage to apply.
 pub async fn push(args: PushArgs) -> anyhow::Result<()> {
     let auth = push_auth(&args)?;
-    let archive = if args.source.is_dir() {
-        package::build_from_dir(&args.source)?
-    } else {
-        let bytes = std::fs::read(&args.source).with_context(|| format!("cannot read {}", args.source.display()))?;
-        package::build_from_zip(&bytes, args.path.as_deref())?
-    };
+    let (archive, provenance) = build(&args).await?;
     let described = describe(&archive)?;
     let (skill, version) = (described.skill.clone(), described.version.clone());
     let name = args.name.unwrap_or_else(|| skill.clone());
@@ -108,8 +153,19 @@ pub async fn push(args: PushArgs) -> anyhow::Result<()> {
     let pinned = format!("{}/{name}@{digest}", args.registry.trim_end_matches('/'));
     eprintln!("pushed {reference} ({} files, {} bytes)", config.file_count, config.total_bytes);
     println!("# digest: {digest}");
+    if let Some(p) = &provenance {
+        eprintln!("from {} at commit {}{}", p.url, p.commit, p.path.as_deref().map(|p| format!(", folder {p}")).unwrap_or_default());
+        for refused in &p.refused {
+            eprintln!("not packaged: {} ({})", refused.path, refused.reason);
+        }
+        println!("# source: {}", p.url);
+        if let Some(path) = &p.path {
+            println!("# path: {path}");
+        }
+        println!("# commit: {}", p.commit);
+    }
     let short = digest.trim_start_matches("sha256:").get(..12).unwrap_or_default();
-    let package = crate::api::SkillPackage::new(
+    let mut package = crate::api::SkillPackage::new(
         &format!("{skill}-{short}"),
         crate::api::SkillPackageSpec {
             source: crate::api::package::PackageSource {
@@ -118,6 +174,16 @@ pub async fn push(args: PushArgs) -> anyhow::Result<()> {
             runtime: None,
         },
     );
+    if let Some(p) = &provenance {
+        // On the SkillPackage, not the OCI manifest: the artifact's digest
+        // stays the digest of its files, whichever way they were fetched.
+        let annotations = package.metadata.annotations.get_or_insert_with(Default::default);
+        annotations.insert(ANNOTATION_SOURCE.into(), p.url.clone());
+        annotations.insert(ANNOTATION_REVISION.into(), p.commit.clone());
+        if let Some(path) = &p.path {
+            annotations.insert(ANNOTATION_PATH.into(), path.clone());
+        }
+    }
     print!("{}", serde_norway::to_string(&package)?);
     Ok(())
 }
