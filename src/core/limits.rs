@@ -329,7 +329,17 @@ pub fn figures() -> Vec<String> {
         out.push(bytes_text(b));
         out.push(b.to_string());
     }
-    for n in [MAX_FILES, MAX_DIRS, FILE_PATHS_PER_CALL, MAX_ARGS, JOBS_RETAINED, PATH_MAX_BYTES, MAX_DEPTH] {
+    for n in [
+        MAX_FILES,
+        MAX_DIRS,
+        FILE_PATHS_PER_CALL,
+        MAX_ARGS,
+        JOBS_RETAINED,
+        PATH_MAX_BYTES,
+        MAX_DEPTH,
+        SEARCH_RESULTS_DEFAULT,
+        SEARCH_RESULTS_MAX,
+    ] {
         out.push(count_text(n));
         out.push(n.to_string());
     }

@@ -18,7 +18,7 @@ pub struct SkillSearchInput {
     /// Only skills of this category (frontmatter `metadata.category`, or the first folder of a nested name).
     #[serde(default)]
     pub category: Option<String>,
-    /// How many results at most (default 10, at most 50).
+    /// How many results at most (the default and the maximum are in the tool's description).
     #[serde(default)]
     pub limit: Option<usize>,
 }

@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 use crate::core::content::read_for_client;
 use crate::core::declaration::Interpreter;
 use crate::core::fence::{Refusal, ScriptStatus};
-use crate::core::limits::{bytes_text, FILE_CALL_CAP, FILE_ENTRY_CAP, FILE_PATHS_PER_CALL};
+use crate::core::limits::{bytes_text, FILE_CALL_CAP, FILE_ENTRY_CAP, FILE_PATHS_PER_CALL, SEARCH_RESULTS_DEFAULT, SEARCH_RESULTS_MAX};
 use crate::core::paths::{resolve_inside, RelPath};
 use crate::core::problems::Problem;
 
@@ -398,7 +398,9 @@ pub fn definitions() -> Vec<Tool> {
         .with_annotations(read_only("Read skill files")),
         Tool::new_with_raw(
             "skill_search",
-            Some("Find the skills that fit a task: the words are looked for in names, then descriptions, then authors (case, accents and small typos do not matter; every word must match). Optional category; ranked best first.".into()),
+            Some(format!(
+                "Find the skills that fit a task: the words are looked for in names, then descriptions, then authors (case, accents and small typos do not matter; every word must match). Optional category; ranked best first, {SEARCH_RESULTS_DEFAULT} results unless `limit` asks for up to {SEARCH_RESULTS_MAX}."
+            ).into()),
             schema::<super::search::SkillSearchInput>(),
         )
         .with_raw_output_schema(output_schema::<super::search::SkillSearchOutput>())
