@@ -22,9 +22,8 @@ use serde_json::{json, Value};
 use crate::core::confirm::{call_digest, ConfirmMode, TOKEN_TTL};
 
 use super::error::{codes, ToolError};
-use super::executor::RunCommand;
+use super::executor::{Caller, RunCommand};
 use super::ratelimit::RateLimiter;
-use super::run::CallContext;
 use super::state::Execution;
 
 /// What a run would do, shown before anything starts.
@@ -151,6 +150,14 @@ pub fn question(preview: &Preview) -> String {
     lines.join("\n")
 }
 
+/// Who is asking, and how they can be asked back (the parts of a call's
+/// context the gate reads).
+pub struct Asking<'a> {
+    pub caller: &'a Caller,
+    pub retry: &'a Retry,
+    pub asker: &'a Asker,
+}
+
 /// Decide whether the call runs now.
 ///
 /// A run is counted against `runs` at the moment it is decided (a token
@@ -160,12 +167,12 @@ pub fn question(preview: &Preview) -> String {
 pub async fn gate(
     exec: &Execution,
     runs: &RateLimiter,
-    cx: &CallContext,
+    who: &Asking<'_>,
     preview: &Preview,
     bound: &BoundCall<'_>,
     confirm: Option<&str>,
 ) -> Result<Gate, ToolError> {
-    let (caller, retry, asker) = (&cx.caller, &cx.retry, &cx.asker);
+    let (caller, retry, asker) = (who.caller, who.retry, who.asker);
     let admitted = |key: &dyn Fn() -> Result<String, ToolError>| match runs.check_run(&caller.principal) {
         Ok(()) => Ok(Gate::Run { key: key()? }),
         Err(limited) => Ok(Gate::Limited(limited)),

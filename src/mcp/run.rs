@@ -61,6 +61,10 @@ pub struct CallContext {
 }
 
 impl CallContext {
+    fn asking(&self) -> super::gate::Asking<'_> {
+        super::gate::Asking { caller: &self.caller, retry: &self.retry, asker: &self.asker }
+    }
+
     fn control(&self, key: String) -> RunControl {
         RunControl { key, progress: self.progress.clone(), cancel: self.cancel.clone() }
     }
@@ -213,7 +217,7 @@ pub async fn skill_run(state: &ServerState, snap: &Snapshot, input: SkillRunInpu
         job: None,
         inputs: decoded.iter().map(|(p, d, _)| (p.as_str(), d.as_str())).collect(),
     };
-    match gate(exec, &state.rate_limits, cx, &preview, &bound, input.confirm.as_deref()).await? {
+    match gate(exec, &state.rate_limits, &cx.asking(), &preview, &bound, input.confirm.as_deref()).await? {
         Gate::Preview(value) => Ok(RunReply::Json(value)),
         Gate::Ask(question) => Ok(RunReply::InputRequired(question)),
         Gate::Limited(limited) => Ok(RunReply::Limited(limited)),
@@ -304,7 +308,7 @@ pub async fn job_run(state: &ServerState, snap: &Snapshot, input: JobRunInput, c
         inputs: record.inputs.iter().map(|f| (f.path.as_str(), f.sha256.as_str())).collect(),
     };
     let preview = build_preview(exec.executor.as_ref(), snap, &plan, Some(&record.id), inputs).await?;
-    match gate(exec, &state.rate_limits, cx, &preview, &bound, input.confirm.as_deref()).await? {
+    match gate(exec, &state.rate_limits, &cx.asking(), &preview, &bound, input.confirm.as_deref()).await? {
         Gate::Preview(value) => Ok(RunReply::Json(value)),
         Gate::Ask(question) => Ok(RunReply::InputRequired(question)),
         Gate::Limited(limited) => Ok(RunReply::Limited(limited)),
