@@ -43,6 +43,7 @@ struct Env {
     base: String,
     http: reqwest::Client,
     limits: ArtifactLimits,
+    state: AppState,
     _spool: tempfile::TempDir,
 }
 
@@ -74,9 +75,9 @@ async fn serve(reg: Option<TestRegistry>, registry: String, limits: ArtifactLimi
     let state = AppState::new(cfg).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(server::serve(listener, state, std::future::pending()));
+    tokio::spawn(server::serve(listener, state.clone(), std::future::pending()));
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
-    Env { reg, store: None, addr, base: format!("http://{addr}/v1"), http, limits, _spool: spool }
+    Env { reg, store: None, addr, base: format!("http://{addr}/v1"), http, limits, state, _spool: spool }
 }
 
 /// The endpoint on its built-in store, as `artifacts --store DIR` runs it.
@@ -92,9 +93,9 @@ async fn serve_on_store(limits: ArtifactLimits) -> Env {
     let addr = listener.local_addr().unwrap();
     cfg.use_store(addr);
     let state = AppState::new(cfg).unwrap();
-    tokio::spawn(server::serve(listener, state, std::future::pending()));
+    tokio::spawn(server::serve(listener, state.clone(), std::future::pending()));
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
-    Env { reg: None, store: Some(store), addr, base: format!("http://{addr}/v1"), http, limits, _spool: spool }
+    Env { reg: None, store: Some(store), addr, base: format!("http://{addr}/v1"), http, limits, state, _spool: spool }
 }
 
 fn op() -> String {
@@ -1028,6 +1029,15 @@ async fn health_and_readiness() {
     let down = start_without_registry().await;
     assert_eq!(get("/healthz", down.addr).await, 200);
     assert_eq!(get("/readyz", down.addr).await, 503);
+    // Not ready while the sample SkillPackages are on their way: `helm
+    // install --wait` returns once they exist.
+    env.state.samples_pending();
+    let pending = http.get(format!("http://{}/readyz", env.addr)).send().await.unwrap();
+    assert_eq!(pending.status().as_u16(), 503);
+    assert_eq!(error_code(&pending.bytes().await.unwrap()), "starting");
+    assert_eq!(get("/healthz", env.addr).await, 200, "alive all along");
+    env.state.samples_applied();
+    assert_eq!(get("/readyz", env.addr).await, 200);
     let (s, body) = env.get("x/y/z/w", &op()).await;
     assert_eq!((s, error_code(&body).as_str()), (404, "not_found"));
 }

@@ -387,6 +387,75 @@ async fn the_controllers_verdict_decides_which_binding_serves_and_runs() {
     assert!(snap.catalog.skills.is_empty() && snap.settling);
 }
 
+/// The quick start's race: a binding applied right after the install is
+/// decided against a package the controller is still resolving. A first
+/// call waits for the package's verdict and then the binding's, instead of
+/// answering from an empty namespace that fills a moment later; a verdict
+/// that will not change is not waited for.
+#[tokio::test]
+async fn a_binding_waiting_on_its_packages_verdict_is_settling() {
+    use skill_operator::controller::context::ResolveError;
+    use skill_operator::controller::decide::{PACKAGE_NOT_READY, RESOLVE_RETRYING};
+    let dir = tempfile::tempdir().unwrap();
+    let cache = cache(dir.path());
+    let a = alpha();
+    let unresolved = || {
+        let mut p = SkillPackage::new(
+            "alpha-1",
+            SkillPackageSpec {
+                source: PackageSource { oci: OciSource { reference: "127.0.0.1:1/alpha:1".into(), pull_secret: None, insecure: true } },
+                runtime: None,
+            },
+        );
+        p.metadata.generation = Some(1);
+        p
+    };
+    let with = |status: Result<&PackageFacts, &ResolveError>| {
+        let mut p = unresolved();
+        p.status = Some(package_status(&p, status));
+        packages(vec![p])
+    };
+    let unreachable = ResolveError::Pull {
+        reference: "127.0.0.1:1/alpha:1".into(),
+        source: skill_operator::oci::OciError::Unreachable { registry: "127.0.0.1:1".into(), detail: "connection refused".into() },
+    };
+    let retrying = with(Err(&unreachable));
+    let ready_reason = |pkgs: &BTreeMap<String, SkillPackage>| {
+        pkgs["alpha-1"].status.as_ref().unwrap().conditions.iter().find(|c| c.type_ == "Ready").unwrap().reason.clone()
+    };
+    assert_eq!(ready_reason(&retrying), RESOLVE_RETRYING, "an unreachable store is retried, and says so");
+    let wrong = with(Err(&ResolveError::PinMismatch { pinned: "sha256:aa".into(), got: "sha256:bb".into() }));
+    assert_ne!(ready_reason(&wrong), RESOLVE_RETRYING, "a package wrong as it is is a verdict");
+    let facts = PackageFacts {
+        digest: "sha256:00".into(),
+        catalog: discover(&[a.path().join("alpha")], Limits::default()),
+        requirement_files: vec![],
+        dependencies: Default::default(),
+    };
+    let ready = with(Ok(&facts));
+    let unchecked = packages(vec![unresolved()]);
+
+    let settling = |b: &SkillBinding, pkgs: &BTreeMap<String, SkillPackage>| {
+        let (b, pkgs, cache) = (b.clone(), pkgs.clone(), &cache);
+        async move {
+            let snap = NamespaceCatalog::build("team", std::slice::from_ref(&b), &pkgs, cache).await;
+            assert!(snap.catalog.skills.is_empty(), "nothing served from a binding that is not Ready");
+            snap.settling
+        }
+    };
+    for (name, pkgs) in [("unchecked", &unchecked), ("retrying", &retrying)] {
+        let b = decided(undecided("b", "alpha-1", &[], false), pkgs, &[]);
+        assert_eq!(b.status.as_ref().unwrap().conditions[0].reason, PACKAGE_NOT_READY);
+        assert!(settling(&b, pkgs).await, "a package {name}: its verdict is on its way");
+        assert!(settling(&b, &ready).await, "decided before its package ({name}) was Ready: re-decided next");
+    }
+    let b = decided(undecided("b", "alpha-1", &[], false), &wrong, &[]);
+    assert!(!settling(&b, &wrong).await, "a package refused as it is: nothing to wait for");
+    let missing = decided(undecided("b", "alpha-1", &[], false), &BTreeMap::new(), &[]);
+    assert!(!settling(&missing, &BTreeMap::new()).await, "a package that does not exist: nothing to wait for");
+    assert!(settling(&missing, &unchecked).await, "the package exists since: the binding is re-decided");
+}
+
 #[tokio::test]
 async fn an_empty_namespace_is_an_empty_snapshot() {
     let dir = tempfile::tempdir().unwrap();

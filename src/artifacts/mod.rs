@@ -398,6 +398,9 @@ pub enum ErrorCode {
     RegistryError,
     RegistryUnavailable,
     SetChanged,
+    /// Not ready yet: the sample skills are still being seeded and their
+    /// SkillPackages applied (`/readyz` only).
+    Starting,
     TooManyDirs,
     TooManyFiles,
     TotalTooLarge,
@@ -428,6 +431,7 @@ impl ErrorCode {
         ErrorCode::RegistryError,
         ErrorCode::RegistryUnavailable,
         ErrorCode::SetChanged,
+        ErrorCode::Starting,
         ErrorCode::TooManyDirs,
         ErrorCode::TooManyFiles,
         ErrorCode::TotalTooLarge,
@@ -458,6 +462,7 @@ impl ErrorCode {
             ErrorCode::RegistryError => "registry_error",
             ErrorCode::RegistryUnavailable => "registry_unavailable",
             ErrorCode::SetChanged => "set_changed",
+            ErrorCode::Starting => "starting",
             ErrorCode::TooManyDirs => "too_many_dirs",
             ErrorCode::TooManyFiles => "too_many_files",
             ErrorCode::TotalTooLarge => "total_too_large",
@@ -490,6 +495,7 @@ impl ErrorCode {
             ErrorCode::RegistryError => 502,
             ErrorCode::RegistryUnavailable => 503,
             ErrorCode::SetChanged => 409,
+            ErrorCode::Starting => 503,
             ErrorCode::TooManyDirs => 413,
             ErrorCode::TooManyFiles => 413,
             ErrorCode::TotalTooLarge => 413,

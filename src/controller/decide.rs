@@ -65,7 +65,13 @@ pub fn package_status(pkg: &SkillPackage, facts: Result<&PackageFacts, &super::c
         Err(why) => {
             set_condition(&mut status.conditions, "Resolved", false, "ResolveFailed", why.to_string(), generation);
             set_condition(&mut status.conditions, "Validated", false, "NotResolved", "the package could not be resolved", generation);
-            set_condition(&mut status.conditions, "Ready", false, "NotResolved", "the package could not be resolved", generation);
+            // A registry that is down may come back: the verdict is still on its way.
+            let (reason, message) = if why.is_transient() {
+                (RESOLVE_RETRYING, "the package could not be resolved yet; trying again")
+            } else {
+                ("NotResolved", "the package could not be resolved")
+            };
+            set_condition(&mut status.conditions, "Ready", false, reason, message, generation);
             return status;
         }
     };
@@ -212,6 +218,24 @@ pub struct BindingDecision {
 /// namespace serves the same skill name.
 pub const DUPLICATE_SKILL_NAME: &str = "DuplicateSkillName";
 
+/// The `Ready` reason of a binding whose package is not Ready (yet).
+pub const PACKAGE_NOT_READY: &str = "PackageNotReady";
+
+/// The `Ready` reason of a binding whose package does not exist (yet).
+pub const PACKAGE_NOT_FOUND: &str = "PackageNotFound";
+
+/// The `Ready` reason of a package whose source could not be read for a
+/// reason that passes (the registry or store unreachable): it is tried
+/// again ([`resolve_retry_after`]), so its verdict is still to come.
+pub const RESOLVE_RETRYING: &str = "ResolveRetrying";
+
+/// When a package [`RESOLVE_RETRYING`] since `since` is tried next: soon
+/// at first (a store that is starting up answers within seconds), then
+/// half the outage's age, at most 30 s (a long outage is not hammered).
+pub fn resolve_retry_after(since: std::time::Duration) -> std::time::Duration {
+    (since / 2).clamp(std::time::Duration::from_secs(1), std::time::Duration::from_secs(30))
+}
+
 /// Decide a binding from its package and the skill names other bindings in
 /// the namespace serve (`(binding name, skill name)`).
 pub fn binding_decision(binding: &SkillBinding, package: Option<&SkillPackage>, siblings: &[(String, String)]) -> BindingDecision {
@@ -225,7 +249,7 @@ pub fn binding_decision(binding: &SkillBinding, package: Option<&SkillPackage>, 
         proposed_egress: vec![],
     };
     let Some(package) = package else {
-        d.ready = Err(("PackageNotFound".into(), format!("no SkillPackage named `{}`", binding.spec.package)));
+        d.ready = Err((PACKAGE_NOT_FOUND.into(), format!("no SkillPackage named `{}`", binding.spec.package)));
         return d;
     };
     let status = package.status.clone().unwrap_or_default();
@@ -242,11 +266,11 @@ pub fn binding_decision(binding: &SkillBinding, package: Option<&SkillPackage>, 
         }
     }
     if !is_true(&status.conditions, "Ready") {
-        d.ready = Err(("PackageNotReady".into(), format!("SkillPackage `{}` is not ready", binding.spec.package)));
+        d.ready = Err((PACKAGE_NOT_READY.into(), format!("SkillPackage `{}` is not ready", binding.spec.package)));
         return d;
     }
     let Some(name) = &status.skill_name else {
-        d.ready = Err(("PackageNotReady".into(), format!("SkillPackage `{}` has no skill name yet", binding.spec.package)));
+        d.ready = Err((PACKAGE_NOT_READY.into(), format!("SkillPackage `{}` has no skill name yet", binding.spec.package)));
         return d;
     };
     let own = binding.metadata.name.clone().unwrap_or_default();

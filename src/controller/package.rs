@@ -12,7 +12,7 @@ use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::ResourceExt;
 
 use super::context::{apply_status, Context, Error, ResolveError, Result};
-use super::decide::{apply_preparation, dependency_plan_status, package_status, PackageFacts, REQUIREMENT_FILES};
+use super::decide::{apply_preparation, dependency_plan_status, package_status, resolve_retry_after, PackageFacts, REQUIREMENT_FILES};
 use crate::api::binding::SkillBinding;
 use crate::api::conditions::is_true;
 use crate::api::package::SkillPackage;
@@ -52,14 +52,16 @@ async fn apply(pkg: &SkillPackage, ctx: &Context) -> Result<Action> {
         (pkg.status.clone().unwrap_or_default(), Duration::from_secs(600))
     } else {
         let facts = resolve(pkg, ctx).await;
+        let status = package_status(pkg, facts.as_ref());
         let next = match &facts {
             Ok(_) => Duration::from_secs(600),
-            // A registry that is down may come back; a package that is wrong as
-            // it is will not change until someone edits it (which wakes us).
-            Err(e) if e.is_transient() => Duration::from_secs(30),
+            // A registry that is down may come back (sooner the younger the
+            // outage); a package that is wrong as it is will not change
+            // until someone edits it (which wakes us).
+            Err(e) if e.is_transient() => resolve_retry_after(retrying_for(&status)),
             Err(_) => Duration::from_secs(600),
         };
-        (package_status(pkg, facts.as_ref()), next)
+        (status, next)
     };
     if prepare && is_true(&status.conditions, "Validated") && profile_ready(&status) {
         let (progress, after) = super::prepare::step(pkg, &mut status, ctx).await?;
@@ -71,6 +73,13 @@ async fn apply(pkg: &SkillPackage, ctx: &Context) -> Result<Action> {
         apply_status(&api, &pkg.name_any(), &status).await?;
     }
     Ok(Action::requeue(next.min(cilium_retry)))
+}
+
+/// How long the package has not been Ready (its `Ready` condition's last
+/// flip): the age of the outage it is retrying through.
+fn retrying_for(status: &crate::api::package::SkillPackageStatus) -> Duration {
+    let since = status.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.last_transition_time.0);
+    since.map_or(Duration::ZERO, |t| Duration::try_from(k8s_openapi::jiff::Timestamp::now().duration_since(t)).unwrap_or(Duration::ZERO))
 }
 
 /// Whether the profile itself allows runs: Ready, or held back only by the

@@ -23,6 +23,9 @@ use super::*;
 // -- handlers -----------------------------------------------------------------
 
 pub(super) async fn readyz(State(state): State<AppState>) -> Response {
+    if state.is_starting() {
+        return ApiError::new(ErrorCode::Starting, "seeding the sample skills and applying their SkillPackages").into_response();
+    }
     let probe = format!("{}:readyz-probe", state.0.repo);
     match state.0.sets.blob_set(&probe).await {
         Ok(_) | Err(OciError::NotFound { .. }) => "ok".into_response(),

@@ -6,7 +6,8 @@
 //!
 //! ```text
 //! GET    /healthz                                  200 "ok"
-//! GET    /readyz                                   200 when the registry answers
+//! GET    /readyz                                   200 when the registry answers (503 `starting` while the
+//!                                                  sample SkillPackages are applied)
 //! GET    /metrics                                  the listener's counters (src/listener)
 //! GET    /v1/jobs/{ns}/{uid}/package               job|operator  package bytes (.tar.gz)
 //! PUT    /v1/jobs/{ns}/{uid}/package               operator      body: package bytes
@@ -188,6 +189,10 @@ pub(super) struct Inner {
     /// The built-in store, when the endpoint is its own registry.
     store: Option<crate::artifacts::store::Store>,
     seed_samples: bool,
+    /// Set while the sample SkillPackages are being applied: `/readyz`
+    /// answers 503 until they exist, so `helm install --wait` returns with
+    /// them in place (a binding applied next finds its package).
+    samples_pending: std::sync::atomic::AtomicBool,
 }
 
 /// Validated package configs kept before the memo is cleared.
@@ -248,7 +253,23 @@ impl AppState {
             stop: tokio_util::sync::CancellationToken::new(),
             store,
             seed_samples: cfg.seed_samples,
+            samples_pending: std::sync::atomic::AtomicBool::new(false),
         })))
+    }
+
+    /// Holds `/readyz` at 503 until [`Self::samples_applied`].
+    pub fn samples_pending(&self) {
+        self.0.samples_pending.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The sample SkillPackages were applied, or applying them was given up
+    /// (logged): the endpoint serves jobs either way.
+    pub fn samples_applied(&self) {
+        self.0.samples_pending.store(false, std::sync::atomic::Ordering::Release);
+    }
+
+    pub(super) fn is_starting(&self) -> bool {
+        self.0.samples_pending.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The built-in store, if the endpoint runs on one.
@@ -594,17 +615,20 @@ pub async fn command(a: ArtifactsArgs, shutdown: crate::shutdown::Shutdown) -> a
     let sample_packages = a.sample_packages.as_deref().map(crate::artifacts::sample_packages::read).transpose()?;
     let state = AppState::new(cfg)?;
     if let Some(packages) = sample_packages {
+        state.samples_pending();
         let seeded = state.clone();
         tokio::spawn(async move {
             // The packages name the seeded samples: seed first (serve seeds
             // too; pushing twice uploads nothing).
-            if let Err(e) = seeded.seed_samples().await {
-                tracing::error!(error = %e, "seeding the sample skills failed; not applying their SkillPackages");
-                return;
+            match seeded.seed_samples().await {
+                Err(e) => tracing::error!(error = %e, "seeding the sample skills failed; not applying their SkillPackages"),
+                Ok(_) => {
+                    if let Err(e) = crate::artifacts::sample_packages::apply(packages).await {
+                        tracing::error!(error = %format!("{e:#}"), "the sample SkillPackages were not applied");
+                    }
+                }
             }
-            if let Err(e) = crate::artifacts::sample_packages::apply(packages).await {
-                tracing::error!(error = %format!("{e:#}"), "the sample SkillPackages were not applied");
-            }
+            seeded.samples_applied();
         });
     }
     match &a.store {

@@ -39,7 +39,7 @@ use super::limits::PULLS_PER_BUILD;
 use super::policy::{binding_path, BindingPolicy, BoundSkill};
 use crate::api::binding::SkillBinding;
 use crate::api::package::SkillPackage;
-use crate::controller::decide::DUPLICATE_SKILL_NAME;
+use crate::controller::decide::{DUPLICATE_SKILL_NAME, PACKAGE_NOT_FOUND, PACKAGE_NOT_READY, RESOLVE_RETRYING};
 use crate::core::catalog::Catalog;
 use crate::core::limits::SKILLS_TOTAL;
 use crate::core::problems::{Problem, Reason};
@@ -84,6 +84,38 @@ fn undecided(binding: &SkillBinding) -> bool {
     ready.is_none_or(|c| matches!((c.observed_generation, binding.metadata.generation), (Some(seen), Some(now)) if seen != now))
 }
 
+/// Whether a verdict on `binding` that is not Ready is still on its way:
+/// the controller has not decided, or the binding waits on a package whose
+/// own verdict is coming ([`package_settling`]), or that is Ready or
+/// exists since (the controller re-decides its bindings then). A first call right after
+/// `kubectl apply` must not get an empty namespace that fills a moment later.
+fn binding_settling(binding: &SkillBinding, packages: &BTreeMap<String, SkillPackage>) -> bool {
+    if undecided(binding) {
+        return true;
+    }
+    let ready = binding.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"));
+    let package = packages.get(binding.spec.package.as_str());
+    match ready.map(|c| c.reason.as_str()) {
+        // Created since: the controller re-decides the binding on that.
+        Some(PACKAGE_NOT_FOUND) => package.is_some(),
+        Some(PACKAGE_NOT_READY) => package.is_some_and(|p| {
+            package_settling(p) || p.status.as_ref().is_some_and(|s| crate::api::conditions::is_true(&s.conditions, "Ready"))
+        }),
+        _ => false,
+    }
+}
+
+/// Whether the controller's verdict on `package` is still to come: not
+/// checked yet (no Ready condition, or one from an older generation), or
+/// retrying a source that was unreachable ([`RESOLVE_RETRYING`]).
+fn package_settling(package: &SkillPackage) -> bool {
+    let ready = package.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"));
+    ready.is_none_or(|c| {
+        c.reason == RESOLVE_RETRYING
+            || matches!((c.observed_generation, package.metadata.generation), (Some(seen), Some(now)) if seen != now)
+    })
+}
+
 /// A binding that may be served, once its package is in the cache.
 struct Candidate<'a> {
     name: String,
@@ -122,7 +154,7 @@ impl NamespaceCatalog {
         for binding in sorted {
             let Some(name) = binding.metadata.name.clone() else { continue };
             if let Err((reason, why)) = binding_verdict(binding) {
-                settling |= undecided(binding);
+                settling |= binding_settling(binding, packages);
                 let mut p = Problem::new(binding_path(&name), reason, format!("{why}; its skill is not served"));
                 if let Some(s) = binding.status.as_ref().and_then(|s| s.skill_name.clone()) {
                     p = p.for_skill(s);
@@ -146,7 +178,7 @@ impl NamespaceCatalog {
             };
             let ready = status.conditions.iter().find(|c| c.type_ == "Ready");
             if ready.is_none_or(|c| c.status != "True") {
-                settling |= ready.is_none();
+                settling |= package_settling(package);
                 let why = ready.map_or_else(|| "not checked yet".to_string(), |c| format!("{}: {}", c.reason, c.message));
                 problems
                     .entry(name.clone())
