@@ -7,7 +7,7 @@
 #     tests/envtest.rs, the controller benchmark in a short mode, the
 #     prepared-image suite tests/cluster_prepare.rs and the real-cluster
 #     suite tests/kind/run.sh and the quick start tests/kind/quickstart.sh
-#     run against it; a cluster this
+#     run against it (the CRDs of crds/ applied first); a cluster this
 #     script started is stopped again (down.sh). With the cluster present,
 #     SKILL_OPERATOR_REQUIRE_GATED=1 is set, so a suite that skips fails.
 #   - otherwise each suite prints SKIPPED and nothing is counted as passed.
@@ -66,6 +66,18 @@ else
 fi
 stop() { if [[ $started == 1 ]]; then "$SCRIPTS/down.sh" >/dev/null 2>&1 || true; fi; }
 trap stop EXIT
+
+# The suites that drive the real cluster (gateway_executor first) need the
+# operator's CRDs, which a fresh cluster lacks until a chart install: apply
+# the committed ones (tests/kind/run.sh adopts them into its release; the
+# quick start and the console install with crds.install=false and leave them).
+if [[ -n "${KUBECONFIG:-}" ]]; then
+  K="${KUBECTL:-$(command -v kubectl || echo "$TEST_DEPS/bin/kubectl")}"
+  "$K" apply --server-side --force-conflicts --field-manager=skill-operator-tests -f "$ROOT/crds/" >/dev/null
+  "$K" wait --for condition=established --timeout=60s \
+    crd/skillpackages.skill-operator.dev crd/skillbindings.skill-operator.dev crd/skilljobs.skill-operator.dev >/dev/null
+  echo "gated: the CRDs of crds/ are applied to the cluster"
+fi
 
 # suite NAME: one run of a gated cargo test; its summary lines here, the
 # whole log tail on failure.
