@@ -87,7 +87,26 @@ fn unresolvable_package_is_not_ready() {
     };
     let s = package_status(&package(None), Err(&err));
     assert_eq!(condition(&s, "Resolved"), ("False", "ResolveFailed"));
-    assert_eq!(condition(&s, "Ready").0, "False");
+    // Not found is a verdict, not a reason to wait (the gateway waits on ResolveRetrying).
+    assert_eq!(condition(&s, "Ready"), ("False", "NotResolved"));
+}
+
+#[test]
+fn an_unreachable_registry_is_retried_soon_then_less_often() {
+    use super::decide::{resolve_retry_after, RESOLVE_RETRYING};
+    use std::time::Duration;
+    let err = crate::controller::context::ResolveError::Pull {
+        reference: "r/weather:1".into(),
+        source: crate::oci::OciError::Unreachable { registry: "r".into(), detail: "connection refused".into() },
+    };
+    let s = package_status(&package(None), Err(&err));
+    assert_eq!(condition(&s, "Ready"), ("False", RESOLVE_RETRYING));
+    // The edges: a second at first, half the outage's age, 30 s at most.
+    assert_eq!(resolve_retry_after(Duration::ZERO), Duration::from_secs(1));
+    assert_eq!(resolve_retry_after(Duration::from_secs(2)), Duration::from_secs(1));
+    assert_eq!(resolve_retry_after(Duration::from_secs(10)), Duration::from_secs(5));
+    assert_eq!(resolve_retry_after(Duration::from_secs(60)), Duration::from_secs(30));
+    assert_eq!(resolve_retry_after(Duration::from_secs(3600)), Duration::from_secs(30));
 }
 
 #[test]

@@ -1,4 +1,7 @@
-//! Prometheus metrics: reconciles, failures by error, durations, Jobs created.
+//! Prometheus metrics: reconciles, failures by error, durations, Jobs
+//! created, and SkillJobs by the final phase they reach (with the time from
+//! creation to it). The chart's dashboard and alerts read these names
+//! (tests/metrics_names.rs holds the two together).
 
 use std::time::Duration;
 
@@ -20,6 +23,11 @@ pub struct StateLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    pub phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabel {
     pub kind: String,
     pub error: String,
@@ -32,6 +40,11 @@ pub struct Metrics {
     pub failures: Family<ErrorLabel, Counter>,
     pub duration: Family<KindLabel, Histogram>,
     pub jobs_created: Counter,
+    /// SkillJobs that reached a final phase, by that phase (counted when the
+    /// controller writes it, so once per SkillJob).
+    pub skilljobs_finished: Family<PhaseLabel, Counter>,
+    /// From a SkillJob's creation to its final phase, by that phase.
+    pub skilljob_duration: Family<PhaseLabel, Histogram>,
     /// The egress proxy's CiliumNetworkPolicy: 1 on the state the last
     /// attempt left, 0 on the others (no series while the policy is off).
     pub cilium_policy: Family<StateLabel, Gauge>,
@@ -50,10 +63,22 @@ impl Default for Metrics {
             Histogram::new([0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0])
         });
         let jobs_created = Counter::default();
+        let skilljobs_finished = Family::<PhaseLabel, Counter>::default();
+        // A warm run is well under a second, a cold one a few, the longest
+        // allowed 300 s (plus the stop and the upload).
+        let skilljob_duration = Family::<PhaseLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new([0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0])
+        });
         registry.register("reconciles", "Reconciles by kind", reconciles.clone());
         registry.register("reconcile_failures", "Failed reconciles by kind and error", failures.clone());
         registry.register("reconcile_duration_seconds", "Reconcile duration by kind", duration.clone());
         registry.register("jobs_created", "Kubernetes Jobs created for SkillJobs", jobs_created.clone());
+        registry.register("skilljobs_finished", "SkillJobs that reached a final phase, by phase", skilljobs_finished.clone());
+        registry.register(
+            "skilljob_duration_seconds",
+            "From a SkillJob's creation to its final phase, by phase",
+            skilljob_duration.clone(),
+        );
         let cilium_policy = Family::<StateLabel, Gauge>::default();
         let cilium_policy_hosts = Gauge::default();
         registry.register(
@@ -64,7 +89,18 @@ impl Default for Metrics {
         registry.register("egress_cilium_policy_hosts", "Host entries in the applied CiliumNetworkPolicy", cilium_policy_hosts.clone());
         let listener = crate::listener::ListenerMetrics::default();
         listener.register(&mut registry);
-        Metrics { registry, reconciles, failures, duration, jobs_created, cilium_policy, cilium_policy_hosts, listener }
+        Metrics {
+            registry,
+            reconciles,
+            failures,
+            duration,
+            jobs_created,
+            skilljobs_finished,
+            skilljob_duration,
+            cilium_policy,
+            cilium_policy_hosts,
+            listener,
+        }
     }
 }
 
@@ -77,6 +113,15 @@ impl Metrics {
 
     pub fn failed(&self, kind: &str, error: &str) {
         self.failures.get_or_create(&ErrorLabel { kind: kind.into(), error: error.into() }).inc();
+    }
+
+    /// A SkillJob reached `phase` (a final one), `age` after its creation.
+    pub fn skilljob_finished(&self, phase: crate::api::job::SkillJobPhase, age: Option<Duration>) {
+        let label = PhaseLabel { phase: format!("{phase:?}") };
+        self.skilljobs_finished.get_or_create(&label).inc();
+        if let Some(age) = age {
+            self.skilljob_duration.get_or_create(&label).observe(age.as_secs_f64());
+        }
     }
 
     /// Record what the last CiliumNetworkPolicy attempt left.
@@ -109,5 +154,17 @@ mod tests {
         assert!(text.contains(r#"skill_operator_reconciles_total{kind="SkillJob"} 1"#), "{text}");
         assert!(text.contains(r#"skill_operator_reconcile_failures_total{kind="SkillJob",error="kube"} 1"#), "{text}");
         assert!(text.contains("skill_operator_jobs_created_total 1"), "{text}");
+    }
+
+    #[test]
+    fn a_final_phase_is_counted_with_its_age() {
+        let m = Metrics::default();
+        m.skilljob_finished(crate::api::job::SkillJobPhase::Succeeded, Some(Duration::from_millis(2_500)));
+        m.skilljob_finished(crate::api::job::SkillJobPhase::TimedOut, None);
+        let text = m.render();
+        assert!(text.contains(r#"skill_operator_skilljobs_finished_total{phase="Succeeded"} 1"#), "{text}");
+        assert!(text.contains(r#"skill_operator_skilljobs_finished_total{phase="TimedOut"} 1"#), "{text}");
+        assert!(text.contains(r#"skill_operator_skilljob_duration_seconds_bucket{le="3.0",phase="Succeeded"} 1"#), "{text}");
+        assert!(text.contains(r#"skill_operator_skilljob_duration_seconds_bucket{le="2.0",phase="Succeeded"} 0"#), "{text}");
     }
 }

@@ -207,14 +207,22 @@ async fn watch_jobs(registry: MemoryRegistry, path: PathBuf) {
     }
 }
 
+/// What the proxy's `/metrics` serves: its counters and its listener's.
+pub fn metrics_registry(
+    proxy: &crate::egress::metrics::ProxyMetrics,
+    listener: &crate::listener::ListenerMetrics,
+) -> prometheus_client::registry::Registry {
+    let mut registry = prometheus_client::registry::Registry::with_prefix("skill_operator");
+    proxy.register(&mut registry);
+    listener.register(&mut registry);
+    registry
+}
+
 /// `/metrics` and `/healthz` on the shared listener ([`crate::listener`]).
 pub async fn serve_metrics(listener: tokio::net::TcpListener, proxy: Proxy, bounds: crate::listener::Bounds) {
     use axum::routing::get;
-    let mut registry = prometheus_client::registry::Registry::with_prefix("skill_operator");
-    proxy.metrics().register(&mut registry);
     let counters = crate::listener::ListenerMetrics::default();
-    counters.register(&mut registry);
-    let registry = Arc::new(registry);
+    let registry = Arc::new(metrics_registry(proxy.metrics(), &counters));
     let app = axum::Router::new().route("/healthz", get(|| async { "ok" })).route(
         "/metrics",
         get(move || {

@@ -79,7 +79,7 @@ pub mod tls;
 mod zerocopy;
 
 pub use allowlist::{effective, Allowlist, Effective, Entry};
-pub use command::{run, serve_metrics, CommandError, ProxyArgs};
+pub use command::{metrics_registry, run, serve_metrics, CommandError, ProxyArgs};
 pub use config::{JobBudget, JobLimits, Limits, ProxyConfig};
 pub use identity::{proxy_token, proxy_url, JobId};
 pub use metrics::{ProxyMetrics, Verdict};

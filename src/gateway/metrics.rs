@@ -6,11 +6,16 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::registry::Registry;
 
-use super::auth::Authenticator;
+use super::auth::{AuthStats, Authenticator};
 
 /// The current figures, encoded.
 pub fn render(auth: &Authenticator) -> String {
-    let stats = auth.stats();
+    render_stats(auth.stats())
+}
+
+/// `stats` and the rate limiter's refusals, encoded (the gateway's listener
+/// counters follow them on `/metrics`).
+pub fn render_stats(stats: AuthStats) -> String {
     let mut registry = Registry::with_prefix("skill_operator_gateway");
     registry.register("token_reviews", "TokenReviews sent to the API server", ConstCounter::new(stats.token_reviews));
     registry.register("token_cache_hits", "Bearer tokens answered from the cache", ConstCounter::new(stats.token_cache_hits));

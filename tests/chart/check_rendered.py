@@ -25,6 +25,10 @@ when any check failed. Checks:
                  peer), and the artifacts container listens on 8443
   servicemonitor a ServiceMonitor, when rendered, selects the metrics Service
                  and names its port
+  prometheusrule every alert has an expr, a severity (critical, warning,
+                 info), a summary and a description; names unique
+  dashboard      the Grafana dashboard parses, every panel has a query
+                 filtered by $namespace, panel ids are unique
   gateway-*      the MCP gateway's objects, when rendered (gateway_checks.py)
   expect         --expect checks on the rendering (see EXPECTATIONS)
 """
@@ -167,6 +171,71 @@ def args_of(deploy):
     return deploy["spec"]["template"]["spec"]["containers"][0].get("args") or []
 
 
+SEVERITIES = {"critical", "warning", "info"}
+
+
+def prometheus_rule_problems(rules):
+    """Every alert has an expression, a severity a router can match, and a
+    summary and description a person reads; names are unique."""
+    problems, seen = [], set()
+    for r in rules:
+        groups = (r.get("spec") or {}).get("groups") or []
+        if not groups:
+            problems.append(f"{r['metadata']['name']}: no groups")
+        for g in groups:
+            if not g.get("rules"):
+                problems.append(f"group {g.get('name')}: no rules")
+            for rule in g.get("rules") or []:
+                name = rule.get("alert") or rule.get("record") or "?"
+                if name in seen:
+                    problems.append(f"{name}: defined twice")
+                seen.add(name)
+                if not str(rule.get("expr") or "").strip():
+                    problems.append(f"{name}: no expr")
+                if "alert" not in rule:
+                    continue
+                if (rule.get("labels") or {}).get("severity") not in SEVERITIES:
+                    problems.append(f"{name}: severity {(rule.get('labels') or {}).get('severity')!r} not in {sorted(SEVERITIES)}")
+                ann = rule.get("annotations") or {}
+                for key in ("summary", "description"):
+                    if not str(ann.get(key) or "").strip():
+                        problems.append(f"{name}: no annotations.{key}")
+    return problems
+
+
+def dashboard_problems(maps):
+    """The dashboard parses, every panel shows something (a Prometheus
+    expression), panel ids are unique, and the namespace variable exists."""
+    import json
+    problems = []
+    for m in maps:
+        data = m.get("data") or {}
+        if len(data) != 1:
+            problems.append(f"{m['metadata']['name']}: {len(data)} files, want 1")
+            continue
+        (key, text), = data.items()
+        try:
+            dash = json.loads(text)
+        except ValueError as e:
+            problems.append(f"{key}: not JSON: {e}")
+            continue
+        ids = [p.get("id") for p in dash.get("panels") or []]
+        if len(ids) != len(set(ids)):
+            problems.append(f"{key}: panel ids repeat")
+        variables = {v.get("name") for v in (dash.get("templating") or {}).get("list") or []}
+        if not {"datasource", "namespace"} <= variables:
+            problems.append(f"{key}: variables {sorted(variables)} lack datasource or namespace")
+        for p in dash.get("panels") or []:
+            if p.get("type") == "row":
+                continue
+            exprs = [t.get("expr") for t in p.get("targets") or [] if t.get("expr")]
+            if not exprs:
+                problems.append(f"{key}: panel {p.get('title')!r} has no query")
+            if any('namespace="$namespace"' not in e for e in exprs):
+                problems.append(f"{key}: panel {p.get('title')!r} is not filtered by $namespace")
+    return problems
+
+
 # --expect KEY=VALUE checks: KEY -> function(objs, value) -> list of problems.
 EXPECTATIONS = {}
 
@@ -195,6 +264,14 @@ def _(objs, value):
 def _(objs, value):
     return [f"{o['metadata']['name']}: no imagePullSecret {value}" for o in objs if o["kind"] in WORKLOADS
             and {"name": value} not in (pod_spec(o).get("imagePullSecrets") or [])]
+
+
+@expect("monitors")
+def _(objs, value):
+    want = sorted(value.split(","))
+    got = sorted((o["metadata"].get("labels") or {}).get("app.kubernetes.io/component", "?")
+                 for o in objs if o["kind"] == "ServiceMonitor")
+    return [] if got == want else [f"ServiceMonitors for {got}, want {want}"]
 
 
 @expect("kinds")
@@ -499,6 +576,13 @@ def main():
                 sm.append(f"{m['metadata']['name']}: endpoint port {e.get('port')} not in {names}")
     if monitors:
         check("servicemonitor", sm)
+
+    rules = [o for o in objs if o["kind"] == "PrometheusRule"]
+    if rules:
+        check("prometheusrule", prometheus_rule_problems(rules))
+    dashboards = [o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-dashboard")]
+    if dashboards:
+        check("dashboard", dashboard_problems(dashboards))
 
     for name, problems in gateway_checks.checks(objs):
         check(name, problems)

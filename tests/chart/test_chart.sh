@@ -135,12 +135,12 @@ check_fails "the values schema refuses an image repository with a tag" "imageRep
 check "helm template (a second release)" "$HELM" template other "$CHART" --namespace "$NS" \
   -f "$HERE/values-min.yaml" --output-dir "$OUT/other"
 
-# kubernetes-validate --strict: every object passes; the only schema-less kind
-# allowed is the ServiceMonitor.
+# kubernetes-validate --strict: every object passes; the only schema-less kinds
+# allowed are the Prometheus Operator's ServiceMonitor and PrometheusRule.
 validate() { # file
   local out
   out="$("$KV" --strict -k "$KVER" "$1" 2>&1)" || { echo "$out"; return 1; }
-  if grep -v '^INFO ' <<<"$out" | grep -v "Couldn't find schema for kind ServiceMonitor with api version monitoring.coreos.com/v1" | grep -q .; then
+  if grep -v '^INFO ' <<<"$out" | grep -Ev "Couldn't find schema for kind (ServiceMonitor|PrometheusRule) with api version monitoring.coreos.com/v1" | grep -q .; then
     echo "$out" | grep -v '^INFO '
     return 1
   fi
@@ -217,7 +217,8 @@ check "checks (values-min.yaml)" rendered min \
   --expect no-gateway-arg=--max- --expect no-gateway-arg=--auth- --expect no-gateway-arg=--public-url \
   --expect no-gateway-arg=--authorization-server --expect no-gateway-arg=--plain-http-registry
 check "checks (values-all.yaml)" rendered all \
-  --expect kinds=ClusterRole,ClusterRoleBinding,CustomResourceDefinition,Deployment,NetworkPolicy,PodDisruptionBudget,Role,RoleBinding,Service,ServiceAccount,ServiceMonitor \
+  --expect kinds=ClusterRole,ClusterRoleBinding,ConfigMap,CustomResourceDefinition,Deployment,NetworkPolicy,PodDisruptionBudget,PrometheusRule,Role,RoleBinding,Service,ServiceAccount,ServiceMonitor \
+  --expect monitors=controller,egress-proxy,gateway \
   --expect controller-arg=--egress-proxy=10.96.100.11:3128 \
   --expect controller-arg=--network-policy=enforced \
   --expect controller-arg=--egress-cilium-fqdn-policy \
@@ -285,6 +286,10 @@ check_fails "the samples check sees a sample naming another registry" "does not 
   altered other-registry none 'import json; m = by("ConfigMap", "-samples"); ps = json.loads(m["data"]["skillpackages.json"]); ps[0]["spec"]["source"]["oci"]["reference"] = "evil.example/x:1"; m["data"]["skillpackages.json"] = json.dumps(ps)' --expect samples=5
 check_fails "the samples check sees get on every SkillPackage" "artifacts skillpackages rules" \
   altered wide-samples none 'by("ClusterRole", "-artifacts")["rules"][-1].pop("resourceNames")' --expect samples=5
+check_fails "the alert check refuses an alert without a severity" "FAIL prometheusrule: SkillOperatorRunsFailing: severity" \
+  altered no-severity all 'by("PrometheusRule", "")["spec"]["groups"][0]["rules"][0]["labels"].pop("severity")'
+check_fails "the dashboard check refuses a panel not filtered by namespace" "FAIL dashboard: .*not filtered by" \
+  altered unscoped all 'import json; m = by("ConfigMap", "-dashboard"); d = json.loads(m["data"]["skill-operator.json"]); d["panels"][1]["targets"][0]["expr"] = "sum(skill_operator_jobs_created_total)"; m["data"]["skill-operator.json"] = json.dumps(d)'
 check_fails "gateway checks refuse a Secrets rule in the gateway ClusterRole" "FAIL gateway-rbac: ClusterRole: get on ''/secrets" \
   altered secrets min 'by("ClusterRole", "-gateway")["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})'
 check_fails "gateway checks refuse a wildcard verb" "FAIL gateway-rbac: ClusterRole: wildcard" \

@@ -174,7 +174,17 @@ async fn patch_status(ctx: &Context, job: &SkillJob, status: &SkillJobStatus) ->
     }
     let ns = job.namespace().ok_or(Error::Missing("namespace"))?;
     let api: Api<SkillJob> = Api::namespaced(ctx.client.clone(), &ns);
-    apply_status(&api, &job.name_any(), status).await
+    apply_status(&api, &job.name_any(), status).await?;
+    // Counted on the write that makes the phase final, so once per SkillJob
+    // (a restarted controller reads the final phase back and writes nothing).
+    let was_final = job.status.as_ref().and_then(|s| s.phase).is_some_and(is_final);
+    if let Some(phase) = status.phase.filter(|p| is_final(*p) && !was_final) {
+        let age = job.metadata.creation_timestamp.as_ref().and_then(|t| {
+            Duration::try_from(Timestamp::now().duration_since(t.0)).ok()
+        });
+        ctx.metrics.skilljob_finished(phase, age);
+    }
+    Ok(())
 }
 
 fn set_phase(status: &mut SkillJobStatus, phase: SkillJobPhase, reason: &str, message: impl Into<String>, generation: Option<i64>) {
