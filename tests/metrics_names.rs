@@ -7,8 +7,10 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use skill_operator::api::job::SkillJobPhase;
+use skill_operator::controller::cilium::state::PolicyState;
 use skill_operator::controller::metrics::Metrics;
-use skill_operator::egress::metrics::ProxyMetrics;
+use skill_operator::egress::metrics::{DirectionLabel, OutcomeLabels, ProxyMetrics};
 use skill_operator::gateway::auth::AuthStats;
 use skill_operator::listener::ListenerMetrics;
 
@@ -33,12 +35,22 @@ fn series(exposition: &str) -> BTreeSet<String> {
     out
 }
 
-/// Every exposition an operator installation serves on `/metrics`.
+/// Every exposition an operator installation serves on `/metrics`, with one
+/// sample in every labelled family (an empty family is not exposed at all).
 fn exported() -> BTreeSet<String> {
-    let controller = Metrics::default().render();
+    let metrics = Metrics::default();
+    metrics.reconciled("SkillJob", std::time::Duration::from_millis(3));
+    metrics.failed("SkillJob", "kube");
+    metrics.skilljob_finished(SkillJobPhase::Succeeded, Some(std::time::Duration::from_secs(2)));
+    metrics.cilium_state(PolicyState::Applied, 1);
+    let controller = metrics.render();
     let gateway = ListenerMetrics::default().render_after(&skill_operator::gateway::metrics::render_stats(AuthStats::default()));
     let mut egress = String::new();
-    let registry = skill_operator::egress::metrics_registry(&ProxyMetrics::default(), &ListenerMetrics::default());
+    let proxy = ProxyMetrics::default();
+    proxy.requests.get_or_create(&OutcomeLabels { verdict: "refused".into(), reason: "host_not_allowed".into() }).inc();
+    proxy.bytes.get_or_create(&DirectionLabel { direction: "up".into() }).inc();
+    proxy.zero_copy_bytes.get_or_create(&DirectionLabel { direction: "up".into() }).inc();
+    let registry = skill_operator::egress::metrics_registry(&proxy, &ListenerMetrics::default());
     prometheus_client::encoding::text::encode(&mut egress, &registry).unwrap();
     [controller, gateway, egress].iter().flat_map(|e| series(e)).collect()
 }

@@ -93,7 +93,7 @@ fn unresolvable_package_is_not_ready() {
 
 #[test]
 fn an_unreachable_registry_is_retried_soon_then_less_often() {
-    use super::decide::{resolve_retry_after, RESOLVE_RETRYING};
+    use super::{resolve_retry_after, RESOLVE_RETRYING};
     use std::time::Duration;
     let err = crate::controller::context::ResolveError::Pull {
         reference: "r/weather:1".into(),
