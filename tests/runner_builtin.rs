@@ -128,7 +128,11 @@ async fn a_binary_the_run_uid_cannot_reach_by_path_still_launches() {
     let private = tempfile::tempdir().expect("tempdir");
     std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod");
     let copy = private.path().join("skill-operator");
-    std::fs::copy(BIN, &copy).expect("copy the binary");
+    // Copied by another process: a copy written here would leave its write
+    // descriptor in any child another test thread forks meanwhile, and the
+    // exec below would then fail with ETXTBSY (Text file busy).
+    let copied = std::process::Command::new("cp").arg(BIN).arg(&copy).status().expect("cp");
+    assert!(copied.success(), "cp {BIN} failed");
     let exe: std::os::fd::OwnedFd =
         std::fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH | libc::O_CLOEXEC).open(&copy).expect("open").into();
     let mut s = spec(PY, &["-c", "import os; print(os.getuid())"]);

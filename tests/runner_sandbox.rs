@@ -298,14 +298,19 @@ fn flaky_bwrap(dir: &std::path::Path, failures: usize, message: &str) -> (std::p
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     let calls = dir.join("calls");
     let script = dir.join("bwrap");
+    // Written here as a plain file and copied to its executable name by
+    // another process: an executable written by this process could be held
+    // open in a child another test thread forks meanwhile (exec: ETXTBSY).
+    let source = dir.join("bwrap.txt");
     std::fs::write(
-        &script,
+        &source,
         format!(
             "#!/bin/sh\necho call >> '{calls}'\nif [ \"$(wc -l < '{calls}')\" -le {failures} ]; then echo 'bwrap: {message}' >&2; exit 1; fi\nexec /usr/bin/bwrap \"$@\"\n",
             calls = calls.display()
         ),
     )
     .unwrap();
+    assert!(std::process::Command::new("cp").arg(&source).arg(&script).status().unwrap().success());
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     (script, calls)
 }
