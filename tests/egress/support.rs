@@ -145,6 +145,13 @@ impl Harness {
         self.proxy.metrics().requests_with(verdict, reason)
     }
 
+    /// Wait (bounded, 5 s) until `verdict`/`reason` has been counted at
+    /// least `n` times: the proxy counts a request when its connection ends,
+    /// which can be after the client has seen the last byte and gone.
+    pub(crate) async fn wait_count(&self, verdict: &str, reason: &str, n: u64) {
+        wait_for(|| self.count(verdict, reason) >= n).await;
+    }
+
     pub(crate) async fn stop(mut self) {
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
@@ -153,6 +160,18 @@ impl Harness {
             task.await.unwrap().unwrap();
         }
     }
+}
+
+/// Wait (bounded, 5 s) for a condition the proxy reaches after the client saw
+/// the end: the log line and counters follow the last byte.
+pub(crate) async fn wait_for(cond: impl Fn() -> bool) {
+    for _ in 0..500 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("condition not reached");
 }
 
 /// A proxy response head: status, headers (lower-case names), body if read.
