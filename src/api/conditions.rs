@@ -12,6 +12,11 @@ pub fn now() -> Time {
     Time(Timestamp::from_second(t.as_second()).unwrap_or(t))
 }
 
+/// How long ago `t` was by this machine's clock (zero for a time ahead of it).
+pub fn age(t: &Time) -> std::time::Duration {
+    std::time::Duration::try_from(Timestamp::now().duration_since(t.0)).unwrap_or_default()
+}
+
 /// Set (or replace) a condition; the transition time changes only when the
 /// status value changes.
 pub fn set_condition(

@@ -78,8 +78,7 @@ async fn apply(pkg: &SkillPackage, ctx: &Context) -> Result<Action> {
 /// How long the package has not been Ready (its `Ready` condition's last
 /// flip): the age of the outage it is retrying through.
 fn retrying_for(status: &crate::api::package::SkillPackageStatus) -> Duration {
-    let since = status.conditions.iter().find(|c| c.type_ == "Ready").map(|c| c.last_transition_time.0);
-    since.map_or(Duration::ZERO, |t| Duration::try_from(k8s_openapi::jiff::Timestamp::now().duration_since(t)).unwrap_or(Duration::ZERO))
+    status.conditions.iter().find(|c| c.type_ == "Ready").map_or(Duration::ZERO, |c| crate::api::conditions::age(&c.last_transition_time))
 }
 
 /// Whether the profile itself allows runs: Ready, or held back only by the

@@ -179,8 +179,7 @@ async fn patch_status(ctx: &Context, job: &SkillJob, status: &SkillJobStatus) ->
     // (a restarted controller reads the final phase back and writes nothing).
     let was_final = job.status.as_ref().and_then(|s| s.phase).is_some_and(is_final);
     if let Some(phase) = status.phase.filter(|p| is_final(*p) && !was_final) {
-        let age = job.metadata.creation_timestamp.as_ref().and_then(|t| Duration::try_from(Timestamp::now().duration_since(t.0)).ok());
-        ctx.metrics.skilljob_finished(phase, age);
+        ctx.metrics.skilljob_finished(phase, job.metadata.creation_timestamp.as_ref().map(crate::api::conditions::age));
     }
     Ok(())
 }
