@@ -193,7 +193,13 @@ fn gateway_app(backend: Arc<Bound>, max_sessions: usize, shutdown: &Shutdown) ->
         .with_allowed_origins(origins)
         .enforce_origin_validation()
         .with_cancellation_token(shutdown.token());
-    let options = ServiceOptions { http, max_sessions, max_namespaces: GATEWAY_NAMESPACES_MAX, rate_limits: Default::default() };
+    let options = ServiceOptions {
+        http,
+        max_sessions,
+        max_namespaces: GATEWAY_NAMESPACES_MAX,
+        rate_limits: Default::default(),
+        audit: Default::default(),
+    };
     let namespaces = Arc::new(Namespaces::new(backend.clone(), options));
     let ready = Readiness::default();
     ready.set_ready();

@@ -9,6 +9,7 @@
 //! - [`image`]: OCI run images and the operator image, composed with registry calls only.
 
 pub mod api;
+pub mod audit;
 pub mod cli;
 pub mod controller;
 pub mod core;

@@ -189,6 +189,7 @@ fn env_with_hosts(hosts: Vec<String>) -> Env {
         max_sessions: 4,
         max_namespaces: 8,
         rate_limits: Default::default(),
+        audit: Default::default(),
     };
     let ready = Readiness::default();
     ready.set_ready();

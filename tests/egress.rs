@@ -734,3 +734,37 @@ async fn shutdown_lets_tunnels_finish_for_the_grace_then_cuts_them() {
     stopping.await.unwrap();
     assert_eq!(metrics.requests_with("cut", "shutting_down"), 1);
 }
+
+/// Each connection leaves one `egress` record once it ends: the job, the
+/// host and port asked for, the verdict and reason, bytes each way.
+#[tokio::test]
+async fn every_connection_is_in_the_audit_trail_with_its_verdict_and_bytes() {
+    use skill_operator::audit::{Audit, SharedBuffer, Sink};
+    let (up, _) = http_upstream(no_files()).await;
+    let buffer = SharedBuffer::default();
+    let mut cfg = test_config();
+    cfg.audit = Audit::new("egress-proxy", vec![Sink::buffer(buffer.clone())]);
+    let h = Harness::start(cfg).await;
+    h.resolver.set("allowed.test", &["127.0.0.1"]);
+    let token = h.job("uid-a", &[&format!("allowed.test:{}", up.port())]);
+    let (reply, _) = http_get(h.addr, &format!("http://allowed.test:{}/x", up.port()), Some(&token), "").await;
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let (_, reply) = connect(h.addr, "elsewhere.test:443", Some(&token)).await;
+    assert_eq!(reply.refused(), Some("host_not_allowed"));
+    wait_for(|| buffer.records().len() == 2).await;
+    let mut records = buffer.records();
+    records.sort_by_key(|r| r["outcome"].as_str().map(str::to_string));
+    let (allowed, refused) = (&records[0], &records[1]);
+    for r in &records {
+        assert_eq!((r["event"].as_str(), r["source"].as_str()), (Some("egress"), Some("egress-proxy")));
+        assert_eq!((r["namespace"].as_str(), r["skilljobUid"].as_str()), (Some("team"), Some("uid-a")), "{r}");
+    }
+    assert_eq!((allowed["outcome"].as_str(), allowed["code"].as_str()), (Some("ok"), Some("ok")), "{allowed}");
+    assert_eq!((allowed["host"].as_str(), allowed["port"].as_u64()), (Some("allowed.test"), Some(u64::from(up.port()))));
+    assert!(allowed["bytesUp"].as_u64().unwrap() > 0 && allowed["bytesDown"].as_u64().unwrap() > 0, "{allowed}");
+    assert_eq!((refused["outcome"].as_str(), refused["code"].as_str()), (Some("refused"), Some("host_not_allowed")), "{refused}");
+    assert_eq!((refused["host"].as_str(), refused["port"].as_u64()), (Some("elsewhere.test"), Some(443)));
+    assert_eq!(refused["bytesUp"], 0);
+    assert!(!serde_json::to_string(&records).unwrap().contains(&token), "the credential never reaches the trail");
+    h.stop().await;
+}

@@ -29,6 +29,7 @@ use tower::ServiceExt;
 
 use skill_operator::artifacts::operator::HttpArtifacts;
 use skill_operator::artifacts::server::{self, AppState, ServerConfig};
+use skill_operator::audit::{Audit, SharedBuffer, Sink};
 use skill_operator::core::grants::Grants;
 use skill_operator::core::limits::FILE_ROUTE_BYTES;
 use skill_operator::gateway::auth::{require_caller, AuthConfig, Authenticator};
@@ -134,6 +135,8 @@ struct Env {
     artifacts: Arc<HttpArtifacts>,
     endpoint: String,
     backend: Arc<FilesBackend>,
+    /// The gateway's audit records (the route's and the entry gate's).
+    audit: SharedBuffer,
     _registry: TestRegistry,
     _spool: tempfile::TempDir,
 }
@@ -153,6 +156,9 @@ async fn env() -> Env {
     let reviews: Arc<Mutex<Vec<Review>>> = Default::default();
     tokio::spawn(answer_reviews(auth_handle, reviews.clone()));
     let auth = Authenticator::new(Client::new(auth_service, "default"), AuthConfig::default());
+    let audit = SharedBuffer::default();
+    let audit_writer = Audit::new("gateway", vec![Sink::buffer(audit.clone())]);
+    auth.set_audit(audit_writer.clone());
     let (api_service, api) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let backend = Arc::new(FilesBackend { client: Client::new(api_service, "default"), artifacts: artifacts.clone(), auth: auth.clone() });
     let options = ServiceOptions {
@@ -160,12 +166,13 @@ async fn env() -> Env {
         max_sessions: 4,
         max_namespaces: 8,
         rate_limits: Default::default(),
+        audit: audit_writer.clone(),
     };
     let ready = Readiness::default();
     ready.set_ready();
     let gate = axum::middleware::from_fn_with_state(auth, require_caller);
     let app = router(Arc::new(Namespaces::new(backend.clone(), options)), ready, Arc::new(String::new), gate);
-    Env { app, api, reviews, artifacts, endpoint, backend, _registry: registry, _spool: spool }
+    Env { app, api, reviews, artifacts, endpoint, backend, audit, _registry: registry, _spool: spool }
 }
 
 async fn next(handle: &mut Handle) -> (Request<Body>, Reply) {
@@ -276,6 +283,10 @@ async fn a_draft_takes_a_whole_file_up_to_the_route_limit_and_exactly_its_declar
     let answer: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(answer["file"]["sha256"], digest);
     assert_eq!(env.artifacts.input_file(NS, &id, "data/big.bin").await.unwrap(), bytes, "the endpoint holds the file as sent");
+    let uploaded = env.audit.records().pop().expect("the upload is in the audit trail");
+    assert_eq!((uploaded["event"].as_str(), uploaded["outcome"].as_str()), (Some("file.upload"), Some("ok")), "{uploaded}");
+    assert_eq!((uploaded["namespace"].as_str(), uploaded["principal"]["name"].as_str()), (Some(NS), Some(ALICE)));
+    assert_eq!((uploaded["job"].as_str(), uploaded["file"]["path"].as_str()), (Some(id.as_str()), Some("data/big.bin")));
     silent(&mut env.api).await;
     assert!(
         env.reviews.lock().unwrap().contains(&(ALICE.into(), NS.into(), "create".into(), "skilljobs".into())),
@@ -291,6 +302,8 @@ async fn a_draft_takes_a_whole_file_up_to_the_route_limit_and_exactly_its_declar
     let (code, message) = error_of(&body);
     assert_eq!(code, "file-too-large");
     assert!(message.contains("32 MiB") && message.contains(&(FILE_ROUTE_BYTES + 1).to_string()), "{message}");
+    let refused = env.audit.records().pop().unwrap();
+    assert_eq!((refused["outcome"].as_str(), refused["code"].as_str()), (Some("refused"), Some("http:413")), "{refused}");
     silent(&mut env.api).await;
 
     // No declared length: refused the same way.
@@ -346,6 +359,12 @@ async fn a_finished_runs_output_comes_down_whole_and_the_mcp_read_points_to_it()
     assert_eq!(body, big);
     assert_eq!(headers[header::CONTENT_LENGTH], big.len().to_string().as_str());
     assert_eq!(headers["x-content-digest"], skill_operator::core::package::digest(&big).as_str());
+    let sent = env.audit.records().pop().expect("the download is in the audit trail");
+    assert_eq!(
+        (sent["event"].as_str(), sent["outcome"].as_str(), sent["job"].as_str()),
+        (Some("file.download"), Some("ok"), Some(job.as_str()))
+    );
+    assert_eq!(sent["file"], json!({"path": "big.bin", "size": big.len(), "sha256": skill_operator::core::package::digest(&big)}));
     assert!(
         env.reviews.lock().unwrap().contains(&(ALICE.into(), NS.into(), "get".into(), "skilljobs".into())),
         "a download is authorized as reading jobs: {:?}",
@@ -362,6 +381,8 @@ async fn a_finished_runs_output_comes_down_whole_and_the_mcp_read_points_to_it()
         reply.send_response(ok(finished_run(&job, ALICE, phase)));
         let (status, _, body) = call.await.unwrap();
         assert_eq!((status, error_of(&body).0.as_str()), (want, code), "{path} {phase}");
+        let refused = env.audit.records().pop().unwrap();
+        assert_eq!((refused["event"].as_str(), refused["outcome"].as_str()), (Some("file.download"), Some("refused")), "{refused}");
     }
 
     // skill_job_read of the big file names the route; of a small one, nothing.
@@ -474,4 +495,20 @@ async fn each_method_needs_its_tools_permission() {
     let challenge = response.headers()[header::WWW_AUTHENTICATE].to_str().unwrap().to_string();
     assert!(challenge.contains(&format!("/.well-known/oauth-protected-resource/mcp/{NS}")), "{challenge}");
     silent(&mut env.api).await;
+    // Each refusal is in the trail: Carol's two by the route's own check, the tokenless one at the gate.
+    let trail: Vec<(String, String, String)> = env
+        .audit
+        .records()
+        .iter()
+        .map(|r| {
+            let s = |v: &Value| v.as_str().unwrap_or("-").to_string();
+            (s(&r["event"]), s(&r["code"]), s(&r["principal"]["name"]))
+        })
+        .collect();
+    let want = |e: &str, c: &str, p: &str| (e.to_string(), c.to_string(), p.to_string());
+    assert_eq!(
+        trail,
+        vec![want("file.download", "http:403", CAROL), want("file.upload", "http:403", CAROL), want("auth.refused", "unauthorized", "-"),]
+    );
+    assert_eq!(env.audit.records()[2]["namespace"], NS);
 }

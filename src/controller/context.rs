@@ -132,6 +132,8 @@ pub struct Context {
     pub stored: Arc<super::skilljob::hints::StoredHints>,
     /// The egress proxy's CiliumNetworkPolicy, last applied (when it is on).
     pub cilium: Arc<super::cilium::state::CiliumSync>,
+    /// Where each SkillJob's `run.verdict` audit record goes (off unless set).
+    pub audit: crate::audit::Audit,
 }
 
 impl Context {
@@ -155,7 +157,14 @@ impl Context {
             images: Arc::new(super::prepare::NoImages),
             stored: Default::default(),
             cilium: Default::default(),
+            audit: Default::default(),
         }
+    }
+
+    /// Writes a `run.verdict` audit record for every SkillJob that ends.
+    pub fn with_audit(mut self, audit: crate::audit::Audit) -> Self {
+        self.audit = audit;
+        self
     }
 
     /// The registry work preparation uses.

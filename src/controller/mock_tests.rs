@@ -10,6 +10,7 @@ use std::time::Duration;
 use http::{Request, Response};
 use k8s_openapi::api::batch::v1::Job;
 use kube::client::Body;
+use kube::ResourceExt as _;
 use kube::{Client, Resource};
 use serde_json::{json, Value};
 
@@ -341,10 +342,13 @@ impl super::context::ArtifactStore for StoredOutputs {
 #[tokio::test]
 async fn a_finished_run_reports_streams_and_outputs_from_the_artifact_endpoint() {
     let (plain, mut handle) = context();
-    let ctx = Arc::new(Context { artifacts: Arc::new(StoredOutputs::default()), ..(*plain).clone() });
+    let trail = crate::audit::SharedBuffer::default();
+    let audit = crate::audit::Audit::new("controller", vec![crate::audit::Sink::buffer(trail.clone())]);
+    let ctx = Arc::new(Context { artifacts: Arc::new(StoredOutputs::default()), audit, ..(*plain).clone() });
     drop(plain);
     let mut sj = started_skilljob();
     sj.spec.inputs = vec![crate::api::job::InputFile { path: "data.csv".into(), digest: format!("sha256:{}", "b".repeat(64)), size: 7 }];
+    sj.annotations_mut().insert(skilljob::REQUESTED_BY_ANNOTATION.into(), "system:serviceaccount:team:agent".into());
     let name = super::builders::job::job_name(UID);
     let owner = sj.controller_owner_ref(&()).unwrap();
     let server = tokio::spawn(async move {
@@ -383,6 +387,20 @@ async fn a_finished_run_reports_streams_and_outputs_from_the_artifact_endpoint()
     });
     skilljob::reconcile(Arc::new(sj), ctx).await.expect("reconcile");
     tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
+    // The verdict is in the audit trail once, with who asked and what ran (arguments by digest).
+    let records = trail.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    let r = &records[0];
+    assert_eq!(
+        (r["event"].as_str(), r["source"].as_str(), r["state"].as_str()),
+        (Some("run.verdict"), Some("controller"), Some("Succeeded"))
+    );
+    assert_eq!((r["namespace"].as_str(), r["job"].as_str(), r["skilljobUid"].as_str()), (Some("team"), Some("report"), Some(UID)));
+    assert_eq!(r["principal"]["name"], "system:serviceaccount:team:agent");
+    assert_eq!((r["script"].as_str(), r["exitCode"].as_i64()), (Some("scripts/forecast.py"), Some(0)));
+    assert_eq!(r["argsDigest"], crate::audit::digest_json(&["; rm -rf /"]));
+    assert!(!r.to_string().contains("rm -rf"), "arguments by digest only: {r}");
+    assert_eq!(r["inputs"][0]["path"], "data.csv");
 }
 
 /// A cache holding `job`, as the controller's Job reflector would.

@@ -106,6 +106,9 @@ pub struct ControllerArgs {
     pub prepare: PrepareArgs,
     #[command(flatten)]
     pub egress: EgressArgs,
+    /// Audit records (docs/audit.md): a `run.verdict` per SkillJob that ends, to stdout and to --audit-file.
+    #[command(flatten)]
+    pub audit: crate::audit::AuditArgs,
 }
 
 /// The egress proxy runs reach allowed hosts through, and the CNI's part.
@@ -378,7 +381,10 @@ pub async fn command(args: ControllerArgs, shutdown: crate::shutdown::Shutdown) 
     }
     let resolver = Arc::new(PinnedCache::new(Arc::new(oci), 64 << 20));
     let artifacts = Arc::new(HttpArtifacts::new(&config.artifact_endpoint, &config.token_key));
-    let ctx = Arc::new(Context::new(client, Arc::new(Metrics::default()), config, resolver, artifacts).with_images(Arc::new(images)));
+    let audit = args.audit.open("controller", true)?;
+    let ctx = Arc::new(
+        Context::new(client, Arc::new(Metrics::default()), config, resolver, artifacts).with_images(Arc::new(images)).with_audit(audit),
+    );
     run_bounded(ctx, args.listen, args.listener.bounds()?, shutdown).await
 }
 

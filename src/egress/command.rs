@@ -92,6 +92,9 @@ pub struct ProxyArgs {
     /// Copy every byte through user space instead of splice(2) (for comparison; splice falls back to this by itself where it fails).
     #[arg(long)]
     pub no_zero_copy: bool,
+    /// Audit records (docs/audit.md): one per connection, to stdout and to --audit-file.
+    #[command(flatten)]
+    pub audit: crate::audit::AuditArgs,
 }
 
 impl ProxyArgs {
@@ -149,6 +152,8 @@ pub enum CommandError {
     Serve(#[source] std::io::Error),
     #[error(transparent)]
     Bounds(#[from] crate::listener::BoundsError),
+    #[error(transparent)]
+    Audit(#[from] crate::audit::SinkError),
 }
 
 /// Run the proxy until `shutdown`. Prints `skill-operator: egress proxy on
@@ -171,7 +176,9 @@ pub async fn run(args: ProxyArgs, shutdown: impl Future<Output = ()>) -> Result<
         let api = kube::Api::<crate::api::job::SkillJob>::all(client);
         watcher = Some(tokio::spawn(super::cluster::watch(api, config, registry.clone(), key.clone())));
     }
-    let proxy = Proxy::new(args.config(key), Arc::new(registry.clone()), Arc::new(SystemResolver))?;
+    let mut config = args.config(key);
+    config.audit = args.audit.open("egress-proxy", true)?;
+    let proxy = Proxy::new(config, Arc::new(registry.clone()), Arc::new(SystemResolver))?;
     let listener = crate::listener::bind(args.listen).map_err(|source| CommandError::Listen { addr: args.listen, source })?;
     let local = listener.local_addr().map_err(CommandError::Serve)?;
     let mut metrics_task = None;

@@ -165,6 +165,8 @@ pub struct ProxyConfig {
     /// enter user space (Linux; falls back to copying where splice fails).
     /// Off: every byte is copied (`--no-zero-copy`, for comparison).
     pub zero_copy: bool,
+    /// One `egress` audit record per connection once it ends (off by default).
+    pub audit: crate::audit::Audit,
 }
 
 /// The port TLS is required on unless configured otherwise.
@@ -181,6 +183,7 @@ impl ProxyConfig {
             allow_cidrs: Vec::new(),
             tls_ports: DEFAULT_TLS_PORTS.to_vec(),
             zero_copy: true,
+            audit: crate::audit::Audit::off(),
         }
     }
 }

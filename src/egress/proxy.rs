@@ -15,6 +15,8 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::audit::{Event, Outcome, Record};
+
 use super::addr::canonical;
 use super::allowlist::{Allowlist, Mismatch};
 use super::config::{show, MAX_ADDRESSES};
@@ -123,6 +125,9 @@ pub(crate) async fn handle<C: Socket>(
     };
     shared.metrics.count(verdict, reason);
     shared.metrics.add_bytes(up, down);
+    if shared.audit.enabled() {
+        shared.audit.record(audit_record(&access, verdict, reason, &detail, up, down));
+    }
     let job = access.job.as_ref().map(|j| j.to_string()).unwrap_or_else(|| "-".into());
     let (host, port) = match &access.target {
         Some(t) => (t.host.to_string(), t.port),
@@ -145,6 +150,30 @@ pub(crate) async fn handle<C: Socket>(
         detail = %detail,
         "egress"
     );
+}
+
+/// The connection's `egress` audit record: which job, where to, how it ended, bytes each way.
+fn audit_record(access: &Access, verdict: Verdict, reason: &str, detail: &str, up: u64, down: u64) -> Record {
+    let outcome = match verdict {
+        Verdict::Allowed => Outcome::Ok,
+        Verdict::Refused => Outcome::Refused,
+        Verdict::Cut => Outcome::Cut,
+        Verdict::Failed => Outcome::Failed,
+    };
+    let mut record = Record::new(Event::Egress, outcome).code(reason).peer(&access.peer).bytes(up, down);
+    if !detail.is_empty() {
+        record = record.reason(detail);
+    }
+    if let Some(job) = &access.job {
+        if !job.namespace.is_empty() {
+            record = record.namespace(&job.namespace);
+        }
+        record = record.skilljob_uid(&job.uid);
+    }
+    if let Some(t) = &access.target {
+        record = record.target(t.host.to_string(), t.port);
+    }
+    record
 }
 
 fn verdict_of(reason: Reason) -> Verdict {

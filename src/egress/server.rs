@@ -77,6 +77,7 @@ impl Proxy {
             resolver,
             policy: AddressPolicy::new(config.deny_cidrs.clone(), config.allow_cidrs.clone()),
             metrics: ProxyMetrics::default(),
+            audit: config.audit.clone(),
             own: RwLock::new(Vec::new()),
             outbound: Mutex::new(HashSet::new()),
         };
@@ -170,6 +171,7 @@ impl Proxy {
                         );
                         let _ = stream.try_write(&refusal.response());
                         self.shared.metrics.count(Verdict::Refused, Reason::AddressBusy.as_str());
+                        self.shared.audit_busy(&refusal, &origin);
                         continue;
                     }
                 },
@@ -182,6 +184,7 @@ impl Proxy {
                 );
                 let _ = stream.try_write(&refusal.response());
                 self.shared.metrics.count(Verdict::Refused, Reason::ProxyBusy.as_str());
+                self.shared.audit_busy(&refusal, &origin);
                 continue;
             };
             let pending = Pending { _permit: permit, _slot: slot };

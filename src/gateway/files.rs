@@ -30,8 +30,10 @@ use futures::stream::BoxStream;
 use futures::StreamExt;
 
 pub use super::file_url::{BodyStream, Download, JobFiles, FILES_PREFIX};
+use super::namespaces::Namespace;
 use super::shared::{json_error, namespace_or_refusal, Shared};
 use crate::artifacts::HEADER_CONTENT_DIGEST;
+use crate::audit::{Event, FileRef, Outcome, Record};
 use crate::core::limits::{bytes_text, FILE_ROUTE_BYTES};
 use crate::mcp::error::{codes, ToolError};
 use crate::mcp::executor::Caller;
@@ -157,18 +159,49 @@ pub(super) async fn files(
     // The gate put the verified caller here; without a gate (tests, a
     // local listener) the caller is the one local principal, as on /mcp.
     let caller = request.extensions().get::<Caller>().cloned().unwrap_or_else(Caller::local);
+    let event = if request.method() == Method::PUT { Event::FileUpload } else { Event::FileDownload };
+    let response = serve_file(&ns, &caller, &namespace, &job, &path, request).await;
+    if ns.state.audit.enabled() {
+        ns.state.audit.record(file_record(event, &caller, &job, &path, &response));
+    }
+    response
+}
+
+/// One authorized upload or download, or the refusal.
+async fn serve_file(ns: &Namespace, caller: &Caller, namespace: &str, job: &str, path: &str, request: Request) -> Response {
     let action = if request.method() == Method::PUT { Action::Run } else { Action::ReadJobs };
-    if let Err(err) = ns.state.authorize(&caller, action).await {
+    if let Err(err) = ns.state.authorize(caller, action).await {
         return refusal(err);
     }
     let Some(jobs) = ns.files.clone() else {
         return json_error(StatusCode::NOT_FOUND, codes::NO_EXECUTION, format!("namespace {namespace} runs no jobs here"));
     };
     if request.method() == Method::PUT {
-        upload(jobs.as_ref(), &caller, &job, &path, request).await
+        upload(jobs.as_ref(), caller, job, path, request).await
     } else {
-        download(jobs.as_ref(), &caller, &job, &path).await
+        download(jobs.as_ref(), caller, job, path).await
     }
+}
+
+/// The route's audit record: the file, and the answer's status (the digest of a download, as sent).
+fn file_record(event: Event, caller: &Caller, job: &str, path: &str, response: &Response) -> Record {
+    let status = response.status();
+    let outcome = match status {
+        s if s.is_success() => Outcome::Ok,
+        s if s.is_server_error() => Outcome::Failed,
+        _ => Outcome::Refused,
+    };
+    let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let file = FileRef {
+        path: path.to_string(),
+        size: header(header::CONTENT_LENGTH.as_str()).and_then(|v| v.parse().ok()).filter(|_| event == Event::FileDownload),
+        sha256: header(HEADER_CONTENT_DIGEST).filter(|_| event == Event::FileDownload),
+    };
+    let mut record = Record::new(event, outcome).caller(caller).job(job).file(file);
+    if !status.is_success() {
+        record = record.code(format!("http:{}", status.as_u16()));
+    }
+    record
 }
 
 async fn download(jobs: &dyn JobFiles, caller: &Caller, job: &str, path: &str) -> Response {

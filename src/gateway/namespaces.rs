@@ -61,6 +61,8 @@ pub struct ServiceOptions {
     pub max_namespaces: usize,
     /// Each namespace's buckets per principal (its own: namespace × principal).
     pub rate_limits: crate::mcp::ratelimit::RateLimits,
+    /// The gateway's audit writer; each namespace stamps its name on its records.
+    pub audit: crate::audit::Audit,
 }
 
 /// The namespaces made so far.
@@ -109,7 +111,10 @@ impl Namespaces {
             return Err(NamespaceError::Full { max: self.options.max_namespaces });
         }
         let snapshot = self.backend.snapshot(name).await;
-        let mut state = ServerState::new(snapshot).tools_only_when_bound().with_rate_limits(self.options.rate_limits);
+        let mut state = ServerState::new(snapshot)
+            .tools_only_when_bound()
+            .with_rate_limits(self.options.rate_limits)
+            .with_audit(self.options.audit.for_namespace(name));
         if let Some(execution) = self.backend.execution(name) {
             state = state.with_execution(execution);
         }
@@ -196,6 +201,7 @@ pub(crate) mod testing {
             max_sessions: 4,
             max_namespaces,
             rate_limits: Default::default(),
+            audit: Default::default(),
         };
         (trees.clone(), Namespaces::new(trees, options))
     }

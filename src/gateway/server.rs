@@ -82,6 +82,9 @@ pub struct GatewayArgs {
     /// Tool calls and runs per principal in each namespace, per replica.
     #[command(flatten)]
     pub rate_limits: crate::mcp::ratelimit::RateLimits,
+    /// Audit records (docs/audit.md): JSON lines to stdout and to --audit-file.
+    #[command(flatten)]
+    pub audit: crate::audit::AuditArgs,
 }
 
 /// The confirmation key: the token key under a label of its own, so a
@@ -196,7 +199,9 @@ pub async fn command(args: GatewayArgs, shutdown: Shutdown) -> anyhow::Result<()
     }
     let cache = Arc::new(PackageCache::new(cache_options).context("cannot set up the package cache")?);
     let public_base = auth_config.public_base.clone().unwrap_or_default();
+    let audit = args.audit.open("gateway", true)?;
     let authenticator = Authenticator::new(client.clone(), auth_config);
+    authenticator.set_audit(audit.clone());
     let backend = Arc::new(ClusterBackend {
         client: client.clone(),
         stores: std::sync::OnceLock::new(),
@@ -221,7 +226,7 @@ pub async fn command(args: GatewayArgs, shutdown: Shutdown) -> anyhow::Result<()
         .enforce_origin_validation()
         .with_cancellation_token(shutdown.token());
     let options =
-        ServiceOptions { http, max_sessions: args.max_sessions, max_namespaces: args.max_namespaces, rate_limits: args.rate_limits };
+        ServiceOptions { http, max_sessions: args.max_sessions, max_namespaces: args.max_namespaces, rate_limits: args.rate_limits, audit };
     let namespaces = Arc::new(Namespaces::new(backend.clone(), options));
     let ready = Readiness::default();
     let stores = watch::spawn(client, namespaces.clone(), ready.clone(), shutdown.clone());

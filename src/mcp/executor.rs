@@ -104,6 +104,9 @@ pub struct RunReport {
     pub outputs: OutputListing,
     pub command: RunCommand,
     pub note: Option<String>,
+    /// The backend's own id of the run, for the audit trail: the SkillJob's
+    /// UID in the gateway; `None` for a local run (the job id says it all).
+    pub backend_id: Option<String>,
 }
 
 /// A job's state, inputs, run result and outputs.

@@ -72,6 +72,9 @@ pub enum Gate {
     /// one run per key, so a retried confirmed call never runs twice.
     Run {
         key: String,
+        /// How it was confirmed (the audit's `confirmation`): `token`,
+        /// `elicitation`, `input-response` or `auto`.
+        confirmation: &'static str,
     },
     /// Confirmed, but the caller's `runs` bucket is empty: nothing ran and
     /// the token was not redeemed, so the same call may be retried.
@@ -173,8 +176,8 @@ pub async fn gate(
     confirm: Option<&str>,
 ) -> Result<Gate, ToolError> {
     let (caller, retry, asker) = (who.caller, who.retry, who.asker);
-    let admitted = |key: &dyn Fn() -> Result<String, ToolError>| match runs.check_run(&caller.principal) {
-        Ok(()) => Ok(Gate::Run { key: key()? }),
+    let admitted = |confirmation: &'static str, key: &dyn Fn() -> Result<String, ToolError>| match runs.check_run(&caller.principal) {
+        Ok(()) => Ok(Gate::Run { key: key()?, confirmation }),
         Err(limited) => Ok(Gate::Limited(limited)),
     };
     let preview_json = serde_json::to_value(preview).unwrap_or_default();
@@ -184,12 +187,12 @@ pub async fn gate(
             "this server's confirmation mode is `refuse`: nothing runs here (the preview shows what would have run)",
         )
         .with_detail(json!({ "preview": preview_json }))),
-        ConfirmMode::Auto => admitted(&|| Ok(fresh_key())),
+        ConfirmMode::Auto => admitted("auto", &|| Ok(fresh_key())),
         ConfirmMode::Ask => {
             // A token confirms this call, on this server, for this caller only.
             let digest = call_digest(&(&exec.scope, &caller.principal, bound));
             if let Some(token) = confirm {
-                return admitted(&|| Ok(exec.confirmations.redeem(token, &digest)?));
+                return admitted("token", &|| Ok(exec.confirmations.redeem(token, &digest)?));
             }
             let declined = || {
                 Gate::Preview(json!({
@@ -213,7 +216,7 @@ pub async fn gate(
                     if !yes {
                         return Ok(declined());
                     }
-                    return admitted(&|| Ok(exec.confirmations.redeem(handle, &digest)?));
+                    return admitted("input-response", &|| Ok(exec.confirmations.redeem(handle, &digest)?));
                 }
                 if asker.can_elicit {
                     let schema = ElicitationSchema::from_type::<RunConfirmation>()
@@ -230,7 +233,7 @@ pub async fn gate(
                 }
             } else if let Some(peer) = &asker.peer {
                 match peer.elicit::<RunConfirmation>(question).await {
-                    Ok(Some(RunConfirmation { run: true })) => return admitted(&|| Ok(fresh_key())),
+                    Ok(Some(RunConfirmation { run: true })) => return admitted("elicitation", &|| Ok(fresh_key())),
                     Ok(_) | Err(ElicitationError::UserDeclined) | Err(ElicitationError::UserCancelled) => return Ok(declined()),
                     Err(_) => {}
                 }

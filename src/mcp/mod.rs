@@ -2,6 +2,7 @@
 //! SEP-2640 skills extension, as one `rmcp` server handler shared by the
 //! stdio and HTTP transports (and later the gateway).
 
+pub mod audit;
 pub mod error;
 pub mod executor;
 pub mod extension;
@@ -165,10 +166,25 @@ fn run_reply(reply: Result<run::RunReply, ToolError>) -> Result<CallToolResponse
 }
 
 impl SkillServer {
-    /// Dispatch one tool call on the snapshot current when it arrived.
+    /// One tool call, and its audit record once it is answered.
     async fn call(&self, request: CallToolRequestParams, context: &RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
-        let state = self.state.as_ref();
         let caller = caller_of(context);
+        let audited = self.state.audit.enabled().then(|| (request.name.clone(), request.arguments.clone()));
+        let response = self.dispatch(request, context, caller.clone()).await;
+        if let Some((tool, args)) = audited {
+            audit::tool_call(&self.state, &caller, &tool, args.as_ref(), &response);
+        }
+        response
+    }
+
+    /// Dispatch one tool call on the snapshot current when it arrived.
+    async fn dispatch(
+        &self,
+        request: CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+        caller: Caller,
+    ) -> Result<CallToolResponse, McpError> {
+        let state = self.state.as_ref();
         // First, before the settle wait and the authorizer's reviews: a
         // refused call costs this server (and the API server) nothing.
         state.rate_limits.check_call(&caller.principal)?;

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::api::outcome::RunOutcome;
+use crate::audit::{Event, FileRef};
 use crate::core::fence::{Request, RunPlan};
 use crate::core::limits::{
     bytes_text, count_text, JOBS_RETAINED, JOB_READ_CHUNK, JOB_UPLOAD_CHUNK, MAX_ARGS, MAX_ARG_BYTES, MAX_FILES, MAX_FILE_BYTES,
@@ -22,6 +23,7 @@ use crate::core::limits::{
 use crate::core::paths::RelPath;
 use crate::jobs::{Chunk, FileInfo, JobRecord, JobState, OutputListing, ReadTarget};
 
+use super::audit;
 use super::error::{codes, ToolError};
 use super::executor::{Caller, Executor, JobStatus, ProgressSink, RunCommand, RunControl, RunReport};
 use super::gate::{gate, Asker, BoundCall, Gate, InputSummary, Preview, Retry};
@@ -217,19 +219,26 @@ pub async fn skill_run(state: &ServerState, snap: &Snapshot, input: SkillRunInpu
         job: None,
         inputs: decoded.iter().map(|(p, d, _)| (p.as_str(), d.as_str())).collect(),
     };
-    match gate(exec, &state.rate_limits, &cx.asking(), &preview, &bound, input.confirm.as_deref()).await? {
+    let gated = gate(exec, &state.rate_limits, &cx.asking(), &preview, &bound, input.confirm.as_deref()).await?;
+    audit::gated(state, "skill_run", &cx.caller, &plan, None, &preview.inputs, &gated);
+    match gated {
         Gate::Preview(value) => Ok(RunReply::Json(value)),
         Gate::Ask(question) => Ok(RunReply::InputRequired(question)),
         Gate::Limited(limited) => Ok(RunReply::Limited(limited)),
-        Gate::Run { key } => {
+        Gate::Run { key, .. } => {
             let inputs = decoded.into_iter().map(|(p, _, b)| (p, b)).collect();
             // Only after the gate: a task client confirms exactly as any other.
+            // Its verdict is the controller's record (the task ends after this call).
             if let (true, Some(tasks)) = (cx.tasks, exec.tasks.as_ref()) {
                 let view = tasks.submit(&cx.caller, plan, inputs, &key).await?;
                 return Ok(RunReply::Task(Box::new(view)));
             }
-            let report = exec.executor.run_new(&cx.caller, plan, inputs, cx.control(key)).await?;
-            Ok(RunReply::Json(result_json(report)?))
+            let audited = state.audit.enabled().then(|| plan.clone());
+            let report = exec.executor.run_new(&cx.caller, plan, inputs, cx.control(key)).await;
+            if let Some(plan) = &audited {
+                audit::verdict(state, "skill_run", &cx.caller, plan, &report);
+            }
+            Ok(RunReply::Json(result_json(report?)?))
         }
     }
 }
@@ -269,7 +278,10 @@ pub async fn job_upload(state: &ServerState, input: JobUploadInput, cx: &CallCon
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(input.content.as_bytes())
         .map_err(|e| ToolError::new(codes::BAD_BASE64, format!("content is not valid base64: {e}")))?;
-    exec.executor.upload(&cx.caller, &input.job, &input.path, input.offset, bytes).await
+    let info = exec.executor.upload(&cx.caller, &input.job, &input.path, input.offset, bytes).await?;
+    let file = FileRef { path: info.path.clone(), size: Some(info.size), sha256: Some(info.sha256.clone()) };
+    audit::file(state, Event::FileUpload, &cx.caller, &input.job, file);
+    Ok(info)
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -308,15 +320,21 @@ pub async fn job_run(state: &ServerState, snap: &Snapshot, input: JobRunInput, c
         inputs: record.inputs.iter().map(|f| (f.path.as_str(), f.sha256.as_str())).collect(),
     };
     let preview = build_preview(exec.executor.as_ref(), snap, &plan, Some(&record.id), inputs).await?;
-    match gate(exec, &state.rate_limits, &cx.asking(), &preview, &bound, input.confirm.as_deref()).await? {
+    let gated = gate(exec, &state.rate_limits, &cx.asking(), &preview, &bound, input.confirm.as_deref()).await?;
+    audit::gated(state, "skill_job_run", &cx.caller, &plan, Some(&record.id), &preview.inputs, &gated);
+    match gated {
         Gate::Preview(value) => Ok(RunReply::Json(value)),
         Gate::Ask(question) => Ok(RunReply::InputRequired(question)),
         Gate::Limited(limited) => Ok(RunReply::Limited(limited)),
-        Gate::Run { key } => {
+        Gate::Run { key, .. } => {
             // The inputs the person confirmed, checked again when the run starts.
             let confirmed = record.inputs.iter().map(|f| (f.path.clone(), f.sha256.clone())).collect();
-            let report = exec.executor.run(&cx.caller, &record.id, plan, confirmed, cx.control(key)).await?;
-            Ok(RunReply::Json(result_json(report)?))
+            let audited = state.audit.enabled().then(|| plan.clone());
+            let report = exec.executor.run(&cx.caller, &record.id, plan, confirmed, cx.control(key)).await;
+            if let Some(plan) = &audited {
+                audit::verdict(state, "skill_job_run", &cx.caller, plan, &report);
+            }
+            Ok(RunReply::Json(result_json(report?)?))
         }
     }
 }
@@ -399,6 +417,9 @@ pub async fn job_read(state: &ServerState, input: JobReadInput, cx: &CallContext
     };
     let limit = input.limit.unwrap_or(exec.executor.limits().read_chunk);
     let chunk = exec.executor.read(&cx.caller, &input.job, target, input.offset, limit).await?;
+    // One record per chunk read: which bytes of which file left, not their content.
+    let file = FileRef { path: format!("{label}@{}+{}", chunk.offset, chunk.data.len()), size: Some(chunk.size), sha256: None };
+    audit::file(state, Event::FileDownload, &cx.caller, &input.job, file);
     Ok(JobChunk::new(input.job, label, chunk))
 }
 

@@ -86,6 +86,7 @@ impl FakeExecutor {
             note: None,
         });
         let record = record.clone();
+        let backend_id = Some(format!("uid-{}", record.id));
         g.runs.push((plan.script.to_string(), plan.args.clone(), confirmed));
         let outputs = OutputListing { files: vec![], skipped: vec![], total_bytes: 0, truncated: false };
         Ok(RunReport {
@@ -95,6 +96,7 @@ impl FakeExecutor {
             outputs,
             command: command(plan),
             note: None,
+            backend_id,
         })
     }
 
@@ -669,4 +671,75 @@ async fn the_runs_limit_counts_confirmed_runs_only_and_keeps_the_token() {
     let state = state.with_rate_limits(RateLimits::default());
     let done = json(run::skill_run(&state, &snap, run_input(Some(&token), &["x"]), &cx("alice")).await.unwrap());
     assert_eq!(done["status"], "completed", "{done}");
+}
+
+/// The trail of one run: the preview, the confirmed start, the verdict with
+/// the backend's id, files in and out; arguments and inputs by digest only.
+#[tokio::test]
+async fn a_run_leaves_preview_start_and_verdict_in_the_audit_trail_by_digest() {
+    use crate::audit::{digest_json, Audit, SharedBuffer, Sink};
+    let (_t, _fake, state) = server(ConfirmMode::Ask);
+    let buffer = SharedBuffer::default();
+    let state = state.with_audit(Audit::new("serve", vec![Sink::buffer(buffer.clone())]));
+    let snap = state.snapshot();
+    let secret = "s3cr3t-argument";
+    let preview = json(run::skill_run(&state, &snap, run_input(None, &[secret]), &cx("alice")).await.unwrap());
+    let token = preview["token"].as_str().unwrap().to_string();
+    let done = json(run::skill_run(&state, &snap, run_input(Some(&token), &[secret]), &cx("alice")).await.unwrap());
+    let job = done["job"].as_str().unwrap().to_string();
+    let read = serde_json::from_value::<run::JobReadInput>(serde_json::json!({"job": job, "stream": "stdout"})).unwrap();
+    run::job_read(&state, read, &cx("alice")).await.unwrap();
+
+    let records = buffer.records();
+    let events: Vec<(&str, &str)> = records.iter().map(|r| (r["event"].as_str().unwrap(), r["outcome"].as_str().unwrap())).collect();
+    assert_eq!(
+        events,
+        [("run.preview", "confirmation-required"), ("run.start", "ok"), ("run.verdict", "ok"), ("file.download", "ok")],
+        "{records:#?}"
+    );
+    let args = digest_json(&[secret]);
+    for r in &records[..3] {
+        assert_eq!(r["principal"]["name"], "alice");
+        assert_eq!(
+            (r["tool"].as_str(), r["skill"].as_str(), r["script"].as_str()),
+            (Some("skill_run"), Some("tool"), Some("scripts/a.py"))
+        );
+        assert_eq!(r["argsDigest"], args.as_str());
+    }
+    let input = &records[0]["inputs"][0];
+    assert_eq!((input["path"].as_str(), input["size"].as_u64()), (Some("in.txt"), Some(5)));
+    assert_eq!(input["sha256"].as_str(), Some(crate::core::package::digest(b"hello").as_str()));
+    assert_eq!(records[1]["confirmation"], "token");
+    assert_eq!(records[2]["job"], job.as_str());
+    assert_eq!(records[2]["skilljobUid"], format!("uid-{job}"), "the backend's id of the run");
+    assert_eq!(records[2]["state"], "succeeded");
+    assert_eq!(records[3]["job"], job.as_str());
+    let text = serde_json::to_string(&records).unwrap();
+    assert!(!text.contains(secret) && !text.contains("hello"), "values never reach the trail: {text}");
+
+    // A refused run leaves a record saying why, and no start.
+    let refused =
+        serde_json::from_value::<run::SkillRunInput>(serde_json::json!({"skill": "tool", "script": "scripts/../../etc/passwd"})).unwrap();
+    assert!(run::skill_run(&state, &snap, refused, &cx("mallory")).await.is_err());
+    assert_eq!(buffer.records().len(), records.len(), "a call the fence refused is the tool.call record's (written by the dispatcher)");
+}
+
+/// Over the runs limit: a `run.start` record that says so, with the retry-after.
+#[tokio::test]
+async fn a_rate_limited_start_is_recorded_with_its_retry_after() {
+    use super::ratelimit::RateLimits;
+    use crate::audit::{Audit, SharedBuffer, Sink};
+    let (_t, _fake, state) = server(ConfirmMode::Ask);
+    let buffer = SharedBuffer::default();
+    let state = state
+        .with_rate_limits(RateLimits { runs_per_minute: 1, burst_runs: 1, ..RateLimits::default() })
+        .with_audit(Audit::new("serve", vec![Sink::buffer(buffer.clone())]));
+    json(confirmed(&state, &cx("alice")).await.unwrap());
+    assert!(matches!(confirmed(&state, &cx("alice")).await.unwrap(), RunReply::Limited(_)));
+    let starts: Vec<serde_json::Value> = buffer.records().into_iter().filter(|r| r["event"] == "run.start").collect();
+    assert_eq!(starts.len(), 2);
+    assert_eq!(starts[0]["outcome"], "ok");
+    assert_eq!(starts[1]["outcome"], "rate-limited");
+    assert_eq!(starts[1]["code"], "rate-limited");
+    assert!(starts[1]["retryAfterSeconds"].as_u64().unwrap() >= 1, "{}", starts[1]);
 }

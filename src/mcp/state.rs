@@ -94,6 +94,8 @@ pub struct ServerState {
     pub tools_only_when_bound: bool,
     /// Calls and runs per principal ([`Self::with_rate_limits`]; unlimited by default).
     pub rate_limits: RateLimiter,
+    /// Where this server's audit records go ([`Self::with_audit`]; off by default).
+    pub audit: crate::audit::Audit,
     /// The snapshot generation (plus one) whose settling [`Self::settled`]
     /// waited out; 0: none.
     waited_out: AtomicU64,
@@ -107,6 +109,7 @@ impl ServerState {
             authorizer: None,
             tools_only_when_bound: false,
             rate_limits: RateLimiter::default(),
+            audit: crate::audit::Audit::off(),
             waited_out: AtomicU64::new(0),
         }
     }
@@ -119,6 +122,12 @@ impl ServerState {
     /// Limits every principal's tool calls and runs on this server.
     pub fn with_rate_limits(mut self, limits: RateLimits) -> Self {
         self.rate_limits = RateLimiter::new(limits);
+        self
+    }
+
+    /// Writes this server's audit records to `audit`.
+    pub fn with_audit(mut self, audit: crate::audit::Audit) -> Self {
+        self.audit = audit;
         self
     }
 

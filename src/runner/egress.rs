@@ -68,6 +68,8 @@ pub struct EgressOptions {
     pub allow_cidrs: Vec<IpNet>,
     /// The resolver the proxy asks (tests answer names themselves).
     pub resolver: Option<Arc<dyn Resolver>>,
+    /// Where the proxy's `egress` audit records go (`serve`'s own writer).
+    pub audit: crate::audit::Audit,
 }
 
 impl std::fmt::Debug for EgressOptions {
@@ -133,6 +135,7 @@ impl LocalEgress {
         let key = random_bytes::<32>().map_err(|e| EgressError::Proxy(format!("no random bytes for the proxy key: {e}")))?;
         let mut config = ProxyConfig::new(key.to_vec());
         config.allow_cidrs = options.allow_cidrs.clone();
+        config.audit = options.audit.clone();
         let registry = MemoryRegistry::new();
         let resolver: Arc<dyn Resolver> = options.resolver.clone().unwrap_or_else(|| Arc::new(SystemResolver));
         let proxy = Proxy::new(config, Arc::new(registry.clone()), resolver).map_err(|e| EgressError::Proxy(e.to_string()))?;

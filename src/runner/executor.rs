@@ -202,7 +202,7 @@ impl LocalExecutor {
         let (id, outcome, stdout, stderr) = (job.clone(), executed.outcome.clone(), executed.stdout.clone(), executed.stderr.clone());
         let finish_note = note.clone();
         let record = store(&ready, move |jobs| jobs.finish_run(&id, &outcome, finish_note, &stdout, &stderr)).await?;
-        Ok(RunReport { record, stdout: executed.stdout, stderr: executed.stderr, outputs, command, note })
+        Ok(RunReport { record, stdout: executed.stdout, stderr: executed.stderr, outputs, command, note, backend_id: None })
     }
 
     /// Record that the script never started, and pass the reason on.

@@ -200,9 +200,18 @@ struct AuthState {
     auth: Auth,
     /// The protected-resource metadata URL, for `WWW-Authenticate`.
     metadata_url: String,
+    /// Where refused requests are recorded (`auth.refused`).
+    audit: crate::audit::Audit,
 }
 
 fn unauthorized(state: &AuthState, error: Option<&str>) -> Response {
+    if state.audit.enabled() {
+        let reason = if error.is_some() { "the bearer token is not one of this server's" } else { "no bearer token" };
+        let record = crate::audit::Record::new(crate::audit::Event::AuthRefused, crate::audit::Outcome::Refused)
+            .code(crate::mcp::error::codes::UNAUTHORIZED)
+            .reason(reason);
+        state.audit.record(record);
+    }
     let mut challenge = format!("Bearer realm=\"skill-operator\", resource_metadata=\"{}\"", state.metadata_url);
     if let Some(error) = error {
         challenge.push_str(&format!(", error=\"{error}\""));
@@ -287,11 +296,12 @@ pub fn router(state: Arc<ServerState>, options: &HttpOptions, shutdown: &Shutdow
         .with_allowed_origins(origins)
         .enforce_origin_validation()
         .with_cancellation_token(shutdown.token());
+    let audit = state.audit.clone();
     let server = SkillServer::new(state);
     let sessions = Arc::new(BoundedSessions::new(options.max_sessions));
     let service = StreamableHttpService::new(move || Ok(server.clone()), sessions.clone(), config);
     let base = format!("http://{}", options.addr);
-    let auth = AuthState { auth: options.auth.clone(), metadata_url: format!("{base}{RESOURCE_METADATA_PATH}") };
+    let auth = AuthState { auth: options.auth.clone(), metadata_url: format!("{base}{RESOURCE_METADATA_PATH}"), audit };
     let metadata = serde_json::json!({
         "resource": format!("{base}/mcp"),
         "resource_name": "skill-operator",

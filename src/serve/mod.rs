@@ -114,6 +114,9 @@ pub struct ServeArgs {
     /// Tool calls and runs per principal (every principal: `local` over stdio, a token's over HTTP).
     #[command(flatten)]
     pub rate_limits: crate::mcp::ratelimit::RateLimits,
+    /// Audit records (docs/audit.md): JSON lines to stdout over HTTP, and to --audit-file.
+    #[command(flatten)]
+    pub audit: crate::audit::AuditArgs,
     /// fsync job records on every state change (survives power loss; about 4 ms per run).
     /// Without it a record is still replaced atomically, so a restart never sees a torn one.
     #[arg(long)]
@@ -173,6 +176,8 @@ async fn state_and_rescan(args: &ServeArgs) -> anyhow::Result<(ServerState, watc
         }
     };
     let roots = resolve_roots(roots);
+    // Over stdio, stdout carries the protocol: records go to --audit-file only.
+    let audit = args.audit.open("serve", args.http.is_some())?;
     let grants = Grants::resolve(&lookup, args.grants.as_deref());
     let run_as = run_as_for(args.run_as_uids.map(|r| r.first).or(args.run_as_uid));
     let interpreters: BTreeSet<Interpreter> =
@@ -196,6 +201,7 @@ async fn state_and_rescan(args: &ServeArgs) -> anyhow::Result<(ServerState, watc
         options.runner.cgroup_parent = args.cgroup_parent.clone();
         options.runner.cgroup_favor_dynmods = args.cgroup_favor_dynmods;
         options.runner.egress.allow_cidrs = args.egress_allow_cidrs.clone();
+        options.runner.egress.audit = audit.clone();
         options.limits = JobLimits { durable: args.durable_jobs, ..JobLimits::default() };
         let executor = LocalExecutor::start(options);
         Some(Execution::new(executor, mode))
@@ -204,7 +210,7 @@ async fn state_and_rescan(args: &ServeArgs) -> anyhow::Result<(ServerState, watc
     let rescan = watch::Rescan { roots: roots.clone(), layout, grants_file: args.grants.clone(), interpreters: interpreters.clone() };
     let snapshot = tokio::task::spawn_blocking(move || Snapshot::scan_with(&roots, layout, grants, interpreters)).await?;
     tracing::info!(skills = snapshot.catalog.skills.len(), problems = snapshot.problems.len(), "catalog ready");
-    let mut state = ServerState::new(snapshot).with_rate_limits(args.rate_limits);
+    let mut state = ServerState::new(snapshot).with_rate_limits(args.rate_limits).with_audit(audit);
     if let Some(execution) = execution {
         state = state.with_execution(execution);
     }

@@ -254,7 +254,7 @@ pub(crate) async fn tasks_and_files_over_http_on_the_real_cluster() {
         .with_allowed_hosts(vec!["127.0.0.1".to_string(), "localhost".to_string()]);
     let namespaces = Arc::new(Namespaces::new(
         backend.clone(),
-        ServiceOptions { http, max_sessions: 16, max_namespaces: 8, rate_limits: Default::default() },
+        ServiceOptions { http, max_sessions: 16, max_namespaces: 8, rate_limits: Default::default(), audit: Default::default() },
     ));
     let ready = Readiness::default();
     ready.set_ready();

@@ -179,9 +179,43 @@ async fn patch_status(ctx: &Context, job: &SkillJob, status: &SkillJobStatus) ->
     // (a restarted controller reads the final phase back and writes nothing).
     let was_final = job.status.as_ref().and_then(|s| s.phase).is_some_and(is_final);
     if let Some(phase) = status.phase.filter(|p| is_final(*p) && !was_final) {
-        ctx.metrics.skilljob_finished(phase, job.metadata.creation_timestamp.as_ref().map(crate::api::conditions::age));
+        let age = job.metadata.creation_timestamp.as_ref().map(crate::api::conditions::age);
+        ctx.metrics.skilljob_finished(phase, age);
+        if ctx.audit.enabled() {
+            ctx.audit.record(verdict_record(job, &ns, status, phase, age));
+        }
     }
     Ok(())
+}
+
+/// A SkillJob's `run.verdict` audit record, whoever started it (the
+/// gateway's own record of a synchronous run says what its caller was told).
+fn verdict_record(
+    job: &SkillJob,
+    ns: &str,
+    status: &SkillJobStatus,
+    phase: SkillJobPhase,
+    age: Option<std::time::Duration>,
+) -> crate::audit::Record {
+    use crate::audit::{digest_json, Event, FileRef, Outcome, Record};
+    let mut record = Record::new(Event::RunVerdict, Outcome::Ok)
+        .namespace(ns)
+        .job(job.name_any())
+        .script(&job.spec.script)
+        .args_digest(digest_json(&job.spec.args))
+        .state(format!("{phase:?}"))
+        .exit_code(status.exit_code)
+        .inputs(
+            job.spec.inputs.iter().map(|i| FileRef { path: i.path.clone(), size: Some(i.size), sha256: Some(i.digest.clone()) }).collect(),
+        );
+    record.skilljob_uid = job.metadata.uid.clone();
+    record.skill = status.skill.clone().or_else(|| Some(job.spec.binding.clone()));
+    record.duration_ms = age.map(|a| a.as_millis() as u64);
+    record.reason = status.message.clone();
+    if let Some(who) = job.annotations().get(REQUESTED_BY_ANNOTATION) {
+        record = record.principal_name(who);
+    }
+    record
 }
 
 fn set_phase(status: &mut SkillJobStatus, phase: SkillJobPhase, reason: &str, message: impl Into<String>, generation: Option<i64>) {

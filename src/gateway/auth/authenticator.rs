@@ -41,6 +41,8 @@ struct Inner {
     tokens: Cache<[u8; 32], Result<Caller, AuthError>>,
     decisions: Cache<DecisionKey, Result<(), AuthError>>,
     counters: Counters,
+    /// Where refused requests are recorded ([`Authenticator::set_audit`]; off until set).
+    audit: std::sync::OnceLock<crate::audit::Audit>,
 }
 
 /// Everything a SubjectAccessReview's answer depends on: two callers that
@@ -85,8 +87,34 @@ impl Authenticator {
         }
         let max = config.max_entries;
         Authenticator {
-            inner: Arc::new(Inner { client, config, tokens: Cache::new(max), decisions: Cache::new(max), counters: Counters::default() }),
+            inner: Arc::new(Inner {
+                client,
+                config,
+                tokens: Cache::new(max),
+                decisions: Cache::new(max),
+                counters: Counters::default(),
+                audit: std::sync::OnceLock::new(),
+            }),
         }
+    }
+
+    /// Records every request this authenticator refuses (`auth.refused`) to `audit`; the first call wins.
+    pub fn set_audit(&self, audit: crate::audit::Audit) {
+        let _ = self.inner.audit.set(audit);
+    }
+
+    /// The `auth.refused` record of a request refused at the entry gate.
+    pub(super) fn audit_refusal(&self, err: &AuthError, namespace: &str, caller: Option<&Caller>) {
+        let Some(audit) = self.inner.audit.get().filter(|a| a.enabled()) else { return };
+        let outcome = if matches!(err, AuthError::Unavailable(_)) { crate::audit::Outcome::Failed } else { crate::audit::Outcome::Refused };
+        let mut record = crate::audit::Record::new(crate::audit::Event::AuthRefused, outcome)
+            .namespace(namespace)
+            .code(err.code())
+            .reason(err.public_message());
+        if let Some(caller) = caller {
+            record = record.caller(caller);
+        }
+        audit.record(record);
     }
 
     pub fn config(&self) -> &AuthConfig {

@@ -115,17 +115,24 @@ pub async fn require_caller(
     }
     let caller = match auth.authenticate(request.headers().get(header::AUTHORIZATION)).await {
         Ok(caller) => caller,
-        Err(err) => return refuse(err, &namespace, &metadata),
+        Err(err) => return refuse(&auth, err, None, &namespace, &metadata),
     };
     if let Err(err) = auth.authorize_action(&caller, &namespace, Action::ReadSkills).await {
-        return refuse(err, &namespace, &metadata);
+        return refuse(&auth, err, Some(&caller), &namespace, &metadata);
     }
     request.headers_mut().remove(header::AUTHORIZATION);
     request.extensions_mut().insert(caller);
     next.run(request).await
 }
 
-fn refuse(err: AuthError, namespace: &str, metadata: &str) -> Response {
+fn refuse(
+    auth: &Authenticator,
+    err: AuthError,
+    caller: Option<&crate::mcp::executor::Caller>,
+    namespace: &str,
+    metadata: &str,
+) -> Response {
+    auth.audit_refusal(&err, namespace, caller);
     match &err {
         AuthError::Unavailable(detail) => tracing::warn!(namespace, %detail, "cannot check a request's credentials; answering 503"),
         other => tracing::debug!(namespace, error = %other, "request refused"),

@@ -249,6 +249,7 @@ impl KubeExecutor {
                     outputs: OutputListing { files: Vec::new(), skipped: Vec::new(), total_bytes: 0, truncated: false },
                     command: self.command_of(sj),
                     note: Some(note),
+                    backend_id: sj.uid(),
                 })
             }
         }
@@ -321,6 +322,6 @@ impl KubeExecutor {
         if rec.state == JobState::Running {
             return Err(JobError::StillRunning { id: rec.id }.into());
         }
-        Ok(RunReport { record: rec, stdout, stderr, outputs, command: self.command(plan), note })
+        Ok(RunReport { record: rec, stdout, stderr, outputs, command: self.command(plan), note, backend_id: sj.uid() })
     }
 }

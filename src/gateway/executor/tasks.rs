@@ -98,7 +98,7 @@ impl KubeExecutor {
         }
         let rec = record::job_record(&sj, &outcome);
         let note = rec.run.as_ref().and_then(|r| r.note.clone());
-        let report = RunReport { record: rec, stdout, stderr, outputs, command: self.command_of(&sj), note };
+        let report = RunReport { record: rec, stdout, stderr, outputs, command: self.command_of(&sj), note, backend_id: sj.uid() };
         let state = if phase == Some(SkillJobPhase::Cancelled) { TaskState::Cancelled } else { TaskState::Completed };
         Ok(TaskStatus { state, message, report: Some(report), created_at, updated_at })
     }
