@@ -83,6 +83,7 @@ use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 use skill_operator::api::binding::{SkillBinding, SkillBindingSpec, SkillBindingStatus};
 use skill_operator::api::conditions::set_condition;
 use skill_operator::api::package::SkillPackage;
+use skill_operator::audit::{Audit, AuditArgs};
 use skill_operator::core::declaration::Interpreter;
 use skill_operator::core::grants::Grants;
 use skill_operator::core::limits::{GATEWAY_NAMESPACES_MAX, GATEWAY_SESSIONS_PER_NAMESPACE, HTTP_SESSIONS_MAX};
@@ -185,7 +186,7 @@ impl Backend for Bound {
 /// The gateway's router as `skill-operator gateway` builds it (the same
 /// rmcp configuration), over `backend`; behind `require_caller` when the
 /// backend has an authenticator.
-fn gateway_app(backend: Arc<Bound>, max_sessions: usize, shutdown: &Shutdown) -> (Arc<Namespaces>, Router) {
+fn gateway_app(backend: Arc<Bound>, max_sessions: usize, audit: Audit, shutdown: &Shutdown) -> (Arc<Namespaces>, Router) {
     let hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into(), "[::1]".into()];
     let origins: Vec<String> = vec!["http://localhost:*".into(), "http://127.0.0.1:*".into(), "http://[::1]:*".into()];
     let http = StreamableHttpServerConfig::default()
@@ -193,13 +194,7 @@ fn gateway_app(backend: Arc<Bound>, max_sessions: usize, shutdown: &Shutdown) ->
         .with_allowed_origins(origins)
         .enforce_origin_validation()
         .with_cancellation_token(shutdown.token());
-    let options = ServiceOptions {
-        http,
-        max_sessions,
-        max_namespaces: GATEWAY_NAMESPACES_MAX,
-        rate_limits: Default::default(),
-        audit: Default::default(),
-    };
+    let options = ServiceOptions { http, max_sessions, max_namespaces: GATEWAY_NAMESPACES_MAX, rate_limits: Default::default(), audit };
     let namespaces = Arc::new(Namespaces::new(backend.clone(), options));
     let ready = Readiness::default();
     ready.set_ready();
@@ -460,6 +455,30 @@ fn rate_goal(method: &str, rps: f64) -> String {
     }
 }
 
+/// The audit trail's cost on the gateway: the same namespace with records
+/// written to a file and without, rounds alternating. `tools/list` writes no
+/// record (it is a listing, not an action); `skill_list` writes one per call.
+fn audit_cost(client: &tokio::runtime::Runtime, s: &Settings, with: &Endpoint, without: &Endpoint, file: &Path) {
+    for (method, body) in [("tools/list", TOOLS_LIST), ("skill_list", SKILL_LIST)] {
+        let (mut on, mut off) = (Vec::new(), Vec::new());
+        for _ in 0..s.rounds {
+            off.push(client.block_on(load(without, body, s.clients, s.warm, s.timed)));
+            on.push(client.block_on(load(with, body, s.clients, s.warm, s.timed)));
+        }
+        let (on, off) = (Figures::of(on), Figures::of(off));
+        let cost = 1.0 - on.rps / off.rps;
+        println!(
+            "gateway {method} with the audit trail: {} vs without {} (throughput {:+.1}%, goal <= 5% less: {})",
+            on.text(),
+            off.text(),
+            -cost * 100.0,
+            verdict(cost <= 0.05)
+        );
+    }
+    let records = std::fs::read_to_string(file).map(|t| t.lines().count()).unwrap_or(0);
+    println!("  audit records written during those rows: {records}");
+}
+
 /// The standalone server's bearer check alone: the same server on the same
 /// state with its token and without, `tools/list`, rounds alternating, so
 /// the difference is the check and not the machine's mood between rows.
@@ -496,7 +515,7 @@ fn fan_out(server: &tokio::runtime::Runtime, client: &tokio::runtime::Runtime, s
     // The default per-namespace cap holds the 1,000 (a larger
     // BENCH_SESSIONS raises it).
     let cap = GATEWAY_SESSIONS_PER_NAMESPACE.max(s.sessions);
-    let (namespaces, app) = gateway_app(backend.clone(), cap, &shutdown);
+    let (namespaces, app) = gateway_app(backend.clone(), cap, Audit::off(), &shutdown);
     let addr = server.block_on(listen(app));
     let endpoint = Endpoint { url: format!("http://{addr}/mcp/{namespace_path}"), token: fx.auth.as_ref().map(|a| a.token.clone()) };
     let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel::<Instant>();
@@ -628,7 +647,7 @@ fn rss_child(packages_file: &str) {
         backend.set(&rss_namespace(i), bindings(rss_skills(i)));
     }
     let shutdown = Shutdown::new();
-    let (namespaces, app) = gateway_app(backend, GATEWAY_SESSIONS_PER_NAMESPACE, &shutdown);
+    let (namespaces, app) = gateway_app(backend, GATEWAY_SESSIONS_PER_NAMESPACE, Audit::off(), &shutdown);
     let addr = rt.block_on(listen(app));
     let mut out = std::io::stdout();
     let mut report = |what: &str| {
@@ -844,7 +863,7 @@ fn run(server: &tokio::runtime::Runtime, client: &tokio::runtime::Runtime, s: &S
         format!("http://{addr}/mcp")
     };
     // The gateway: a namespace with the same 100 skills as 100 bindings.
-    let gateway_at = |auth: Option<&RealAuth>| {
+    let gateway_at = |auth: Option<&RealAuth>, audit: &Audit| {
         let backend = Arc::new(Bound {
             cache: fx.cache.clone(),
             packages: fx.packages.clone(),
@@ -853,7 +872,7 @@ fn run(server: &tokio::runtime::Runtime, client: &tokio::runtime::Runtime, s: &S
         });
         let ns = auth.map(|a| a.namespace.clone()).unwrap_or_else(|| "bench".into());
         backend.set(&ns, bindings(0..100));
-        let (namespaces, app) = gateway_app(backend, GATEWAY_SESSIONS_PER_NAMESPACE, &shutdown);
+        let (namespaces, app) = gateway_app(backend, GATEWAY_SESSIONS_PER_NAMESPACE, audit.clone(), &shutdown);
         let served = server.block_on(async {
             let addr = listen(app).await;
             let ns = namespaces.get(&ns).await.unwrap();
@@ -865,7 +884,7 @@ fn run(server: &tokio::runtime::Runtime, client: &tokio::runtime::Runtime, s: &S
 
     if part("listing") {
         if let Some(a) = &fx.auth {
-            let gateway = Endpoint { url: gateway_at(Some(a)), token: Some(a.token.clone()) };
+            let gateway = Endpoint { url: gateway_at(Some(a), &Audit::off()), token: Some(a.token.clone()) };
             let standalone = Endpoint {
                 url: standalone_at(Auth::Tokens(Arc::new(Tokens::single("bench", STANDALONE_TOKEN)))),
                 token: Some(STANDALONE_TOKEN.into()),
@@ -886,7 +905,7 @@ fn run(server: &tokio::runtime::Runtime, client: &tokio::runtime::Runtime, s: &S
                 "KUBECONFIG is not set (the gateway's TokenReview needs an API server)",
             );
         }
-        let gateway = Endpoint { url: gateway_at(None), token: None };
+        let gateway = Endpoint { url: gateway_at(None, &Audit::off()), token: None };
         let standalone = Endpoint { url: standalone_at(Auth::None), token: None };
         listing(client, s, &gateway, &standalone, "auth off on both");
         let with_token = Endpoint {
@@ -896,6 +915,14 @@ fn run(server: &tokio::runtime::Runtime, client: &tokio::runtime::Runtime, s: &S
         token_check(client, s, &with_token, &standalone);
     }
 
+    if part("audit") {
+        let trail = tempfile::tempdir().unwrap();
+        let file = trail.path().join("audit.jsonl");
+        let on = AuditArgs { file: Some(file.clone()), no_stdout: true }.open("gateway", true).unwrap();
+        let with = Endpoint { url: gateway_at(None, &on), token: None };
+        let without = Endpoint { url: gateway_at(None, &Audit::off()), token: None };
+        audit_cost(client, s, &with, &without, &file);
+    }
     if part("fan-out") {
         fan_out(server, client, s, fx);
     }

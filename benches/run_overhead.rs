@@ -16,6 +16,8 @@
 //! `/tmp`, writable root and `/dev`) and with the new one (sized `/tmp` and
 //! `/dev/shm`, read-only root and `/dev`).
 //!
+//! Then what the audit trail adds to a run (`BENCH_PARTS=audit` runs only that).
+//!
 //! `RUN_OVERHEAD_BASELINE_BIN=<path>` adds the same sandboxed run with another
 //! build (e.g. the commit before the limits), measured in the same run.
 //!
@@ -149,6 +151,40 @@ impl Drop for Server {
     }
 }
 
+/// What the audit trail adds to a `skill_run`: two servers, sandbox off, one
+/// writing its records to a file; runs alternate between them so both see
+/// the same machine. Each run writes four records (its start and verdict, the
+/// `skill_run` call and the `skill_job_delete` after it).
+fn audit_cost(skills: &Path, uids: &[&str], runs: usize) {
+    let flags = [&["--sandbox", "off"][..], uids].concat();
+    let (data_off, data_on, trail) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    for d in [&data_off, &data_on] {
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let file = trail.path().join("audit.jsonl");
+    let mut off = Server::start(BIN, skills, data_off.path(), &flags);
+    let on_flags = [&flags[..], &["--audit-file", file.to_str().unwrap()][..]].concat();
+    let mut on = Server::start(BIN, skills, data_on.path(), &on_flags);
+    let (mut t_off, mut t_on) = (Vec::new(), Vec::new());
+    for i in 0..(runs * 2 + 2) {
+        for (server, times) in [(&mut off, &mut t_off), (&mut on, &mut t_on)] {
+            let (ms, job) = server.run("scripts/noop.py");
+            server.call("tools/call", &format!(r#"{{"name":"skill_job_delete","arguments":{{"job":"{job}"}}}}"#));
+            if i >= 2 {
+                times.push(ms);
+            }
+        }
+    }
+    let records = std::fs::read_to_string(&file).unwrap().lines().count();
+    let (m_off, m_on) = (median(t_off), median(t_on));
+    println!(
+        "skill_run with the audit trail (python, sandbox off, {} runs each, alternating): off {m_off:.2} ms, on {m_on:.2} ms ({:+.2} ms, goal <= 1 ms: {}); {records} records written",
+        runs * 2,
+        m_on - m_off,
+        if m_on - m_off <= 1.0 { "met" } else { "NOT met" }
+    );
+}
+
 fn time_ms(runs: usize, mut f: impl FnMut()) -> f64 {
     let mut t = Vec::new();
     for _ in 0..runs {
@@ -197,6 +233,11 @@ fn main() {
 
     // A root server refuses unsandboxed runs without dedicated uids.
     let uids: &[&str] = if is_root() { &["--run-as-uids", "63000-63009"] } else { &[] };
+    // `BENCH_PARTS=audit`: only the audit trail's cost.
+    if std::env::var("BENCH_PARTS").is_ok_and(|p| p.trim() == "audit") {
+        audit_cost(dir.path(), uids, runs);
+        return;
+    }
     let baseline = std::env::var("RUN_OVERHEAD_BASELINE_BIN").ok();
     let mut configs: Vec<(String, String, Vec<&str>)> = vec![
         ("sandbox off".into(), BIN.into(), [&["--sandbox", "off"][..], uids].concat()),
@@ -234,6 +275,8 @@ fn main() {
         );
         sandboxed.push((label.clone(), node, python));
     }
+    audit_cost(dir.path(), uids, runs);
+
     // "Not asked for" runs first: from Linux 6.18 on, favordynmods stays on
     // once a server has asked for it, so only that order shows both on a
     // freshly booted host (later runs of this bench show the favoured cost twice).

@@ -84,6 +84,8 @@ fn the_dashboard_and_the_alerts_name_only_exported_series() {
         "skill_operator_gateway_rate_limited_total",
         "skill_operator_egress_requests_total",
         "skill_operator_egress_bytes_total",
+        "skill_operator_audit_write_failures_total",
+        "skill_operator_gateway_audit_write_failures_total",
     ] {
         assert!(exported.contains(must), "{must} is not exported: {exported:?}");
     }

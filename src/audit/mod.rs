@@ -17,8 +17,9 @@ mod record;
 mod sink;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
+
+use prometheus_client::metrics::counter::Counter;
 
 pub use record::{digest_json, Event, FileRef, Outcome, Principal, Record};
 pub use sink::{SharedBuffer, Sink, SinkError};
@@ -55,25 +56,20 @@ impl AuditArgs {
     }
 }
 
-/// Records written and records a sink failed to take, since the process started.
-static WRITTEN: AtomicU64 = AtomicU64::new(0);
-static FAILED: AtomicU64 = AtomicU64::new(0);
+/// Lines written and lines a sink failed to take, since the process started
+/// (shared by every registry they are registered in: one count per process).
+static WRITTEN: LazyLock<Counter> = LazyLock::new(Counter::default);
+static FAILED: LazyLock<Counter> = LazyLock::new(Counter::default);
 
-/// (written, failed) records across every [`Audit`] of this process.
+/// (written, failed) lines across every [`Audit`] of this process.
 pub fn counts() -> (u64, u64) {
-    (WRITTEN.load(Ordering::Relaxed), FAILED.load(Ordering::Relaxed))
+    (WRITTEN.get(), FAILED.get())
 }
 
 /// Registers `…_audit_records_total` and `…_audit_write_failures_total` in `registry`.
 pub fn register_metrics(registry: &mut prometheus_client::registry::Registry) {
-    use prometheus_client::metrics::counter::Counter;
-    let (written, failed) = counts();
-    let records = Counter::<u64>::default();
-    records.inc_by(written);
-    let failures = Counter::<u64>::default();
-    failures.inc_by(failed);
-    registry.register("audit_records", "Audit records written (to every sink)", records);
-    registry.register("audit_write_failures", "Audit records a sink could not write (see the process's log)", failures);
+    registry.register("audit_records", "Audit lines written (one per record and sink)", WRITTEN.clone());
+    registry.register("audit_write_failures", "Audit lines a sink could not take (the process's log says why)", FAILED.clone());
 }
 
 /// A process's (or one server's) audit writer.
@@ -137,7 +133,7 @@ impl Audit {
         let mut line = match serde_json::to_vec(&record) {
             Ok(line) => line,
             Err(err) => {
-                FAILED.fetch_add(1, Ordering::Relaxed);
+                FAILED.inc();
                 tracing::error!(%err, event = record.event.as_str(), "an audit record could not be encoded");
                 return;
             }
@@ -146,10 +142,10 @@ impl Audit {
         for sink in inner.sinks.iter() {
             match sink.write_line(&line) {
                 Ok(()) => {
-                    WRITTEN.fetch_add(1, Ordering::Relaxed);
+                    WRITTEN.inc();
                 }
                 Err(err) => {
-                    FAILED.fetch_add(1, Ordering::Relaxed);
+                    FAILED.inc();
                     tracing::error!(sink = %sink, %err, event = record.event.as_str(), "an audit record could not be written");
                 }
             }

@@ -70,6 +70,7 @@ impl Default for Metrics {
             Histogram::new([0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0])
         });
         registry.register("reconciles", "Reconciles by kind", reconciles.clone());
+        crate::audit::register_metrics(&mut registry);
         registry.register("reconcile_failures", "Failed reconciles by kind and error", failures.clone());
         registry.register("reconcile_duration_seconds", "Reconcile duration by kind", duration.clone());
         registry.register("jobs_created", "Kubernetes Jobs created for SkillJobs", jobs_created.clone());

@@ -221,6 +221,7 @@ pub fn metrics_registry(
 ) -> prometheus_client::registry::Registry {
     let mut registry = prometheus_client::registry::Registry::with_prefix("skill_operator");
     proxy.register(&mut registry);
+    crate::audit::register_metrics(&mut registry);
     listener.register(&mut registry);
     registry
 }

@@ -22,6 +22,7 @@ pub fn render_stats(stats: AuthStats) -> String {
     registry.register("access_reviews", "SubjectAccessReviews sent to the API server", ConstCounter::new(stats.access_reviews));
     registry.register("access_cache_hits", "Authorization decisions answered from the cache", ConstCounter::new(stats.access_cache_hits));
     crate::mcp::ratelimit::register_metrics(&mut registry);
+    crate::audit::register_metrics(&mut registry);
     let mut out = String::new();
     if encode(&mut out, &registry).is_err() {
         out = "# the metrics could not be encoded\n".into();

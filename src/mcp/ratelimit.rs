@@ -147,6 +147,7 @@ pub fn register_metrics(registry: &mut prometheus_client::registry::Registry) {
 pub fn render_metrics(prefix: &str) -> String {
     let mut registry = prometheus_client::registry::Registry::with_prefix(prefix);
     register_metrics(&mut registry);
+    crate::audit::register_metrics(&mut registry);
     let mut out = String::new();
     if prometheus_client::encoding::text::encode(&mut out, &registry).is_err() {
         out = "# the metrics could not be encoded\n".into();

@@ -293,6 +293,18 @@ def _(objs, value):
     return [f"controller args contain {a}" for a in args if a.startswith(value)]
 
 
+@expect("egress-arg")
+def _(objs, value):
+    args = args_of(deployments(objs)["egress-proxy"])
+    return [] if value in args else [f"egress-proxy args {args} lack {value}"]
+
+
+@expect("no-egress-arg")
+def _(objs, value):
+    args = args_of(deployments(objs)["egress-proxy"])
+    return [f"egress-proxy args contain {a}" for a in args if a.startswith(value)]
+
+
 @expect("artifacts-arg")
 def _(objs, value):
     args = args_of(deployments(objs)["artifacts"])

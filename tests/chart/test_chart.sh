@@ -215,7 +215,8 @@ check "checks (values-min.yaml)" rendered min \
   --expect gateway-arg=--rate-burst-calls=60 --expect gateway-arg=--rate-burst-runs=10 \
   --expect no-gateway-arg=--allow-anonymous --expect no-gateway-arg=--token-audience \
   --expect no-gateway-arg=--max- --expect no-gateway-arg=--auth- --expect no-gateway-arg=--public-url \
-  --expect no-gateway-arg=--authorization-server --expect no-gateway-arg=--plain-http-registry
+  --expect no-gateway-arg=--authorization-server --expect no-gateway-arg=--plain-http-registry \
+  --expect no-controller-arg=--no-audit-stdout --expect no-gateway-arg=--no-audit-stdout --expect no-egress-arg=--no-audit-stdout
 check "checks (values-all.yaml)" rendered all \
   --expect kinds=ClusterRole,ClusterRoleBinding,ConfigMap,CustomResourceDefinition,Deployment,NetworkPolicy,PodDisruptionBudget,PrometheusRule,Role,RoleBinding,Service,ServiceAccount,ServiceMonitor \
   --expect monitors=controller,egress-proxy,gateway \
@@ -253,7 +254,8 @@ check "checks (values-all.yaml)" rendered all \
   --expect gateway-arg=--rate-calls-per-minute=0 --expect gateway-arg=--rate-runs-per-minute=30 \
   --expect gateway-arg=--rate-burst-calls=0 --expect gateway-arg=--rate-burst-runs=3 \
   --expect gateway-arg=--plain-http-registry=registry.example.com:5000 --expect gateway-arg=--example-flag \
-  --expect gateway-pull-secrets=registry-a,registry-b
+  --expect gateway-pull-secrets=registry-a,registry-b \
+  --expect controller-arg=--no-audit-stdout --expect gateway-arg=--no-audit-stdout --expect egress-arg=--no-audit-stdout
 check "checks (gateway on, artifacts without API access)" rendered variant \
   --expect kinds=ClusterRole,ClusterRoleBinding,Deployment,NetworkPolicy,PersistentVolumeClaim,PodDisruptionBudget,Role,RoleBinding,Secret,Service,ServiceAccount \
   --expect rule=artifacts:skill-operator.dev:skilljobs: \
