@@ -27,6 +27,10 @@
 //!    `serve --http` and the gateway do), which sets TCP_NODELAY: without
 //!    it Nagle's algorithm and delayed ACKs held almost every keep-alive
 //!    answer for about 40 ms (about 190 req/s on either server).
+//!
+//!    **overhead** (`BENCH_PARTS=overhead`): what the audit trail and
+//!    exported traces cost the gateway's `tools/list` and `skill_list`,
+//!    rows rotating with neither.
 //! 2. **fan-out**: 1,000 legacy sessions on one namespace, each with its
 //!    GET SSE stream open; one binding change (the namespace's snapshot
 //!    rebuilt by `Namespaces::refresh` and swapped in); the time from the
@@ -455,28 +459,80 @@ fn rate_goal(method: &str, rps: f64) -> String {
     }
 }
 
-/// The audit trail's cost on the gateway: the same namespace with records
-/// written to a file and without, rounds alternating. `tools/list` writes no
-/// record (it is a listing, not an action); `skill_list` writes one per call.
-fn audit_cost(client: &tokio::runtime::Runtime, s: &Settings, with: &Endpoint, without: &Endpoint, file: &Path) {
-    for (method, body) in [("tools/list", TOOLS_LIST), ("skill_list", SKILL_LIST)] {
-        let (mut on, mut off) = (Vec::new(), Vec::new());
-        for _ in 0..s.rounds {
-            off.push(client.block_on(load(without, body, s.clients, s.warm, s.timed)));
-            on.push(client.block_on(load(with, body, s.clients, s.warm, s.timed)));
-        }
-        let (on, off) = (Figures::of(on), Figures::of(off));
-        let cost = 1.0 - on.rps / off.rps;
-        println!(
-            "gateway {method} with the audit trail: {} vs without {} (throughput {:+.1}%, goal <= 5% less: {})",
-            on.text(),
-            off.text(),
-            -cost * 100.0,
-            verdict(cost <= 0.05)
-        );
+/// Whether this process's spans go to the exporter now (the overhead rows
+/// switch it; the layer asks for every span while it is on).
+static TRACES_ON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A stand-in OTLP collector: takes every export (counted) and answers as a collector does.
+struct Collector {
+    endpoint: String,
+    exports: Arc<std::sync::atomic::AtomicU64>,
+}
+
+async fn collector() -> Collector {
+    let exports = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = exports.clone();
+    let app = Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |_body: axum::body::Bytes| {
+            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            async { ([(axum::http::header::CONTENT_TYPE, "application/x-protobuf")], Vec::<u8>::new()) }
+        }),
+    );
+    let addr = listen(app).await;
+    Collector { endpoint: format!("http://{addr}"), exports }
+}
+
+/// What the audit trail and traces cost the gateway: one namespace without
+/// either, the same with records appended to a file, and the first again
+/// with every span exported over OTLP (the process's real exporter and
+/// `tracing` layer, to a collector on loopback); rounds alternate. `tools/list`
+/// writes no audit record (a listing, not an action) and makes one span;
+/// `skill_list` writes one record per call.
+fn overhead(client: &tokio::runtime::Runtime, s: &Settings, plain: &Endpoint, audited: &Endpoint, file: &Path, collector: &Collector) {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
+    let config = skill_operator::telemetry::TraceConfig {
+        url: format!("{}/v1/traces", collector.endpoint),
+        protocol: skill_operator::telemetry::Protocol::Protobuf,
+        service: "skill-operator-gateway".into(),
+    };
+    let telemetry = skill_operator::telemetry::Telemetry::start(&config).unwrap();
+    let switch = tracing_subscriber::filter::dynamic_filter_fn(|_, _| TRACES_ON.load(std::sync::atomic::Ordering::Relaxed));
+    if tracing_subscriber::registry().with(telemetry.layer().map(|l| l.with_filter(switch))).try_init().is_err() {
+        println!("overhead: another subscriber is installed in this process; the traces rows are skipped");
+        return;
     }
+    let traced = |on: bool| TRACES_ON.store(on, std::sync::atomic::Ordering::Relaxed);
+    for (method, body) in [("tools/list", TOOLS_LIST), ("skill_list", SKILL_LIST)] {
+        let mut windows: [Vec<Window>; 3] = Default::default();
+        // Each round starts with another row: no row always runs first (or last) on a warm machine.
+        for round in 0..s.rounds * 2 {
+            for k in 0..3 {
+                let row = (round + k) % 3;
+                let endpoint = if row == 1 { audited } else { plain };
+                traced(row == 2);
+                windows[row].push(client.block_on(load(endpoint, body, s.clients, s.warm, s.timed)));
+                traced(false);
+            }
+        }
+        let [off, audit, traces] = windows.map(Figures::of);
+        for (what, on) in [("the audit trail", &audit), ("traces exported", &traces)] {
+            let cost = 1.0 - on.rps / off.rps;
+            println!(
+                "gateway {method} with {what}: {} vs neither {} (throughput {:+.1}%, goal <= 5% less: {})",
+                on.text(),
+                off.text(),
+                -cost * 100.0,
+                verdict(cost <= 0.05)
+            );
+        }
+    }
+    drop(telemetry); // flushes the last batch
     let records = std::fs::read_to_string(file).map(|t| t.lines().count()).unwrap_or(0);
-    println!("  audit records written during those rows: {records}");
+    let exports = collector.exports.load(std::sync::atomic::Ordering::Relaxed);
+    println!("  during those rows: {records} audit records written, {exports} OTLP exports received");
 }
 
 /// The standalone server's bearer check alone: the same server on the same
@@ -915,13 +971,14 @@ fn run(server: &tokio::runtime::Runtime, client: &tokio::runtime::Runtime, s: &S
         token_check(client, s, &with_token, &standalone);
     }
 
-    if part("audit") {
+    if part("overhead") {
         let trail = tempfile::tempdir().unwrap();
         let file = trail.path().join("audit.jsonl");
         let on = AuditArgs { file: Some(file.clone()), no_stdout: true }.open("gateway", true).unwrap();
-        let with = Endpoint { url: gateway_at(None, &on), token: None };
-        let without = Endpoint { url: gateway_at(None, &Audit::off()), token: None };
-        audit_cost(client, s, &with, &without, &file);
+        let audited = Endpoint { url: gateway_at(None, &on), token: None };
+        let plain = Endpoint { url: gateway_at(None, &Audit::off()), token: None };
+        let collector = server.block_on(collector());
+        overhead(client, s, &plain, &audited, &file, &collector);
     }
     if part("fan-out") {
         fan_out(server, client, s, fx);

@@ -151,23 +151,74 @@ impl Drop for Server {
     }
 }
 
-/// What the audit trail adds to a `skill_run`: two servers, sandbox off, one
-/// writing its records to a file; runs alternate between them so both see
-/// the same machine. Each run writes four records (its start and verdict, the
-/// `skill_run` call and the `skill_job_delete` after it).
+/// A stand-in OTLP/HTTP collector on loopback: answers every request 200
+/// with an empty body (keep-alive), counting them. Returns its URL.
+fn collector(count: std::sync::Arc<std::sync::atomic::AtomicU64>) -> String {
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let count = count.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut writer = stream;
+                loop {
+                    let mut length = 0usize;
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            length = v.trim().parse().unwrap_or(0);
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let mut body = vec![0u8; length];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let answer = "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
+                    if writer.write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    url
+}
+
+/// What the audit trail and exported traces add to a `skill_run`: three
+/// servers, sandbox off: one plain, one writing its audit records to a
+/// file, one exporting every span over OTLP to a collector on loopback;
+/// runs rotate between them so all see the same machine. Each iteration
+/// writes four records (the run's start and verdict, the `skill_run` call
+/// and the `skill_job_delete` after it) and three spans.
 fn audit_cost(skills: &Path, uids: &[&str], runs: usize) {
     let flags = [&["--sandbox", "off"][..], uids].concat();
-    let (data_off, data_on, trail) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    for d in [&data_off, &data_on] {
+    let dirs: Vec<tempfile::TempDir> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+    for d in &dirs[..3] {
         std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    let file = trail.path().join("audit.jsonl");
-    let mut off = Server::start(BIN, skills, data_off.path(), &flags);
-    let on_flags = [&flags[..], &["--audit-file", file.to_str().unwrap()][..]].concat();
-    let mut on = Server::start(BIN, skills, data_on.path(), &on_flags);
-    let (mut t_off, mut t_on) = (Vec::new(), Vec::new());
+    let file = dirs[3].path().join("audit.jsonl");
+    let exports = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let endpoint = collector(exports.clone());
+    std::env::set_var("OTEL_BSP_SCHEDULE_DELAY", "200");
+    let mut off = Server::start(BIN, skills, dirs[0].path(), &flags);
+    let audit_flags = [&flags[..], &["--audit-file", file.to_str().unwrap()][..]].concat();
+    let mut audit = Server::start(BIN, skills, dirs[1].path(), &audit_flags);
+    std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint);
+    let mut traced = Server::start(BIN, skills, dirs[2].path(), &flags);
+    std::env::remove_var("OTEL_EXPORTER_OTLP_ENDPOINT");
+    let (mut t_off, mut t_audit, mut t_traced) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..(runs * 2 + 2) {
-        for (server, times) in [(&mut off, &mut t_off), (&mut on, &mut t_on)] {
+        for (server, times) in [(&mut off, &mut t_off), (&mut audit, &mut t_audit), (&mut traced, &mut t_traced)] {
             let (ms, job) = server.run("scripts/noop.py");
             server.call("tools/call", &format!(r#"{{"name":"skill_job_delete","arguments":{{"job":"{job}"}}}}"#));
             if i >= 2 {
@@ -176,12 +227,16 @@ fn audit_cost(skills: &Path, uids: &[&str], runs: usize) {
         }
     }
     let records = std::fs::read_to_string(&file).unwrap().lines().count();
-    let (m_off, m_on) = (median(t_off), median(t_on));
+    let (m_off, m_audit, m_traced) = (median(t_off), median(t_audit), median(t_traced));
+    let goal = |added: f64| if added <= 1.0 { "met" } else { "NOT met" };
     println!(
-        "skill_run with the audit trail (python, sandbox off, {} runs each, alternating): off {m_off:.2} ms, on {m_on:.2} ms ({:+.2} ms, goal <= 1 ms: {}); {records} records written",
+        "skill_run (python, sandbox off, {} runs each, rotating): neither {m_off:.2} ms; audit trail {m_audit:.2} ms ({:+.2} ms, goal <= 1 ms: {}); traces exported {m_traced:.2} ms ({:+.2} ms, goal <= 1 ms: {}); {records} records written, {} OTLP exports received",
         runs * 2,
-        m_on - m_off,
-        if m_on - m_off <= 1.0 { "met" } else { "NOT met" }
+        m_audit - m_off,
+        goal(m_audit - m_off),
+        m_traced - m_off,
+        goal(m_traced - m_off),
+        exports.load(std::sync::atomic::Ordering::Relaxed)
     );
 }
 

@@ -4,7 +4,7 @@
 #   - a built local cluster in LOCAL_CLUSTER_HOME (default /var/lib/local-cluster),
 #     whose scripts are in LOCAL_CLUSTER_SCRIPTS (default ../shared/local-cluster
 #     beside the checkout): it is started (up.sh) if it is not running, and
-#     tests/envtest.rs, the controller benchmark in a short mode, the
+#     tests/envtest*.rs, the controller benchmark in a short mode, the
 #     prepared-image suite tests/cluster_prepare.rs and the real-cluster
 #     suite tests/kind/run.sh and the quick start tests/kind/quickstart.sh
 #     run against it (the CRDs of crds/ applied first); a cluster this
@@ -89,7 +89,7 @@ suite() {
     exit 1
   fi
 }
-for s in envtest envtest_egress envtest_cilium gateway_auth gateway_catalog gateway_executor cluster_prepare; do suite "$s"; done
+for s in envtest envtest_egress envtest_cilium envtest_traces gateway_auth gateway_catalog gateway_executor cluster_prepare; do suite "$s"; done
 bash "$ROOT/tests/chart/cluster_rbac.sh"
 SKILLJOBS="${GATED_BENCH_SKILLJOBS:-100}" cargo bench --locked --bench controller_throughput 2>&1 | tail -n 20
 bash "$ROOT/tests/kind/run.sh"

@@ -66,6 +66,22 @@ pub enum PackageCommand {
     Push(crate::oci::publish::PushArgs),
 }
 
+impl Cli {
+    /// The OpenTelemetry service name of a long-running server (traces are
+    /// exported only from these); `None` for one-shot and in-sandbox commands,
+    /// which must not start the exporter's threads.
+    pub fn service_name(&self) -> Option<&'static str> {
+        match self.command {
+            Command::Serve(_) => Some("skill-operator-serve"),
+            Command::Controller(_) => Some("skill-operator-controller"),
+            Command::Gateway(_) => Some("skill-operator-gateway"),
+            Command::Artifacts(_) => Some("skill-operator-artifacts"),
+            Command::EgressProxy(_) => Some("skill-operator-egress-proxy"),
+            _ => None,
+        }
+    }
+}
+
 /// The subcommands that must run before any runtime thread exists (the
 /// built-in sandbox forks without exec'ing): carried out here; `None` for
 /// every other command line, which [`run`] then takes.

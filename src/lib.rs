@@ -22,6 +22,7 @@ pub mod samples;
 pub mod serve;
 pub mod shutdown;
 pub mod source;
+pub mod telemetry;
 pub mod tls;
 
 pub mod runner;

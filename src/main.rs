@@ -3,12 +3,9 @@
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
-    // Logs go to stderr: over stdio, stdout belongs to the protocol.
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SKILL_OPERATOR_LOG").unwrap_or_else(|_| "warn".into()))
-        .init();
     let cli = skill_operator::cli::Cli::parse();
+    // Kept until the end of main: dropping it flushes the last spans.
+    let _telemetry = skill_operator::telemetry::init(cli.service_name());
     if let Some(code) = skill_operator::cli::run_single_threaded(&cli) {
         return code;
     }

@@ -33,6 +33,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde::Serialize;
 use serde_json::Value;
+use tracing::Instrument as _;
 
 use crate::core::content::read_for_client;
 use crate::core::limits::{bytes_text, RESOURCE_READ_CAP};
@@ -166,11 +167,25 @@ fn run_reply(reply: Result<run::RunReply, ToolError>) -> Result<CallToolResponse
 }
 
 impl SkillServer {
+    /// The gateway namespace this server serves (`None`: the standalone server).
+    fn namespace(&self) -> Option<&str> {
+        self.state.execution.as_ref().map(|e| e.scope.as_str()).filter(|s| !s.is_empty())
+    }
+
     /// One tool call, and its audit record once it is answered.
     async fn call(&self, request: CallToolRequestParams, context: &RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
         let caller = caller_of(context);
         let audited = self.state.audit.enabled().then(|| (request.name.clone(), request.arguments.clone()));
-        let response = self.dispatch(request, context, caller.clone()).await;
+        // The whole call, from the settle wait to the answer: a run's trace starts here.
+        let span = tracing::info_span!(
+            target: "skill_operator::mcp",
+            "tools/call",
+            otel.kind = "server",
+            tool = %request.name,
+            principal = %caller.principal,
+            namespace = self.namespace(),
+        );
+        let response = self.dispatch(request, context, caller.clone()).instrument(span).await;
         if let Some((tool, args)) = audited {
             audit::tool_call(&self.state, &caller, &tool, args.as_ref(), &response);
         }
@@ -305,8 +320,13 @@ impl ServerHandler for SkillServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        self.state.settled().await;
-        Ok(ListToolsResult::with_all_items(offered_tools(&self.state)))
+        let span = tracing::info_span!(target: "skill_operator::mcp", "tools/list", otel.kind = "server", namespace = self.namespace());
+        async {
+            self.state.settled().await;
+            Ok(ListToolsResult::with_all_items(offered_tools(&self.state)))
+        }
+        .instrument(span)
+        .await
     }
 
     async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {

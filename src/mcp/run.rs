@@ -12,6 +12,7 @@ use base64::Engine;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use tracing::Instrument as _;
 
 use crate::api::outcome::RunOutcome;
 use crate::audit::{Event, FileRef};
@@ -234,7 +235,8 @@ pub async fn skill_run(state: &ServerState, snap: &Snapshot, input: SkillRunInpu
                 return Ok(RunReply::Task(Box::new(view)));
             }
             let audited = state.audit.enabled().then(|| plan.clone());
-            let report = exec.executor.run_new(&cx.caller, plan, inputs, cx.control(key)).await;
+            let span = tracing::info_span!(target: "skill_operator::run", "run", skill = %plan.skill, script = %plan.script.as_str());
+            let report = exec.executor.run_new(&cx.caller, plan, inputs, cx.control(key)).instrument(span).await;
             if let Some(plan) = &audited {
                 audit::verdict(state, "skill_run", &cx.caller, plan, &report);
             }
@@ -330,7 +332,8 @@ pub async fn job_run(state: &ServerState, snap: &Snapshot, input: JobRunInput, c
             // The inputs the person confirmed, checked again when the run starts.
             let confirmed = record.inputs.iter().map(|f| (f.path.clone(), f.sha256.clone())).collect();
             let audited = state.audit.enabled().then(|| plan.clone());
-            let report = exec.executor.run(&cx.caller, &record.id, plan, confirmed, cx.control(key)).await;
+            let span = tracing::info_span!(target: "skill_operator::run", "run", skill = %plan.skill, script = %plan.script.as_str(), job = %record.id);
+            let report = exec.executor.run(&cx.caller, &record.id, plan, confirmed, cx.control(key)).instrument(span).await;
             if let Some(plan) = &audited {
                 audit::verdict(state, "skill_job_run", &cx.caller, plan, &report);
             }

@@ -305,6 +305,33 @@ def _(objs, value):
     return [f"egress-proxy args contain {a}" for a in args if a.startswith(value)]
 
 
+def env_of(deploy):
+    return {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0].get("env") or []}
+
+
+@expect("env")
+def _(objs, value):
+    component, pair = value.split(":", 1)
+    name, want = pair.split("=", 1)
+    got = env_of(deployments(objs)[component]).get(name)
+    return [] if got == want else [f"{component} env {name}={got!r}, want {want!r}"]
+
+
+@expect("no-env")
+def _(objs, value):
+    component, prefix = value.split(":", 1)
+    return [f"{component} env has {n}" for n in env_of(deployments(objs)[component]) if n.startswith(prefix)]
+
+
+@expect("gateway-netpol-port")
+def _(objs, value):
+    policy = next((o for o in objs if o["kind"] == "NetworkPolicy" and o["metadata"]["name"].endswith("-gateway")), None)
+    if policy is None:
+        return ["no gateway NetworkPolicy"]
+    ports = [p.get("port") for rule in policy["spec"].get("egress") or [] for p in rule.get("ports") or []]
+    return [] if int(value) in ports else [f"the gateway NetworkPolicy's egress ports {ports} lack {value}"]
+
+
 @expect("artifacts-arg")
 def _(objs, value):
     args = args_of(deployments(objs)["artifacts"])

@@ -19,11 +19,14 @@ check_rendered.py; they run whenever a gateway Deployment is rendered).
                    ingress only on TCP 8090, every egress rule has peers and
                    ports, DNS (53) only to labelled pods (never an ipBlock),
                    the artifact endpoint pods on 8443 in the release
-                   namespace, no other pod peers
+                   namespace, the trace collector's labelled pods on the
+                   port of the gateway's OTLP endpoint, no other pod peers
 
 Expectations (--expect): gateway=absent, gateway-arg=ARG, no-gateway-arg=PREFIX,
 gateway-pdb=present|absent, gateway-netpol=present|absent.
 """
+
+import urllib.parse
 
 # The gateway's whole cluster-wide grant, one (apiGroup, resource, verb) per
 # row. It is the issue's list; growing it needs a reason in gateway-rbac.yaml.
@@ -251,6 +254,10 @@ def netpol_problems(objs, deploy):
     artifacts = [o for o in objs if o["kind"] == "Deployment"
                  and o["spec"]["template"]["metadata"]["labels"].get(COMPONENT) == "artifacts"]
     saw_artifacts = saw_dns = False
+    # The trace collector's rule is allowed on the port the gateway exports to, when it exports.
+    env = {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"]["containers"][0].get("env") or []}
+    endpoint = urllib.parse.urlsplit(env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "")
+    collector_port = (endpoint.port or (443 if endpoint.scheme == "https" else 4318)) if endpoint.scheme else None
     for rule in spec.get("egress") or []:
         to, ports = rule.get("to"), rule.get("ports")
         if not to or not ports:
@@ -272,6 +279,8 @@ def netpol_problems(objs, deploy):
                     out.append(f"the artifact endpoint rule: namespace {nsel}, ports {numbers}")
             elif numbers == {53}:
                 saw_dns = True
+            elif collector_port is not None and numbers == {collector_port}:
+                pass
             else:
                 out.append(f"egress to pods {sel} on {numbers}")
     if artifacts and not saw_artifacts:

@@ -216,7 +216,8 @@ check "checks (values-min.yaml)" rendered min \
   --expect no-gateway-arg=--allow-anonymous --expect no-gateway-arg=--token-audience \
   --expect no-gateway-arg=--max- --expect no-gateway-arg=--auth- --expect no-gateway-arg=--public-url \
   --expect no-gateway-arg=--authorization-server --expect no-gateway-arg=--plain-http-registry \
-  --expect no-controller-arg=--no-audit-stdout --expect no-gateway-arg=--no-audit-stdout --expect no-egress-arg=--no-audit-stdout
+  --expect no-controller-arg=--no-audit-stdout --expect no-gateway-arg=--no-audit-stdout --expect no-egress-arg=--no-audit-stdout \
+  --expect no-env=controller:OTEL_ --expect no-env=gateway:OTEL_
 check "checks (values-all.yaml)" rendered all \
   --expect kinds=ClusterRole,ClusterRoleBinding,ConfigMap,CustomResourceDefinition,Deployment,NetworkPolicy,PodDisruptionBudget,PrometheusRule,Role,RoleBinding,Service,ServiceAccount,ServiceMonitor \
   --expect monitors=controller,egress-proxy,gateway \
@@ -255,7 +256,10 @@ check "checks (values-all.yaml)" rendered all \
   --expect gateway-arg=--rate-burst-calls=0 --expect gateway-arg=--rate-burst-runs=3 \
   --expect gateway-arg=--plain-http-registry=registry.example.com:5000 --expect gateway-arg=--example-flag \
   --expect gateway-pull-secrets=registry-a,registry-b \
-  --expect controller-arg=--no-audit-stdout --expect gateway-arg=--no-audit-stdout --expect egress-arg=--no-audit-stdout
+  --expect controller-arg=--no-audit-stdout --expect gateway-arg=--no-audit-stdout --expect egress-arg=--no-audit-stdout \
+  --expect env=controller:OTEL_EXPORTER_OTLP_ENDPOINT=http://otel-collector.observability:4318 \
+  --expect env=gateway:OTEL_TRACES_SAMPLER_ARG=0.25 --expect env=gateway:OTEL_EXPORTER_OTLP_PROTOCOL=http/json \
+  --expect gateway-netpol-port=4318
 check "checks (gateway on, artifacts without API access)" rendered variant \
   --expect kinds=ClusterRole,ClusterRoleBinding,Deployment,NetworkPolicy,PersistentVolumeClaim,PodDisruptionBudget,Role,RoleBinding,Secret,Service,ServiceAccount \
   --expect rule=artifacts:skill-operator.dev:skilljobs: \
@@ -402,6 +406,9 @@ bad() { # name, --set args...
     "$HELM" template "$RELEASE" "$CHART" --namespace "$NS" -f "$HERE/values-min.yaml" "$@"
 }
 bad "image.repository: 123" --set image.repository=123
+bad "tracing.otlpEndpoint: collector:4318 (no scheme)" --set tracing.otlpEndpoint=collector:4318
+bad "tracing.protocol: grpc" --set tracing.protocol=grpc
+bad "tracing.samplerArg: 2" --set-string tracing.samplerArg=2
 bad 'controller.replicas: "x"' --set-string controller.replicas=x
 bad "controller.replicas: 2 (no leader election)" --set controller.replicas=2
 bad 'artifacts.replicas: "x"' --set-string artifacts.replicas=x

@@ -31,6 +31,11 @@ impl Drop for Server {
 
 /// `serve --http` with `extra` flags; `keep_stdout` pipes stdout for the caller to read.
 pub(crate) fn start(extra: &[&str], keep_stdout: bool) -> Server {
+    start_with_env(extra, keep_stdout, &[])
+}
+
+/// [`start`] with `env` set for the server.
+pub(crate) fn start_with_env(extra: &[&str], keep_stdout: bool, env: &[(&str, &str)]) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, format!("alice {ALICE}\nbob {BOB}\n")).unwrap();
@@ -54,6 +59,7 @@ pub(crate) fn start(extra: &[&str], keep_stdout: bool) -> Server {
         .stdin(Stdio::null())
         .stdout(if keep_stdout { Stdio::piped() } else { Stdio::null() })
         .stderr(Stdio::piped())
+        .envs(env.iter().copied())
         .spawn()
         .unwrap();
     let mut stderr = BufReader::new(child.stderr.take().unwrap());

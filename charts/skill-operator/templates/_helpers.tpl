@@ -246,3 +246,21 @@ credential, and no DNS is needed when the ClusterIP is pinned).
 {{- end -}}
 {{- toJson $names -}}
 {{- end -}}
+
+{{/* OpenTelemetry's environment for a component that exports traces (empty without tracing.otlpEndpoint). */}}
+{{- define "skill-operator.tracingEnv" -}}
+{{- with .Values.tracing }}
+{{- if .otlpEndpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ .otlpEndpoint | quote }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ .protocol | quote }}
+- name: OTEL_TRACES_SAMPLER
+  value: {{ .sampler | quote }}
+{{- if .samplerArg }}
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ .samplerArg | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}

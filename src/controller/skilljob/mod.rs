@@ -31,6 +31,7 @@ pub use stored::follow as follow_stored;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tracing::Instrument as _;
 
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
@@ -67,6 +68,21 @@ const INPUTS_POLL: Duration = Duration::from_secs(30);
 const STOPPING_POLL: Duration = Duration::from_secs(2);
 
 pub async fn reconcile(job: Arc<SkillJob>, ctx: Arc<Context>) -> Result<Action> {
+    let span = tracing::info_span!(
+        target: "skill_operator::controller",
+        "reconcile SkillJob",
+        namespace = job.namespace().unwrap_or_default(),
+        name = %job.name_any(),
+    );
+    // A run's reconciles belong to the trace of the request that created it, until it ends.
+    let running = !job.status.as_ref().and_then(|s| s.phase).is_some_and(is_final);
+    if let (true, Some(traceparent)) = (running, job.annotations().get(crate::telemetry::TRACEPARENT_ANNOTATION)) {
+        crate::telemetry::set_parent(&span, traceparent);
+    }
+    reconcile_traced(job, ctx).instrument(span).await
+}
+
+async fn reconcile_traced(job: Arc<SkillJob>, ctx: Arc<Context>) -> Result<Action> {
     let started = Instant::now();
     let ns = job.namespace().ok_or(Error::Missing("namespace"))?;
     // Deletion waits for the pod to stop, as a requeue: only then does the
@@ -183,6 +199,9 @@ async fn patch_status(ctx: &Context, job: &SkillJob, status: &SkillJobStatus) ->
         ctx.metrics.skilljob_finished(phase, age);
         if ctx.audit.enabled() {
             ctx.audit.record(verdict_record(job, &ns, status, phase, age));
+        }
+        if let Some(traceparent) = job.annotations().get(crate::telemetry::TRACEPARENT_ANNOTATION) {
+            crate::telemetry::record_run(traceparent, job, status, phase);
         }
     }
     Ok(())

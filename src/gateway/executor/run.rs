@@ -54,6 +54,10 @@ impl KubeExecutor {
             ])),
             ..Default::default()
         };
+        // The calling request's trace goes on with the run (the controller parents its spans on it).
+        if let Some(traceparent) = crate::telemetry::current_traceparent() {
+            sj.annotations_mut().insert(crate::telemetry::TRACEPARENT_ANNOTATION.to_string(), traceparent);
+        }
         sj
     }
 
