@@ -35,43 +35,9 @@ async fn controller_against_a_real_api_server() {
 
     let controller = harness::spawn_controller(client.clone());
 
+    harness::csv_stats_bound(&client).await;
     let packages: Api<SkillPackage> = Api::all(client.clone());
-    packages
-        .create(&PostParams::default(), &serde_json::from_value(json!({
-            "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillPackage",
-            "metadata": { "name": "csv-stats-1" },
-            "spec": {
-                "source": { "oci": { "reference": "registry.local/skills/csv-stats:1" } },
-                "runtime": { "interpreter": "python", "image": "python@sha256:1111111111111111111111111111111111111111111111111111111111111111",
-                             "interpreterPath": "/usr/bin/python3", "allowedScripts": ["scripts/stats.py"], "timeoutSeconds": 60 }
-            }
-        })).unwrap())
-        .await
-        .unwrap();
-    harness::wait_for(
-        || async { harness::ready(&packages.get("csv-stats-1").await.ok()?.status?.conditions) },
-        "the SkillPackage to be Ready",
-    )
-    .await;
-
     let bindings: Api<SkillBinding> = Api::namespaced(client.clone(), "team");
-    bindings
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding",
-                "metadata": { "name": "csv-stats", "namespace": "team" },
-                "spec": { "package": "csv-stats-1" }
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    harness::wait_for(
-        || async { harness::ready(&bindings.get("csv-stats").await.ok()?.status?.conditions) },
-        "the SkillBinding to be Ready",
-    )
-    .await;
 
     let skilljobs: Api<SkillJob> = Api::namespaced(client.clone(), "team");
     let sj: SkillJob = skilljobs

@@ -14,7 +14,7 @@ mod harness;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 
-use skill_operator::api::{SkillBinding, SkillJob, SkillPackage};
+use skill_operator::api::SkillJob;
 
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PARENT: &str = "00f067aa0ba902b7";
@@ -39,37 +39,7 @@ async fn the_controller_continues_the_trace_on_the_skilljob() {
     harness::create_namespace(&client, "team", true).await;
     let _controller = harness::spawn_controller(client.clone());
 
-    let packages: Api<SkillPackage> = Api::all(client.clone());
-    packages
-        .create(&PostParams::default(), &serde_json::from_value(json!({
-            "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillPackage",
-            "metadata": { "name": "csv-stats-1" },
-            "spec": {
-                "source": { "oci": { "reference": "registry.local/skills/csv-stats:1" } },
-                "runtime": { "interpreter": "python", "image": "python@sha256:1111111111111111111111111111111111111111111111111111111111111111",
-                             "interpreterPath": "/usr/bin/python3", "allowedScripts": ["scripts/stats.py"], "timeoutSeconds": 60 }
-            }
-        })).unwrap())
-        .await
-        .unwrap();
-    let bindings: Api<SkillBinding> = Api::namespaced(client.clone(), "team");
-    bindings
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding",
-                "metadata": { "name": "csv-stats", "namespace": "team" },
-                "spec": { "package": "csv-stats-1" }
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    harness::wait_for(
-        || async { harness::ready(&bindings.get("csv-stats").await.ok()?.status?.conditions) },
-        "the SkillBinding to be Ready",
-    )
-    .await;
+    harness::csv_stats_bound(&client).await;
 
     // Refused by the fence (a script the package does not allow): it ends
     // Failed at once, without a pod, which this API server has no node for.

@@ -40,6 +40,24 @@ pub(crate) enum Origin {
     Unix(JobId),
 }
 
+impl Origin {
+    /// The client as the access log and the audit trail name it.
+    fn peer(&self) -> String {
+        match self {
+            Origin::Tcp { peer, .. } => peer.to_string(),
+            Origin::Unix(job) => format!("unix:{job}"),
+        }
+    }
+}
+
+/// The audit record of a connection refused at accept (too many pending heads).
+pub(crate) fn audit_busy(shared: &Shared, refusal: &Refusal, origin: &Origin) {
+    if shared.audit.enabled() {
+        let record = Record::new(Event::Egress, Outcome::Refused).code(refusal.reason.as_str()).reason(refusal.detail.clone()).peer(origin.peer());
+        shared.audit.record(record);
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Connect,
@@ -85,11 +103,7 @@ pub(crate) async fn handle<C: Socket>(
     pending: super::shared::Pending,
     cancel: CancellationToken,
 ) {
-    let peer = match &origin {
-        Origin::Tcp { peer, .. } => peer.to_string(),
-        Origin::Unix(job) => format!("unix:{job}"),
-    };
-    let mut access = Access { job: None, kind: None, target: None, addr: None, peer };
+    let mut access = Access { job: None, kind: None, target: None, addr: None, peer: origin.peer() };
     let result = serve(&shared, &client, &origin, accepted, pending, &cancel, &mut access).await;
     let (verdict, reason, detail, up, down) = match result {
         Err(Stop::Gone) => {

@@ -171,7 +171,7 @@ impl Proxy {
                         );
                         let _ = stream.try_write(&refusal.response());
                         self.shared.metrics.count(Verdict::Refused, Reason::AddressBusy.as_str());
-                        self.shared.audit_busy(&refusal, &origin);
+                        proxy::audit_busy(&self.shared, &refusal, &origin);
                         continue;
                     }
                 },
@@ -184,7 +184,7 @@ impl Proxy {
                 );
                 let _ = stream.try_write(&refusal.response());
                 self.shared.metrics.count(Verdict::Refused, Reason::ProxyBusy.as_str());
-                self.shared.audit_busy(&refusal, &origin);
+                proxy::audit_busy(&self.shared, &refusal, &origin);
                 continue;
             };
             let pending = Pending { _permit: permit, _slot: slot };

@@ -49,22 +49,6 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// The audit record of a connection refused at accept (too many pending heads).
-    pub(super) fn audit_busy(&self, refusal: &super::refusal::Refusal, origin: &super::proxy::Origin) {
-        if !self.audit.enabled() {
-            return;
-        }
-        let peer = match origin {
-            super::proxy::Origin::Tcp { peer, .. } => peer.to_string(),
-            super::proxy::Origin::Unix(job) => format!("unix:{job}"),
-        };
-        let record = crate::audit::Record::new(crate::audit::Event::Egress, crate::audit::Outcome::Refused)
-            .code(refusal.reason.as_str())
-            .reason(refusal.detail.clone())
-            .peer(peer);
-        self.audit.record(record);
-    }
-
     pub(super) fn own_addresses(&self) -> Vec<SocketAddr> {
         self.own.read().unwrap_or_else(|p| p.into_inner()).clone()
     }

@@ -12,7 +12,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::Client;
+use serde_json::json;
 
+use skill_operator::api::{SkillBinding, SkillPackage};
 use skill_operator::controller::context::{Context, FetchedPackage, OperatorConfig, PackageResolver};
 use skill_operator::controller::metrics::Metrics;
 
@@ -265,4 +267,47 @@ where
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     panic!("timed out after 30 s waiting for {what}");
+}
+
+/// The sample package `csv-stats-1` (python, `scripts/stats.py` allowed) and
+/// its binding `csv-stats` in namespace `team`, both Ready.
+#[allow(dead_code)]
+pub(crate) async fn csv_stats_bound(client: &Client) {
+    let packages: Api<SkillPackage> = Api::all(client.clone());
+    packages
+        .create(&PostParams::default(), &serde_json::from_value(json!({
+            "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillPackage",
+            "metadata": { "name": "csv-stats-1" },
+            "spec": {
+                "source": { "oci": { "reference": "registry.local/skills/csv-stats:1" } },
+                "runtime": { "interpreter": "python", "image": "python@sha256:1111111111111111111111111111111111111111111111111111111111111111",
+                             "interpreterPath": "/usr/bin/python3", "allowedScripts": ["scripts/stats.py"], "timeoutSeconds": 60 }
+            }
+        })).unwrap())
+        .await
+        .unwrap();
+    wait_for(
+        || async { ready(&packages.get("csv-stats-1").await.ok()?.status?.conditions) },
+        "the SkillPackage to be Ready",
+    )
+    .await;
+
+    let bindings: Api<SkillBinding> = Api::namespaced(client.clone(), "team");
+    bindings
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding",
+                "metadata": { "name": "csv-stats", "namespace": "team" },
+                "spec": { "package": "csv-stats-1" }
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        || async { ready(&bindings.get("csv-stats").await.ok()?.status?.conditions) },
+        "the SkillBinding to be Ready",
+    )
+    .await;
 }
