@@ -53,7 +53,8 @@ impl Origin {
 /// The audit record of a connection refused at accept (too many pending heads).
 pub(crate) fn audit_busy(shared: &Shared, refusal: &Refusal, origin: &Origin) {
     if shared.audit.enabled() {
-        let record = Record::new(Event::Egress, Outcome::Refused).code(refusal.reason.as_str()).reason(refusal.detail.clone()).peer(origin.peer());
+        let record =
+            Record::new(Event::Egress, Outcome::Refused).code(refusal.reason.as_str()).reason(refusal.detail.clone()).peer(origin.peer());
         shared.audit.record(record);
     }
 }

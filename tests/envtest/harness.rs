@@ -286,11 +286,7 @@ pub(crate) async fn csv_stats_bound(client: &Client) {
         })).unwrap())
         .await
         .unwrap();
-    wait_for(
-        || async { ready(&packages.get("csv-stats-1").await.ok()?.status?.conditions) },
-        "the SkillPackage to be Ready",
-    )
-    .await;
+    wait_for(|| async { ready(&packages.get("csv-stats-1").await.ok()?.status?.conditions) }, "the SkillPackage to be Ready").await;
 
     let bindings: Api<SkillBinding> = Api::namespaced(client.clone(), "team");
     bindings
@@ -305,9 +301,5 @@ pub(crate) async fn csv_stats_bound(client: &Client) {
         )
         .await
         .unwrap();
-    wait_for(
-        || async { ready(&bindings.get("csv-stats").await.ok()?.status?.conditions) },
-        "the SkillBinding to be Ready",
-    )
-    .await;
+    wait_for(|| async { ready(&bindings.get("csv-stats").await.ok()?.status?.conditions) }, "the SkillBinding to be Ready").await;
 }
