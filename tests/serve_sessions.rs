@@ -7,7 +7,9 @@
 //! new one is refused with an error that says so. The real binary is
 //! started on loopback and its own VmRSS is read from /proc.
 
-use std::io::{BufRead, BufReader};
+#[path = "serve/client.rs"]
+mod client;
+
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -44,16 +46,7 @@ fn start(max_sessions: usize) -> Server {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    let url = loop {
-        line.clear();
-        assert!(stderr.read_line(&mut line).unwrap() > 0, "the server exited before listening");
-        if let Some(url) = line.trim().strip_prefix("skill-operator: listening on ") {
-            break url.to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in stderr.lines() {});
+    let url = client::listening_url(&mut child);
     Server { child, url, _dir: dir }
 }
 

@@ -51,80 +51,106 @@ fn classify(response: &Result<CallToolResponse, McpError>) -> (Outcome, Option<S
     }
 }
 
+/// What a call's record says of the request, read before the call takes
+/// its arguments (a digest and three names, not a copy of the arguments).
+pub struct CallFacts {
+    tool: String,
+    args_digest: Option<String>,
+    skill: Option<String>,
+    script: Option<String>,
+    job: Option<String>,
+}
+
+impl CallFacts {
+    pub fn of(tool: &str, args: Option<&serde_json::Map<String, Value>>) -> CallFacts {
+        let field = |name: &str| args.and_then(|a| a.get(name)).and_then(Value::as_str).map(str::to_string);
+        CallFacts {
+            tool: tool.to_string(),
+            args_digest: args.map(digest_json),
+            skill: field("skill"),
+            script: field("script"),
+            job: field("job"),
+        }
+    }
+}
+
 /// The `tool.call` record of one call, written once it has been answered.
-pub fn tool_call(
-    state: &ServerState,
-    caller: &Caller,
-    tool: &str,
-    args: Option<&serde_json::Map<String, Value>>,
-    response: &Result<CallToolResponse, McpError>,
-) {
-    if !state.audit.enabled() {
-        return;
-    }
+pub fn tool_call(state: &ServerState, caller: &Caller, facts: CallFacts, response: &Result<CallToolResponse, McpError>) {
     let (outcome, code, reason, retry) = classify(response);
-    let mut record = Record::new(Event::ToolCall, outcome).caller(caller).tool(tool);
-    if let Some(args) = args {
-        record = record.args_digest(digest_json(args));
-        let field = |name: &str| args.get(name).and_then(Value::as_str).map(str::to_string);
-        record.skill = field("skill");
-        record.script = field("script");
-        record.job = field("job");
-    }
+    let mut record = Record::new(Event::ToolCall, outcome).caller(caller).tool(facts.tool);
+    record.args_digest = facts.args_digest;
+    record.skill = facts.skill;
+    record.script = facts.script;
+    record.job = facts.job;
     record.code = code;
     record.reason = reason;
     record.retry_after_seconds = retry;
     state.audit.record(record);
 }
 
-fn run_record(event: Event, outcome: Outcome, caller: &Caller, plan: &RunPlan, job: Option<&str>) -> Record {
-    let mut record =
-        Record::new(event, outcome).caller(caller).skill(&plan.skill).script(plan.script.as_str()).args_digest(digest_json(&plan.args));
-    record.job = job.map(str::to_string);
-    record
+/// What every record of one run says of it: the tool, skill, script and
+/// the digest of its arguments, taken once before the plan moves on to the
+/// backend (`None`: this server writes no records).
+pub struct RunFacts {
+    tool: &'static str,
+    skill: String,
+    script: String,
+    args_digest: String,
+}
+
+impl RunFacts {
+    pub fn of(state: &ServerState, tool: &'static str, plan: &RunPlan) -> Option<RunFacts> {
+        state.audit.enabled().then(|| RunFacts {
+            tool,
+            skill: plan.skill.clone(),
+            script: plan.script.as_str().to_string(),
+            args_digest: digest_json(&plan.args),
+        })
+    }
+
+    fn record(&self, event: Event, outcome: Outcome, caller: &Caller, job: Option<&str>) -> Record {
+        let mut record = Record::new(event, outcome)
+            .caller(caller)
+            .tool(self.tool)
+            .skill(&self.skill)
+            .script(&self.script)
+            .args_digest(self.args_digest.clone());
+        record.job = job.map(str::to_string);
+        record
+    }
 }
 
 /// What the gate decided: a preview shown (`run.preview`), or a run let through (`run.start`).
-pub fn gated(
-    state: &ServerState,
-    tool: &'static str,
-    caller: &Caller,
-    plan: &RunPlan,
-    job: Option<&str>,
-    inputs: &[InputSummary],
-    gate: &Gate,
-) {
-    if !state.audit.enabled() {
-        return;
-    }
+pub fn gated(state: &ServerState, facts: Option<&RunFacts>, caller: &Caller, job: Option<&str>, inputs: &[InputSummary], gate: &Gate) {
+    let Some(facts) = facts else { return };
     let record = match gate {
         Gate::Preview(value) => {
             let outcome = match value.get("status").and_then(Value::as_str) {
                 Some("declined") => Outcome::Declined,
                 _ => Outcome::ConfirmationRequired,
             };
-            run_record(Event::RunPreview, outcome, caller, plan, job)
+            facts.record(Event::RunPreview, outcome, caller, job)
         }
-        Gate::Ask(_) => run_record(Event::RunPreview, Outcome::ConfirmationRequired, caller, plan, job),
-        Gate::Limited(limited) => run_record(Event::RunStart, Outcome::RateLimited, caller, plan, job)
+        Gate::Ask(_) => facts.record(Event::RunPreview, Outcome::ConfirmationRequired, caller, job),
+        Gate::Limited(limited) => facts
+            .record(Event::RunStart, Outcome::RateLimited, caller, job)
             .code("rate-limited")
             .reason(limited.to_string())
             .retry_after(limited.retry_after_secs()),
-        Gate::Run { confirmation, .. } => run_record(Event::RunStart, Outcome::Ok, caller, plan, job).confirmation(confirmation),
+        Gate::Run { confirmation, .. } => facts.record(Event::RunStart, Outcome::Ok, caller, job).confirmation(confirmation),
     };
     let files = inputs.iter().map(|i| FileRef { path: i.path.clone(), size: Some(i.size), sha256: Some(i.sha256.clone()) });
-    state.audit.record(record.tool(tool).inputs(files.collect()));
+    state.audit.record(record.inputs(files.collect()));
 }
 
 /// How a run that started ended (`run.verdict`): its state and exit, or the backend's error.
-pub fn verdict(state: &ServerState, tool: &'static str, caller: &Caller, plan: &RunPlan, report: &Result<RunReport, ToolError>) {
-    if !state.audit.enabled() {
-        return;
-    }
+pub fn verdict(state: &ServerState, facts: Option<&RunFacts>, caller: &Caller, report: &Result<RunReport, ToolError>) {
+    let Some(facts) = facts else { return };
     let record = match report {
         Ok(report) => {
             let run = report.record.run.as_ref();
-            let mut r = run_record(Event::RunVerdict, Outcome::Ok, caller, plan, Some(&report.record.id))
+            let mut r = facts
+                .record(Event::RunVerdict, Outcome::Ok, caller, Some(&report.record.id))
                 .state(report.record.state.to_string())
                 .exit_code(run.and_then(|r| r.outcome.exit_code))
                 .duration_ms(run.map_or(0, |r| r.outcome.duration_ms));
@@ -133,10 +159,10 @@ pub fn verdict(state: &ServerState, tool: &'static str, caller: &Caller, plan: &
         }
         Err(err) => {
             let outcome = if is_failure(err.code) { Outcome::Failed } else { Outcome::Refused };
-            run_record(Event::RunVerdict, outcome, caller, plan, None).code(err.code).reason(err.message.clone())
+            facts.record(Event::RunVerdict, outcome, caller, None).code(err.code).reason(err.message.clone())
         }
     };
-    state.audit.record(record.tool(tool));
+    state.audit.record(record);
 }
 
 /// A file into a job (`file.upload`) or out of it (`file.download`).

@@ -175,7 +175,7 @@ impl SkillServer {
     /// One tool call, and its audit record once it is answered.
     async fn call(&self, request: CallToolRequestParams, context: &RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
         let caller = caller_of(context);
-        let audited = self.state.audit.enabled().then(|| (request.name.clone(), request.arguments.clone()));
+        let audited = self.state.audit.enabled().then(|| audit::CallFacts::of(&request.name, request.arguments.as_ref()));
         // The whole call, from the settle wait to the answer: a run's trace starts here.
         let span = tracing::info_span!(
             target: "skill_operator::mcp",
@@ -186,8 +186,8 @@ impl SkillServer {
             namespace = self.namespace(),
         );
         let response = self.dispatch(request, context, caller.clone()).instrument(span).await;
-        if let Some((tool, args)) = audited {
-            audit::tool_call(&self.state, &caller, &tool, args.as_ref(), &response);
+        if let Some(facts) = audited {
+            audit::tool_call(&self.state, &caller, facts, &response);
         }
         response
     }

@@ -221,7 +221,8 @@ pub async fn skill_run(state: &ServerState, snap: &Snapshot, input: SkillRunInpu
         inputs: decoded.iter().map(|(p, d, _)| (p.as_str(), d.as_str())).collect(),
     };
     let gated = gate(exec, &state.rate_limits, &cx.asking(), &preview, &bound, input.confirm.as_deref()).await?;
-    audit::gated(state, "skill_run", &cx.caller, &plan, None, &preview.inputs, &gated);
+    let facts = audit::RunFacts::of(state, "skill_run", &plan);
+    audit::gated(state, facts.as_ref(), &cx.caller, None, &preview.inputs, &gated);
     match gated {
         Gate::Preview(value) => Ok(RunReply::Json(value)),
         Gate::Ask(question) => Ok(RunReply::InputRequired(question)),
@@ -234,12 +235,9 @@ pub async fn skill_run(state: &ServerState, snap: &Snapshot, input: SkillRunInpu
                 let view = tasks.submit(&cx.caller, plan, inputs, &key).await?;
                 return Ok(RunReply::Task(Box::new(view)));
             }
-            let audited = state.audit.enabled().then(|| plan.clone());
             let span = tracing::info_span!(target: "skill_operator::run", "run", skill = %plan.skill, script = %plan.script.as_str());
             let report = exec.executor.run_new(&cx.caller, plan, inputs, cx.control(key)).instrument(span).await;
-            if let Some(plan) = &audited {
-                audit::verdict(state, "skill_run", &cx.caller, plan, &report);
-            }
+            audit::verdict(state, facts.as_ref(), &cx.caller, &report);
             Ok(RunReply::Json(result_json(report?)?))
         }
     }
@@ -323,7 +321,8 @@ pub async fn job_run(state: &ServerState, snap: &Snapshot, input: JobRunInput, c
     };
     let preview = build_preview(exec.executor.as_ref(), snap, &plan, Some(&record.id), inputs).await?;
     let gated = gate(exec, &state.rate_limits, &cx.asking(), &preview, &bound, input.confirm.as_deref()).await?;
-    audit::gated(state, "skill_job_run", &cx.caller, &plan, Some(&record.id), &preview.inputs, &gated);
+    let facts = audit::RunFacts::of(state, "skill_job_run", &plan);
+    audit::gated(state, facts.as_ref(), &cx.caller, Some(&record.id), &preview.inputs, &gated);
     match gated {
         Gate::Preview(value) => Ok(RunReply::Json(value)),
         Gate::Ask(question) => Ok(RunReply::InputRequired(question)),
@@ -331,12 +330,9 @@ pub async fn job_run(state: &ServerState, snap: &Snapshot, input: JobRunInput, c
         Gate::Run { key, .. } => {
             // The inputs the person confirmed, checked again when the run starts.
             let confirmed = record.inputs.iter().map(|f| (f.path.clone(), f.sha256.clone())).collect();
-            let audited = state.audit.enabled().then(|| plan.clone());
             let span = tracing::info_span!(target: "skill_operator::run", "run", skill = %plan.skill, script = %plan.script.as_str(), job = %record.id);
             let report = exec.executor.run(&cx.caller, &record.id, plan, confirmed, cx.control(key)).instrument(span).await;
-            if let Some(plan) = &audited {
-                audit::verdict(state, "skill_job_run", &cx.caller, plan, &report);
-            }
+            audit::verdict(state, facts.as_ref(), &cx.caller, &report);
             Ok(RunReply::Json(result_json(report?)?))
         }
     }

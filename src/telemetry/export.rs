@@ -93,14 +93,21 @@ impl HttpClient for Client {
         let http = self.http.clone();
         let sent = self.handle.spawn(async move {
             let request = reqwest::Request::try_from(request)?;
-            let answer = http.execute(request).await?;
+            let mut answer = http.execute(request).await?;
             let mut response = Response::builder().status(answer.status());
             for (name, value) in answer.headers() {
                 response = response.header(name, value);
             }
-            let mut body = answer.bytes().await?;
-            body.truncate(ANSWER_MAX_BYTES);
-            Ok::<_, HttpError>(response.body(body)?)
+            // Read no more than the cap: a collector that streams on cannot fill our memory.
+            let mut body = Vec::new();
+            while let Some(chunk) = answer.chunk().await? {
+                let room = ANSWER_MAX_BYTES - body.len();
+                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                if body.len() == ANSWER_MAX_BYTES {
+                    break;
+                }
+            }
+            Ok::<_, HttpError>(response.body(Bytes::from(body))?)
         });
         sent.await?
     }

@@ -62,6 +62,14 @@ pub(crate) fn start_with_env(extra: &[&str], keep_stdout: bool, env: &[(&str, &s
         .envs(env.iter().copied())
         .spawn()
         .unwrap();
+    let url = listening_url(&mut child);
+    let stdout = child.stdout.take();
+    Server { child, url, dir, stdout }
+}
+
+/// The URL a `serve --http` child prints once it listens (from its piped
+/// stderr, which is drained afterwards so the server never blocks on it).
+pub(crate) fn listening_url(child: &mut Child) -> String {
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
     let url = loop {
@@ -72,8 +80,7 @@ pub(crate) fn start_with_env(extra: &[&str], keep_stdout: bool, env: &[(&str, &s
         }
     };
     std::thread::spawn(move || for _ in stderr.lines() {});
-    let stdout = child.stdout.take();
-    Server { child, url, dir, stdout }
+    url
 }
 
 pub(crate) struct Client {
