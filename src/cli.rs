@@ -128,4 +128,18 @@ mod tests {
             other => panic!("{other:?}"),
         }
     }
+
+    /// The trace exporter starts threads: never in the commands that fork
+    /// without exec'ing (the built-in sandbox) or run inside a job's pod or
+    /// sandbox, only in the long-running servers.
+    #[test]
+    fn only_the_servers_export_traces() {
+        let service = |args: &[&str]| Cli::try_parse_from(["skill-operator"].iter().chain(args)).expect("parses").service_name();
+        assert_eq!(service(&["sandbox-exec", "--", "/bin/true"]), None);
+        assert_eq!(service(&["crdgen"]), None);
+        assert_eq!(service(&["docs"]), None);
+        assert_eq!(service(&["serve"]), Some("skill-operator-serve"));
+        let gateway = ["gateway", "--artifact-endpoint", "http://a:8443", "--token-key-file", "/k", "--namespace", "ns"];
+        assert_eq!(service(&gateway), Some("skill-operator-gateway"));
+    }
 }

@@ -296,6 +296,8 @@ check_fails "the alert check refuses an alert without a severity" "FAIL promethe
   altered no-severity all 'by("PrometheusRule", "")["spec"]["groups"][0]["rules"][0]["labels"].pop("severity")'
 check_fails "the dashboard check refuses a panel not filtered by namespace" "FAIL dashboard: .*not filtered by" \
   altered unscoped all 'import json; m = by("ConfigMap", "-dashboard"); d = json.loads(m["data"]["skill-operator.json"]); d["panels"][1]["targets"][0]["expr"] = "sum(skill_operator_jobs_created_total)"; m["data"]["skill-operator.json"] = json.dumps(d)'
+check_fails "gateway checks refuse the collector's rule on a port the gateway does not export to" "FAIL gateway-netpol: egress to pods .*opentelemetry-collector.* on .9999." \
+  altered collector-port all 'next(r for r in by("NetworkPolicy", "-gateway")["spec"]["egress"] if r["ports"][0]["port"] == 4318)["ports"][0]["port"] = 9999'
 check_fails "gateway checks refuse a Secrets rule in the gateway ClusterRole" "FAIL gateway-rbac: ClusterRole: get on ''/secrets" \
   altered secrets min 'by("ClusterRole", "-gateway")["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})'
 check_fails "gateway checks refuse a wildcard verb" "FAIL gateway-rbac: ClusterRole: wildcard" \
