@@ -249,6 +249,20 @@ pub const RATE_PRINCIPALS_MAX: usize = 10_000;
 /// nothing a fresh bucket would not): keeps memory at the principals seen
 /// within one refill time, not every principal ever seen.
 pub const RATE_SWEEP_EVERY: u64 = 4_096;
+/// What a call refused because its server's limits are unknown (fail
+/// closed) is told to wait: about how long the gateway takes to notice the
+/// Namespace watch working again ([`RATE_NAMESPACE_RECHECK`]).
+pub const RATE_CLOSED_RETRY: Duration = Duration::from_secs(5);
+/// How long the gateway's Namespace watch may fail before the limits it
+/// read are called unknown: a watch restarts now and then (an expired
+/// resourceVersion, a rolled API server) and those seconds change nothing.
+pub const RATE_NAMESPACE_STALE_AFTER: Duration = Duration::from_secs(30);
+/// How often every served namespace's limits are looked at again, changed
+/// or not (a failing watch sends no change to wake anyone).
+pub const RATE_NAMESPACE_RECHECK: Duration = Duration::from_secs(5);
+/// The longest value of the Namespace annotation setting a namespace's
+/// rate limits (`gateway::ratelimits::ANNOTATION`) that is read.
+pub const RATE_LIMITS_ANNOTATION_MAX: usize = 256;
 
 // ---- the artifact endpoint's built-in store (`artifacts --store DIR`) -----
 

@@ -11,6 +11,7 @@
 //!   namespace's snapshot built from its bindings;
 //! - [`executor`]: the SkillJob-backed executor;
 //! - [`files`]: the file route, for job files too large for an MCP call;
+//! - [`ratelimits`]: each namespace's rate limits (flags, or its annotation);
 //! - [`ui`]: the web console at `/ui`, over the same gate and tools.
 
 pub mod auth;
@@ -21,6 +22,7 @@ pub mod files;
 pub mod http;
 pub mod metrics;
 pub mod namespaces;
+pub mod ratelimits;
 pub mod server;
 mod shared;
 pub mod ui;

@@ -59,8 +59,8 @@ pub struct ServiceOptions {
     pub max_sessions: usize,
     /// Namespaces held at once.
     pub max_namespaces: usize,
-    /// Each namespace's buckets per principal (its own: namespace × principal).
-    pub rate_limits: crate::mcp::ratelimit::RateLimits,
+    /// Each namespace's figures per principal (its own buckets: namespace × principal).
+    pub rate_limits: Arc<super::ratelimits::NamespaceLimits>,
     /// The gateway's audit writer; each namespace stamps its name on its records.
     pub audit: crate::audit::Audit,
 }
@@ -113,7 +113,7 @@ impl Namespaces {
         let snapshot = self.backend.snapshot(name).await;
         let mut state = ServerState::new(snapshot)
             .tools_only_when_bound()
-            .with_rate_limits(self.options.rate_limits)
+            .with_rate_limits(self.options.rate_limits.policy(name))
             .with_audit(self.options.audit.for_namespace(name));
         if let Some(execution) = self.backend.execution(name) {
             state = state.with_execution(execution);
@@ -153,6 +153,24 @@ impl Namespaces {
         changed
     }
 
+    /// Put each served namespace of `which` (`None`: all) on its current
+    /// rate-limit policy; a namespace whose policy did not change keeps its buckets.
+    pub fn apply_rate_limits(&self, which: Option<&BTreeSet<String>>) {
+        let targets: Vec<Arc<Namespace>> =
+            self.held().iter().filter(|(n, _)| which.is_none_or(|w| w.contains(*n))).map(|(_, ns)| ns.clone()).collect();
+        for ns in targets {
+            let policy = self.options.rate_limits.policy(&ns.name);
+            let closed = matches!(policy, crate::mcp::ratelimit::Policy::Closed(_));
+            if ns.state.rate_limits.set(policy) {
+                if closed {
+                    tracing::warn!(namespace = %ns.name, "rate limits unknown: calls there are refused until they can be read");
+                } else {
+                    tracing::info!(namespace = %ns.name, "rate limits changed");
+                }
+            }
+        }
+    }
+
     /// Every namespace served (a package change may touch any of them).
     pub async fn refresh_all(&self) -> Vec<String> {
         let all = self.names();
@@ -166,6 +184,7 @@ pub(crate) mod testing {
     use crate::core::grants::Grants;
 
     /// Skill trees per namespace, on disk (the real discovery reads them).
+    #[derive(Default)]
     pub(crate) struct Trees(Mutex<HashMap<String, tempfile::TempDir>>);
 
     impl Trees {

@@ -29,6 +29,7 @@ use super::executor::{KubeExecutor, KubeOptions, OnDisconnect};
 use super::file_url::JobFiles;
 use super::http::{router, Readiness};
 use super::namespaces::{Backend, Namespaces, ServiceOptions};
+use super::ratelimits;
 use super::watch::{self, Stores};
 
 #[derive(Debug, clap::Args)]
@@ -82,6 +83,9 @@ pub struct GatewayArgs {
     /// Tool calls and runs per principal in each namespace, per replica.
     #[command(flatten)]
     pub rate_limits: crate::mcp::ratelimit::RateLimits,
+    /// Each namespace's own figures, from its annotation.
+    #[command(flatten)]
+    pub namespace_limits: super::ratelimits::NamespaceLimitArgs,
     /// Audit records (docs/audit.md): JSON lines to stdout and to --audit-file.
     #[command(flatten)]
     pub audit: crate::audit::AuditArgs,
@@ -225,11 +229,20 @@ pub async fn command(args: GatewayArgs, shutdown: Shutdown) -> anyhow::Result<()
         .with_allowed_origins(origins)
         .enforce_origin_validation()
         .with_cancellation_token(shutdown.token());
+    let (limits, limit_events) = if args.namespace_limits.namespace_rate_limits {
+        let (limits, events) = ratelimits::watch(client.clone(), args.rate_limits, args.namespace_limits.rate_limits_unreadable);
+        (limits, Some(events))
+    } else {
+        (Arc::new(ratelimits::NamespaceLimits::fixed(args.rate_limits)), None)
+    };
     let options =
-        ServiceOptions { http, max_sessions: args.max_sessions, max_namespaces: args.max_namespaces, rate_limits: args.rate_limits, audit };
+        ServiceOptions { http, max_sessions: args.max_sessions, max_namespaces: args.max_namespaces, rate_limits: limits.clone(), audit };
     let namespaces = Arc::new(Namespaces::new(backend.clone(), options));
+    if let Some(events) = limit_events {
+        tokio::spawn(ratelimits::drive(events, limits.clone(), namespaces.clone(), shutdown.clone()));
+    }
     let ready = Readiness::default();
-    let stores = watch::spawn(client, namespaces.clone(), ready.clone(), shutdown.clone());
+    let stores = watch::spawn(client, namespaces.clone(), limits, ready.clone(), shutdown.clone());
     let _ = backend.stores.set(stores);
 
     let stats_auth = authenticator.clone();

@@ -22,6 +22,7 @@ use crate::shutdown::Shutdown;
 use super::executor::index::JobIndex;
 use super::http::Readiness;
 use super::namespaces::Namespaces;
+use super::ratelimits::NamespaceLimits;
 
 /// What changed, as far as the namespaces care.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,8 +43,9 @@ pub struct Stores {
 }
 
 /// Start the reflectors and the rebuild loop; the stores fill as the
-/// watches list, and `ready` is set once all three have.
-pub fn spawn(client: Client, namespaces: Arc<Namespaces>, ready: Readiness, shutdown: Shutdown) -> Stores {
+/// watches list, and `ready` is set once all three have (and `limits` has
+/// read every Namespace, when it reads them).
+pub fn spawn(client: Client, namespaces: Arc<Namespaces>, limits: Arc<NamespaceLimits>, ready: Readiness, shutdown: Shutdown) -> Stores {
     let (bindings, binding_writer) = reflector::store::<SkillBinding>();
     let (packages, package_writer) = reflector::store::<SkillPackage>();
     let binding_events = reflector(binding_writer, watcher(Api::<SkillBinding>::all(client.clone()), watcher::Config::default()))
@@ -62,15 +64,16 @@ pub fn spawn(client: Client, namespaces: Arc<Namespaces>, ready: Readiness, shut
         tokio::select! {
             _ = shutdown.wait() => return,
             synced = async { tokio::try_join!(bindings.wait_until_ready(), packages.wait_until_ready()) } => {
-                if synced.is_err() || !jobs.wait_until_ready().await {
+                if synced.is_err() || !jobs.wait_until_ready().await || !limits.wait_until_ready().await {
                     return;
                 }
             }
         }
         // Namespaces made before the sync saw empty stores: bring them current.
         namespaces.refresh_all().await;
+        namespaces.apply_rate_limits(None);
         ready.set_ready();
-        tracing::info!("bindings, packages and SkillJobs synced; serving");
+        tracing::info!("bindings, packages, SkillJobs (and Namespaces, when their limits are read) synced; serving");
     });
     stores
 }

@@ -4,6 +4,9 @@
 //! [`super::state::ServerState`], so the gateway limits namespace ×
 //! principal and `serve` limits per principal. Buckets live in this
 //! process: a gateway with N replicas allows up to N times the figures.
+//! A server's figures may change while it runs ([`LimiterSlot::set`]: a
+//! gateway namespace's annotation), and a server whose figures cannot be
+//! known refuses every call ([`Policy::Closed`], fail closed).
 //!
 //! Memory stays bounded under many principals: at most
 //! [`RATE_PRINCIPALS_MAX`] buckets are tracked (a few more while calls race
@@ -18,6 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use governor::clock::{Clock, DefaultClock};
 use governor::nanos::Nanos;
 use governor::state::keyed::{DashMapStateStore, ShrinkableKeyedStateStore};
@@ -27,7 +31,7 @@ use rmcp::model::ErrorCode;
 use rmcp::ErrorData as McpError;
 use serde_json::json;
 
-use crate::core::limits::{count_text, RATE_PRINCIPALS_MAX, RATE_SWEEP_EVERY};
+use crate::core::limits::{count_text, RATE_CLOSED_RETRY, RATE_PRINCIPALS_MAX, RATE_SWEEP_EVERY};
 
 /// The JSON-RPC error code of a refusal: in the application range (JSON-RPC
 /// reserves -32768..-32000 only for its own -32700 and -32600..-32603 and
@@ -53,6 +57,22 @@ pub struct RateLimits {
     /// Runs a principal may start at once before the per-minute pace applies (0: a whole minute's worth).
     #[arg(long = "rate-burst-runs", value_name = "N", default_value_t = 0)]
     pub burst_runs: u32,
+}
+
+/// What a server limits by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Policy {
+    /// These figures per principal.
+    Limits(RateLimits),
+    /// Nothing passes: the figures could not be known (the reason says why
+    /// and what to do), and this server is set to fail closed.
+    Closed(String),
+}
+
+impl From<RateLimits> for Policy {
+    fn from(limits: RateLimits) -> Self {
+        Policy::Limits(limits)
+    }
 }
 
 /// Which bucket refused.
@@ -88,37 +108,45 @@ pub enum Limited {
         count_text(RATE_PRINCIPALS_MAX)
     )]
     TooManyPrincipals { limit: Limit, principal: String, per_minute: u32, retry_after_secs: u64 },
+    #[error("rate limits unknown, so nothing is allowed (fail closed): {reason}; retry after {retry_after_secs} s")]
+    Unknown { limit: Limit, principal: String, reason: String, retry_after_secs: u64 },
 }
 
 impl Limited {
     pub fn limit(&self) -> Limit {
         match self {
-            Limited::Exhausted { limit, .. } | Limited::TooManyPrincipals { limit, .. } => *limit,
+            Limited::Exhausted { limit, .. } | Limited::TooManyPrincipals { limit, .. } | Limited::Unknown { limit, .. } => *limit,
         }
     }
 
     pub fn retry_after_secs(&self) -> u64 {
         match self {
-            Limited::Exhausted { retry_after_secs, .. } | Limited::TooManyPrincipals { retry_after_secs, .. } => *retry_after_secs,
+            Limited::Exhausted { retry_after_secs, .. }
+            | Limited::TooManyPrincipals { retry_after_secs, .. }
+            | Limited::Unknown { retry_after_secs, .. } => *retry_after_secs,
         }
     }
 }
 
 impl From<Limited> for McpError {
     fn from(err: Limited) -> Self {
-        let (limit, principal, per_minute, retry) = match &err {
+        let data = match &err {
             Limited::Exhausted { limit, principal, per_minute, retry_after_secs }
-            | Limited::TooManyPrincipals { limit, principal, per_minute, retry_after_secs } => {
-                (*limit, principal.clone(), *per_minute, *retry_after_secs)
-            }
+            | Limited::TooManyPrincipals { limit, principal, per_minute, retry_after_secs } => json!({
+                "status": 429,
+                "retryAfterSeconds": retry_after_secs,
+                "limit": limit.as_str(),
+                "perMinute": per_minute,
+                "principal": principal,
+            }),
+            // 503: the server, not the caller, is the reason.
+            Limited::Unknown { limit, principal, retry_after_secs, .. } => json!({
+                "status": 503,
+                "retryAfterSeconds": retry_after_secs,
+                "limit": limit.as_str(),
+                "principal": principal,
+            }),
         };
-        let data = json!({
-            "status": 429,
-            "retryAfterSeconds": retry,
-            "limit": limit.as_str(),
-            "perMinute": per_minute,
-            "principal": principal,
-        });
         McpError::new(RATE_LIMITED, err.to_string(), Some(data))
     }
 }
@@ -126,10 +154,11 @@ impl From<Limited> for McpError {
 /// Refusals since the process started, by limit (for `/metrics`).
 static REFUSED_CALLS: AtomicU64 = AtomicU64::new(0);
 static REFUSED_RUNS: AtomicU64 = AtomicU64::new(0);
+static REFUSED_UNKNOWN: AtomicU64 = AtomicU64::new(0);
 
-/// Refusals so far: (calls, runs), across every server in this process.
-pub fn refusals() -> (u64, u64) {
-    (REFUSED_CALLS.load(Ordering::Relaxed), REFUSED_RUNS.load(Ordering::Relaxed))
+/// Refusals so far: (calls, runs, closed), across every server in this process.
+pub fn refusals() -> (u64, u64, u64) {
+    (REFUSED_CALLS.load(Ordering::Relaxed), REFUSED_RUNS.load(Ordering::Relaxed), REFUSED_UNKNOWN.load(Ordering::Relaxed))
 }
 
 /// Registers the refusal counter (`…_rate_limited_total{limit}`) in `registry`.
@@ -137,10 +166,15 @@ pub fn register_metrics(registry: &mut prometheus_client::registry::Registry) {
     use prometheus_client::metrics::counter::Counter;
     use prometheus_client::metrics::family::Family;
     let family = Family::<Vec<(String, String)>, Counter>::default();
-    let (calls, runs) = refusals();
+    let (calls, runs, unknown) = refusals();
     family.get_or_create(&vec![("limit".to_string(), "calls".to_string())]).inc_by(calls);
     family.get_or_create(&vec![("limit".to_string(), "runs".to_string())]).inc_by(runs);
-    registry.register("rate_limited", "Tool calls refused by a rate limit, by the limit that refused", family);
+    family.get_or_create(&vec![("limit".to_string(), "unknown".to_string())]).inc_by(unknown);
+    registry.register(
+        "rate_limited",
+        "Tool calls refused by a rate limit, by the limit that refused (unknown: the limits could not be read, fail closed)",
+        family,
+    );
 }
 
 /// The refusal counter alone, encoded (for a `/metrics` that has no other registry).
@@ -252,6 +286,7 @@ impl<C: Clock + Clone> Bucket<C> {
 
 /// The `calls` and `runs` buckets of one server.
 pub struct RateLimiter<C: Clock = DefaultClock> {
+    policy: Policy,
     calls: Option<Bucket<C>>,
     runs: Option<Bucket<C>>,
 }
@@ -259,33 +294,51 @@ pub struct RateLimiter<C: Clock = DefaultClock> {
 impl Default for RateLimiter {
     /// Unlimited.
     fn default() -> Self {
-        RateLimiter { calls: None, runs: None }
+        RateLimiter::new(Policy::Limits(RateLimits::default()))
     }
 }
 
 impl RateLimiter {
-    pub fn new(config: RateLimits) -> Self {
-        RateLimiter::with_clock(config, DefaultClock::default(), RATE_PRINCIPALS_MAX)
+    pub fn new(policy: Policy) -> Self {
+        RateLimiter::with_clock(policy, DefaultClock::default(), RATE_PRINCIPALS_MAX)
     }
 }
 
 impl<C: Clock + Clone> RateLimiter<C> {
     /// Buckets on `clock`, tracking at most `cap` principals per limit (tests pass a fake clock and a small cap).
-    pub fn with_clock(config: RateLimits, clock: C, cap: usize) -> Self {
-        RateLimiter {
-            calls: Bucket::new(Limit::Calls, config.calls_per_minute, config.burst_calls, clock.clone(), cap),
-            runs: Bucket::new(Limit::Runs, config.runs_per_minute, config.burst_runs, clock, cap),
-        }
+    pub fn with_clock(policy: Policy, clock: C, cap: usize) -> Self {
+        let (calls, runs) = match &policy {
+            Policy::Limits(config) => (
+                Bucket::new(Limit::Calls, config.calls_per_minute, config.burst_calls, clock.clone(), cap),
+                Bucket::new(Limit::Runs, config.runs_per_minute, config.burst_runs, clock, cap),
+            ),
+            Policy::Closed(_) => (None, None),
+        };
+        RateLimiter { policy, calls, runs }
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
     }
 
     /// Takes one token from `principal`'s `calls` bucket (every `tools/call`).
     pub fn check_call(&self, principal: &str) -> Result<(), Limited> {
-        self.calls.as_ref().map_or(Ok(()), |b| b.check(principal))
+        self.check(Limit::Calls, &self.calls, principal)
     }
 
     /// Takes one token from `principal`'s `runs` bucket (a run about to start).
     pub fn check_run(&self, principal: &str) -> Result<(), Limited> {
-        self.runs.as_ref().map_or(Ok(()), |b| b.check(principal))
+        self.check(Limit::Runs, &self.runs, principal)
+    }
+
+    fn check(&self, limit: Limit, bucket: &Option<Bucket<C>>, principal: &str) -> Result<(), Limited> {
+        if let Policy::Closed(reason) = &self.policy {
+            REFUSED_UNKNOWN.fetch_add(1, Ordering::Relaxed);
+            let retry_after_secs = RATE_CLOSED_RETRY.as_secs();
+            tracing::debug!(%limit, %principal, %reason, "refused: rate limits unknown");
+            return Err(Limited::Unknown { limit, principal: principal.to_string(), reason: reason.clone(), retry_after_secs });
+        }
+        bucket.as_ref().map_or(Ok(()), |b| b.check(principal))
     }
 
     /// Principals tracked per limit: (calls, runs).
@@ -298,3 +351,41 @@ impl<C: Clock + Clone> RateLimiter<C> {
 #[cfg(test)]
 #[path = "ratelimit_tests.rs"]
 mod tests;
+
+/// A server's limiter, replaced when its [`Policy`] changes: calls in flight
+/// finish on the limiter they started with, the next ones use the new one.
+pub struct LimiterSlot(ArcSwap<RateLimiter>);
+
+impl Default for LimiterSlot {
+    fn default() -> Self {
+        LimiterSlot::new(Policy::Limits(RateLimits::default()))
+    }
+}
+
+impl LimiterSlot {
+    pub fn new(policy: Policy) -> Self {
+        LimiterSlot(ArcSwap::from_pointee(RateLimiter::new(policy)))
+    }
+
+    /// The limiter in force now.
+    pub fn current(&self) -> arc_swap::Guard<Arc<RateLimiter>> {
+        self.0.load()
+    }
+
+    /// Takes one token from `principal`'s `calls` bucket.
+    pub fn check_call(&self, principal: &str) -> Result<(), Limited> {
+        self.0.load().check_call(principal)
+    }
+
+    /// Puts `policy` in force. Fresh buckets when it differs (every principal
+    /// starts full under the new figures); nothing changes when it is the
+    /// policy already in force, so unchanged re-reads keep the buckets.
+    /// Returns whether it changed.
+    pub fn set(&self, policy: Policy) -> bool {
+        if *self.0.load().policy() == policy {
+            return false;
+        }
+        self.0.store(Arc::new(RateLimiter::new(policy)));
+        true
+    }
+}

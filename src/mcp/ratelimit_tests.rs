@@ -6,7 +6,7 @@ use super::*;
 
 fn limiter(config: RateLimits, cap: usize) -> (RateLimiter<FakeRelativeClock>, FakeRelativeClock) {
     let clock = FakeRelativeClock::default();
-    (RateLimiter::with_clock(config, clock.clone(), cap), clock)
+    (RateLimiter::with_clock(Policy::Limits(config), clock.clone(), cap), clock)
 }
 
 fn calls(per_minute: u32, burst: u32) -> RateLimits {
@@ -151,4 +151,17 @@ fn a_refusal_is_a_json_rpc_error_with_a_429_shape() {
     assert_eq!(data["principal"], "alice");
     assert_eq!(data["retryAfterSeconds"], 1);
     assert!(err.message.contains("retry after 1 s"), "{}", err.message);
+}
+
+#[test]
+fn a_closed_policy_refuses_calls_and_runs_alike_with_its_reason() {
+    let l = RateLimiter::with_clock(Policy::Closed("the figures are unknown".into()), FakeRelativeClock::default(), 100);
+    let before = refusals().2;
+    for (err, limit) in [(l.check_call("a").unwrap_err(), Limit::Calls), (l.check_run("a").unwrap_err(), Limit::Runs)] {
+        assert_eq!(err.limit(), limit);
+        assert!(matches!(&err, Limited::Unknown { reason, .. } if reason == "the figures are unknown"), "{err:?}");
+        assert_eq!(err.retry_after_secs(), crate::core::limits::RATE_CLOSED_RETRY.as_secs());
+    }
+    assert!(refusals().2 >= before + 2, "counted as limit=\"unknown\"");
+    assert_eq!(l.tracked(), (0, 0), "nothing tracked");
 }

@@ -220,7 +220,7 @@ pub async fn skill_run(state: &ServerState, snap: &Snapshot, input: SkillRunInpu
         job: None,
         inputs: decoded.iter().map(|(p, d, _)| (p.as_str(), d.as_str())).collect(),
     };
-    let gated = gate(exec, &state.rate_limits, &cx.asking(), &preview, &bound, input.confirm.as_deref()).await?;
+    let gated = gate(exec, &state.rate_limits.current(), &cx.asking(), &preview, &bound, input.confirm.as_deref()).await?;
     let facts = audit::RunFacts::of(state, "skill_run", &plan);
     audit::gated(state, facts.as_ref(), &cx.caller, None, &preview.inputs, &gated);
     match gated {
@@ -320,7 +320,7 @@ pub async fn job_run(state: &ServerState, snap: &Snapshot, input: JobRunInput, c
         inputs: record.inputs.iter().map(|f| (f.path.as_str(), f.sha256.as_str())).collect(),
     };
     let preview = build_preview(exec.executor.as_ref(), snap, &plan, Some(&record.id), inputs).await?;
-    let gated = gate(exec, &state.rate_limits, &cx.asking(), &preview, &bound, input.confirm.as_deref()).await?;
+    let gated = gate(exec, &state.rate_limits.current(), &cx.asking(), &preview, &bound, input.confirm.as_deref()).await?;
     let facts = audit::RunFacts::of(state, "skill_job_run", &plan);
     audit::gated(state, facts.as_ref(), &cx.caller, Some(&record.id), &preview.inputs, &gated);
     match gated {

@@ -9,7 +9,7 @@ use crate::core::confirm::{ConfirmMode, ConfirmStore, Confirmations};
 
 use super::error::ToolError;
 use super::executor::{Caller, Executor, Tasks};
-use super::ratelimit::{RateLimiter, RateLimits};
+use super::ratelimit::{LimiterSlot, Policy};
 use super::snapshot::{Snapshot, SnapshotCell};
 use crate::core::limits::GATEWAY_SETTLE_WAIT as SETTLE_WAIT;
 
@@ -92,8 +92,9 @@ pub struct ServerState {
     /// Offer no tools while the snapshot has no skill (the gateway: a
     /// namespace without a ready binding shows nothing to call).
     pub tools_only_when_bound: bool,
-    /// Calls and runs per principal ([`Self::with_rate_limits`]; unlimited by default).
-    pub rate_limits: RateLimiter,
+    /// Calls and runs per principal ([`Self::with_rate_limits`]; unlimited by
+    /// default); a gateway namespace's change with its annotation.
+    pub rate_limits: LimiterSlot,
     /// Where this server's audit records go ([`Self::with_audit`]; off by default).
     pub audit: crate::audit::Audit,
     /// The snapshot generation (plus one) whose settling [`Self::settled`]
@@ -108,7 +109,7 @@ impl ServerState {
             execution: None,
             authorizer: None,
             tools_only_when_bound: false,
-            rate_limits: RateLimiter::default(),
+            rate_limits: LimiterSlot::default(),
             audit: crate::audit::Audit::off(),
             waited_out: AtomicU64::new(0),
         }
@@ -120,8 +121,8 @@ impl ServerState {
     }
 
     /// Limits every principal's tool calls and runs on this server.
-    pub fn with_rate_limits(mut self, limits: RateLimits) -> Self {
-        self.rate_limits = RateLimiter::new(limits);
+    pub fn with_rate_limits(mut self, policy: impl Into<Policy>) -> Self {
+        self.rate_limits = LimiterSlot::new(policy.into());
         self
     }
 

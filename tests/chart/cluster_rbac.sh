@@ -112,7 +112,7 @@ for v in "create tokenreviews.authentication.k8s.io" "create subjectaccessreview
   "create skilljobs.skill-operator.dev -n $OTHERNS" "watch skilljobs.skill-operator.dev -A" \
   "delete skilljobs.skill-operator.dev -n $AGENTNS" "patch skilljobs.skill-operator.dev -n $AGENTNS" \
   "create configmaps -n $OPNS" "update configmaps -n $OPNS" "list configmaps -n $OPNS" "delete configmaps -n $OPNS" \
-  "get secrets/registry-creds -n $OPNS"; do
+  "get secrets/registry-creds -n $OPNS" "list namespaces" "watch namespaces"; do
   # shellcheck disable=SC2086
   check "gateway may $v" can "$GATEWAY" $v
 done
@@ -120,7 +120,7 @@ for v in "get secrets -A" "list secrets -n $OPNS" "create pods -n $AGENTNS" "upd
   "create skillbindings.skill-operator.dev -n $AGENTNS" "update skilljobs.skill-operator.dev/status -n $AGENTNS" \
   "create serviceaccounts/token -n $AGENTNS" "impersonate users" "create jobs.batch -n $AGENTNS" \
   "create configmaps -n $AGENTNS" "get configmaps -n $OTHERNS" "get secrets/other -n $OPNS" "get secrets/registry-creds -n $AGENTNS" \
-  "watch secrets -n $OPNS"; do
+  "watch secrets -n $OPNS" "patch namespaces" "update namespaces"; do
   # shellcheck disable=SC2086
   check "gateway may not $v" cannot "$GATEWAY" $v
 done

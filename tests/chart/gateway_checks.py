@@ -36,6 +36,8 @@ GATEWAY_RULES = {
     *{("skill-operator.dev", r, v) for r in ("skillbindings", "skillpackages") for v in ("get", "list", "watch")},
     *{("skill-operator.dev", "skilljobs", v) for v in ("create", "get", "list", "watch", "delete", "patch")},
 }
+# With --namespace-rate-limits: each namespace's annotation, by a metadata watch.
+NAMESPACE_LIMIT_RULES = {("", "namespaces", v) for v in ("list", "watch")}
 # In the release namespace only (a Role): the draft job records.
 GATEWAY_NAMESPACE_RULES = {("", "configmaps", v) for v in ("create", "get", "list", "update", "delete")}
 COMPONENT = "app.kubernetes.io/component"
@@ -122,7 +124,9 @@ def rbac_problems(objs, deploy):
     if len(cluster) != 1:
         return [f"{len(cluster)} gateway ClusterRoles, want 1"]
     granted, problems = grants(cluster[0], "ClusterRole", allow_named_secrets=False)
-    out += problems + exactly(granted, GATEWAY_RULES, "ClusterRole")
+    # Namespaces' metadata, only for the per-namespace rate limits that read it.
+    wanted = GATEWAY_RULES | (NAMESPACE_LIMIT_RULES if "--namespace-rate-limits" in container_args(deploy) else set())
+    out += problems + exactly(granted, wanted, "ClusterRole")
     out += bound_to_gateway(objs, "ClusterRoleBinding", cluster[0], sa, ns)
     roles = [o for o in objs if o["kind"] == "Role" and o["metadata"]["name"].endswith("-gateway")]
     if len(roles) != 1 or roles[0]["metadata"].get("namespace") != ns:

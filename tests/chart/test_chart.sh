@@ -115,8 +115,8 @@ check "helm template (gateway on, no API access for artifacts)" render variant -
   --set gateway.enabled=true --set artifacts.rbac.getSkillJobs=false --set samples.enabled=false --set crds.install=false --set egressProxy.enabled=false \
   --set image.tag=1.2.3
 check "helm template (gateway off)" render gw-off -f "$HERE/values-min.yaml" --set gateway.enabled=false
-check "helm template (gateway: 1 replica, no NetworkPolicy)" render gw-one -f "$HERE/values-min.yaml" \
-  --set gateway.replicas=1 --set gateway.networkPolicy.enabled=false
+check "helm template (gateway: 1 replica, no NetworkPolicy, no per-namespace limits)" render gw-one -f "$HERE/values-min.yaml" \
+  --set gateway.replicas=1 --set gateway.networkPolicy.enabled=false --set gateway.rateLimits.perNamespace=false
 # The values tests/kind/run.sh installs with on the local cluster.
 KIND_VALUES=(--set image.repository=127.0.0.1:5000/skill-operator --set "image.digest=sha256:$(printf '%064d' 2)"
   --set artifacts.registry=10.88.0.1:5001/skill-operator/jobs --set artifacts.insecureRegistry=true
@@ -213,6 +213,7 @@ check "checks (values-min.yaml)" rendered min \
   --expect gateway-arg=--cache-max-bytes=805306368 --expect gateway-pull-secrets= \
   --expect gateway-arg=--rate-calls-per-minute=600 --expect gateway-arg=--rate-runs-per-minute=60 \
   --expect gateway-arg=--rate-burst-calls=60 --expect gateway-arg=--rate-burst-runs=10 \
+  --expect gateway-arg=--namespace-rate-limits --expect gateway-arg=--rate-limits-unreadable=closed \
   --expect no-gateway-arg=--allow-anonymous --expect no-gateway-arg=--token-audience \
   --expect no-gateway-arg=--max- --expect no-gateway-arg=--auth- --expect no-gateway-arg=--public-url \
   --expect no-gateway-arg=--authorization-server --expect no-gateway-arg=--plain-http-registry \
@@ -254,6 +255,7 @@ check "checks (values-all.yaml)" rendered all \
   --expect gateway-arg=--max-namespaces=500 --expect gateway-arg=--max-sessions=64 \
   --expect gateway-arg=--rate-calls-per-minute=0 --expect gateway-arg=--rate-runs-per-minute=30 \
   --expect gateway-arg=--rate-burst-calls=0 --expect gateway-arg=--rate-burst-runs=3 \
+  --expect gateway-arg=--namespace-rate-limits --expect gateway-arg=--rate-limits-unreadable=open \
   --expect gateway-arg=--plain-http-registry=registry.example.com:5000 --expect gateway-arg=--example-flag \
   --expect gateway-pull-secrets=registry-a,registry-b \
   --expect controller-arg=--no-audit-stdout --expect gateway-arg=--no-audit-stdout --expect egress-arg=--no-audit-stdout \
@@ -268,8 +270,9 @@ check "checks (gateway on, artifacts without API access)" rendered variant \
   --expect controller-arg=--operator-image=ghcr.io/example/skill-operator:1.2.3
 check "checks (gateway off)" rendered gw-off --expect gateway=absent \
   --expect kinds=ClusterRole,ClusterRoleBinding,ConfigMap,CustomResourceDefinition,Deployment,NetworkPolicy,PersistentVolumeClaim,Secret,Service,ServiceAccount
-check "checks (gateway: 1 replica, no NetworkPolicy)" rendered gw-one \
-  --expect gateway-pdb=absent --expect gateway-netpol=absent
+check "checks (gateway: 1 replica, no NetworkPolicy, no per-namespace limits)" rendered gw-one \
+  --expect gateway-pdb=absent --expect gateway-netpol=absent \
+  --expect no-gateway-arg=--namespace-rate-limits --expect no-gateway-arg=--rate-limits-unreadable
 check "checks (tests/kind/run.sh's local-cluster values)" rendered kind \
   --expect gateway-arg=--artifact-endpoint=http://10.0.0.50:8443 --expect gateway-pdb=present
 
@@ -296,6 +299,10 @@ check_fails "the alert check refuses an alert without a severity" "FAIL promethe
   altered no-severity all 'by("PrometheusRule", "")["spec"]["groups"][0]["rules"][0]["labels"].pop("severity")'
 check_fails "the dashboard check refuses a panel not filtered by namespace" "FAIL dashboard: .*not filtered by" \
   altered unscoped all 'import json; m = by("ConfigMap", "-dashboard"); d = json.loads(m["data"]["skill-operator.json"]); d["panels"][1]["targets"][0]["expr"] = "sum(skill_operator_jobs_created_total)"; m["data"]["skill-operator.json"] = json.dumps(d)'
+check_fails "gateway checks refuse a Namespace grant the gateway does not use" "FAIL gateway-rbac: ClusterRole: grants \\('', 'namespaces', 'list'\\)" \
+  altered unused-namespaces gw-one 'by("ClusterRole", "-gateway")["rules"].append({"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]})'
+check_fails "gateway checks refuse per-namespace limits without the Namespace grant" "FAIL gateway-rbac: ClusterRole: lacks \\('', 'namespaces', 'list'\\)" \
+  altered no-namespaces min 'by("ClusterRole", "-gateway")["rules"].pop()'
 check_fails "gateway checks refuse the collector's rule on a port the gateway does not export to" "FAIL gateway-netpol: egress to pods .*opentelemetry-collector.* on .9999." \
   altered collector-port all 'next(r for r in by("NetworkPolicy", "-gateway")["spec"]["egress"] if r["ports"][0]["port"] == 4318)["ports"][0]["port"] = 9999'
 check_fails "gateway checks refuse a Secrets rule in the gateway ClusterRole" "FAIL gateway-rbac: ClusterRole: get on ''/secrets" \
@@ -425,6 +432,8 @@ bad "gateway.onDisconnect: drop" --set gateway.onDisconnect=drop
 bad "gateway.maxSessions: 0" --set gateway.maxSessions=0
 bad "gateway.rateLimits.callsPerMinute: -1" --set gateway.rateLimits.callsPerMinute=-1
 bad "gateway.rateLimits: an unknown key" --set gateway.rateLimits.perHour=5
+bad "gateway.rateLimits.unreadable: maybe" --set gateway.rateLimits.unreadable=maybe
+bad 'gateway.rateLimits.perNamespace: "yes"' --set-string gateway.rateLimits.perNamespace=yes
 bad 'gateway.auth.allowAnonymous: "yes"' --set-string gateway.auth.allowAnonymous=yes
 bad "gateway.auth.publicUrl without a scheme" --set gateway.auth.publicUrl=mcp.example.com
 bad "gateway.networkPolicy.apiServer.cidrs: a host name" --set 'gateway.networkPolicy.apiServer.cidrs[0]=api.example'

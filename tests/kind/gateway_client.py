@@ -6,7 +6,8 @@ Usage: gateway_client.py CHECK BASE_URL NS OTHER_NS TOKEN_ALLOWED TOKEN_DENIED
              ServiceAccount may use the gateway
   OTHER_NS   a namespace where it may use the gateway but nothing is bound yet;
              the check "bind" waits for a binding made there by the caller
-  CHECK      one of the functions below (run.sh calls each as its own check)
+  CHECK      one of the functions below (run.sh calls each as its own check);
+             "limits" takes a phase after the tokens
 
 Every check prints one line on failure and exits 1.
 """
@@ -24,6 +25,7 @@ import httpx2 as httpx  # the mcp client ships httpx2
 from mcp import Client, types
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
 
 TIMEOUT = 120.0
 
@@ -161,7 +163,56 @@ async def check_bind(base: str, ns: str, other: str, allowed: str, denied: str) 
         expect(changed["ns"] == [], f"{ns}'s session heard {other}'s change: {changed['ns']}")
 
 
-CHECKS = {"run": check_run, "auth": check_auth, "isolation": check_isolation, "bind": check_bind}
+async def refusal(client: Client) -> MCPError | None:
+    """One skill_list: None when answered, the JSON-RPC error when refused."""
+    try:
+        await call(client, "skill_list", {})
+        return None
+    except MCPError as err:
+        return err
+
+
+async def until(client: Client, want, what: str) -> MCPError | None:
+    """Call skill_list until `want(refusal)` holds (the gateway applies an
+    annotation once its Namespace watch reports it): the last refusal."""
+    for _ in range(int(TIMEOUT * 5)):
+        refused = await refusal(client)
+        if want(refused):
+            return refused
+        await asyncio.sleep(0.2)
+    raise Failed(f"never {what}")
+
+
+def limited(status: int):
+    return lambda err: err is not None and err.code == -32029 and (err.data or {}).get("status") == status
+
+
+async def check_limits(base: str, ns: str, other: str, allowed: str, denied: str) -> None:
+    """run.sh annotates OTHER_NS before each phase (argv[7]): `strict` (1 call
+    a minute): refused 429 with a retry-after while NS, unannotated, still
+    answers; `typo`: refused 503 naming the annotation (fail closed); `none`: answered."""
+    phase = sys.argv[7]
+    http, client = await connect(f"{base}/mcp/{other}", allowed, "auto")
+    async with http, client:
+        if phase == "strict":
+            err = await until(client, limited(429), "refused by the annotation's limit")
+            expect(err.data.get("limit") == "calls" and err.data.get("perMinute") == 1, f"data {err.data}")
+            expect(1 <= err.data.get("retryAfterSeconds", 0) <= 60, f"retry after {err.data}")
+            expect("skills-agent" in err.data.get("principal", ""), f"principal {err.data}")
+            expect(await refusal(client) is not None, "a second call within the minute passed")
+            h2, in_ns = await connect(f"{base}/mcp/{ns}", allowed, "auto")
+            async with h2, in_ns:
+                for _ in range(3):
+                    expect(await refusal(in_ns) is None, f"{other}'s annotation limited {ns}")
+        elif phase == "typo":
+            err = await until(client, limited(503), "closed by the bad annotation")
+            expect("calls-per-minute=sixty" in err.message and "fail closed" in err.message, err.message)
+            expect(err.data.get("retryAfterSeconds", 0) >= 1, f"data {err.data}")
+        else:
+            await until(client, lambda err: err is None, "answered once the annotation is gone")
+
+
+CHECKS = {"run": check_run, "auth": check_auth, "isolation": check_isolation, "bind": check_bind, "limits": check_limits}
 
 if __name__ == "__main__":
     name, base, ns, other, allowed, denied = sys.argv[1:7]

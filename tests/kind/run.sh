@@ -16,7 +16,13 @@
 #     reason in the run's stdout; its NetworkPolicy (artifact endpoint + proxy,
 #     no DNS) and the proxy's own were admitted (this cluster's CNI does not
 #     enforce them, so they are checked as objects), the pod's address was
-#     recorded, and a run without egress gets no proxy and no proxy rule.
+#     recorded, and a run without egress gets no proxy and no proxy rule,
+#   - the gateway (through the real Python MCP client): runs, auth, isolation,
+#     list_changed, a namespace's own rate limits from its annotation (429, a
+#     typo failing closed with 503, the next namespace untouched),
+#   - traces (local cluster): the chart's gateway and controller export to an
+#     OTLP collector of the suite on this machine, and one run is one trace
+#     across both processes.
 # The last line is "kind: N passed, N failed"; the exit status is 1 when any
 # check failed. Without a reachable cluster it prints SKIPPED (and fails
 # when SKILL_OPERATOR_REQUIRE_GATED=1).
@@ -110,6 +116,7 @@ cleanup() {
   [[ -n "${EGRESS_SERVER_PID:-}" ]] && kill "$EGRESS_SERVER_PID" 2>/dev/null
   [[ -n "${EGRESS_PROXY_PID:-}" ]] && kill "$EGRESS_PROXY_PID" 2>/dev/null
   [[ -n "${POLICY_WATCH_PID:-}" ]] && kill "$POLICY_WATCH_PID" 2>/dev/null
+  [[ -n "${OTLP_PID:-}" ]] && kill "$OTLP_PID" 2>/dev/null
   if [[ "${KEEP:-}" != 1 ]]; then
     "$HELM" uninstall "$RELEASE" -n "$OPNS" >/dev/null 2>&1
     "$KUBECTL" delete namespace "$OPNS" --wait=false >/dev/null 2>&1
@@ -153,10 +160,21 @@ ref="$("$BIN" image self --registry "$IMAGE_REGISTRY/skill-operator" --plain-htt
 digest="${ref##*@}"
 if [[ "$digest" == sha256:* ]]; then ok "image self pushed $ref"; else bad "image self: $(tail -n 3 "$WORK/image.log")"; finish; fi
 
+# ------------------------------------------------------------ trace collector
+# An OTLP/HTTP JSON collector on this machine (bound on every address like the
+# registry: the pod gateway appears only with the first pod), which the
+# chart's controller and gateway export to: one run must be one trace.
+OTLP_PORT="${OTLP_PORT:-14318}" OTLP_PID=""
+if [[ $LOCAL == 1 ]]; then
+  "$PY" "$ROOT/tests/kind/otlp.py" serve "$OTLP_PORT" "$WORK/spans.jsonl" >"$WORK/otlp.log" 2>&1 &
+  OTLP_PID=$!
+fi
+
 # --------------------------------------------------------------- helm install
 helm_args=(--set "image.repository=$IMAGE_REGISTRY/skill-operator" --set "image.digest=$digest"
   --set "artifacts.registry=$ARTIFACT_REGISTRY/skill-operator/jobs" --set artifacts.insecureRegistry=true)
 [[ -n "$ARTIFACTS_CLUSTER_IP" ]] && helm_args+=(--set "artifacts.service.clusterIP=$ARTIFACTS_CLUSTER_IP")
+[[ -n "$OTLP_PID" ]] && helm_args+=(--set "tracing.otlpEndpoint=http://$POD_GW:$OTLP_PORT" --set tracing.protocol=http/json)
 [[ -n "$GATEWAY_CLUSTER_IP" ]] && helm_args+=(--set gateway.enabled=true --set "gateway.service.clusterIP=$GATEWAY_CLUSTER_IP" --set "gateway.allowedHosts={$GATEWAY_CLUSTER_IP}"
   --set gateway.replicas=1 --set gateway.resources.cpu=100m)  # a 2-core node also runs 1-CPU run pods
 [[ -z "$GATEWAY_CLUSTER_IP" ]] && helm_args+=(--set gateway.enabled=false)
@@ -347,7 +365,18 @@ gateway_setup() {
   for _ in $(seq 60); do curl -sf "$GW/readyz" >/dev/null && return 0; sleep 1; done
   echo "the gateway at $GW never became ready"; return 1
 }
-gw() { "$VENV_PY" "$ROOT/tests/kind/gateway_client.py" "$1" "$GW" "$NS" "$NS2" "$ALLOWED" "$DENIED"; }
+gw() { "$VENV_PY" "$ROOT/tests/kind/gateway_client.py" "$1" "$GW" "$NS" "$NS2" "$ALLOWED" "$DENIED" "${@:2}"; }
+# A namespace's own rate limits (its annotation, read by the chart's gateway
+# through a Namespace watch): a strict figure, a typo (fail closed), none.
+gateway_limits() {
+  local key=skill-operator.dev/rate-limits
+  "$KUBECTL" annotate namespace "$NS2" --overwrite "$key=calls-per-minute=1,burst-calls=1" >/dev/null || return 1
+  gw limits strict || return 1
+  "$KUBECTL" annotate namespace "$NS2" --overwrite "$key=calls-per-minute=sixty" >/dev/null || return 1
+  gw limits typo || return 1
+  "$KUBECTL" annotate namespace "$NS2" "$key-" >/dev/null || return 1
+  gw limits none
+}
 gateway_bind() {
   local out="$WORK/gw-bind.out"
   gw bind >"$out" 2>&1 &
@@ -368,9 +397,12 @@ if [[ -n "$GATEWAY_CLUSTER_IP" ]] && check "gateway: agents, namespaces, ready" 
   ALLOWED="$("$KUBECTL" -n "$NS" create token skills-agent --duration=1h)"
   DENIED="$("$KUBECTL" -n "$NS" create token nobody --duration=1h)"
   check "gateway: skill_list and skill_run as a SkillJob on the node (both MCP eras)" gw run
+  [[ -n "$OTLP_PID" ]] && check "traces: a run is one trace, the gateway's call the parent of the controller's reconciles and the run's phases" \
+    "$PY" "$ROOT/tests/kind/otlp.py" check "$WORK/spans.jsonl"
   check "gateway: 401 without or with a bad token, 403 naming the verb, RFC 9728 metadata" gw auth
   check "gateway: a new binding brings the tools with list_changed" gateway_bind
   check "gateway: no other namespace, session or job reachable" gw isolation
+  check "gateway: a namespace's annotation sets its rate limits (429), a typo closes it (503), other namespaces untouched" gateway_limits
 fi
 # ------------------------------------------------------------------- egress
 # A test server on this machine (the pod gateway); the run's only way there is
