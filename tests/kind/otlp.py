@@ -5,10 +5,11 @@ Usage:
                             (the chart's gateway and controller pods reach this
                             machine at the pod gateway), one body per line in FILE
   otlp.py check FILE        one run is one trace across processes: a gateway
-                            `tools/call` of skill_run, the controller's
-                            `reconcile SkillJob` spans as its children, and the
-                            run's `skilljob` span (with `skilljob.pending` and
-                            `skilljob.script`) in the same trace, inside its times
+                            `tools/call` of skill_run, its `run` span, and as
+                            that span's children (through the SkillJob's
+                            traceparent annotation) the controller's
+                            `reconcile SkillJob` spans and the run's `skilljob`
+                            span with `skilljob.pending` and `skilljob.script`
 
 The check waits up to 60 s for the spans (the exporters send batches every
 5 s) and prints one line on failure, exiting 1.
@@ -85,16 +86,22 @@ def whole_run(all_spans: list[dict]) -> str | None:
         reconciles = [s for s in trace if s["service"] == "skill-operator-controller" and s["name"] == "reconcile SkillJob"]
         if not reconciles:
             continue
-        if not all(r.get("parentSpanId") == call["spanId"] for r in reconciles):
-            problem = f"reconciles in trace {call['traceId']} are not children of the call: {[r.get('parentSpanId') for r in reconciles]}"
+        gw_runs = [s for s in trace if s["service"] == "skill-operator-gateway" and s["name"] == "run"
+                   and s.get("parentSpanId") == call["spanId"]]
+        if len(gw_runs) != 1:
+            problem = f"{len(gw_runs)} gateway run spans under the call in trace {call['traceId']}"
+            continue
+        parent = gw_runs[0]
+        if not all(r.get("parentSpanId") == parent["spanId"] for r in reconciles):
+            problem = f"reconciles in trace {call['traceId']} are not children of the gateway's run span: {[r.get('parentSpanId') for r in reconciles]}"
             continue
         runs = [s for s in trace if s["service"] == "skill-operator-controller" and s["name"] == "skilljob"]
         if len(runs) != 1:
             problem = f"{len(runs)} skilljob spans in trace {call['traceId']}"
             continue
         run = runs[0]
-        if run.get("parentSpanId") != call["spanId"]:
-            problem = f"the run's span is not a child of the call: {run.get('parentSpanId')} != {call['spanId']}"
+        if run.get("parentSpanId") != parent["spanId"]:
+            problem = f"the skilljob span is not a child of the gateway's run span: {run.get('parentSpanId')} != {parent['spanId']}"
             continue
         if run["attrs"].get("skilljob.phase") != "Succeeded":
             problem = f"the run's span says {run['attrs']}"

@@ -397,7 +397,7 @@ if [[ -n "$GATEWAY_CLUSTER_IP" ]] && check "gateway: agents, namespaces, ready" 
   ALLOWED="$("$KUBECTL" -n "$NS" create token skills-agent --duration=1h)"
   DENIED="$("$KUBECTL" -n "$NS" create token nobody --duration=1h)"
   check "gateway: skill_list and skill_run as a SkillJob on the node (both MCP eras)" gw run
-  [[ -n "$OTLP_PID" ]] && check "traces: a run is one trace, the gateway's call the parent of the controller's reconciles and the run's phases" \
+  [[ -n "$OTLP_PID" ]] && check "traces: a run is one trace, the gateway's call and run span the parents of the controller's reconciles and the run's phases" \
     "$PY" "$ROOT/tests/kind/otlp.py" check "$WORK/spans.jsonl"
   check "gateway: 401 without or with a bad token, 403 naming the verb, RFC 9728 metadata" gw auth
   check "gateway: a new binding brings the tools with list_changed" gateway_bind
