@@ -2,12 +2,20 @@
 //! principal anything?
 //!
 //! The real `serve --http` binary (read-only, one skill) is started with
-//! `--rate-calls-per-minute 6000 --rate-burst-calls 100`. Principal B makes
-//! a steady series of `skill_list` calls (one every 20 ms, under its limit)
-//! alone, then again while principal A sends 10,000 `tools/call` with 8 in
-//! flight. Printed: B's p50/p99 in both phases and the p99 ratio, how many
-//! of A's calls were refused (JSON-RPC -32029) and answered, B's refusals
+//! `--rate-calls-per-minute 12000 --rate-burst-calls 200`. Principal B makes
+//! a steady series of `skill_list` calls (one every 10 ms, under its limit)
+//! from a thread and runtime of its own, alone, then again while principal
+//! A sends 10,000 `tools/call` with 8 in flight from another runtime.
+//! Printed: B's p50/p99 in both phases and the p99 ratio, how many of A's
+//! calls were refused (JSON-RPC -32029) and answered, B's refusals
 //! (expected 0), and the server's VmHWM. Nothing is asserted about time.
+//!
+//! Two rounds, alternating, `ROUNDS` (default 3) times: A's client at the
+//! same priority as everything else, and A's client at nice 19. On this
+//! machine A's client shares the server's two cores; in a cluster the
+//! flooding agent runs elsewhere and only the server's own work for A's
+//! calls competes with B. The niced round is the nearer picture of that;
+//! both are reported.
 //!
 //! `cargo bench --bench rate_limits` (release); `cargo run --bench`-style
 //! debug runs label their figures debug.
@@ -25,8 +33,8 @@ const TOKEN_A: &str = "bench-principal-a-0123456789abcdef";
 const TOKEN_B: &str = "bench-principal-b-0123456789abcdef";
 const BURST_CALLS: usize = 10_000;
 const IN_FLIGHT: usize = 8;
-const B_ALONE: usize = 250;
-const B_EVERY: Duration = Duration::from_millis(20);
+const B_ALONE: usize = 300;
+const B_EVERY: Duration = Duration::from_millis(10);
 
 struct Session {
     http: reqwest::Client,
@@ -93,6 +101,7 @@ fn status_kib(pid: u32, field: &str) -> u64 {
 async fn steady(b: &Session, count: Option<usize>, stop: &AtomicBool) -> (Vec<Duration>, u64) {
     let (mut lat, mut refused) = (Vec::new(), 0);
     let mut tick = tokio::time::interval(B_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     while count.is_none_or(|n| lat.len() < n) && !(count.is_none() && stop.load(Ordering::Relaxed)) {
         tick.tick().await;
         let start = Instant::now();
@@ -102,10 +111,75 @@ async fn steady(b: &Session, count: Option<usize>, stop: &AtomicBool) -> (Vec<Du
     (lat, refused)
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
+/// A runtime of its own for A's clients; `nice` lowers its threads' priority.
+fn flood_runtime(nice: bool) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .on_thread_start(move || {
+            if nice {
+                // SAFETY: setpriority on this thread's own id changes only its scheduling.
+                unsafe {
+                    libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19);
+                }
+            }
+        })
+        .build()
+        .unwrap()
+}
+
+/// One burst of A's 10,000 calls while B keeps calling from its own thread:
+/// (B's latencies alone, B's latencies during the burst, B's refusals, A's refusals, the burst's seconds).
+fn round(url: &str, nice: bool) -> (Vec<Duration>, Vec<Duration>, u64, u64, f64) {
+    let b_runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let flood = flood_runtime(nice);
+    let b = b_runtime.block_on(Session::open(url, TOKEN_B));
+    let never = AtomicBool::new(false);
+    let (alone, b_refused_alone) = b_runtime.block_on(steady(&b, Some(B_ALONE), &never));
+
+    let a_sessions: Vec<Arc<Session>> = flood.block_on(async {
+        let mut out = Vec::new();
+        for _ in 0..IN_FLIGHT {
+            out.push(Arc::new(Session::open(url, TOKEN_A).await));
+        }
+        out
+    });
+    let next = Arc::new(AtomicU64::new(0));
+    let a_refused = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let workers: Vec<_> = a_sessions
+        .into_iter()
+        .map(|a| {
+            let (next, a_refused) = (next.clone(), a_refused.clone());
+            flood.spawn(async move {
+                while next.fetch_add(1, Ordering::Relaxed) < BURST_CALLS as u64 {
+                    if a.call().await {
+                        a_refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    let finished = {
+        let done = done.clone();
+        flood.spawn(async move {
+            for w in workers {
+                w.await.unwrap();
+            }
+            done.store(true, Ordering::Relaxed);
+        })
+    };
+    let (under, b_refused_under) = b_runtime.block_on(steady(&b, None, &done));
+    flood.block_on(finished).unwrap();
+    let secs = started.elapsed().as_secs_f64();
+    (alone, under, b_refused_alone + b_refused_under, a_refused.load(Ordering::Relaxed), secs)
+}
+
+fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let profile = if cfg!(debug_assertions) { "debug" } else { "release" };
+    let rounds: usize = std::env::var("ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(3);
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, format!("a {TOKEN_A}\nb {TOKEN_B}\n")).unwrap();
@@ -113,7 +187,7 @@ async fn main() {
     std::fs::create_dir_all(&skill).unwrap();
     std::fs::write(skill.join("SKILL.md"), "---\nname: tool\ndescription: d\n---\nbody\n").unwrap();
     let mut child = Command::new(BIN)
-        .args(["serve", "--read-only", "--http", "127.0.0.1:0", "--rate-calls-per-minute", "6000", "--rate-burst-calls", "100"])
+        .args(["serve", "--read-only", "--http", "127.0.0.1:0", "--rate-calls-per-minute", "12000", "--rate-burst-calls", "200"])
         .arg("--skills")
         .arg(dir.path().join("skills"))
         .arg("--http-token-file")
@@ -135,56 +209,38 @@ async fn main() {
     };
     std::thread::spawn(move || for _ in stderr.lines() {});
 
-    let b = Session::open(&url, TOKEN_B).await;
-    let never = AtomicBool::new(false);
-    let (mut alone, b_refused_alone) = steady(&b, Some(B_ALONE), &never).await;
-
-    let mut a_sessions = Vec::new();
-    for _ in 0..IN_FLIGHT {
-        a_sessions.push(Arc::new(Session::open(&url, TOKEN_A).await));
+    println!("rate_limits ({profile}): serve --http, 12000 calls/min per principal, burst 200; {rounds} round(s) of each kind");
+    for nice in [false, true] {
+        let (mut alone, mut under, mut b_refused, mut a_refused, mut secs) = (Vec::new(), Vec::new(), 0, 0, 0.0);
+        // Each kind's rounds are gathered; the kinds alternate so neither always runs on a fresher server.
+        for _ in 0..rounds {
+            let r = round(&url, nice);
+            alone.extend(r.0);
+            under.extend(r.1);
+            b_refused += r.2;
+            a_refused += r.3;
+            secs += r.4;
+            // A's bucket refills (200 at 200/s) before the next burst.
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        let (p50a, p99a) = (percentile(&mut alone, 0.5), percentile(&mut alone, 0.99));
+        let (p50u, p99u) = (percentile(&mut under, 0.5), percentile(&mut under, 0.99));
+        let kind = if nice { "A's client at nice 19" } else { "A's client at B's priority" };
+        println!("  {kind}:");
+        println!("    B alone:            {} calls, p50 {:.2} ms, p99 {:.2} ms", alone.len(), ms(p50a), ms(p99a));
+        println!("    B during A's burst: {} calls, p50 {:.2} ms, p99 {:.2} ms, B refused {b_refused}", under.len(), ms(p50u), ms(p99u));
+        println!(
+            "    B p99 ratio (burst / alone): {:.2}, p50 ratio {:.2}",
+            p99u.as_secs_f64() / p99a.as_secs_f64(),
+            p50u.as_secs_f64() / p50a.as_secs_f64()
+        );
+        let calls = (BURST_CALLS * rounds) as u64;
+        println!(
+            "    A: {rounds} x {BURST_CALLS} calls, {IN_FLIGHT} in flight, {:.0} calls/s: {a_refused} refused, {} answered",
+            calls as f64 / secs,
+            calls - a_refused
+        );
     }
-    let next = Arc::new(AtomicU64::new(0));
-    let a_refused = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(AtomicBool::new(false));
-    let started = Instant::now();
-    let workers: Vec<_> = a_sessions
-        .into_iter()
-        .map(|a| {
-            let (next, a_refused) = (next.clone(), a_refused.clone());
-            tokio::spawn(async move {
-                while next.fetch_add(1, Ordering::Relaxed) < BURST_CALLS as u64 {
-                    if a.call().await {
-                        a_refused.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            })
-        })
-        .collect();
-    let flood = {
-        let done = done.clone();
-        tokio::spawn(async move {
-            for w in workers {
-                w.await.unwrap();
-            }
-            done.store(true, Ordering::Relaxed);
-        })
-    };
-    let (mut under, b_refused_under) = steady(&b, None, &done).await;
-    flood.await.unwrap();
-    let flood_secs = started.elapsed().as_secs_f64();
-
-    let (p50a, p99a) = (percentile(&mut alone, 0.5), percentile(&mut alone, 0.99));
-    let (p50u, p99u) = (percentile(&mut under, 0.5), percentile(&mut under, 0.99));
-    let refused = a_refused.load(Ordering::Relaxed);
-    println!("rate_limits ({profile}): serve --http, 6000 calls/min per principal, burst 100");
-    println!("  B alone:         {} calls, p50 {:.2} ms, p99 {:.2} ms, refused {b_refused_alone}", alone.len(), ms(p50a), ms(p99a));
-    println!("  B during A's burst: {} calls, p50 {:.2} ms, p99 {:.2} ms, refused {b_refused_under}", under.len(), ms(p50u), ms(p99u));
-    println!("  B p99 ratio (burst / alone): {:.2}", p99u.as_secs_f64() / p99a.as_secs_f64());
-    println!(
-        "  A: {BURST_CALLS} calls, {IN_FLIGHT} in flight, in {flood_secs:.1} s ({:.0}/s): {refused} refused, {} answered",
-        BURST_CALLS as f64 / flood_secs,
-        BURST_CALLS as u64 - refused
-    );
     println!("  server VmHWM {} KiB, VmRSS {} KiB", status_kib(pid, "VmHWM:"), status_kib(pid, "VmRSS:"));
     let _ = child.kill();
     let _ = child.wait();

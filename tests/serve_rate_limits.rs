@@ -64,3 +64,31 @@ async fn a_principal_over_its_call_limit_is_refused_and_another_is_not() {
     let metrics = alice.http.get(&metrics_url).send().await.unwrap().text().await.unwrap();
     assert!(metrics.contains("skill_operator_serve_rate_limited_total{limit=\"calls\"} 3"), "{metrics}");
 }
+
+/// A call over the limit is answered before rmcp's session machinery (a
+/// plain JSON body, the request's id echoed), and only `tools/call` is
+/// refused there: a listing and a body that is not JSON-RPC pass on to rmcp,
+/// and the call that passed took exactly one token (the burst of 5 above
+/// would end early if the tool handler took a second).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_is_answered_before_the_session_and_only_calls_are_refused() {
+    let server = client::start(&["--rate-calls-per-minute", "1", "--rate-burst-calls", "1"], false);
+    let mut alice = Client::connect(&server.url, ALICE).await;
+    assert!(alice.call("skill_list", json!({})).await.get("result").is_some());
+
+    let over = json!({"jsonrpc":"2.0","id":"over-7","method":"tools/call","params":{"name":"skill_list","arguments":{}}});
+    let refused = alice.post(&over).await;
+    assert_eq!(refused.status(), 200);
+    assert_eq!(refused.headers()["content-type"], "application/json", "not an SSE stream: answered before rmcp");
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(body["id"], "over-7");
+    assert_eq!(body["error"]["code"], -32029, "{body}");
+    assert_eq!(body["error"]["data"]["status"], 429);
+
+    // Not a call: rmcp answers, limits or not.
+    let list = alice.post(&json!({"jsonrpc":"2.0","id":9,"method":"tools/list","params":{}})).await;
+    assert_eq!(list.status(), 200);
+    assert!(list.text().await.unwrap().contains("skill_list"), "a listing is not a call");
+    let garbage = alice.post(&json!("not a request")).await;
+    assert!(garbage.status().is_client_error(), "rmcp refuses what is not JSON-RPC: {}", garbage.status());
+}

@@ -49,6 +49,11 @@ async fn mcp(State(shared): State<Shared>, Path(namespace): Path<String>, reques
     }
     let (parts, body) = request.into_parts();
     let request = Request::from_parts(parts, axum::body::Body::new(http_body_util::Limited::new(body, MCP_BODY_LIMIT as usize)));
+    // A call over its caller's limit is answered here, before rmcp.
+    let request = match crate::mcp::early::limit_calls(&ns.state, request).await {
+        Ok(request) => request,
+        Err(refused) => return refused,
+    };
     match ns.service.clone().oneshot(request).await {
         Ok(response) => response.into_response(),
         Err(never) => match never {},

@@ -3,6 +3,7 @@
 //! stdio and HTTP transports (and later the gateway).
 
 pub mod audit;
+pub mod early;
 pub mod error;
 pub mod executor;
 pub mod extension;
@@ -201,8 +202,11 @@ impl SkillServer {
     ) -> Result<CallToolResponse, McpError> {
         let state = self.state.as_ref();
         // First, before the settle wait and the authorizer's reviews: a
-        // refused call costs this server (and the API server) nothing.
-        state.rate_limits.check_call(&caller.principal)?;
+        // refused call costs this server (and the API server) nothing. Over
+        // HTTP the token was usually taken before rmcp (`early`).
+        if !early::counted(context.extensions.get::<http::request::Parts>()) {
+            state.rate_limits.check_call(&caller.principal)?;
+        }
         let snap = state.settled().await;
         let cx = CallContext {
             caller,

@@ -321,6 +321,11 @@ impl<C: Clock + Clone> RateLimiter<C> {
         &self.policy
     }
 
+    /// Whether a `tools/call` may be refused at all (a `calls` bucket, or closed).
+    pub fn limits_calls(&self) -> bool {
+        self.calls.is_some() || matches!(self.policy, Policy::Closed(_))
+    }
+
     /// Takes one token from `principal`'s `calls` bucket (every `tools/call`).
     pub fn check_call(&self, principal: &str) -> Result<(), Limited> {
         self.check(Limit::Calls, &self.calls, principal)

@@ -284,6 +284,14 @@ async fn sessions_guard(State(sessions): State<Arc<BoundedSessions>>, request: R
     next.run(request).await
 }
 
+/// A `tools/call` over its caller's limit, answered before rmcp (after the bearer check).
+async fn limit_calls(State(state): State<Arc<ServerState>>, request: Request, next: Next) -> Response {
+    match crate::mcp::early::limit_calls(&state, request).await {
+        Ok(request) => next.run(request).await,
+        Err(refused) => refused,
+    }
+}
+
 /// The HTTP router: `/mcp` (both protocol eras, behind the bearer check),
 /// `/healthz`, and the protected-resource metadata.
 pub fn router(state: Arc<ServerState>, options: &HttpOptions, shutdown: &Shutdown) -> Router {
@@ -297,6 +305,7 @@ pub fn router(state: Arc<ServerState>, options: &HttpOptions, shutdown: &Shutdow
         .enforce_origin_validation()
         .with_cancellation_token(shutdown.token());
     let audit = state.audit.clone();
+    let limits_state = state.clone();
     let server = SkillServer::new(state);
     let sessions = Arc::new(BoundedSessions::new(options.max_sessions));
     let service = StreamableHttpService::new(move || Ok(server.clone()), sessions.clone(), config);
@@ -309,6 +318,7 @@ pub fn router(state: Arc<ServerState>, options: &HttpOptions, shutdown: &Shutdow
     });
     let mcp = Router::new()
         .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn_with_state(limits_state, limit_calls))
         .layer(axum::middleware::from_fn_with_state(sessions, sessions_guard))
         .layer(axum::middleware::from_fn_with_state(auth, authenticate));
     let metadata_route = get(move || {
