@@ -249,6 +249,12 @@ pub const RATE_PRINCIPALS_MAX: usize = 10_000;
 /// nothing a fresh bucket would not): keeps memory at the principals seen
 /// within one refill time, not every principal ever seen.
 pub const RATE_SWEEP_EVERY: u64 = 4_096;
+/// How long a `tools/call` refused by its caller's `calls` limit is held
+/// before its answer goes back (never longer than its retry-after). A
+/// caller that retries at once, as an agent in a loop does, is paced to one
+/// call per hold per connection instead of taking the server's cores from
+/// everyone else; a caller that honours retryAfterSeconds waits longer anyway.
+pub const RATE_REFUSAL_HOLD: Duration = Duration::from_millis(25);
 /// What a call refused because its server's limits are unknown (fail
 /// closed) is told to wait: about how long the gateway takes to notice the
 /// Namespace watch working again ([`RATE_NAMESPACE_RECHECK`]).
