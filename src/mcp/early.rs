@@ -112,7 +112,7 @@ mod tests {
             assert!(passed.extensions().get::<CallCounted>().is_some());
         }
         let started = tokio::time::Instant::now();
-        let refused = limit_calls(&state, call("a", 7)).await.err().expect("over the burst");
+        let refused = limit_calls(&state, call("a", 7)).await.expect_err("over the burst");
         assert_eq!(started.elapsed(), RATE_REFUSAL_HOLD);
         let body: Value = serde_json::from_slice(&axum::body::to_bytes(refused.into_body(), 1 << 20).await.unwrap()).unwrap();
         assert_eq!((body["id"].clone(), body["error"]["code"].clone()), (json!(7), json!(-32029)), "{body}");
@@ -143,7 +143,7 @@ mod tests {
 
         let closed = ServerState::new(Snapshot::scan(&[], crate::core::grants::Grants::resolve(&|_| None, None), Default::default()))
             .with_rate_limits(crate::mcp::ratelimit::Policy::Closed("unknown here".into()));
-        let refused = limit_calls(&closed, call("a", 3)).await.err().expect("closed");
+        let refused = limit_calls(&closed, call("a", 3)).await.expect_err("closed");
         let body: Value = serde_json::from_slice(&axum::body::to_bytes(refused.into_body(), 1 << 20).await.unwrap()).unwrap();
         assert_eq!(body["error"]["data"]["status"], 503, "{body}");
     }
