@@ -287,6 +287,7 @@ async fn simulate_launch(d: &PodDirs, input: &str) -> std::process::Output {
             ..RunOutcome::default()
         },
         error: None,
+        times: None,
     };
     let tmp = d.result.join("result.partial");
     std::fs::write(&tmp, serde_json::to_vec(&r).unwrap()).unwrap();
@@ -924,7 +925,7 @@ async fn upload_on_sigterm_of_a_cancelled_run_uploads_nothing_and_exits_0() {
     wait_until_waiting(&mut upload).await;
     sigterm(&upload);
     // The launcher, stopped at the same moment, writes its cancelled result a little later.
-    let cancelled = LaunchResult { outcome: RunOutcome { cancelled: true, ..RunOutcome::default() }, error: None };
+    let cancelled = LaunchResult { outcome: RunOutcome { cancelled: true, ..RunOutcome::default() }, error: None, times: None };
     write_result(&d.result, serde_json::to_vec(&cancelled).unwrap()).unwrap();
     let status = tokio::time::timeout(Duration::from_secs(15), upload.wait()).await.expect("exits after SIGTERM").unwrap();
     assert_eq!(status.code(), Some(0), "{status:?}");
@@ -1135,7 +1136,7 @@ async fn upload_wakes_when_the_result_lands_not_at_its_next_poll() {
     // Polled once, the upload has looked for the result, found none and
     // waits; then the result lands the way the launcher writes it (whole, by rename).
     assert!(futures::poll!(upload.as_mut()).is_pending(), "nothing to upload yet");
-    let result = LaunchResult { outcome: RunOutcome { exit_code: Some(0), ..RunOutcome::default() }, error: None };
+    let result = LaunchResult { outcome: RunOutcome { exit_code: Some(0), ..RunOutcome::default() }, error: None, times: None };
     write_result(&d.result, serde_json::to_vec(&result).unwrap()).unwrap();
     let report = tokio::time::timeout(Duration::from_secs(60), upload)
         .await
@@ -1161,7 +1162,7 @@ async fn stored_outputs_are_announced_to_the_operator_only() {
     let mut stored = store.follow_stored().await.expect("the operator follows");
     for uid in [UID, OTHER_UID] {
         let d = pod_dirs(NS, uid);
-        let result = LaunchResult { outcome: RunOutcome { exit_code: Some(0), ..RunOutcome::default() }, error: None };
+        let result = LaunchResult { outcome: RunOutcome { exit_code: Some(0), ..RunOutcome::default() }, error: None, times: None };
         write_result(&d.result, serde_json::to_vec(&result).unwrap()).unwrap();
         client::upload(&upload_opts(&env, NS, uid, &d), &no_stop()).await.unwrap().expect("uploaded");
         let event = tokio::time::timeout(Duration::from_secs(30), stored.next()).await.expect("announced").expect("stream open").unwrap();

@@ -150,3 +150,36 @@ fn as_pid_1_nothing_the_script_left_outlives_the_result() {
     let (tick, stdout) = (mtime("tick"), mtime("result/stdout"));
     assert!(tick <= stdout, "the straggler still wrote {:?} after the result files were begun", tick.duration_since(stdout).unwrap());
 }
+
+/// The launcher reports where the pod's time went (for the run's trace):
+/// the script's start and end on the node's clock, around the script's own
+/// reading of it, and the fetch container's times when it left them beside
+/// the launcher in the tools volume (here: a copy of the binary in a
+/// folder of the test's own).
+#[test]
+fn reports_the_scripts_times_and_the_fetchs_left_beside_it() {
+    let nanos = |s: &str| s.trim().parse::<u64>().unwrap();
+    let t = setup();
+    let (_, plain) = launch(t.path(), "10", &[], &["/usr/bin/python3", "-c", "import time; print(time.time_ns())"]);
+    let inside = nanos(&std::fs::read_to_string(t.path().join("result/stdout")).unwrap());
+    let times = &plain["times"];
+    let (start, end) = (times["scriptStartUnixNano"].as_u64().unwrap(), times["scriptEndUnixNano"].as_u64().unwrap());
+    assert!(start <= inside && inside <= end, "the script ran between the reported start and end: {times}");
+    assert!(times.get("fetch").is_none(), "no fetch times beside the test's binary: {times}");
+
+    let tools = tempfile::tempdir().unwrap();
+    let launcher = tools.path().join("skill-operator");
+    std::fs::copy(BIN, &launcher).unwrap();
+    let fetched = serde_json::json!({"startUnixNano": 1_000, "endUnixNano": 2_000});
+    std::fs::write(tools.path().join("fetch-times.json"), fetched.to_string()).unwrap();
+    let status = Command::new(&launcher)
+        .current_dir(t.path())
+        .args(["launch", "--result"])
+        .arg(t.path().join("result/result.json"))
+        .args(["--timeout", "10", "--", "/bin/true"])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let result: serde_json::Value = serde_json::from_slice(&std::fs::read(t.path().join("result/result.json")).unwrap()).unwrap();
+    assert_eq!(result["times"]["fetch"], fetched, "{result}");
+}

@@ -83,6 +83,34 @@ pub struct RunOutcome {
     pub stderr_truncated: bool,
 }
 
+/// The file, beside the launcher in the tools volume, where the fetch
+/// container leaves its [`FetchTimes`] for the launcher to report.
+pub const FETCH_TIMES_FILE: &str = "fetch-times.json";
+
+/// When the fetch container worked (Unix nanoseconds, this node's clock).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FetchTimes {
+    pub start_unix_nano: u64,
+    pub end_unix_nano: u64,
+}
+
+/// Where a pod's time went, as the pod saw it (Unix nanoseconds, the node's
+/// clock): the run's trace spans. Only spans are made of them, clamped into
+/// the SkillJob's own times: a script that forged them could only move a
+/// span inside its run, never change a verdict.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodTimes {
+    /// The fetch container's work (package and inputs), when it reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fetch: Option<FetchTimes>,
+    /// The launcher started the script.
+    pub script_start_unix_nano: u64,
+    /// The script and everything it started had ended.
+    pub script_end_unix_nano: u64,
+}
+
 /// The in-pod launcher's `result.json`: how the run ended, or why it never
 /// started. The upload sidecar stores it; the controller reads it back.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -94,6 +122,14 @@ pub struct LaunchResult {
     /// Set when the script could not be started at all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Where the pod's time went (for traces).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub times: Option<PodTimes>,
+}
+
+/// Now, in Unix nanoseconds (0 before 1970).
+pub fn unix_nanos_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// What an outcome means, decided once.

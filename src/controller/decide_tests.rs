@@ -363,7 +363,7 @@ mod verdicts {
     fn launched(f: impl FnOnce(&mut RunOutcome)) -> RunFacts {
         let mut outcome = RunOutcome::default();
         f(&mut outcome);
-        RunFacts { launch: Some(LaunchResult { outcome, error: None }), outputs_stored: true, ..Default::default() }
+        RunFacts { launch: Some(LaunchResult { outcome, error: None, times: None }), outputs_stored: true, ..Default::default() }
     }
 
     #[test]

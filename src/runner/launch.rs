@@ -13,6 +13,7 @@ use std::time::Duration;
 use super::process::{execute, ExecError, ExecSpec, ResourceLimits, RunAs};
 pub use crate::api::outcome::LaunchResult;
 use crate::api::outcome::RunOutcome;
+use crate::api::outcome::{unix_nanos_now, FetchTimes, PodTimes, FETCH_TIMES_FILE};
 use crate::shutdown::Shutdown;
 
 #[derive(Debug, clap::Args)]
@@ -46,6 +47,7 @@ pub async fn command(args: LaunchArgs, shutdown: Shutdown) -> std::io::Result<st
         result: args.result,
         cwd: std::env::current_dir()?,
         cancel: Some(shutdown),
+        fetched: fetch_times(),
     };
     let result = launch(spec, &|k| std::env::var(k).ok()).await?;
     if let Some(error) = &result.error {
@@ -68,6 +70,16 @@ pub struct Launch {
     pub cwd: PathBuf,
     /// Stops the run (SIGKILL to its group) when triggered; the outcome says `cancelled`.
     pub cancel: Option<Shutdown>,
+    /// When the fetch container worked, reported on with the script's own times.
+    pub fetched: Option<FetchTimes>,
+}
+
+/// The fetch container's times, left beside this launcher in the tools
+/// volume (`None` when it left none: an older fetch, or a test).
+fn fetch_times() -> Option<FetchTimes> {
+    let path = std::env::current_exe().ok()?.parent()?.join(FETCH_TIMES_FILE);
+    let bytes = std::fs::read(path).ok()?;
+    serde_json::from_slice(&bytes).ok()
 }
 
 /// The exit status the launcher ends with: the script's own code, 128+N for
@@ -100,18 +112,20 @@ pub async fn launch(spec: Launch, lookup: &dyn Fn(&str) -> Option<String>) -> st
     exec.run_as = RunAs::Inherit;
     exec.limits = ResourceLimits { nproc: None, ..ResourceLimits::default() };
     let dir = spec.result.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+    let script_start_unix_nano = unix_nanos_now();
     let executed = execute(exec).await;
     end_stragglers();
+    let times = Some(PodTimes { fetch: spec.fetched, script_start_unix_nano, script_end_unix_nano: unix_nanos_now() });
     let result = match executed {
         Ok(out) => {
             write_atomic(&dir.join("stdout"), &out.stdout)?;
             write_atomic(&dir.join("stderr"), &out.stderr)?;
-            LaunchResult { outcome: out.outcome, error: None }
+            LaunchResult { outcome: out.outcome, error: None, times }
         }
         Err(err) => {
             write_atomic(&dir.join("stdout"), b"")?;
             write_atomic(&dir.join("stderr"), err.to_string().as_bytes())?;
-            LaunchResult { outcome: RunOutcome::default(), error: Some(describe(&err)) }
+            LaunchResult { outcome: RunOutcome::default(), error: Some(describe(&err)), times }
         }
     };
     write_atomic(&spec.result, &serde_json::to_vec(&result).map_err(std::io::Error::other)?)?;

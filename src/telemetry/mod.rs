@@ -22,7 +22,7 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 pub use export::{init, Protocol, Telemetry, TelemetryError, TraceConfig};
-pub use run::record_run;
+pub use run::{phases, record_run};
 
 /// The annotation carrying the creating request's W3C trace context
 /// (`traceparent`, `00-<trace id>-<span id>-<flags>`) on a SkillJob.

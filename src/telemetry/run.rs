@@ -1,7 +1,10 @@
-//! A finished SkillJob's own spans, with the times it recorded: the run as
-//! a whole (created → finished), waiting for its pod (created → the script
-//! started: admission, image, package fetch) and the script (started →
-//! finished). Made through the OpenTelemetry API with explicit times, as
+//! A finished SkillJob's own spans: the run as a whole (created → its
+//! verdict recorded) and its phases. With the times the pod reported
+//! (`result.json`): waiting for the pod (created → the fetch started:
+//! admission, sandbox, image), the fetch, the launch (the run container's
+//! start), the script, and the upload with the verdict (the script's end →
+//! recorded). Without them: pending and script from the SkillJob's status
+//! times. Made through the OpenTelemetry API with explicit times, as
 //! children of the trace its `traceparent` names; a no-op without an exporter.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -11,6 +14,7 @@ use opentelemetry::trace::{Span as _, SpanKind, Status, TraceContextExt as _, Tr
 use opentelemetry::{Context, KeyValue};
 
 use crate::api::job::{SkillJob, SkillJobPhase, SkillJobStatus};
+use crate::api::outcome::PodTimes;
 
 fn system_time(t: &Time) -> SystemTime {
     let nanos = t.0.as_nanosecond();
@@ -21,15 +25,65 @@ fn system_time(t: &Time) -> SystemTime {
     }
 }
 
-/// Record `job`'s run under `traceparent` once its phase is final.
-pub fn record_run(traceparent: &str, job: &SkillJob, status: &SkillJobStatus, phase: SkillJobPhase) {
+fn from_unix_nanos(nanos: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_nanos(nanos)
+}
+
+/// The run's phases, in order, each inside `[created, end]` and starting
+/// where the previous ended: the pod's times when it reported them (a
+/// forged or skewed time moves a boundary inside the run, never outside),
+/// else the status's `started` (pending, script).
+pub fn phases(
+    created: SystemTime,
+    end: SystemTime,
+    started: Option<SystemTime>,
+    pod: Option<&PodTimes>,
+) -> Vec<(&'static str, SystemTime, SystemTime)> {
+    let end = end.max(created);
+    let marks: Vec<(&'static str, SystemTime)> = match pod {
+        Some(pod) => {
+            let mut marks = Vec::new();
+            if let Some(fetch) = &pod.fetch {
+                marks.push(("skilljob.pending", from_unix_nanos(fetch.start_unix_nano)));
+                marks.push(("skilljob.fetch", from_unix_nanos(fetch.end_unix_nano)));
+                marks.push(("skilljob.launch", from_unix_nanos(pod.script_start_unix_nano)));
+            } else {
+                marks.push(("skilljob.pending", from_unix_nanos(pod.script_start_unix_nano)));
+            }
+            marks.push(("skilljob.script", from_unix_nanos(pod.script_end_unix_nano)));
+            marks.push(("skilljob.upload", end));
+            marks
+        }
+        None => match started {
+            Some(started) => vec![("skilljob.pending", started), ("skilljob.script", end)],
+            None => Vec::new(),
+        },
+    };
+    let mut from = created;
+    marks
+        .into_iter()
+        .map(|(label, to)| {
+            let to = to.clamp(from, end);
+            let phase = (label, from, to);
+            from = to;
+            phase
+        })
+        .collect()
+}
+
+/// Record `job`'s run under `traceparent` once its phase is final (now: its
+/// verdict is being recorded), with the pod's own times when it reported them.
+pub fn record_run(traceparent: &str, job: &SkillJob, status: &SkillJobStatus, phase: SkillJobPhase, pod: Option<&PodTimes>) {
     let parent = super::parent_context(traceparent);
     if !parent.span().span_context().is_valid() {
         return;
     }
     let Some(created) = job.metadata.creation_timestamp.as_ref().map(system_time) else { return };
-    let finished = status.finished_at.as_ref().map(system_time).unwrap_or_else(SystemTime::now).max(created);
-    let started = status.started_at.as_ref().map(system_time).map(|t| t.clamp(created, finished));
+    // The status's times are whole seconds; the verdict is recorded now.
+    let recorded = SystemTime::now().max(created);
+    let finished = status.finished_at.as_ref().map(system_time).unwrap_or(recorded).max(created);
+    let end = if pod.is_some() { recorded.max(finished) } else { finished };
+    let started = status.started_at.as_ref().map(system_time).map(|t| t.clamp(created, end));
     let tracer = opentelemetry::global::tracer("skill-operator");
     let name = job.metadata.name.clone().unwrap_or_default();
     let mut attributes = vec![
@@ -52,11 +106,9 @@ pub fn record_run(traceparent: &str, job: &SkillJob, status: &SkillJobStatus, ph
         run.set_status(Status::error(status.message.clone().unwrap_or_else(|| format!("{phase:?}"))));
     }
     let run_cx = Context::current_with_span(run);
-    if let Some(started) = started {
-        for (label, from, to) in [("skilljob.pending", created, started), ("skilljob.script", started, finished)] {
-            let mut span = tracer.span_builder(label).with_start_time(from).start_with_context(&tracer, &run_cx);
-            span.end_with_timestamp(to);
-        }
+    for (label, from, to) in phases(created, end, started, pod) {
+        let mut span = tracer.span_builder(label).with_start_time(from).start_with_context(&tracer, &run_cx);
+        span.end_with_timestamp(to);
     }
-    run_cx.span().end_with_timestamp(finished);
+    run_cx.span().end_with_timestamp(end);
 }

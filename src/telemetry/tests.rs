@@ -96,3 +96,74 @@ fn a_request_span_hands_its_trace_to_the_skilljob_and_the_controller_continues_i
         assert_ne!(other.context().span().span_context().trace_id(), trace_id);
     });
 }
+
+mod phases {
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    use crate::api::outcome::{FetchTimes, PodTimes};
+    use crate::telemetry::phases;
+
+    const S: u64 = 1_000_000_000;
+
+    fn at(secs_tenths: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_nanos(1_000 * S + secs_tenths * S / 10)
+    }
+
+    fn nanos(secs_tenths: u64) -> u64 {
+        1_000 * S + secs_tenths * S / 10
+    }
+
+    fn labels(p: &[(&'static str, SystemTime, SystemTime)]) -> Vec<&'static str> {
+        p.iter().map(|(l, _, _)| *l).collect()
+    }
+
+    /// Contiguous, ordered, inside [created, end]: each phase starts where the last ended.
+    fn well_formed(p: &[(&'static str, SystemTime, SystemTime)], created: SystemTime, end: SystemTime) {
+        let mut from = created;
+        for (label, start, stop) in p {
+            assert_eq!(*start, from, "{label} starts where the last phase ended");
+            assert!(start <= stop && *stop <= end, "{label} inside the run");
+            from = *stop;
+        }
+    }
+
+    #[test]
+    fn the_pods_times_make_five_phases_in_order() {
+        let pod = PodTimes {
+            fetch: Some(FetchTimes { start_unix_nano: nanos(4), end_unix_nano: nanos(9) }),
+            script_start_unix_nano: nanos(12),
+            script_end_unix_nano: nanos(13),
+        };
+        let p = phases(at(0), at(20), Some(at(10)), Some(&pod));
+        assert_eq!(labels(&p), ["skilljob.pending", "skilljob.fetch", "skilljob.launch", "skilljob.script", "skilljob.upload"]);
+        well_formed(&p, at(0), at(20));
+        assert_eq!((p[1].1, p[1].2), (at(4), at(9)), "the fetch as the fetch container saw it");
+        assert_eq!((p[3].1, p[3].2), (at(12), at(13)), "the script to the nanosecond, not the status's whole seconds");
+        assert_eq!((p[4].1, p[4].2), (at(13), at(20)), "upload and verdict: the script's end to the record");
+    }
+
+    /// A script that forged result.json's times (or a skewed clock) moves a
+    /// boundary inside the run, never outside it, never backwards.
+    #[test]
+    fn forged_times_stay_inside_the_run() {
+        let forged = PodTimes {
+            fetch: Some(FetchTimes { start_unix_nano: 0, end_unix_nano: u64::MAX }),
+            script_start_unix_nano: nanos(1),
+            script_end_unix_nano: 5,
+        };
+        let p = phases(at(10), at(20), None, Some(&forged));
+        well_formed(&p, at(10), at(20));
+        assert_eq!(p[0].2, at(10), "a fetch 'before' the SkillJob existed starts with it");
+        assert_eq!(p[1].2, at(20), "a fetch 'after' the verdict ends with the run");
+    }
+
+    #[test]
+    fn without_the_pods_times_the_status_gives_two_and_without_a_start_none() {
+        let p = phases(at(0), at(20), Some(at(15)), None);
+        assert_eq!(labels(&p), ["skilljob.pending", "skilljob.script"]);
+        well_formed(&p, at(0), at(20));
+        assert!(phases(at(0), at(20), None, None).is_empty(), "a run that never started has no phases");
+        let no_fetch = PodTimes { fetch: None, script_start_unix_nano: nanos(5), script_end_unix_nano: nanos(6) };
+        assert_eq!(labels(&phases(at(0), at(20), None, Some(&no_fetch))), ["skilljob.pending", "skilljob.script", "skilljob.upload"]);
+    }
+}

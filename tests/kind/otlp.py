@@ -9,7 +9,8 @@ Usage:
                             that span's children (through the SkillJob's
                             traceparent annotation) the controller's
                             `reconcile SkillJob` spans and the run's `skilljob`
-                            span with `skilljob.pending` and `skilljob.script`
+                            span with the pod's five phases (pending, fetch,
+                            launch, script, upload), contiguous
 
 The check waits up to 60 s for the spans (the exporters send batches every
 5 s) and prints one line on failure, exiting 1.
@@ -107,8 +108,14 @@ def whole_run(all_spans: list[dict]) -> str | None:
             problem = f"the run's span says {run['attrs']}"
             continue
         phases = {s["name"]: s for s in trace if s.get("parentSpanId") == run["spanId"]}
-        if set(phases) != {"skilljob.pending", "skilljob.script"}:
-            problem = f"the run's phases: {sorted(phases)}"
+        want = ["skilljob.pending", "skilljob.fetch", "skilljob.launch", "skilljob.script", "skilljob.upload"]
+        if set(phases) != set(want):
+            problem = f"the run's phases: {sorted(phases)}, want the pod's five: {want}"
+            continue
+        # In order, each starting where the last ended (the pod's own clock readings).
+        ordered = [phases[n] for n in want]
+        if any(int(a["endTimeUnixNano"]) != int(b["startTimeUnixNano"]) for a, b in zip(ordered, ordered[1:])):
+            problem = f"the phases are not contiguous: {[(p['name'], p['startTimeUnixNano'], p['endTimeUnixNano']) for p in ordered]}"
             continue
         # Clocks: the gateway, the controller and the SkillJob's status times
         # are all this one node's (the status times in whole seconds).

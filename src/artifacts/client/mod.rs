@@ -306,12 +306,19 @@ pub async fn fetch_command(a: FetchArgs) -> Result<(), ClientError> {
         endpoint,
         package_dir: a.package,
         work_dir: a.work,
-        tools_dir: Some(a.tools),
+        tools_dir: Some(a.tools.clone()),
         expect_package_digest: a.package_digest,
         limits: ArtifactLimits::DEFAULT,
     };
+    let start_unix_nano = crate::api::outcome::unix_nanos_now();
     match fetch(&opts).await {
         Ok(r) => {
+            // For the run's trace: the launcher, in this tools volume, reports them.
+            let times = crate::api::outcome::FetchTimes { start_unix_nano, end_unix_nano: crate::api::outcome::unix_nanos_now() };
+            let path = a.tools.join(crate::api::outcome::FETCH_TIMES_FILE);
+            if let Err(err) = serde_json::to_vec(&times).map_err(std::io::Error::other).and_then(|b| std::fs::write(&path, b)) {
+                tracing::warn!(error = %err, path = %path.display(), "cannot leave the fetch times (the run's trace will lack them)");
+            }
             match &r.package_digest {
                 Some(d) => eprintln!("fetched package {d} ({} files) and {} inputs", r.package_files, r.inputs.len()),
                 None => eprintln!("fetched {} inputs (the package is in the image)", r.inputs.len()),

@@ -218,7 +218,7 @@ fn sha(b: &[u8]) -> String {
 
 /// A successful build of one wheel: result, stderr, report, two files.
 fn build_outputs(exit: i32, lock: &str) -> FakeOutputs {
-    let result = LaunchResult { outcome: RunOutcome { exit_code: Some(exit), ..Default::default() }, error: None };
+    let result = LaunchResult { outcome: RunOutcome { exit_code: Some(exit), ..Default::default() }, error: None, times: None };
     let report = DepsReport { lock_digest: Some(lock.into()), python: true, node: false, dependencies: vec![], lifecycle_scripts: vec![] };
     let mut files = BTreeMap::new();
     files.insert("result/result.json".to_string(), serde_json::to_vec(&result).unwrap());
@@ -316,9 +316,9 @@ fn content_checks_and_log_tails() {
     let t = tail(long.as_bytes());
     assert!(t.len() <= crate::core::limits::BUILD_LOG_TAIL_BYTES);
     assert!(t.starts_with("line ") && t.ends_with("line 1999"), "cut at a line start: {:?}", &t[..20]);
-    let timed_out = LaunchResult { outcome: RunOutcome { timed_out: true, ..Default::default() }, error: None };
+    let timed_out = LaunchResult { outcome: RunOutcome { timed_out: true, ..Default::default() }, error: None, times: None };
     assert_eq!(classify(&timed_out, ""), "BuildTimedOut");
-    let failed = LaunchResult { outcome: RunOutcome { exit_code: Some(1), ..Default::default() }, error: None };
+    let failed = LaunchResult { outcome: RunOutcome { exit_code: Some(1), ..Default::default() }, error: None, times: None };
     assert_eq!(classify(&failed, "these dependencies declare install scripts, which are never run: x"), "LifecycleScripts");
     assert_eq!(classify(&failed, "pip failed"), "BuildFailed");
 }

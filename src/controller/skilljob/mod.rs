@@ -29,6 +29,7 @@ mod stored;
 
 pub use stored::follow as follow_stored;
 
+use crate::api::outcome::PodTimes;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::Instrument as _;
@@ -185,6 +186,11 @@ async fn cleanup(sj: &SkillJob, ctx: &Context) -> Result<Action> {
 /// reconciles (a watch event, a periodic requeue) change nothing, and an
 /// unchanged apply still costs the API server a full server-side apply.
 async fn patch_status(ctx: &Context, job: &SkillJob, status: &SkillJobStatus) -> Result<()> {
+    patch_status_timed(ctx, job, status, None).await
+}
+
+/// [`patch_status`], with the times the pod reported for the run's trace.
+async fn patch_status_timed(ctx: &Context, job: &SkillJob, status: &SkillJobStatus, pod: Option<&PodTimes>) -> Result<()> {
     if job.status.as_ref() == Some(status) {
         return Ok(());
     }
@@ -201,7 +207,7 @@ async fn patch_status(ctx: &Context, job: &SkillJob, status: &SkillJobStatus) ->
             ctx.audit.record(verdict_record(job, &ns, status, phase, age));
         }
         if let Some(traceparent) = job.annotations().get(crate::telemetry::TRACEPARENT_ANNOTATION) {
-            crate::telemetry::record_run(traceparent, job, status, phase);
+            crate::telemetry::record_run(traceparent, job, status, phase, pod);
         }
     }
     Ok(())

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
-use super::{admit, age_secs, children, patch_status, publish, set_phase, POLL, STOPPING_POLL};
+use super::{admit, age_secs, children, patch_status, patch_status_timed, publish, set_phase, POLL, STOPPING_POLL};
 use crate::api::job::{OutputFile, SkillJob, SkillJobPhase, SkillJobStatus, StreamRef};
 use crate::api::outcome::LaunchResult;
 use crate::controller::builders::job::{job_name, CONTAINER_FETCH, CONTAINER_RUN, CONTAINER_UPLOAD};
@@ -201,7 +201,7 @@ async fn record_verdict(
         }
     }
     set_phase(&mut status, verdict.phase, verdict.reason, message, generation);
-    patch_status(ctx, sj, &status).await?;
+    patch_status_timed(ctx, sj, &status, facts.launch.as_ref().and_then(|l| l.times.as_ref())).await?;
     ctx.stored.take(ns, uid);
     // The result is recorded: the Job, its pod, the token Secret and the
     // NetworkPolicy have done their work (and count against quotas).
