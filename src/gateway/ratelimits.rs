@@ -22,7 +22,6 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
 use tokio::time::Instant;
 
-use super::namespaces::Namespaces;
 use crate::core::limits::{RATE_LIMITS_ANNOTATION_MAX, RATE_NAMESPACE_RECHECK, RATE_NAMESPACE_STALE_AFTER};
 use crate::mcp::ratelimit::{Policy, RateLimits};
 use crate::shutdown::Shutdown;
@@ -223,12 +222,15 @@ pub fn watch(
     (Arc::new(NamespaceLimits::reading(defaults, unreadable, store)), events)
 }
 
-/// Keep every served namespace's limiter on its policy: on every change the
-/// watch reports, and every [`RATE_NAMESPACE_RECHECK`] (a failing watch
-/// reports no change, yet its namespaces must close once it is stale).
-pub async fn drive<S>(events: S, limits: Arc<NamespaceLimits>, namespaces: Arc<Namespaces>, shutdown: Shutdown)
+/// Keep every served namespace's limiter on its policy through `apply`
+/// (the namespaces named, or all: `Namespaces::apply_rate_limits`): on
+/// every change the watch reports, and every [`RATE_NAMESPACE_RECHECK`] (a
+/// failing watch reports no change, yet its namespaces must close once it
+/// is stale).
+pub async fn drive<S, A>(events: S, limits: Arc<NamespaceLimits>, apply: A, shutdown: Shutdown)
 where
     S: Stream<Item = Result<watcher::Event<PartialObjectMeta<Namespace>>, watcher::Error>> + Send,
+    A: Fn(Option<&BTreeSet<String>>) + Send,
 {
     let mut events = std::pin::pin!(events);
     let mut recheck = tokio::time::interval(RATE_NAMESPACE_RECHECK);
@@ -255,7 +257,7 @@ where
                 }
             },
         };
-        namespaces.apply_rate_limits(touched.as_ref());
+        apply(touched.as_ref());
     }
 }
 

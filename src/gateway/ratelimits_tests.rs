@@ -5,7 +5,7 @@ use kube::runtime::reflector::store::Writer;
 
 use super::*;
 use crate::gateway::namespaces::testing::Trees;
-use crate::gateway::namespaces::ServiceOptions;
+use crate::gateway::namespaces::{Namespaces, ServiceOptions};
 use crate::mcp::ratelimit::{Limited, Policy};
 
 const FLAGS: RateLimits = RateLimits { calls_per_minute: 600, runs_per_minute: 60, burst_calls: 60, burst_runs: 10 };
@@ -139,7 +139,8 @@ async fn drive_keeps_served_namespaces_on_their_policy() {
 
     let (tx, rx) = futures::channel::mpsc::unbounded();
     let shutdown = Shutdown::default();
-    let driving = tokio::spawn(drive(rx, limits.clone(), served.clone(), shutdown.clone()));
+    let applying = served.clone();
+    let driving = tokio::spawn(drive(rx, limits.clone(), move |which| applying.apply_rate_limits(which), shutdown.clone()));
     let send = |writer: &mut Writer<_>, event: watcher::Event<PartialObjectMeta<Namespace>>| {
         writer.apply_watcher_event(&event);
         tx.unbounded_send(Ok(event)).unwrap();

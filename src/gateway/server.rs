@@ -239,7 +239,8 @@ pub async fn command(args: GatewayArgs, shutdown: Shutdown) -> anyhow::Result<()
         ServiceOptions { http, max_sessions: args.max_sessions, max_namespaces: args.max_namespaces, rate_limits: limits.clone(), audit };
     let namespaces = Arc::new(Namespaces::new(backend.clone(), options));
     if let Some(events) = limit_events {
-        tokio::spawn(ratelimits::drive(events, limits.clone(), namespaces.clone(), shutdown.clone()));
+        let served = namespaces.clone();
+        tokio::spawn(ratelimits::drive(events, limits.clone(), move |which| served.apply_rate_limits(which), shutdown.clone()));
     }
     let ready = Readiness::default();
     let stores = watch::spawn(client, namespaces.clone(), limits, ready.clone(), shutdown.clone());
