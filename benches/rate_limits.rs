@@ -31,9 +31,12 @@ use serde_json::{json, Value};
 const BIN: &str = env!("CARGO_BIN_EXE_skill-operator");
 const TOKEN_A: &str = "bench-principal-a-0123456789abcdef";
 const TOKEN_B: &str = "bench-principal-b-0123456789abcdef";
+/// The goal's burst; a quick run (`cargo test --benches`, no `--bench`) sends [`QUICK_BURST_CALLS`].
 const BURST_CALLS: usize = 10_000;
+const QUICK_BURST_CALLS: usize = 500;
 const IN_FLIGHT: usize = 8;
 const B_ALONE: usize = 300;
+const QUICK_B_ALONE: usize = 30;
 const B_EVERY: Duration = Duration::from_millis(10);
 
 struct Session {
@@ -111,6 +114,13 @@ async fn steady(b: &Session, count: Option<usize>, stop: &AtomicBool) -> (Vec<Du
     (lat, refused)
 }
 
+/// A's burst and B's calls alone, per round.
+#[derive(Clone, Copy)]
+struct Size {
+    burst: usize,
+    b_alone: usize,
+}
+
 /// A runtime of its own for A's clients; `nice` lowers its threads' priority.
 fn flood_runtime(nice: bool) -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -130,12 +140,12 @@ fn flood_runtime(nice: bool) -> tokio::runtime::Runtime {
 
 /// One burst of A's 10,000 calls while B keeps calling from its own thread:
 /// (B's latencies alone, B's latencies during the burst, B's refusals, A's refusals, the burst's seconds).
-fn round(url: &str, nice: bool) -> (Vec<Duration>, Vec<Duration>, u64, u64, f64) {
+fn round(url: &str, nice: bool, size: Size) -> (Vec<Duration>, Vec<Duration>, u64, u64, f64) {
     let b_runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let flood = flood_runtime(nice);
     let b = b_runtime.block_on(Session::open(url, TOKEN_B));
     let never = AtomicBool::new(false);
-    let (alone, b_refused_alone) = b_runtime.block_on(steady(&b, Some(B_ALONE), &never));
+    let (alone, b_refused_alone) = b_runtime.block_on(steady(&b, Some(size.b_alone), &never));
 
     let a_sessions: Vec<Arc<Session>> = flood.block_on(async {
         let mut out = Vec::new();
@@ -153,7 +163,7 @@ fn round(url: &str, nice: bool) -> (Vec<Duration>, Vec<Duration>, u64, u64, f64)
         .map(|a| {
             let (next, a_refused) = (next.clone(), a_refused.clone());
             flood.spawn(async move {
-                while next.fetch_add(1, Ordering::Relaxed) < BURST_CALLS as u64 {
+                while next.fetch_add(1, Ordering::Relaxed) < size.burst as u64 {
                     if a.call().await {
                         a_refused.fetch_add(1, Ordering::Relaxed);
                     }
@@ -179,7 +189,11 @@ fn round(url: &str, nice: bool) -> (Vec<Duration>, Vec<Duration>, u64, u64, f64)
 fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let profile = if cfg!(debug_assertions) { "debug" } else { "release" };
-    let rounds: usize = std::env::var("ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(3);
+    // Without `--bench` (cargo test --all-targets) one small round shows it still works.
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let size =
+        if quick { Size { burst: QUICK_BURST_CALLS, b_alone: QUICK_B_ALONE } } else { Size { burst: BURST_CALLS, b_alone: B_ALONE } };
+    let rounds: usize = if quick { 1 } else { std::env::var("ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(3) };
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens");
     std::fs::write(&tokens, format!("a {TOKEN_A}\nb {TOKEN_B}\n")).unwrap();
@@ -214,7 +228,7 @@ fn main() {
         let (mut alone, mut under, mut b_refused, mut a_refused, mut secs) = (Vec::new(), Vec::new(), 0, 0, 0.0);
         // Each kind's rounds are gathered; the kinds alternate so neither always runs on a fresher server.
         for _ in 0..rounds {
-            let r = round(&url, nice);
+            let r = round(&url, nice, size);
             alone.extend(r.0);
             under.extend(r.1);
             b_refused += r.2;
@@ -234,9 +248,10 @@ fn main() {
             p99u.as_secs_f64() / p99a.as_secs_f64(),
             p50u.as_secs_f64() / p50a.as_secs_f64()
         );
-        let calls = (BURST_CALLS * rounds) as u64;
+        let calls = (size.burst * rounds) as u64;
         println!(
-            "    A: {rounds} x {BURST_CALLS} calls, {IN_FLIGHT} in flight, {:.0} calls/s: {a_refused} refused, {} answered",
+            "    A: {rounds} x {} calls, {IN_FLIGHT} in flight, {:.0} calls/s: {a_refused} refused, {} answered",
+            size.burst,
             calls as f64 / secs,
             calls - a_refused
         );
