@@ -31,6 +31,11 @@
 //!    **overhead** (`BENCH_PARTS=overhead`): what the audit trail and
 //!    exported traces cost the gateway's `tools/list` and `skill_list`,
 //!    rows rotating with neither.
+//!
+//!    **limits** (`BENCH_PARTS=limits`): what rate limits cost a caller
+//!    they never refuse: the standalone server with its bearer token and
+//!    limits too high to reach, against the same without limits (each POST
+//!    body scanned before rmcp, each `tools/call` taking a token).
 //! 2. **fan-out**: 1,000 legacy sessions on one namespace, each with its
 //!    GET SSE stream open; one binding change (the namespace's snapshot
 //!    rebuilt by `Namespaces::refresh` and swapped in); the time from the
@@ -95,6 +100,7 @@ use skill_operator::gateway::auth::{self, AuthConfig, Authenticator};
 use skill_operator::gateway::catalog::{CacheOptions, NamespaceCatalog, PackageCache};
 use skill_operator::gateway::http::{router as gateway_router, Readiness};
 use skill_operator::gateway::namespaces::{Backend, Namespaces, ServiceOptions};
+use skill_operator::mcp::ratelimit::RateLimits;
 use skill_operator::mcp::snapshot::Snapshot;
 use skill_operator::mcp::state::{Authorize, Execution, ServerState};
 use skill_operator::serve::http::{self as standalone, Auth, HttpOptions, Tokens};
@@ -555,6 +561,28 @@ fn token_check(client: &tokio::runtime::Runtime, s: &Settings, with: &Endpoint, 
     );
 }
 
+/// Rate limits on but never reached, against none: rounds alternate which goes first.
+fn limits_cost(client: &tokio::runtime::Runtime, s: &Settings, limited: &Endpoint, plain: &Endpoint) {
+    for (method, body) in [("tools/list", TOOLS_LIST), ("skill_list", SKILL_LIST)] {
+        let (mut on, mut off) = (Vec::new(), Vec::new());
+        for round in 0..s.rounds * 2 {
+            let (first, second) = if round % 2 == 0 { (limited, plain) } else { (plain, limited) };
+            let a = client.block_on(load(first, body, s.clients, s.warm, s.timed));
+            let b = client.block_on(load(second, body, s.clients, s.warm, s.timed));
+            let (l, p) = if round % 2 == 0 { (a, b) } else { (b, a) };
+            on.push(l);
+            off.push(p);
+        }
+        let (on, off) = (Figures::of(on), Figures::of(off));
+        println!(
+            "standalone {method} with rate limits never reached vs none (same run): {} vs {} (throughput {:+.1}%)",
+            on.text(),
+            off.text(),
+            (on.rps / off.rps - 1.0) * 100.0
+        );
+    }
+}
+
 // ---------------------------------------------------------------- 2. fan-out
 
 fn fan_out(server: &tokio::runtime::Runtime, client: &tokio::runtime::Runtime, s: &Settings, fx: &Fixture) {
@@ -902,7 +930,7 @@ fn run(server: &tokio::runtime::Runtime, client: &tokio::runtime::Runtime, s: &S
     let snapshot = Snapshot::scan(&[skills.to_path_buf()], Grants::resolve(&|_| None, None), Interpreter::ALL.into());
     assert_eq!(snapshot.catalog.skills.len(), 100, "{:?}", snapshot.problems);
     let state = Arc::new(ServerState::new(snapshot));
-    let standalone_at = |auth: Auth| {
+    let standalone_on = |state: &Arc<ServerState>, auth: Auth| {
         let listener = server.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
         let addr = listener.local_addr().unwrap();
         let options = HttpOptions {
@@ -918,6 +946,7 @@ fn run(server: &tokio::runtime::Runtime, client: &tokio::runtime::Runtime, s: &S
         server.spawn(serve_on(listener, app));
         format!("http://{addr}/mcp")
     };
+    let standalone_at = |auth: Auth| standalone_on(&state, auth);
     // The gateway: a namespace with the same 100 skills as 100 bindings.
     let gateway_at = |auth: Option<&RealAuth>, audit: &Audit| {
         let backend = Arc::new(Bound {
@@ -979,6 +1008,15 @@ fn run(server: &tokio::runtime::Runtime, client: &tokio::runtime::Runtime, s: &S
         let plain = Endpoint { url: gateway_at(None, &Audit::off()), token: None };
         let collector = server.block_on(collector());
         overhead(client, s, &plain, &audited, &file, &collector);
+    }
+    if part("limits") {
+        let unreachable = RateLimits { calls_per_minute: u32::MAX, burst_calls: u32::MAX, ..RateLimits::default() };
+        let rescanned = Snapshot::scan(&[skills.to_path_buf()], Grants::resolve(&|_| None, None), Interpreter::ALL.into());
+        let limited_state = Arc::new(ServerState::new(rescanned).with_rate_limits(unreachable));
+        let tokens = || Auth::Tokens(Arc::new(Tokens::single("bench", STANDALONE_TOKEN)));
+        let limited = Endpoint { url: standalone_on(&limited_state, tokens()), token: Some(STANDALONE_TOKEN.into()) };
+        let plain = Endpoint { url: standalone_at(tokens()), token: Some(STANDALONE_TOKEN.into()) };
+        limits_cost(client, s, &limited, &plain);
     }
     if part("fan-out") {
         fan_out(server, client, s, fx);
