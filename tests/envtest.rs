@@ -40,18 +40,15 @@ async fn controller_against_a_real_api_server() {
     let bindings: Api<SkillBinding> = Api::namespaced(client.clone(), "team");
 
     let skilljobs: Api<SkillJob> = Api::namespaced(client.clone(), "team");
-    let sj: SkillJob = skilljobs
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillJob",
-                "metadata": { "name": "stats", "namespace": "team" },
-                "spec": { "binding": "csv-stats", "script": "scripts/stats.py", "args": ["data.csv", "; rm -rf /"] }
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    let sj: SkillJob = harness::create(
+        &skilljobs,
+        json!({
+            "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillJob",
+            "metadata": { "name": "stats", "namespace": "team" },
+            "spec": { "binding": "csv-stats", "script": "scripts/stats.py", "args": ["data.csv", "; rm -rf /"] }
+        }),
+    )
+    .await;
 
     // The spec is immutable (CEL).
     let change = json!({ "spec": { "args": ["other"] } });
@@ -116,34 +113,28 @@ async fn controller_against_a_real_api_server() {
     // A namespace that does not enforce `restricted` is reported on the SkillJob.
     harness::create_namespace(&client, "lax", false).await;
     let lax_bindings: Api<SkillBinding> = Api::namespaced(client.clone(), "lax");
-    lax_bindings
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding",
-                "metadata": { "name": "csv-stats", "namespace": "lax" }, "spec": { "package": "csv-stats-1" }
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    harness::create(
+        &lax_bindings,
+        json!({
+            "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding",
+            "metadata": { "name": "csv-stats", "namespace": "lax" }, "spec": { "package": "csv-stats-1" }
+        }),
+    )
+    .await;
     harness::wait_for(
         || async { harness::ready(&lax_bindings.get("csv-stats").await.ok()?.status?.conditions) },
         "the lax SkillBinding to be Ready",
     )
     .await;
     let lax_jobs: Api<SkillJob> = Api::namespaced(client.clone(), "lax");
-    lax_jobs
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillJob",
-                "metadata": { "name": "stats", "namespace": "lax" }, "spec": { "binding": "csv-stats", "script": "scripts/stats.py" }
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    harness::create(
+        &lax_jobs,
+        json!({
+            "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillJob",
+            "metadata": { "name": "stats", "namespace": "lax" }, "spec": { "binding": "csv-stats", "script": "scripts/stats.py" }
+        }),
+    )
+    .await;
     let condition = harness::wait_for(
         || async { lax_jobs.get("stats").await.ok()?.status?.conditions.into_iter().find(|c| c.type_ == "NamespaceRestricted") },
         "the NamespaceRestricted condition",
@@ -152,17 +143,14 @@ async fn controller_against_a_real_api_server() {
     assert_eq!((condition.status.as_str(), condition.reason.as_str()), ("False", "NotEnforced"));
 
     // Two bindings serving the same skill in one namespace: both refused.
-    bindings
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding",
-                "metadata": { "name": "csv-stats-again", "namespace": "team" }, "spec": { "package": "csv-stats-1" }
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    harness::create(
+        &bindings,
+        json!({
+            "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding",
+            "metadata": { "name": "csv-stats-again", "namespace": "team" }, "spec": { "package": "csv-stats-1" }
+        }),
+    )
+    .await;
     for name in ["csv-stats", "csv-stats-again"] {
         harness::wait_for(
             || async {

@@ -78,22 +78,19 @@ async fn a_run_reaches_its_allowed_host_from_its_own_pod_only() {
 
     let allowed_entry = format!("upstream.test:{}", up.port());
     let packages: Api<SkillPackage> = Api::all(client.clone());
-    packages
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillPackage",
-                "metadata": { "name": "weather-1" },
-                "spec": {
-                    "source": { "oci": { "reference": "registry.local/skills/weather-brief:1" } },
-                    "runtime": { "interpreter": "node", "image": "node@sha256:1111111111111111111111111111111111111111111111111111111111111111",
-                                 "allowedScripts": ["scripts/forecast.js"], "allowedEgress": [allowed_entry, "other.test"] }
-                }
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    harness::create(
+        &packages,
+        json!({
+            "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillPackage",
+            "metadata": { "name": "weather-1" },
+            "spec": {
+                "source": { "oci": { "reference": "registry.local/skills/weather-brief:1" } },
+                "runtime": { "interpreter": "node", "image": "node@sha256:1111111111111111111111111111111111111111111111111111111111111111",
+                             "allowedScripts": ["scripts/forecast.js"], "allowedEgress": [allowed_entry, "other.test"] }
+            }
+        }),
+    )
+    .await;
     let pstatus = harness::wait_for(
         || async {
             let s = packages.get("weather-1").await.ok()?.status?;
@@ -109,19 +106,16 @@ async fn a_run_reaches_its_allowed_host_from_its_own_pod_only() {
     assert!(pstatus.egress_not_allowed[0].starts_with("api.open-meteo.com"), "{:?}", pstatus.egress_not_allowed);
 
     let bindings: Api<SkillBinding> = Api::namespaced(client.clone(), "team");
-    bindings
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding",
-                "metadata": { "name": "weather", "namespace": "team" },
-                "spec": { "package": "weather-1", "egress": true, "egressHosts": [allowed_entry, "evil.test"],
-                          "env": [{ "name": "WEATHER_API_KEY", "secretKeyRef": { "name": "weather", "key": "key" } }] }
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    harness::create(
+        &bindings,
+        json!({
+            "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding",
+            "metadata": { "name": "weather", "namespace": "team" },
+            "spec": { "package": "weather-1", "egress": true, "egressHosts": [allowed_entry, "evil.test"],
+                      "env": [{ "name": "WEATHER_API_KEY", "secretKeyRef": { "name": "weather", "key": "key" } }] }
+        }),
+    )
+    .await;
     let bstatus = harness::wait_for(
         || async {
             let s = bindings.get("weather").await.ok()?.status?;
@@ -136,18 +130,15 @@ async fn a_run_reaches_its_allowed_host_from_its_own_pod_only() {
     assert!(bstatus.dropped_egress[0].contains("evil.test"), "a narrowing entry that would widen is dropped and said");
 
     let skilljobs: Api<SkillJob> = Api::namespaced(client.clone(), "team");
-    let sj: SkillJob = skilljobs
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillJob",
-                "metadata": { "name": "forecast", "namespace": "team" },
-                "spec": { "binding": "weather", "script": "scripts/forecast.js", "args": ["52.52", "13.41"] }
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    let sj: SkillJob = harness::create(
+        &skilljobs,
+        json!({
+            "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillJob",
+            "metadata": { "name": "forecast", "namespace": "team" },
+            "spec": { "binding": "weather", "script": "scripts/forecast.js", "args": ["52.52", "13.41"] }
+        }),
+    )
+    .await;
     let uid = sj.metadata.uid.clone().unwrap();
     let token = proxy_token(&support::KEY, &JobId::new("team", &uid));
 

@@ -242,6 +242,15 @@ pub(crate) fn spawn_controller_ctx(
 }
 
 /// Create namespace `name`, enforcing Pod Security `restricted` when asked.
+/// Create `object` (JSON in the API's own shape) through `api`; the created object back.
+pub(crate) async fn create<K>(api: &Api<K>, object: serde_json::Value) -> K
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + serde::Serialize,
+{
+    let object: K = serde_json::from_value(object).expect("the test's object has the API's shape");
+    api.create(&PostParams::default(), &object).await.expect("the API server created the test's object")
+}
+
 pub(crate) async fn create_namespace(client: &Client, name: &str, restricted: bool) {
     let labels = if restricted { serde_json::json!({ "pod-security.kubernetes.io/enforce": "restricted" }) } else { serde_json::json!({}) };
     let ns: k8s_openapi::api::core::v1::Namespace = serde_json::from_value(
@@ -274,8 +283,7 @@ where
 #[allow(dead_code)]
 pub(crate) async fn csv_stats_bound(client: &Client) {
     let packages: Api<SkillPackage> = Api::all(client.clone());
-    packages
-        .create(&PostParams::default(), &serde_json::from_value(json!({
+    create(&packages, json!({
             "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillPackage",
             "metadata": { "name": "csv-stats-1" },
             "spec": {
@@ -283,23 +291,18 @@ pub(crate) async fn csv_stats_bound(client: &Client) {
                 "runtime": { "interpreter": "python", "image": "python@sha256:1111111111111111111111111111111111111111111111111111111111111111",
                              "interpreterPath": "/usr/bin/python3", "allowedScripts": ["scripts/stats.py"], "timeoutSeconds": 60 }
             }
-        })).unwrap())
-        .await
-        .unwrap();
+        })).await;
     wait_for(|| async { ready(&packages.get("csv-stats-1").await.ok()?.status?.conditions) }, "the SkillPackage to be Ready").await;
 
     let bindings: Api<SkillBinding> = Api::namespaced(client.clone(), "team");
-    bindings
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding",
-                "metadata": { "name": "csv-stats", "namespace": "team" },
-                "spec": { "package": "csv-stats-1" }
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    create(
+        &bindings,
+        json!({
+            "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding",
+            "metadata": { "name": "csv-stats", "namespace": "team" },
+            "spec": { "package": "csv-stats-1" }
+        }),
+    )
+    .await;
     wait_for(|| async { ready(&bindings.get("csv-stats").await.ok()?.status?.conditions) }, "the SkillBinding to be Ready").await;
 }

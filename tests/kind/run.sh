@@ -202,6 +202,19 @@ if "$KUBECTL" get crd skilljobs.skill-operator.dev -o jsonpath='{.metadata.annot
   || [[ -n "$("$KUBECTL" get crd skilljobs.skill-operator.dev -o name 2>/dev/null)" && -z "$("$KUBECTL" get crd skilljobs.skill-operator.dev -o jsonpath='{.metadata.annotations.meta\.helm\.sh/release-name}')" ]]; then
   "$KUBECTL" apply --server-side --force-conflicts -f "$ROOT/crds/" >/dev/null && helm_args+=(--set crds.install=false)
 fi
+# A fixed ClusterIP is free only once the last holder's Service (and its
+# IPAddress record) is gone: an earlier run's release can still be going.
+ips_free() {
+  local ip
+  for ip in $ARTIFACTS_CLUSTER_IP $GATEWAY_CLUSTER_IP $EGRESS_CLUSTER_IP; do
+    "$KUBECTL" get svc -A -o jsonpath='{range .items[*]}{.spec.clusterIP}{"\n"}{end}' | grep -qx "$ip" && return 1
+    "$KUBECTL" get ipaddress "$ip" >/dev/null 2>&1 && return 1
+  done
+  return 0
+}
+if ! "$HELM" status "$RELEASE" -n "$OPNS" >/dev/null 2>&1; then
+  for _ in $(seq 120); do ips_free && break; sleep 1; done
+fi
 check "helm install" "$HELM" upgrade --install "$RELEASE" "$ROOT/charts/skill-operator" -n "$OPNS" --create-namespace --force-conflicts \
   --wait --timeout 240s "${helm_args[@]}"
 [[ $FAIL == 0 ]] || { "$KUBECTL" -n "$OPNS" get pods -o wide; "$KUBECTL" -n "$OPNS" logs deploy/"$RELEASE"-skill-operator-controller --tail=20; finish; }
