@@ -8,6 +8,8 @@
 //!   project), with optional environment grants from Secrets.
 //! - [`SkillJob`] (namespaced): one run of one declared script of a bound
 //!   skill, with inputs and outputs; its spec is immutable.
+//! - [`SkillSource`] (cluster-scoped): a git repository or ZIP of skills,
+//!   resolved to a commit and turned into one pinned SkillPackage per skill.
 //!
 //! The CRD YAML in `crds/` is generated from these types (`skill-operator
 //! crdgen`) and a test fails when it drifts.
@@ -17,10 +19,12 @@ pub mod conditions;
 pub mod job;
 pub mod outcome;
 pub mod package;
+pub mod source;
 
 pub use binding::{SkillBinding, SkillBindingSpec, SkillBindingStatus};
 pub use job::{SkillJob, SkillJobPhase, SkillJobSpec, SkillJobStatus};
 pub use package::{SkillPackage, SkillPackageSpec, SkillPackageStatus};
+pub use source::{SkillSource, SkillSourceSpec, SkillSourceStatus};
 
 use kube::CustomResourceExt;
 
@@ -31,7 +35,7 @@ pub const VERSION: &str = "v1alpha1";
 
 /// Every CRD, as `(file name, YAML)`, in the order `crds/` holds them.
 pub fn crds_yaml() -> Result<Vec<(String, String)>, serde_norway::Error> {
-    let crds = [SkillPackage::crd(), SkillBinding::crd(), SkillJob::crd()];
+    let crds = [SkillPackage::crd(), SkillBinding::crd(), SkillJob::crd(), SkillSource::crd()];
     crds.iter()
         .map(|crd| {
             let name = format!("{}.yaml", crd.metadata.name.clone().unwrap_or_default());

@@ -134,6 +134,9 @@ pub struct Context {
     pub cilium: Arc<super::cilium::state::CiliumSync>,
     /// Where each SkillJob's `run.verdict` audit record goes (off unless set).
     pub audit: crate::audit::Audit,
+    /// Where SkillSource packages are pushed (`None`: sources are fetched
+    /// and reported, and say they cannot publish).
+    pub sources: Option<Arc<super::source::SourceTarget>>,
 }
 
 impl Context {
@@ -158,7 +161,14 @@ impl Context {
             stored: Default::default(),
             cilium: Default::default(),
             audit: Default::default(),
+            sources: None,
         }
+    }
+
+    /// Where SkillSource packages are pushed.
+    pub fn with_sources(mut self, target: super::source::SourceTarget) -> Self {
+        self.sources = Some(Arc::new(target));
+        self
     }
 
     /// Writes a `run.verdict` audit record for every SkillJob that ends.

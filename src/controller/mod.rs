@@ -14,6 +14,7 @@ pub mod package;
 pub mod prepare;
 pub mod run;
 pub mod skilljob;
+pub mod source;
 
 #[cfg(test)]
 mod mock_tests;

@@ -107,6 +107,7 @@ async fn resolve(pkg: &SkillPackage, ctx: &Context) -> Result<PackageFacts, Reso
         }
     }
     let digest = fetched.digest.clone();
+    let source_skill = pkg.annotations().get(crate::api::source::SOURCE_SKILL_ANNOTATION).cloned();
     tokio::task::spawn_blocking(move || {
         let dir = tempfile::tempdir()?;
         let unpacked = dir.path().join("unpacked");
@@ -114,7 +115,10 @@ async fn resolve(pkg: &SkillPackage, ctx: &Context) -> Result<PackageFacts, Reso
         // A package has no directory of its own: its SKILL.md names it. The
         // name must be one the server can serve (the same rule as a directory
         // name), and discovery then runs on a directory of that name.
-        let name = skill_name(&unpacked).map_err(ResolveError::NotServable)?;
+        let name = match &source_skill {
+            Some(served) => source_leaf(served).map_err(ResolveError::NotServable)?,
+            None => skill_name(&unpacked).map_err(ResolveError::NotServable)?,
+        };
         let root = dir.path().join(&name);
         std::fs::rename(&unpacked, &root)?;
         let requirement_files = REQUIREMENT_FILES.iter().filter(|f| root.join(f).is_file()).map(|f| f.to_string()).collect();
@@ -125,6 +129,15 @@ async fn resolve(pkg: &SkillPackage, ctx: &Context) -> Result<PackageFacts, Reso
     })
     .await
     .map_err(|e| ResolveError::Task(e.to_string()))?
+}
+
+/// The name a SkillSource's package is served under: the last segment of
+/// the name its path gave (`document-skills/xlsx` is `xlsx`), whatever its
+/// SKILL.md says.
+fn source_leaf(served: &str) -> Result<String, String> {
+    let leaf = served.rsplit('/').next().unwrap_or(served);
+    crate::core::spec::servable_name(leaf).map_err(|why| format!("the source's skill name {served:?} cannot be served: it {why}"))?;
+    Ok(leaf.to_string())
 }
 
 /// The skill name a package's SKILL.md gives, checked as a servable name.

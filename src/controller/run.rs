@@ -20,15 +20,17 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, reflector, ObjectRef};
+use kube::runtime::utils::Predicate;
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
 
 use super::builders::{LABEL_MANAGED_BY, MANAGED_BY};
 use super::context::{Context, Error};
-use super::{binding, package, skilljob};
+use super::{binding, package, skilljob, source};
 use crate::api::binding::SkillBinding;
 use crate::api::job::SkillJob;
 use crate::api::package::SkillPackage;
+use crate::api::source::SkillSource;
 
 fn error_policy<K>(kind: &'static str) -> impl Fn(Arc<K>, &Error, Arc<Context>) -> Action {
     move |_obj, error, ctx| {
@@ -98,6 +100,9 @@ pub struct ControllerArgs {
     /// SkillJob reconciles at once (0: no limit).
     #[arg(long, default_value_t = 32)]
     pub reconcile_concurrency: u16,
+    /// Where SkillSource packages are pushed (HOST[:PORT]/REPO). Default: `sources` in the artifact endpoint's built-in store.
+    #[arg(long, value_name = "HOST/REPO")]
+    pub source_repository: Option<String>,
     /// Reconcile only SkillPackages, SkillBindings and SkillJobs with this label (`key=value`):
     /// several controllers (or a test's) on one cluster.
     #[arg(long, value_name = "KEY=VALUE")]
@@ -350,6 +355,8 @@ pub async fn command(args: ControllerArgs, shutdown: crate::shutdown::Shutdown) 
     };
     let (prepare, auths) = prepare_config(&args.prepare, &client, &args.operator_namespace).await?;
     let egress_proxy = egress_target(&args.egress, &args.operator_namespace).await?;
+    let store = crate::artifacts::operator::store_access(&args.artifact_endpoint, &token_key);
+    let sources = source_target(args.source_repository.as_deref(), store.as_ref(), &args.plain_http_registries, &auths)?;
     let images = super::prepare::images::RegistryImages::new(
         crate::oci::RegistryOptions { plain_http: args.plain_http_registries.clone(), ..Default::default() },
         auths,
@@ -373,7 +380,7 @@ pub async fn command(args: ControllerArgs, shutdown: crate::shutdown::Shutdown) 
     // Every SkillJob pulls its pinned package: keep up to 64 MiB of them.
     // SkillPackages may name the artifact endpoint's built-in store (the chart's samples do).
     let mut oci = OciResolver { plain_http: args.plain_http_registries, credentials: Vec::new() };
-    if let Some(store) = crate::artifacts::operator::store_access(&args.artifact_endpoint, &config.token_key) {
+    if let Some(store) = store {
         if store.plain_http {
             oci.plain_http.push(store.registry.clone());
         }
@@ -383,9 +390,39 @@ pub async fn command(args: ControllerArgs, shutdown: crate::shutdown::Shutdown) 
     let artifacts = Arc::new(HttpArtifacts::new(&config.artifact_endpoint, &config.token_key));
     let audit = args.audit.open("controller", true)?;
     let ctx = Arc::new(
-        Context::new(client, Arc::new(Metrics::default()), config, resolver, artifacts).with_images(Arc::new(images)).with_audit(audit),
+        Context::new(client, Arc::new(Metrics::default()), config, resolver, artifacts)
+            .with_images(Arc::new(images))
+            .with_audit(audit)
+            .with_sources(sources),
     );
     run_bounded(ctx, args.listen, args.listener.bounds()?, shutdown).await
+}
+
+/// Where SkillSource packages go: `--source-repository`, else `sources` in
+/// the artifact endpoint's built-in store, pushed with the operator
+/// credential there and the image registry credentials elsewhere.
+fn source_target(
+    repository: Option<&str>,
+    store: Option<&crate::artifacts::operator::StoreAccess>,
+    plain_http: &[String],
+    auths: &[(String, crate::oci::Auth)],
+) -> anyhow::Result<super::source::SourceTarget> {
+    let mut options = crate::oci::RegistryOptions { plain_http: plain_http.to_vec(), credentials: auths.to_vec(), ..Default::default() };
+    if let Some(store) = store {
+        if store.plain_http {
+            options.plain_http.push(store.registry.clone());
+        }
+        options.credentials.insert(0, (store.registry.clone(), store.auth.clone()));
+    }
+    let repository = match (repository, store) {
+        (Some(repo), _) => {
+            crate::image::remote::parse_ref(repo).with_context(|| format!("--source-repository {repo:?}: expected HOST[:PORT]/REPO"))?;
+            repo.trim_end_matches('/').to_string()
+        }
+        (None, Some(store)) => format!("{}/sources", store.registry),
+        (None, None) => anyhow::bail!("--artifact-endpoint is not a URL with a host, so there is no default --source-repository; give one"),
+    };
+    Ok(super::source::SourceTarget { repository, options })
 }
 
 /// Run every controller until shutdown, the metrics endpoint under the default bounds.
@@ -518,10 +555,40 @@ pub async fn run_bounded(
         }
     };
 
+    // SkillSources, where their CRD is installed (a cluster upgraded from a
+    // release without it keeps working, and says so).
+    let sources = {
+        let api = Api::<SkillSource>::all(client.clone());
+        let installed = api.list(&kube::api::ListParams::default().limit(1)).await.is_ok();
+        let ctx = ctx.clone();
+        let stop = shutdown.wait_owned();
+        let selector = ours();
+        async move {
+            if !installed {
+                tracing::warn!("SkillSources cannot be listed (is the CRD installed?); sources are not reconciled");
+                return;
+            }
+            // Woken by its spec and its annotations (refresh, approve), not
+            // by its own status writes: a fetch that fails the same way each
+            // time must not loop on the status it wrote.
+            let (reader, writer) = reflector::store::<SkillSource>();
+            let wanted = |s: &SkillSource| kube::runtime::predicates::generation(s);
+            let triggers = reflector(writer, watcher(api, selector))
+                .default_backoff()
+                .applied_objects()
+                .predicate_filter(wanted.combine(|s: &SkillSource| kube::runtime::predicates::annotations(s)), Default::default());
+            Controller::for_stream(triggers, reader)
+                .graceful_shutdown_on(stop)
+                .run(source::reconcile, error_policy::<SkillSource>("SkillSource"), ctx)
+                .for_each(|_| async {})
+                .await
+        }
+    };
+
     let listener = crate::listener::bind(listen)?;
     tracing::info!(%listen, "metrics and health endpoints up");
     let server = serve_web(listener, ctx.metrics.clone(), bounds, shutdown.wait_owned());
-    let (_, _, _, _, served) = tokio::join!(packages, bindings, jobs, cilium, server);
+    let (_, _, _, _, _, served) = tokio::join!(packages, bindings, jobs, cilium, sources, server);
     served?;
     Ok(())
 }

@@ -44,6 +44,20 @@ pub const MAX_DEPTH: usize = 32;
 /// folders (`plugins/<p>/skills/<n>` is 4). Deeper ones are reported
 /// `dir-limit`, not served.
 pub const RECURSIVE_DEPTH: usize = 6;
+/// A SkillSource's fetched tree (a repository or ZIP, all its skills):
+/// files. The largest public skill repositories hold about 10,000.
+pub const SOURCE_MAX_FILES: usize = 50_000;
+/// A SkillSource's fetched tree: folders.
+pub const SOURCE_MAX_DIRS: usize = 20_000;
+/// A SkillSource's fetched tree: bytes of all files (each file keeps
+/// [`MAX_FILE_BYTES`]: every skill becomes a package).
+pub const SOURCE_MAX_TOTAL_BYTES: u64 = 512 * MIB;
+/// A SkillSource ZIP as downloaded (it is held in memory while unpacked).
+pub const SOURCE_ZIP_BYTES: u64 = 64 * MIB;
+/// Skills one SkillSource may turn into SkillPackages.
+pub const SOURCE_MAX_SKILLS: usize = 2_000;
+/// Problems a SkillSource's status lists (then a count).
+pub const SOURCE_PROBLEMS_LISTED: usize = 100;
 /// `serve --layout recursive`: folders listed per root while looking for
 /// skills (a guard against a root that is a whole home directory).
 pub const RECURSIVE_DIRS: usize = 10 * MAX_DIRS;

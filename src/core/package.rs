@@ -605,6 +605,18 @@ struct ZipEntryInfo {
 /// duplicates, type, encryption, overlap), including entries outside
 /// `subdir`, which are then left out; only selected entries are inflated.
 pub fn build_from_zip_with(zip_bytes: &[u8], subdir: Option<&str>, limits: &Limits) -> Result<Vec<u8>> {
+    zip_archive(zip_bytes, subdir, limits, true)
+}
+
+/// A ZIP's folder (`subdir`, or the root) as this module's archive, with
+/// every check of [`build_from_zip_with`] but without asking for a
+/// `SKILL.md` at its root: a source's ZIP holds many skills, found by
+/// discovery once it is unpacked ([`unpack_with`]).
+pub fn zip_folder_archive(zip_bytes: &[u8], subdir: Option<&str>, limits: &Limits) -> Result<Vec<u8>> {
+    zip_archive(zip_bytes, subdir, limits, false)
+}
+
+fn zip_archive(zip_bytes: &[u8], subdir: Option<&str>, limits: &Limits, one_skill: bool) -> Result<Vec<u8>> {
     let invalid = |path: Option<&str>| {
         let path = path.map(str::to_string);
         move |source| PackageError::InvalidZip { path, source }
@@ -696,7 +708,7 @@ pub fn build_from_zip_with(zip_bytes: &[u8], subdir: Option<&str>, limits: &Limi
         return Err(PackageError::SubfolderNotFound { subdir: prefix.trim_end_matches('/').into(), found_in: skill_md_dirs });
     }
     selected.sort_by(|a, b| a.1.cmp(&b.1));
-    if !selected.iter().any(|(e, rel)| !e.is_dir && rel == SKILL_MD) {
+    if one_skill && !selected.iter().any(|(e, rel)| !e.is_dir && rel == SKILL_MD) {
         return Err(PackageError::MissingSkillMd { found_in: skill_md_dirs });
     }
 
@@ -935,6 +947,16 @@ pub fn unpack(bytes: &[u8], dest: &Path) -> Result<Vec<FileEntry>> {
 /// streaming; on any error everything written so far is removed (and a
 /// `dest` this call created, too). Returns the listing.
 pub fn unpack_with(bytes: &[u8], dest: &Path, limits: &Limits) -> Result<Vec<FileEntry>> {
+    unpack_checked(bytes, dest, limits, true)
+}
+
+/// [`unpack_with`] for an archive of many skills ([`zip_folder_archive`]),
+/// which has no `SKILL.md` of its own at its root.
+pub fn unpack_folder_with(bytes: &[u8], dest: &Path, limits: &Limits) -> Result<Vec<FileEntry>> {
+    unpack_checked(bytes, dest, limits, false)
+}
+
+fn unpack_checked(bytes: &[u8], dest: &Path, limits: &Limits, one_skill: bool) -> Result<Vec<FileEntry>> {
     let created = match fs::symlink_metadata(dest) {
         Ok(meta) => {
             if !meta.is_dir() {
@@ -952,7 +974,7 @@ pub fn unpack_with(bytes: &[u8], dest: &Path, limits: &Limits) -> Result<Vec<Fil
         }
         Err(source) => return Err(PackageError::Read { path: dest.into(), source }),
     };
-    let result = unpack_inner(bytes, dest, limits);
+    let result = unpack_inner(bytes, dest, limits, one_skill);
     if result.is_err() && created {
         let _ = fs::remove_dir_all(dest);
     } else if result.is_err() {
@@ -966,7 +988,7 @@ pub fn unpack_with(bytes: &[u8], dest: &Path, limits: &Limits) -> Result<Vec<Fil
     result
 }
 
-fn unpack_inner(bytes: &[u8], dest: &Path, limits: &Limits) -> Result<Vec<FileEntry>> {
+fn unpack_inner(bytes: &[u8], dest: &Path, limits: &Limits, one_skill: bool) -> Result<Vec<FileEntry>> {
     let mut index = PathIndex::new(*limits);
     let mut out = Vec::new();
     let mkdirs = |dirs: Vec<String>| -> Result<()> {
@@ -1007,7 +1029,7 @@ fn unpack_inner(bytes: &[u8], dest: &Path, limits: &Limits) -> Result<Vec<FileEn
         }
         Ok(())
     })?;
-    if index.kinds.get(SKILL_MD) != Some(&Kind::File) {
+    if one_skill && index.kinds.get(SKILL_MD) != Some(&Kind::File) {
         return Err(PackageError::MissingSkillMd { found_in: Vec::new() });
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));

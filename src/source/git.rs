@@ -12,9 +12,14 @@
 //!
 //! URLs: `file://` (or a plain path) opens the repository in place, with
 //! gix's isolated options (no system or user configuration is read), because
-//! gix's own `file://` transport would spawn `git upload-pack`. `git://` is
-//! fetched into a temporary bare repository with gix's blocking client.
-//! `https://` and `ssh://` are refused for now (see docs/design.md).
+//! gix's own `file://` transport would spawn `git upload-pack`; only the
+//! command line may name one ([`Access::local`]), never a SkillSource.
+//! `https://` and `git://` (and `http://` where [`Access::insecure_http`]
+//! allows it) are fetched into a temporary bare repository with gix's
+//! blocking client, again with isolated options. A private repository's
+//! token goes into that fetch's in-memory `http.extraHeader`, so it is sent
+//! to the URL's own host only (reqwest drops it on a redirect to another).
+//! `ssh://` is refused (see docs/design.md).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -41,6 +46,35 @@ pub struct GitRef {
     pub url: String,
     pub reference: Option<String>,
     pub path: Option<RelPath>,
+}
+
+/// Which URLs may be read, and with what credential.
+#[derive(Clone, Default)]
+pub struct Access {
+    /// Local paths and `file://` (the command line's own files; never a
+    /// cluster object's, which would read the controller's file system).
+    pub local: bool,
+    /// `http://` besides `https://` (test servers on loopback or in-cluster).
+    pub insecure_http: bool,
+    /// HTTP Basic user and token for the URL's host.
+    pub basic: Option<(String, String)>,
+}
+
+impl Access {
+    /// What `package push --git` may read: anything its user can.
+    pub fn command_line() -> Access {
+        Access { local: true, insecure_http: true, basic: None }
+    }
+}
+
+impl std::fmt::Debug for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Access")
+            .field("local", &self.local)
+            .field("insecure_http", &self.insecure_http)
+            .field("basic", &self.basic.as_ref().map(|(user, _)| (user, "<redacted>")))
+            .finish()
+    }
 }
 
 /// A tree entry that was not written, and why.
@@ -108,10 +142,15 @@ fn list_refs(existing: &[String]) -> String {
 /// into a temporary folder beside `dest` and renamed into place at the end,
 /// so an error leaves `dest` as it was. Blocking: call it off the runtime.
 pub fn fetch_tree(source: &GitRef, caps: &Caps, dest: &Path) -> Result<Fetched, GitSourceError> {
+    fetch_tree_with(source, &Access::command_line(), caps, dest)
+}
+
+/// [`fetch_tree`] under `access`'s rules.
+pub fn fetch_tree_with(source: &GitRef, access: &Access, caps: &Caps, dest: &Path) -> Result<Fetched, GitSourceError> {
     check_dest(dest)?;
     // Kept alive until the tree is read: a fetched repository lives in it.
     let scratch = tempfile::Builder::new().prefix(".git-fetch-").tempdir_in(parent_of(dest)).map_err(write_err(dest))?;
-    let repo = open(source, &scratch.path().join("repo"))?;
+    let repo = open(source, access, &scratch.path().join("repo"))?;
     let commit = resolve(&repo, source)?;
     let tree = subtree(&repo, commit, source.path.as_ref())?;
     let plan = plan(&repo, tree, caps)?;
@@ -148,39 +187,62 @@ fn check_dest(dest: &Path) -> Result<(), GitSourceError> {
 
 /// The repository to read: opened in place for a local one, fetched into
 /// `scratch` for a remote one.
-fn open(source: &GitRef, scratch: &Path) -> Result<gix::Repository, GitSourceError> {
+fn open(source: &GitRef, access: &Access, scratch: &Path) -> Result<gix::Repository, GitSourceError> {
     let url = source.url.as_str();
     let open_err = |detail: String| GitSourceError::Open { url: url.into(), detail };
+    let refuse = |why: &str| GitSourceError::Url { url: url.into(), why: why.into() };
     if let Some(local) = local_path(url) {
+        if !access.local {
+            return Err(refuse("local paths and file:// are not a source here; give an https:// or git:// URL"));
+        }
         // Isolated: no system, user or environment configuration, so nothing
         // from outside the repository changes what is read.
         return gix::open_opts(local, gix::open::Options::isolated()).map_err(|e| open_err(e.to_string()));
     }
-    if !url.starts_with("git://") {
-        return Err(GitSourceError::Url {
-            url: url.into(),
-            why: "only file:// (or a local path) and git:// repositories are supported; clone it and give the local path".into(),
-        });
+    let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+    match scheme {
+        "https" | "git" => {}
+        "http" if access.insecure_http => {}
+        "http" => {
+            return Err(refuse(
+                "http:// carries the repository and any token unprotected; use https:// (or mark the source insecure for a test server)",
+            ))
+        }
+        _ => return Err(refuse("only https:// and git:// repositories are supported (ssh:// is not); use the repository's https URL")),
     }
+    let mut overrides = Vec::new();
+    if let Some((user, token)) = &access.basic {
+        if scheme == "git" {
+            return Err(refuse("git:// has no authentication; give the https:// URL for a repository that needs a token"));
+        }
+        use base64::Engine;
+        let pair = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{token}"));
+        overrides.push(format!("http.extraHeader=Authorization: Basic {pair}"));
+    }
+    let prepare = |path: &Path| {
+        // Isolated like a local open: no system or user git configuration
+        // (credential helpers, proxies, url rewrites) takes part.
+        let options = gix::open::Options::isolated().config_overrides(overrides.clone());
+        gix::clone::PrepareFetch::new(url, path, gix::create::Kind::Bare, gix::create::Options::default(), options)
+            .map_err(|e| GitSourceError::Fetch { url: url.into(), detail: e.to_string() })
+    };
     let fetch_err = |detail: String| GitSourceError::Fetch { url: url.into(), detail };
-    let mut prepare = gix::prepare_clone_bare(url, scratch).map_err(|e| fetch_err(e.to_string()))?;
+    let mut fetch = prepare(scratch)?;
     if let Some(name) = source.reference.as_deref().filter(|r| !is_commit_id(r)) {
         // One ref, one commit deep: the least a named branch or tag needs.
         // A commit id needs the history that holds it, so it fetches all.
-        prepare = prepare
+        fetch = fetch
             .with_ref_name(Some(name))
             .map_err(|e| fetch_err(e.to_string()))?
             .with_shallow(gix::remote::fetch::Shallow::DepthAtRemote(std::num::NonZeroU32::MIN));
     }
-    match prepare.fetch_only(gix::progress::Discard, &AtomicBool::new(false)) {
+    match fetch.fetch_only(gix::progress::Discard, &AtomicBool::new(false)) {
         Ok((repo, _)) => Ok(repo),
         // The named ref is not on the remote: list what is, from a fetch of
         // all refs (no objects are read beyond what that fetch brings).
         Err(e) if source.reference.is_some() => {
             tracing::debug!(error = %e, "fetching the named ref failed; listing the remote's refs");
-            let all = scratch.with_extension("all");
-            let (repo, _) = gix::prepare_clone_bare(url, &all)
-                .map_err(|e| fetch_err(e.to_string()))?
+            let (repo, _) = prepare(&scratch.with_extension("all"))?
                 .fetch_only(gix::progress::Discard, &AtomicBool::new(false))
                 .map_err(|e| fetch_err(e.to_string()))?;
             Ok(repo)
@@ -411,7 +473,16 @@ mod tests {
         assert_eq!(local_path("file:///srv/r"), Some(PathBuf::from("/srv/r")));
         assert_eq!(local_path("./r"), Some(PathBuf::from("./r")));
         assert_eq!(local_path("git://h/r"), None);
-        let source = GitRef { url: "https://example.invalid/r".into(), reference: None, path: None };
-        assert!(matches!(open(&source, Path::new("/nonexistent")), Err(GitSourceError::Url { .. })));
+        let refused = |url: &str, access: &Access| {
+            let source = GitRef { url: url.into(), reference: None, path: None };
+            matches!(open(&source, access, Path::new("/nonexistent")), Err(GitSourceError::Url { .. }))
+        };
+        let cluster = Access::default();
+        assert!(refused("ssh://example.invalid/r", &Access::command_line()));
+        assert!(refused("file:///etc", &cluster) && refused("/etc", &cluster) && refused("./r", &cluster));
+        assert!(refused("http://example.invalid/r", &cluster));
+        let token = Access { basic: Some(("x-access-token".into(), "t".into())), ..Access::default() };
+        assert!(refused("git://example.invalid/r", &token), "a token is never sent over git://");
+        assert!(format!("{token:?}").contains("redacted") && !format!("{token:?}").contains("\"t\""));
     }
 }

@@ -1,5 +1,7 @@
-//! Where a skill tree comes from when it is not a local directory: today a
-//! git repository ([`git`]). A source only ever yields plain files in a
-//! fresh directory; packaging then treats them like any local directory.
+//! Where a skill tree comes from when it is not a local directory: a git
+//! repository ([`git`]) or a ZIP, turned into one package per skill
+//! ([`snapshot`]). A source only ever yields plain files in a fresh
+//! directory; packaging then treats them like any local directory.
 
 pub mod git;
+pub mod snapshot;

@@ -207,7 +207,33 @@ pub(crate) fn spawn_controller_ctx(
     sample: &'static str,
     tweak: impl FnOnce(&mut OperatorConfig),
 ) -> (tokio::task::JoinHandle<()>, Arc<Context>) {
-    let mut config = OperatorConfig {
+    let mut config = operator_config();
+    tweak(&mut config);
+    let ctx = Arc::new(Context::new(
+        client,
+        Arc::new(Metrics::default()),
+        config,
+        Arc::new(SamplePackage(sample)),
+        Arc::new(skill_operator::controller::context::NoArtifacts),
+    ));
+    (spawn_context(ctx.clone()), ctx)
+}
+
+/// Runs every controller with `ctx` until the test ends.
+#[allow(dead_code)]
+pub(crate) fn spawn_context(ctx: Arc<Context>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        if let Err(err) =
+            skill_operator::controller::run::run(ctx, "127.0.0.1:0".parse().unwrap(), skill_operator::shutdown::Shutdown::new()).await
+        {
+            eprintln!("controller stopped: {err:#}");
+        }
+    })
+}
+
+/// The operator settings every envtest suite starts from.
+pub(crate) fn operator_config() -> OperatorConfig {
+    OperatorConfig {
         operator_image: "registry.local/skill-operator@sha256:0000000000000000000000000000000000000000000000000000000000000000".into(),
         artifact_endpoint: "http://10.0.0.10:8443".into(),
         artifact_port: 8443,
@@ -221,24 +247,7 @@ pub(crate) fn spawn_controller_ctx(
         selector: None,
         egress_proxy: None,
         network_policy: Default::default(),
-    };
-    tweak(&mut config);
-    let ctx = Arc::new(Context::new(
-        client,
-        Arc::new(Metrics::default()),
-        config,
-        Arc::new(SamplePackage(sample)),
-        Arc::new(skill_operator::controller::context::NoArtifacts),
-    ));
-    let running = ctx.clone();
-    let handle = tokio::spawn(async move {
-        if let Err(err) =
-            skill_operator::controller::run::run(running, "127.0.0.1:0".parse().unwrap(), skill_operator::shutdown::Shutdown::new()).await
-        {
-            eprintln!("controller stopped: {err:#}");
-        }
-    });
-    (handle, ctx)
+    }
 }
 
 /// Create namespace `name`, enforcing Pod Security `restricted` when asked.
