@@ -332,3 +332,72 @@ async fn package_push_from_git_equals_a_push_of_a_plain_checkout() {
     let (from_dir, _) = push(&[checkout.join("skills/demo").to_str().unwrap(), "--tag", "dir"], &host);
     assert_eq!(from_git, from_dir, "a git push and a checkout push differ");
 }
+
+/// Writes `script` to `git fast-import` in `repo` (fixed identity and date).
+fn fast_import(repo: &Path, script: impl FnOnce(&mut dyn std::io::Write)) {
+    let mut child = Command::new("git")
+        .current_dir(repo)
+        .args(["fast-import", "--quiet"])
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut stdin = std::io::BufWriter::new(child.stdin.take().unwrap());
+        script(&mut stdin);
+        std::io::Write::flush(&mut stdin).unwrap();
+    }
+    assert!(child.wait().unwrap().success(), "git fast-import failed");
+}
+
+/// The hostile repositories a SkillSource may be pointed at, at full size:
+/// a 1 GiB file, 100,000 files and folders 50 deep, each on its own branch.
+/// Each is refused by the whole-source caps with the cap it hit, before a
+/// byte is written, and a source reports it as refused (not to be retried).
+#[test]
+fn a_source_refuses_a_1_gib_file_100_000_files_and_depth_50() {
+    use skill_operator::source::snapshot::{self, Origin, SnapshotError};
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("hostile");
+    std::fs::create_dir(&repo).unwrap();
+    git(&repo, &["init", "-q", "--bare"]);
+    const GIB: u64 = 1 << 30;
+    fast_import(&repo, |w| {
+        let commit = |w: &mut dyn std::io::Write, branch: &str, files: &mut dyn FnMut(&mut dyn std::io::Write)| {
+            writeln!(w, "commit refs/heads/{branch}\ncommitter t <t@example.invalid> 1767225600 +0000\ndata 1\nx").unwrap();
+            writeln!(w, "M 100644 inline SKILL.md\ndata 42\n---\nname: x\ndescription: a hostile one\n---").unwrap();
+            files(w);
+            writeln!(w).unwrap();
+        };
+        // One blob of 1 GiB of zeros, streamed (it compresses to about 1 MiB).
+        writeln!(w, "blob\nmark :1\ndata {GIB}").unwrap();
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..(GIB >> 20) {
+            w.write_all(&zeros).unwrap();
+        }
+        writeln!(w).unwrap();
+        writeln!(w, "blob\nmark :2\ndata 2\nhi").unwrap();
+        commit(w, "huge", &mut |w| writeln!(w, "M 100644 :1 skills/x/big.bin").unwrap());
+        commit(w, "many", &mut |w| {
+            for i in 0..100_000 {
+                writeln!(w, "M 100644 :2 skills/x/d{}/f{i}", i / 1000).unwrap();
+            }
+        });
+        commit(w, "deep", &mut |w| {
+            let deep: Vec<String> = (0..50).map(|i| format!("d{i}")).collect();
+            writeln!(w, "M 100644 :2 {}/f", deep.join("/")).unwrap();
+        });
+    });
+    let url = file_url(&repo);
+    for (branch, cap) in [("huge", "file size"), ("many", "file count"), ("deep", "folder depth")] {
+        let dest = tmp.path().join(branch);
+        let err = git::fetch_tree(&at(&repo, Some(branch), None), &snapshot::CAPS, &dest).unwrap_err();
+        assert!(matches!(&err, GitSourceError::Cap { cap: hit, .. } if *hit == cap), "{branch}: {err}");
+        assert!(!dest.exists(), "{branch}: something was written");
+        let source = GitRef { url: url.clone(), reference: Some(branch.into()), path: None };
+        let origin = Origin::Git { source, access: git::Access::command_line() };
+        let refused = snapshot::take(&origin).unwrap_err();
+        assert!(matches!(refused, SnapshotError::Git(GitSourceError::Cap { .. })) && !refused.is_transient(), "{branch}: {refused}");
+    }
+}
