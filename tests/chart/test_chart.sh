@@ -117,6 +117,34 @@ check "helm template (gateway on, no API access for artifacts)" render variant -
 check "helm template (gateway off)" render gw-off -f "$HERE/values-min.yaml" --set gateway.enabled=false
 check "helm template (gateway: 1 replica, no NetworkPolicy, no per-namespace limits)" render gw-one -f "$HERE/values-min.yaml" \
   --set gateway.replicas=1 --set gateway.networkPolicy.enabled=false --set gateway.rateLimits.perNamespace=false
+# SkillSources: the push repository, and private-repository Secrets the
+# controller may read by name only, in the release namespace only.
+sources_rbac() {
+  render sources -f "$HERE/values-min.yaml" --set controller.sources.repository=registry.example.com/skills \
+    --set 'controller.sources.secretNames={repo-token,other-token}' || return 1
+  "$PY" - "$OUT/sources.yaml" "$NS" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+roles = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-controller-sources")]
+assert len(roles) == 1, "one Role for the source Secrets"
+role = roles[0]
+assert role["metadata"]["namespace"] == sys.argv[2], role["metadata"]
+assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["repo-token", "other-token"], "verbs": ["get"]}], role["rules"]
+bound = [d for d in docs if d["kind"] == "RoleBinding" and d["roleRef"]["name"] == role["metadata"]["name"]]
+assert len(bound) == 1 and bound[0]["subjects"][0]["name"].endswith("-controller"), bound
+ctrl = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-controller")][0]
+args = ctrl["spec"]["template"]["spec"]["containers"][0]["args"]
+assert "--source-repository=registry.example.com/skills" in args, args
+cr = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith("-controller")][0]
+secrets = [r for r in cr["rules"] if "secrets" in r["resources"]]
+assert all("get" not in r["verbs"] for r in secrets), "no cluster-wide get on Secrets for sources"
+PY
+  # Without names there is no Role at all.
+  ! grep -q -- "-controller-sources" "$OUT/min.yaml"
+}
+check "sources: a Role to get the listed Secrets by name, in the release namespace only; --source-repository" sources_rbac
+check_fails "the values schema refuses a Secret name that is not a DNS subdomain" "secretNames" \
+  "$HELM" template "$RELEASE" "$CHART" --namespace "$NS" -f "$HERE/values-min.yaml" --set 'controller.sources.secretNames={Bad_Name}'
 # The values tests/kind/run.sh installs with on the local cluster.
 KIND_VALUES=(--set image.repository=127.0.0.1:5000/skill-operator --set "image.digest=sha256:$(printf '%064d' 2)"
   --set artifacts.registry=10.88.0.1:5001/skill-operator/jobs --set artifacts.insecureRegistry=true
