@@ -71,7 +71,7 @@ fn repository(dir: &Path, skills: usize, rounds: usize) {
     {
         use std::io::Write;
         let mut w = std::io::BufWriter::new(child.stdin.take().unwrap());
-        let mut inline = |w: &mut dyn Write, path: &str, text: &str| {
+        let inline = |w: &mut dyn Write, path: &str, text: &str| {
             writeln!(w, "M 100644 inline {path}\ndata {}\n{text}", text.len()).unwrap();
         };
         for round in 0..rounds {

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -36,6 +37,8 @@ use crate::source::snapshot::{self, Origin, Snapshot};
 pub const DEFAULT_CHECK_INTERVAL: Duration = Duration::from_secs(3600);
 /// A fetch that failed on the network is tried again after this.
 const RETRY_AFTER: Duration = Duration::from_secs(60);
+/// Skills pushed and their SkillPackages created at once.
+const PUBLISH_CONCURRENCY: usize = 8;
 /// The user sent with a Secret's token when it names none (GitHub's and
 /// most forges' convention for tokens).
 const TOKEN_USER: &str = "x-access-token";
@@ -235,7 +238,6 @@ async fn token(ctx: &Context, name: &str) -> std::result::Result<(String, String
 
 /// The ZIP's bytes, at most [`SOURCE_ZIP_BYTES`].
 async fn download(url: &str, insecure: bool) -> std::result::Result<Vec<u8>, Failure> {
-    use futures::StreamExt;
     match url.split_once("://").map(|(s, _)| s) {
         Some("https") => {}
         Some("http") if insecure => {}
@@ -298,27 +300,41 @@ async fn publish_snapshot(src: &SkillSource, ctx: &Context, snap: &Snapshot, sta
     let mut problems = snap.problems.clone();
     let mut problem_count = snap.problem_count;
     let registry = crate::oci::Registry::new(target.options.clone()).map_err(|e| Error::Resolve(push_error(&target.repository, e)))?;
-    for skill in &snap.skills {
-        let package = match previous.get(skill.name.as_str()) {
-            // Same files as the package it already has: keep it.
-            Some(old) if old.content == skill.content => (*old).clone(),
-            _ => match push(&registry, target, &source, skill, &snap.commit).await {
-                Ok(digest) => SourcedSkill {
-                    name: skill.name.clone(),
-                    path: skill.path.clone(),
-                    package: package_name(&source, &skill.name, &digest),
-                    digest,
-                    content: skill.content.clone(),
-                },
-                Err(e) => {
-                    problems.push(format!("{}: not pushed: {e:#}", skill.path));
-                    problem_count += 1;
-                    continue;
-                }
-            },
-        };
-        ensure_package(&packages, src, target, snap, skill, &package).await?;
-        skills.push(package);
+    // Each skill is its own registry round trips and API writes: several at
+    // once, in order (the status lists them sorted by name).
+    let results: Vec<_> = futures::stream::iter(0..snap.skills.len())
+        .map(|i| {
+            let (skill, registry, packages, previous, source) = (&snap.skills[i], &registry, &packages, &previous, &source);
+            async move {
+                let package = match previous.get(skill.name.as_str()) {
+                    // Same files as the package it already has: keep it.
+                    Some(old) if old.content == skill.content => (*old).clone(),
+                    _ => match push(registry, target, source, skill, &snap.commit).await {
+                        Ok(digest) => SourcedSkill {
+                            name: skill.name.clone(),
+                            path: skill.path.clone(),
+                            package: package_name(source, &skill.name, &digest),
+                            digest,
+                            content: skill.content.clone(),
+                        },
+                        Err(e) => return Ok(Err(format!("{}: not pushed: {e:#}", skill.path))),
+                    },
+                };
+                ensure_package(packages, src, target, snap, skill, &package).await?;
+                Ok::<_, Error>(Ok(package))
+            }
+        })
+        .buffered(PUBLISH_CONCURRENCY)
+        .collect()
+        .await;
+    for result in results {
+        match result? {
+            Ok(package) => skills.push(package),
+            Err(problem) => {
+                problems.push(problem);
+                problem_count += 1;
+            }
+        }
     }
     let superseded = prune(ctx, &packages, &source, &skills).await?;
     problem_count += superseded.len();
@@ -357,7 +373,7 @@ async fn push(
     Ok(registry.push(&reference, &skill.archive, &described.config).await?)
 }
 
-/// Creates the SkillPackage for `sourced` unless it exists.
+/// Creates the SkillPackage for `sourced` (one that exists is left as it is).
 async fn ensure_package(
     api: &Api<SkillPackage>,
     src: &SkillSource,
@@ -366,9 +382,6 @@ async fn ensure_package(
     skill: &snapshot::PackagedSkill,
     sourced: &SourcedSkill,
 ) -> Result<()> {
-    if api.get_opt(&sourced.package).await?.is_some() {
-        return Ok(());
-    }
     let reference = format!("{}/{}/{}@{}", target.repository.trim_end_matches('/'), src.name_any(), slug(&skill.name), sourced.digest);
     let mut pkg = SkillPackage::new(
         &sourced.package,
