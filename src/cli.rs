@@ -25,6 +25,9 @@ pub enum Command {
     /// Skill packages: build a deterministic artifact and push it to an OCI registry.
     #[command(subcommand)]
     Package(PackageCommand),
+    /// The skill catalog: build it from git repositories, search it, show an entry, print its pinned SkillSource.
+    #[command(subcommand)]
+    Catalog(crate::catalog::CatalogCommand),
     /// Run the Kubernetes controller (SkillPackage, SkillBinding, SkillJob).
     Controller(Box<crate::controller::run::ControllerArgs>),
     /// The in-cluster MCP gateway: /mcp/<namespace> serves the skills bound there; skill_run becomes a SkillJob.
@@ -97,6 +100,7 @@ pub async fn run(cli: Cli, shutdown: Shutdown) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve(args) => crate::serve::run(args, shutdown).await?,
         Command::Package(PackageCommand::Push(args)) => crate::oci::publish::push(args).await?,
+        Command::Catalog(command) => crate::catalog::run(command).await?,
         Command::Controller(args) => crate::controller::run::command(*args, shutdown).await?,
         Command::Gateway(args) => crate::gateway::server::command(*args, shutdown).await?,
         Command::Fetch(args) => crate::artifacts::client::fetch_command(args).await?,

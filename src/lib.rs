@@ -6,10 +6,12 @@
 //! - [`mcp`]: the MCP surface (tools, prompts, resources, SEP-2640 skills).
 //! - [`serve`]: the standalone server's transports (stdio, streamable HTTP).
 //! - [`cli`]: the `skill-operator` command line.
+//! - [`catalog`]: the skill catalog (build, search, install pinned SkillSources).
 //! - [`image`]: OCI run images and the operator image, composed with registry calls only.
 
 pub mod api;
 pub mod audit;
+pub mod catalog;
 pub mod cli;
 pub mod controller;
 pub mod core;
