@@ -138,7 +138,9 @@ async fn apply(src: &SkillSource, ctx: &Context) -> Result<Action> {
             let message = format!("{} skills at {}", snap.skills.len(), short(&snap.commit));
             set_condition(&mut status.conditions, "Fetched", true, "Fetched", message, generation);
             if publish {
+                let started = Instant::now();
                 publish_snapshot(src, ctx, &snap, &mut status).await?;
+                tracing::info!(source = %src.name_any(), skills = status.skill_count, took_ms = started.elapsed().as_millis() as u64, "source published");
             } else {
                 report_update(&snap, &mut status);
             }
@@ -182,7 +184,15 @@ impl Failure {
 
 async fn fetch(src: &SkillSource, ctx: &Context) -> std::result::Result<Snapshot, Failure> {
     let origin = origin(src, ctx).await?;
-    let snap = tokio::task::spawn_blocking(move || snapshot::take(&origin))
+    let started = Instant::now();
+    let name = src.name_any();
+    let snap = tokio::task::spawn_blocking(move || {
+        let snap = snapshot::take(&origin);
+        if let Ok(s) = &snap {
+            tracing::info!(source = %name, commit = %s.commit, skills = s.skills.len(), took_ms = started.elapsed().as_millis() as u64, "source fetched and cut");
+        }
+        snap
+    })
         .await
         .map_err(|e| Failure::new("FetchFailed", format!("the fetch task failed: {e}"), true))?;
     snap.map_err(|e| Failure::new(if e.is_transient() { "FetchFailed" } else { "Refused" }, e.to_string(), e.is_transient()))
@@ -366,11 +376,10 @@ async fn push(
     source: &str,
     skill: &snapshot::PackagedSkill,
     commit: &str,
-) -> anyhow::Result<String> {
-    let leaf = skill.name.rsplit('/').next().unwrap_or(&skill.name);
-    let described = crate::oci::publish::describe_named(&skill.archive, leaf)?;
+) -> Result<String, crate::oci::OciError> {
     let reference = format!("{}/{source}/{}:{}", target.repository.trim_end_matches('/'), slug(&skill.name), short(commit));
-    Ok(registry.push(&reference, &skill.archive, &described.config).await?)
+    // The config was made from this very archive by the snapshot.
+    Ok(registry.push_checked(&reference, &skill.archive, &skill.config, BTreeMap::new()).await?)
 }
 
 /// Creates the SkillPackage for `sourced` (one that exists is left as it is).

@@ -58,31 +58,22 @@ pub struct Described {
 /// (as files only) and makes the artifact config: what `package push` and the
 /// built-in store's sample seeding both push, so both give one digest.
 pub fn describe(archive: &[u8]) -> anyhow::Result<Described> {
-    describe_with(archive, None)
-}
-
-/// [`describe`], the skill named `name` whatever its SKILL.md says: a
-/// source names each skill by its path, never by the package's own word.
-pub fn describe_named(archive: &[u8], name: &str) -> anyhow::Result<Described> {
-    describe_with(archive, Some(name))
-}
-
-fn describe_with(archive: &[u8], name: Option<&str>) -> anyhow::Result<Described> {
     let dir = tempfile::tempdir()?;
     package::unpack(archive, &dir.path().join("pkg"))?;
     let text = std::fs::read_to_string(dir.path().join("pkg/SKILL.md"))?;
     let md = crate::core::frontmatter::parse(crate::core::frontmatter::decode(text.as_bytes(), false)?)?;
-    let skill = match name {
-        Some(name) => name.to_string(),
-        None => {
-            md.frontmatter.get("name").and_then(|v| v.as_str()).context("SKILL.md has no `name`: a package is named by it")?.to_string()
-        }
-    };
+    let skill =
+        md.frontmatter.get("name").and_then(|v| v.as_str()).context("SKILL.md has no `name`: a package is named by it")?.to_string();
     crate::core::spec::servable_name(&skill).map_err(|why| anyhow::anyhow!("SKILL.md `name` {skill:?} cannot be served: it {why}"))?;
     let description = md.frontmatter.get("description").and_then(|v| v.as_str()).unwrap_or_default().to_string();
-    let version = md.frontmatter.get("metadata").and_then(|m| m.get("version")).and_then(|v| v.as_str()).map(String::from);
+    let version = version_of(&md.frontmatter);
     let config = super::SkillConfig::for_package(archive, &skill, &description, version.clone())?;
     Ok(Described { skill, version, config })
+}
+
+/// A skill's version as its frontmatter states it (`metadata.version`).
+pub fn version_of(frontmatter: &serde_json::Map<String, serde_json::Value>) -> Option<String> {
+    frontmatter.get("metadata").and_then(|m| m.get("version")).and_then(|v| v.as_str()).map(String::from)
 }
 
 /// The push credential: the operator credential derived from a token key

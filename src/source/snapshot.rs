@@ -14,6 +14,7 @@ use crate::core::discovery::{discover_with, Layout, Limits};
 use crate::core::limits::{SOURCE_MAX_DIRS, SOURCE_MAX_FILES, SOURCE_MAX_SKILLS, SOURCE_MAX_TOTAL_BYTES, SOURCE_PROBLEMS_LISTED};
 use crate::core::package::{self, PackageError};
 use crate::core::paths::RelPath;
+use crate::oci::SkillConfig;
 
 /// The caps of a whole fetched tree: many skills, each still within the
 /// package caps once cut out (file size and depth are the package's).
@@ -45,6 +46,10 @@ pub struct PackagedSkill {
     pub archive: Vec<u8>,
     /// `sha256:` of `archive`: equal files, equal content digest.
     pub content: String,
+    /// The artifact config pushed with it, named by the last segment of
+    /// `name` (what a binding serves it as), made from `archive` here, off
+    /// the controller's runtime.
+    pub config: SkillConfig,
 }
 
 /// What a source holds at one commit.
@@ -125,10 +130,14 @@ pub fn take(origin: &Origin) -> Result<Snapshot, SnapshotError> {
                 }
             }
         }
-        match package::build_from_dir(&skill.dir) {
-            Ok(archive) => {
+        let leaf = skill.name.rsplit('/').next().unwrap_or(&skill.name);
+        let version = crate::oci::publish::version_of(&skill.frontmatter);
+        let packaged = package::build_from_dir(&skill.dir)
+            .and_then(|archive| SkillConfig::for_package(&archive, leaf, skill.meta.description.as_str(), version).map(|c| (archive, c)));
+        match packaged {
+            Ok((archive, config)) => {
                 let content = format!("sha256:{:x}", Sha256::digest(&archive));
-                skills.push(PackagedSkill { name: skill.name.clone(), path, archive, content });
+                skills.push(PackagedSkill { name: skill.name.clone(), path, archive, content, config });
             }
             Err(e) => problems.push(format!("{path}: not packaged: {e}")),
         }
