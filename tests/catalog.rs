@@ -360,3 +360,13 @@ fn the_embedded_snapshot_loads_with_ten_pinned_repositories() {
     let id = out["results"][0]["id"].as_str().unwrap();
     assert!(snapshot.get(id).is_some());
 }
+
+#[test]
+fn a_local_catalog_that_does_not_load_is_an_error_not_a_silent_fallback() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("catalog.json");
+    std::fs::write(&local, b"{\"schema\": \"skill-operator.catalog/v1\", \"built\": ").unwrap();
+    let err = stderr(&so(&["catalog", "search", "pdf"], None, Some(&local)));
+    assert!(err.contains(&format!("the catalog at {} cannot be used", local.display())), "{err}");
+    assert!(err.contains("remove it to use the embedded snapshot"), "{err}");
+}

@@ -82,8 +82,8 @@ pub fn parse_mirror(text: &str) -> Result<(String, String), BuildError> {
 pub enum BuildError {
     #[error("{0}")]
     Spec(String),
-    #[error("{url} is given twice; give each repository once")]
-    Duplicate { url: String },
+    #[error("{url} and {earlier} are both `{slug}`, and entry ids start with it; give each repository once")]
+    Duplicate { url: String, earlier: String, slug: String },
     #[error("{url}: {cause}")]
     Fetch { url: String, cause: GitSourceError },
     #[error("{url}: {detail}; the catalog was not written (a partial catalog would hide skills)")]
@@ -98,17 +98,19 @@ pub enum BuildError {
 
 /// Build a catalog from `repositories` (blocking: fetches and file reads).
 pub fn build(repositories: &[RepositorySpec], caps: &BuildCaps) -> Result<Catalog, BuildError> {
+    check_distinct(repositories)?;
     let scratch = tempfile::Builder::new().prefix("skill-operator-catalog-").tempdir().map_err(BuildError::Scratch)?;
     let mut listed = Vec::new();
     let mut entries = Vec::new();
     for (at, spec) in repositories.iter().enumerate() {
-        if repositories[..at].iter().any(|r| r.url == spec.url) {
-            return Err(BuildError::Duplicate { url: spec.url.clone() });
-        }
         let tree = scratch.path().join(at.to_string());
         let source = GitRef { url: spec.read_from.clone(), reference: spec.reference.clone(), path: None };
         let fetched = git::fetch_tree(&source, &caps.fetch, &tree).map_err(|cause| BuildError::Fetch { url: spec.url.clone(), cause })?;
         let found = repository_entries(spec, &fetched.commit, &tree, caps.entries)?;
+        // Trees are read once: free the disk before the next repository.
+        if let Err(e) = std::fs::remove_dir_all(&tree) {
+            tracing::warn!(path = %tree.display(), error = %e, "cannot remove a fetched tree; it goes with the scratch folder");
+        }
         tracing::info!(url = %spec.url, commit = %fetched.commit, files = fetched.files, skills = found.len(), "catalogued a repository");
         if entries.len() + found.len() > caps.entries {
             return Err(BuildError::TooManyEntries { url: spec.url.clone(), limit: caps.entries });
@@ -119,6 +121,19 @@ pub fn build(repositories: &[RepositorySpec], caps: &BuildCaps) -> Result<Catalo
     let catalog = Catalog::new(listed, entries);
     catalog.check()?;
     Ok(catalog)
+}
+
+/// Ids start with `<owner>/<repo>`: two URLs giving one would clash.
+/// Checked before anything is fetched.
+fn check_distinct(repositories: &[RepositorySpec]) -> Result<(), BuildError> {
+    let mut seen: HashMap<String, &str> = HashMap::new();
+    for spec in repositories {
+        let slug = ids::repository_slug(&spec.url).map_err(|e| BuildError::Spec(e.to_string()))?;
+        if let Some(earlier) = seen.insert(slug.clone(), &spec.url) {
+            return Err(BuildError::Duplicate { url: spec.url.clone(), earlier: earlier.to_string(), slug });
+        }
+    }
+    Ok(())
 }
 
 /// [`build`], then write the catalog to `out` atomically: on any error
@@ -132,7 +147,8 @@ pub fn build_to_file(repositories: &[RepositorySpec], caps: &BuildCaps, out: &Pa
 /// The entries of one fetched tree, in served-name order.
 fn repository_entries(spec: &RepositorySpec, commit: &str, tree: &Path, max_entries: usize) -> Result<Vec<Entry>, BuildError> {
     let root = tree.canonicalize().map_err(BuildError::Scratch)?;
-    // One skill more than the cap, so that reaching it shows as a skill-limit problem.
+    // Discovery loads at most one skill past the cap: enough to know the
+    // cap was passed, without reading every skill of a huge tree.
     let limits = discovery::Limits { skills: max_entries + 1, ..discovery::Limits::default() };
     let found = discovery::discover_with(std::slice::from_ref(&root), limits, Layout::Recursive);
     if let Some(hit) = found.problems.iter().find(|p| is_cap(p, &root)) {
@@ -141,8 +157,9 @@ fn repository_entries(spec: &RepositorySpec, commit: &str, tree: &Path, max_entr
         }
         return Err(BuildError::DiscoveryCap { url: spec.url.clone(), detail: hit.detail.clone() });
     }
-    let refused = found.problems.iter().filter(|p| p.skill.is_some()).count();
-    tracing::debug!(url = %spec.url, refused, "problems of skills not catalogued are not listed; `serve --layout recursive` on a checkout shows them");
+    // Skills discovery refused are simply not entries; `serve --layout
+    // recursive` on a checkout lists why.
+    tracing::debug!(url = %spec.url, problems = found.problems.len(), "discovery problems (not catalogued)");
     if found.skills.len() > max_entries {
         return Err(BuildError::TooManyEntries { url: spec.url.clone(), limit: max_entries });
     }
@@ -241,6 +258,12 @@ mod tests {
         assert!(RepositorySpec::parse("https://github.com/b", &mirrors).unwrap_err().to_string().contains("/<owner>/<repo>"));
         assert_eq!(parse_mirror("https://x/a/b=/m").unwrap(), ("https://x/a/b".into(), "/m".into()));
         assert!(parse_mirror("https://x/a/b").is_err() && parse_mirror("=/m").is_err());
+        let twice = [
+            RepositorySpec::parse("https://github.com/a/b", &mirrors).unwrap(),
+            RepositorySpec::parse("https://gitlab.com/a/b.git", &mirrors).unwrap(),
+        ];
+        let err = build(&twice, &BuildCaps::DEFAULT).unwrap_err().to_string();
+        assert!(err.contains("are both `a/b`"), "{err}");
     }
 
     #[test]
@@ -271,6 +294,20 @@ mod tests {
         assert_eq!((tf.id.as_str(), tf.commit.as_str(), tf.files.count), ("acme/kit/devops/terraform", COMMIT, 3));
         assert_eq!(by("lonely").category, None, "a top-level skill has no folder to be in");
         assert_eq!(entries.len(), 4, "the skill without a description is not an entry");
+    }
+
+    #[test]
+    fn a_walk_cut_short_by_the_folder_cap_fails_the_build() {
+        use crate::core::limits::RECURSIVE_DIRS;
+        let (dir, root) = fixture(&[("skills/a/SKILL.md", "---\nname: a\ndescription: d\n---\n")]);
+        // The root and `skills` are listed, so this many more folders fit exactly.
+        for i in 0..RECURSIVE_DIRS - 2 {
+            std::fs::create_dir(dir.path().join(format!("f{i}"))).unwrap();
+        }
+        assert_eq!(repository_entries(&spec(), COMMIT, &root, 10).unwrap().len(), 1);
+        std::fs::create_dir(dir.path().join("one-more")).unwrap();
+        let err = repository_entries(&spec(), COMMIT, &root, 10).unwrap_err();
+        assert!(matches!(&err, BuildError::DiscoveryCap { detail, .. } if detail.contains("folders")), "{err}");
     }
 
     #[test]

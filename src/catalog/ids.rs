@@ -135,7 +135,7 @@ mod tests {
             assert!(is_dns_label(&name), "{id} -> {name}");
         }
         assert_eq!(resource_name(&long).len(), RESOURCE_NAME_MAX, "cut at the edge");
-        assert_eq!(resource_name(&format!("{}", "y".repeat(54))).len(), RESOURCE_NAME_MAX, "54 + 1 + 8 fits exactly");
+        assert_eq!(resource_name(&"y".repeat(54)).len(), RESOURCE_NAME_MAX, "54 + 1 + 8 fits exactly");
         assert!(resource_name(&format!("{}-", "y".repeat(53))).len() <= RESOURCE_NAME_MAX);
     }
 }

@@ -9,6 +9,9 @@
 //! match some field, so adding words narrows the answer. A field's weight
 //! makes a name match outrank a description match, which outranks an
 //! author match: [`NAME_WEIGHT`], [`DESCRIPTION_WEIGHT`], [`AUTHOR_WEIGHT`].
+//!
+//! [`rank`] ranks a set once; an [`Index`] folds a set once and ranks it
+//! for many queries (the skill catalog's thousands of entries).
 
 use std::cmp::Ordering;
 
