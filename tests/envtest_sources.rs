@@ -13,6 +13,8 @@
 //!   keeps the bound superseded one and says so, deletes the unbound one;
 //! - a private repository over HTTP gets its token from a Secret, and only
 //!   its host sees it; without the Secret the source says why;
+//! - a ZIP over HTTP is published when its digest matches, refused when it
+//!   does not, and refused over plain HTTP without `insecure`;
 //! - a source naming the controller's own files, plain HTTP, or both git
 //!   and zip is refused.
 //!
@@ -345,6 +347,59 @@ async fn sources_publish_check_and_refuse_against_a_real_api_server() {
     assert_eq!(names, ["lint"], "a path's folder is the root the names start from");
     let log = std::fs::read_to_string(&http_log).unwrap();
     assert!(log.lines().any(|l| l.contains("auth=yes ok=True")), "the token was sent:\n{log}");
+
+    // A ZIP over HTTP (insecure: a loopback server), pinned by digest; a
+    // wrong digest is refused before anything is read from the archive.
+    let zips = tmp.path().join("zips");
+    std::fs::create_dir(&zips).unwrap();
+    let archive = {
+        use std::io::Write;
+        let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+        let opts = zip::write::SimpleFileOptions::default();
+        for (name, text) in [("bundle/skills/csv/SKILL.md", skill("csv", "")), ("bundle/skills/csv/scripts/stats.py", "print(1)\n".into())]
+        {
+            zip.start_file(name, opts).unwrap();
+            zip.write_all(text.as_bytes()).unwrap();
+        }
+        zip.finish().unwrap().into_inner()
+    };
+    std::fs::write(zips.join("skills.zip"), &archive).unwrap();
+    let zip_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let _zip_server = Server(
+        Command::new("python3")
+            .args(["-m", "http.server", "--bind", "127.0.0.1", &zip_port.to_string(), "--directory"])
+            .arg(&zips)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_port(zip_port);
+    let digest = format!("sha256:{:x}", <sha2::Sha256 as sha2::Digest>::digest(&archive));
+    let zip_url = format!("http://127.0.0.1:{zip_port}/skills.zip");
+    for (name, digest, insecure) in
+        [("zip", digest.clone(), true), ("zip-moved", format!("sha256:{}", "0".repeat(64)), true), ("zip-plain", digest, false)]
+    {
+        harness::create(
+            &sources,
+            json!({ "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillSource", "metadata": { "name": name },
+                    "spec": { "zip": { "url": zip_url, "digest": digest, "path": "bundle", "insecure": insecure } } }),
+        )
+        .await;
+    }
+    let status = harness::wait_for(|| async { status_of(&sources, "zip").await.filter(|s| s.commit.is_some()) }, "the ZIP published").await;
+    let names: Vec<&str> = status.skills.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["csv"]);
+    for (name, reason) in [("zip-moved", "DigestMismatch"), ("zip-plain", "InvalidSpec")] {
+        let status = harness::wait_for(
+            || async { status_of(&sources, name).await.filter(|s| s.conditions.iter().any(|c| c.type_ == "Fetched")) },
+            "the ZIP refusal",
+        )
+        .await;
+        let c = status.conditions.iter().find(|c| c.type_ == "Fetched").unwrap();
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", reason), "{name}: {}", c.message);
+        assert!(packages_of(&packages, name).await.is_empty());
+    }
 
     // Refusals: the controller's own files, plain HTTP without `insecure`,
     // and a spec naming both kinds of source.

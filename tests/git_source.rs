@@ -205,6 +205,34 @@ fn crafted_entry_names_are_refused_before_anything_is_written() {
     }
 }
 
+/// A name that escapes nothing but breaks the served-path rules (a no-break
+/// space on its own, as one public repository has at its root; `%`; a
+/// trailing space) is a refused entry: the rest of the tree is fetched.
+#[test]
+fn an_odd_but_harmless_name_is_a_refused_entry_not_a_failed_fetch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    write(&repo, "skills/demo/SKILL.md", SKILL_MD);
+    for odd in ["\u{a0}", "100%.md", "trailing "] {
+        write(&repo, odd, "x\n");
+    }
+    write(&repo, "dir%/inner.md", "x\n");
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-q", "-m", "odd"]);
+    let dest = tmp.path().join("out");
+    let fetched = git::fetch_tree(&at(&repo, Some("main"), None), &Caps::DEFAULT, &dest).unwrap();
+    let mut refused: Vec<_> = fetched.refused.iter().map(|r| (r.path.as_str(), r.reason)).collect();
+    refused.sort();
+    assert_eq!(
+        refused,
+        [("100%.md", git::REFUSED_NAME), ("dir%", git::REFUSED_NAME), ("trailing ", git::REFUSED_NAME), ("\u{a0}", git::REFUSED_NAME)]
+    );
+    assert!(dest.join("skills/demo/SKILL.md").is_file());
+    assert_eq!(std::fs::read_dir(&dest).unwrap().count(), 1, "only skills/ was written");
+}
+
 #[test]
 fn caps_hold_at_their_edge_and_leave_dest_untouched() {
     let (tmp, repo) = sample_repo();

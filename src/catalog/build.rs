@@ -18,17 +18,16 @@ use super::ids;
 use super::model::{Catalog, CatalogError, Entry, Files, Repository, MAX_ENTRIES};
 use crate::core::catalog::{read_capped, Skill};
 use crate::core::discovery::{self, Layout};
-use crate::core::limits::{count_text, MARKETPLACE_READ_CAP, MIB};
+use crate::core::limits::{count_text, MARKETPLACE_READ_CAP};
 use crate::core::marketplace::MARKETPLACE_FILE;
 use crate::core::problems::{Problem, Reason};
 use crate::core::search::frontmatter_text;
 use crate::source::git::{self, Caps, GitRef, GitSourceError};
 
-/// The fetch caps of a catalog build. A package's caps (2,000 files) are
-/// for one skill; a catalog reads whole repositories, the largest public
-/// skill collections holding ~20,000 files in ~300 MiB. The per-file cap
-/// and the name rules stay the package's.
-pub const REPOSITORY_CAPS: Caps = Caps { max_files: 100_000, max_dirs: 100_000, max_total_bytes: 1024 * MIB, ..Caps::DEFAULT };
+/// The fetch caps of a catalog build: a SkillSource's, since both read
+/// whole repositories (the largest public skill collections hold ~20,000
+/// files in ~300 MiB) and a catalog entry is installed as a source.
+pub const REPOSITORY_CAPS: Caps = crate::source::snapshot::CAPS;
 
 /// Files whose presence says what a skill needs installed.
 pub const REQUIREMENT_FILES: &[&str] = &["requirements.txt", "package.json", "package-lock.json"];

@@ -97,6 +97,7 @@ pub struct Fetched {
 pub const REFUSED_SYMLINK: &str = "a symlink; not followed";
 pub const REFUSED_SUBMODULE: &str = "a submodule; not fetched";
 pub const REFUSED_LFS: &str = "a Git LFS pointer; LFS content is not fetched";
+pub const REFUSED_NAME: &str = "a name the path rules refuse (a space at an end, `%`, a drive letter, or too long); not fetched";
 
 #[derive(Debug, Error)]
 pub enum GitSourceError {
@@ -347,7 +348,14 @@ fn plan(repo: &gix::Repository, root: ObjectId, caps: &Caps) -> Result<Plan, Git
         for entry in &decoded.entries {
             let name = check_name(&prefix, entry.filename)?;
             let path = if prefix.is_empty() { name.clone() } else { format!("{prefix}/{name}") };
-            RelPath::parse(&path).map_err(|why| GitSourceError::UnsafeName { path: path.clone(), why: why.to_string() })?;
+            // A name that could escape failed `check_name` above and fails the
+            // fetch; one that only breaks the served-path rules (a space at
+            // an end, `%`, a drive letter, a path over the length cap) is a
+            // refused entry, so one odd file does not lose a repository.
+            if RelPath::parse(&path).is_err() {
+                plan.refused.push(Refused { path, reason: REFUSED_NAME });
+                continue;
+            }
             let oid = entry.oid.to_owned();
             match entry.mode.kind() {
                 EntryKind::Tree => {
