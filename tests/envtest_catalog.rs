@@ -10,6 +10,8 @@
 //!
 //! SKIPPED without KUBEBUILDER_ASSETS.
 
+// Only the API server start is used here, not the CRD and controller helpers.
+#[allow(dead_code)]
 #[path = "envtest/harness.rs"]
 mod harness;
 
