@@ -8,6 +8,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use super::build::{self, BuildCaps, RepositorySpec};
+use super::cluster::ClusterStore;
 use super::install::manifest_yaml;
 use super::model::{write_atomically, Catalog};
 use super::query::{Found, Searcher};
@@ -28,7 +29,7 @@ pub enum CatalogCommand {
     Show(ShowArgs),
     /// Print (or write) the SkillSource that installs an entry, pinned to its commit.
     Install(InstallArgs),
-    /// Replace the local catalog with one from an https URL or a file, once it is checked whole.
+    /// Replace the local (or, with --cluster, the cluster's) catalog with one from an https URL or a file, once it is checked whole.
     Refresh(RefreshArgs),
 }
 
@@ -45,12 +46,25 @@ pub struct BuildArgs {
     pub mirrors: Vec<String>,
 }
 
+/// The namespace `--cluster` reads and writes when `--namespace` is not
+/// given: the one docs/install.md installs the chart in (the gateway reads
+/// its own release namespace).
+pub const DEFAULT_NAMESPACE: &str = "skill-operator";
+/// Overrides [`DEFAULT_NAMESPACE`].
+pub const NAMESPACE_ENV: &str = "SKILL_OPERATOR_NAMESPACE";
+
 /// Which catalog to read or replace.
 #[derive(Debug, Args)]
 pub struct CatalogFile {
     /// The local catalog (default: ~/.local/share/skill-operator/catalog.json); the embedded snapshot is read while it does not exist.
-    #[arg(long = "catalog", env = CATALOG_ENV, value_name = "FILE")]
+    #[arg(long = "catalog", env = CATALOG_ENV, value_name = "FILE", conflicts_with = "cluster")]
     pub path: Option<PathBuf>,
+    /// The cluster's catalog instead (the ConfigMap skill-operator-catalog the gateway serves; KUBECONFIG or the in-cluster config); the embedded snapshot is read while there is none.
+    #[arg(long)]
+    pub cluster: bool,
+    /// With --cluster: the namespace of the catalog, the operator's (the chart's release namespace).
+    #[arg(long, env = NAMESPACE_ENV, default_value = DEFAULT_NAMESPACE, value_name = "NS")]
+    pub namespace: String,
 }
 
 #[derive(Debug, Args)]
@@ -105,9 +119,10 @@ pub struct RefreshArgs {
 pub async fn run(command: CatalogCommand) -> anyhow::Result<()> {
     match command {
         CatalogCommand::Build(args) => tokio::task::spawn_blocking(move || build_command(&args)).await.context("the build thread")?,
-        CatalogCommand::Search(args) => search_command(&args),
-        CatalogCommand::Show(args) => show_command(&args),
-        CatalogCommand::Install(args) => install_command(&args),
+        CatalogCommand::Search(args) => search_command(&args).await,
+        CatalogCommand::Show(args) => show_command(&args).await,
+        CatalogCommand::Install(args) => install_command(&args).await,
+        CatalogCommand::Refresh(args) if args.catalog.cluster => refresh_cluster_command(&args).await,
         CatalogCommand::Refresh(args) => refresh_command(&args).await,
     }
 }
@@ -128,17 +143,27 @@ fn build_command(args: &BuildArgs) -> anyhow::Result<()> {
 }
 
 /// The catalog in use, and where it came from.
-fn open(file: &CatalogFile) -> anyhow::Result<(Searcher, Origin)> {
-    let (catalog, origin) = match store::local(file.path.as_deref()) {
-        Some(local) => store::active(&local)?,
-        None => (store::snapshot().context("the embedded snapshot")?, Origin::Snapshot),
+async fn open(file: &CatalogFile) -> anyhow::Result<(Searcher, Origin)> {
+    let (catalog, origin) = if file.cluster {
+        let cluster = ClusterStore::connect(&file.namespace).await?;
+        // As with a local file, a stored catalog that does not load is an
+        // error, not a silent fallback (the gateway keeps its previous one).
+        match cluster.load().await? {
+            Some(catalog) => (catalog, Origin::Stored(cluster.describe())),
+            None => (store::snapshot().context("the embedded snapshot")?, Origin::Snapshot),
+        }
+    } else {
+        match store::local(file.path.as_deref()) {
+            Some(local) => store::active(&local)?,
+            None => (store::snapshot().context("the embedded snapshot")?, Origin::Snapshot),
+        }
     };
     tracing::debug!(%origin, entries = catalog.entries.len(), built = %catalog.built, "catalog in use");
     Ok((Searcher::new(catalog), origin))
 }
 
-fn search_command(args: &SearchArgs) -> anyhow::Result<()> {
-    let (searcher, origin) = open(&args.catalog)?;
+async fn search_command(args: &SearchArgs) -> anyhow::Result<()> {
+    let (searcher, origin) = open(&args.catalog).await?;
     let query = args.query.join(" ");
     let (found, total) = searcher.search(&query, args.category.as_deref(), args.limit as usize);
     if args.json {
@@ -158,8 +183,8 @@ fn search_command(args: &SearchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn show_command(args: &ShowArgs) -> anyhow::Result<()> {
-    let (searcher, _) = open(&args.catalog)?;
+async fn show_command(args: &ShowArgs) -> anyhow::Result<()> {
+    let (searcher, _) = open(&args.catalog).await?;
     let entry = searcher.get(&args.id)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(entry)?);
@@ -169,8 +194,8 @@ fn show_command(args: &ShowArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn install_command(args: &InstallArgs) -> anyhow::Result<()> {
-    let (searcher, _) = open(&args.catalog)?;
+async fn install_command(args: &InstallArgs) -> anyhow::Result<()> {
+    let (searcher, _) = open(&args.catalog).await?;
     let yaml = manifest_yaml(searcher.get(&args.id)?);
     match &args.out {
         Some(out) => {
@@ -191,6 +216,31 @@ async fn refresh_command(args: &RefreshArgs) -> anyhow::Result<()> {
     println!(
         "refreshed {}: {} entries from {} repositories, built {}",
         local.describe(),
+        catalog.entries.len(),
+        catalog.repositories.len(),
+        catalog.built
+    );
+    Ok(())
+}
+
+/// `catalog refresh --cluster`: the catalog read and checked whole, then
+/// written to the ConfigMap in one write; on any failure it is as it was.
+async fn refresh_cluster_command(args: &RefreshArgs) -> anyhow::Result<()> {
+    let cluster = ClusterStore::connect(&args.catalog.namespace).await?;
+    let previous = match cluster.load().await {
+        Ok(Some(c)) => format!("the catalog in {} (built {}, {} entries)", cluster.describe(), c.built, c.entries.len()),
+        Ok(None) => format!("the embedded snapshot (there is no {})", cluster.describe()),
+        Err(e) => format!("{} (unchanged: {e})", cluster.describe()),
+    };
+    let written = async {
+        let catalog = refresh::fetch(&args.from).await?;
+        cluster.replace(&catalog).await?;
+        anyhow::Ok(catalog)
+    };
+    let catalog = written.await.with_context(|| format!("refresh failed; {previous} stays in use"))?;
+    println!(
+        "refreshed {}: {} entries from {} repositories, built {}; the gateway serves it once its watch sees it",
+        cluster.describe(),
         catalog.entries.len(),
         catalog.repositories.len(),
         catalog.built

@@ -8,15 +8,19 @@
 //! - [`query`]: search (the ranker of [`crate::core::search`]) and look-up.
 //! - [`install`]: the pinned SkillSource manifest of an entry.
 //! - [`store`]: which catalog is in use (a refreshed one, else the embedded snapshot).
+//! - [`cluster`]: the catalog kept in a ConfigMap, the one every gateway replica reads.
+//! - [`live`]: the catalog a server answers from, swapped when the cluster's changes.
 //! - [`refresh`]: replacing the stored catalog, only with one checked whole.
 //! - [`command`]: the `catalog` subcommands.
 //!
 //! The format, caps and snapshot are described in docs/catalog.md.
 
 pub mod build;
+pub mod cluster;
 pub mod command;
 pub mod ids;
 pub mod install;
+pub mod live;
 pub mod model;
 pub mod query;
 pub mod refresh;

@@ -1,6 +1,10 @@
 //! `catalog refresh`: replace the stored catalog with one from an HTTPS URL
 //! or a file, only once the new one is read whole and checked. On any
 //! failure the stored catalog is untouched and the error says why.
+//!
+//! [`fetch`] is the reading and checking, shared by every store: a local
+//! file ([`refresh`]) and the cluster's ConfigMap
+//! ([`super::cluster::ClusterStore::replace`], async).
 
 use std::io::Read;
 use std::time::Duration;
@@ -34,10 +38,15 @@ pub enum RefreshError {
 
 /// Read `from` (https URL, `file://` URL or path), check it, store it.
 pub async fn refresh(from: &str, store: &dyn CatalogStore) -> Result<Catalog, RefreshError> {
-    let bytes = read(from).await?;
-    let catalog = Catalog::from_bytes(&bytes).map_err(|cause| RefreshError::Invalid { from: from.into(), cause })?;
+    let catalog = fetch(from).await?;
     store.replace(&catalog).map_err(RefreshError::Store)?;
     Ok(catalog)
+}
+
+/// Read `from` and check it whole; nothing is stored.
+pub async fn fetch(from: &str) -> Result<Catalog, RefreshError> {
+    let bytes = read(from).await?;
+    Catalog::from_bytes(&bytes).map_err(|cause| RefreshError::Invalid { from: from.into(), cause })
 }
 
 /// The bytes at `from`, at most [`MAX_CATALOG_BYTES`].

@@ -1,10 +1,10 @@
 //! Which catalog the commands read: a refreshed one where it is kept, else
 //! the snapshot embedded in this binary.
 //!
-//! [`CatalogStore`] is the seam for where a refreshed catalog lives. The
-//! one implementation is a local file ([`LocalFile`]); keeping the active
-//! catalog in the cluster (a ConfigMap the gateway reads) would be a second
-//! implementation, and the commands would not change.
+//! [`CatalogStore`] is the seam for where a refreshed catalog lives on this
+//! machine ([`LocalFile`]). The catalog kept in the cluster (a ConfigMap
+//! the gateway reads) is [`super::cluster::ClusterStore`]: the same three
+//! operations, async because each is a call to the API server.
 
 use std::path::{Path, PathBuf};
 

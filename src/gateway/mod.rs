@@ -9,6 +9,8 @@
 //! - [`auth`]: bearer tokens by TokenReview, actions by SubjectAccessReview;
 //! - [`catalog`]: packages pulled by digest into a bounded cache, and the
 //!   namespace's snapshot built from its bindings;
+//! - [`catalog_watch`]: the catalog of public skills (`skill_search` scope
+//!   `catalog`), kept on the cluster's ConfigMap;
 //! - [`executor`]: the SkillJob-backed executor;
 //! - [`files`]: the file route, for job files too large for an MCP call;
 //! - [`ratelimits`]: each namespace's rate limits (flags, or its annotation);
@@ -16,6 +18,7 @@
 
 pub mod auth;
 pub mod catalog;
+pub mod catalog_watch;
 pub mod executor;
 pub mod file_url;
 pub mod files;

@@ -30,6 +30,11 @@ pub trait Backend: Send + Sync {
     fn files(&self, _namespace: &str) -> Option<Arc<dyn JobFiles>> {
         None
     }
+    /// The catalog `skill_search` scope `catalog` answers from (one for
+    /// every namespace; `None`: that scope says there is none).
+    fn catalog(&self) -> Option<Arc<crate::catalog::live::LiveCatalog>> {
+        None
+    }
 }
 
 /// Why a namespace cannot be served.
@@ -120,6 +125,9 @@ impl Namespaces {
         }
         if let Some(authorizer) = self.backend.authorizer(name) {
             state = state.with_authorizer(authorizer);
+        }
+        if let Some(catalog) = self.backend.catalog() {
+            state = state.with_catalog(catalog);
         }
         let state = Arc::new(state);
         let sessions = Arc::new(BoundedSessions::new(self.options.max_sessions));

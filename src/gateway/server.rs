@@ -17,6 +17,7 @@ use sha2::Sha256;
 
 use crate::api::{SkillBinding, SkillPackage};
 use crate::artifacts::operator::HttpArtifacts;
+use crate::catalog::live::LiveCatalog;
 use crate::core::confirm::{ConfirmMode, SignedConfirmations, TOKEN_TTL};
 use crate::core::limits::{GATEWAY_NAMESPACES_MAX, GATEWAY_SESSIONS_PER_NAMESPACE};
 use crate::mcp::snapshot::Snapshot;
@@ -114,6 +115,8 @@ pub struct ClusterBackend {
     gateway_namespace: String,
     /// `--public-url` (empty: none), for the file route URLs messages name.
     public_base: String,
+    /// The catalog of public skills, kept on the cluster's ConfigMap.
+    catalog: Arc<LiveCatalog>,
 }
 
 impl ClusterBackend {
@@ -158,6 +161,10 @@ impl Backend for ClusterBackend {
 
     fn authorizer(&self, namespace: &str) -> Option<Arc<dyn Authorize>> {
         self.auth.as_ref().map(|a| a.namespace_authorizer(namespace))
+    }
+
+    fn catalog(&self) -> Option<Arc<LiveCatalog>> {
+        Some(self.catalog.clone())
     }
 }
 
@@ -206,6 +213,9 @@ pub async fn command(args: GatewayArgs, shutdown: Shutdown) -> anyhow::Result<()
     let audit = args.audit.open("gateway", true)?;
     let authenticator = Authenticator::new(client.clone(), auth_config);
     authenticator.set_audit(audit.clone());
+    // The embedded snapshot serves until the cluster's catalog is seen.
+    let catalog = Arc::new(LiveCatalog::from_snapshot().context("the embedded catalog snapshot does not load")?);
+    super::catalog_watch::spawn(client.clone(), &args.namespace, catalog.clone(), shutdown.clone());
     let backend = Arc::new(ClusterBackend {
         client: client.clone(),
         stores: std::sync::OnceLock::new(),
@@ -218,6 +228,7 @@ pub async fn command(args: GatewayArgs, shutdown: Shutdown) -> anyhow::Result<()
         on_disconnect: args.on_disconnect,
         gateway_namespace: args.namespace.clone(),
         public_base,
+        catalog,
     });
 
     let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into(), "[::1]".into()];

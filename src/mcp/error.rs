@@ -40,6 +40,8 @@ pub mod codes {
     pub const UNAUTHORIZED: &str = "unauthorized";
     pub const FORBIDDEN: &str = "forbidden";
     pub const BACKEND: &str = "backend-unavailable";
+    /// `skill_search` scope `catalog` on a server without a catalog (serve).
+    pub const NO_CATALOG: &str = "no-catalog";
 }
 
 impl ToolError {

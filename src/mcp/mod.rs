@@ -236,7 +236,7 @@ impl SkillServer {
         }
         let result = match name {
             "skill_list" => tool!(|i| async { tools::skill_list(state, &snap, i) }),
-            "skill_search" => tool!(|i| async { search::skill_search(&snap, i) }),
+            "skill_search" => tool!(|i| search::skill_search(state, &snap, &cx.caller, i)),
             "skill_load" => tool!(|i| blocking(snap.clone(), i, tools::skill_load)),
             "skill_file" => tool!(|i| blocking(snap.clone(), i, tools::skill_file)),
             "skill_job_create" => tool!(|i| run::job_create(state, &snap, i, &cx)),

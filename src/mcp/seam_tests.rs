@@ -743,3 +743,104 @@ async fn a_rate_limited_start_is_recorded_with_its_retry_after() {
     assert_eq!(starts[1]["code"], "rate-limited");
     assert!(starts[1]["retryAfterSeconds"].as_u64().unwrap() >= 1, "{}", starts[1]);
 }
+
+/// `skill_search` scope `catalog` on a server with a catalog of two entries.
+mod catalog_search {
+    use super::*;
+    use crate::catalog::cluster::tests::catalog;
+    use crate::catalog::cluster::{config_map, encode};
+    use crate::catalog::live::LiveCatalog;
+    use crate::mcp::error::codes;
+    use crate::mcp::search::{skill_search, Scope, SkillSearchInput};
+    use crate::mcp::state::Action;
+
+    fn live() -> Arc<LiveCatalog> {
+        let live = LiveCatalog::from_snapshot().unwrap();
+        let c = catalog(&["xlsx", "pdf"], |i| ["Edit Excel spreadsheets.", "Fill PDF forms."][i].into());
+        live.apply(Some(&config_map("ops", &c, encode(&c).unwrap(), Some("1".into()))));
+        Arc::new(live)
+    }
+
+    fn input(query: &str, scope: Scope, limit: Option<usize>) -> SkillSearchInput {
+        SkillSearchInput { query: query.into(), category: None, limit, scope }
+    }
+
+    async fn search(state: &ServerState, query: &str, scope: Scope, limit: Option<usize>) -> Result<Value, ToolError> {
+        let out = skill_search(state, &state.snapshot(), &Caller::named("alice"), input(query, scope, limit)).await?;
+        Ok(serde_json::to_value(out).unwrap())
+    }
+
+    #[tokio::test]
+    async fn an_allowed_caller_finds_catalog_entries_with_what_installing_takes() {
+        let t = tempfile::tempdir().unwrap();
+        let state = ServerState::new(scan(t.path())).with_catalog(live()).with_authorizer(Arc::new(Deny(Action::Run)));
+        let out = search(&state, "spreadsheets", Scope::Catalog, None).await.unwrap();
+        assert_eq!(out["total"], 1);
+        let hit = &out["results"][0];
+        assert_eq!(hit["id"], "acme/skills/xlsx");
+        assert_eq!(hit["name"], "xlsx");
+        assert_eq!(hit["description"], "Edit Excel spreadsheets.");
+        assert_eq!((&hit["author"], &hit["category"]), (&Value::from("Acme"), &Value::from("office")));
+        assert_eq!(hit["repository"], "https://github.com/acme/skills");
+        assert_eq!(hit["commit"], crate::catalog::cluster::tests::COMMIT);
+        assert_eq!(hit["path"], "skills/xlsx");
+        assert_eq!(hit["install"], "skill-operator catalog install acme/skills/xlsx --cluster | kubectl apply -f -");
+        assert_eq!(out["catalog"]["origin"], "ConfigMap ops/skill-operator-catalog");
+        assert_eq!(out["catalog"]["entries"], 2);
+        // The default scope is still the bound skills, without catalog fields.
+        let bound = search(&state, "spreadsheets", Scope::Bound, None).await.unwrap();
+        assert_eq!(bound["total"], 0, "nothing is bound here");
+        assert!(bound.get("catalog").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_caller_who_may_not_create_skillpackages_is_refused_by_name() {
+        let t = tempfile::tempdir().unwrap();
+        let state = ServerState::new(scan(t.path())).with_catalog(live()).with_authorizer(Arc::new(Deny(Action::SearchCatalog)));
+        let err = search(&state, "spreadsheets", Scope::Catalog, None).await.unwrap_err();
+        assert_eq!(err.code, codes::FORBIDDEN);
+        assert!(err.message.contains("SearchCatalog"), "{}", err.message);
+        // Refused before its arguments are looked at.
+        assert_eq!(search(&state, "", Scope::Catalog, Some(0)).await.unwrap_err().code, codes::FORBIDDEN);
+        assert!(search(&state, "spreadsheets", Scope::Bound, None).await.is_ok(), "the bound scope does not need it");
+    }
+
+    #[tokio::test]
+    async fn both_scopes_have_the_same_caps() {
+        use crate::core::limits::{SEARCH_QUERY_MAX_CHARS, SEARCH_RESULTS_MAX};
+        let t = tempfile::tempdir().unwrap();
+        let state = ServerState::new(scan(t.path())).with_catalog(live());
+        for scope in [Scope::Bound, Scope::Catalog] {
+            assert!(search(&state, "pdf", scope, Some(SEARCH_RESULTS_MAX)).await.is_ok());
+            for bad in [0, SEARCH_RESULTS_MAX + 1] {
+                assert_eq!(search(&state, "pdf", scope, Some(bad)).await.unwrap_err().code, codes::INVALID_ARGUMENTS, "{scope:?}");
+            }
+            let over = "a".repeat(SEARCH_QUERY_MAX_CHARS + 1);
+            let err = search(&state, &over, scope, None).await.unwrap_err();
+            assert!(err.message.contains(&format!("at most {SEARCH_QUERY_MAX_CHARS}")), "{scope:?}: {}", err.message);
+        }
+        let limited = search(&state, "acme", Scope::Catalog, Some(1)).await.unwrap();
+        assert_eq!(
+            (limited["results"].as_array().unwrap().len(), &limited["total"]),
+            (1, &Value::from(2)),
+            "total counts what the limit cut"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_server_without_a_catalog_points_at_the_command_line() {
+        let t = tempfile::tempdir().unwrap();
+        let state = ServerState::new(scan(t.path()));
+        let err = search(&state, "pdf", Scope::Catalog, None).await.unwrap_err();
+        assert_eq!(err.code, codes::NO_CATALOG);
+        assert!(err.message.contains("skill-operator catalog search"), "{}", err.message);
+    }
+
+    #[test]
+    fn install_commands_quote_ids_that_are_not_plain() {
+        use crate::mcp::search::install_command;
+        assert_eq!(install_command("a/b/c-d_1.x"), "skill-operator catalog install a/b/c-d_1.x --cluster | kubectl apply -f -");
+        assert_eq!(install_command("o/r/it's"), "skill-operator catalog install 'o/r/it'\\''s' --cluster | kubectl apply -f -");
+        assert_eq!(install_command("o/r/日本"), "skill-operator catalog install 'o/r/日本' --cluster | kubectl apply -f -");
+    }
+}

@@ -26,6 +26,10 @@ pub enum Action {
     ReadJobs,
     /// Delete or cancel a job.
     DeleteJobs,
+    /// Search the catalog of public skills (`skill_search` scope `catalog`):
+    /// asked on top of [`Action::ReadSkills`], by those who may install
+    /// what they find. Decided cluster-wide, not in the path's namespace.
+    SearchCatalog,
 }
 
 impl Action {
@@ -89,6 +93,10 @@ pub struct ServerState {
     /// `None`: every caller that reached the server may do everything
     /// (stdio, or HTTP behind its own bearer check).
     pub authorizer: Option<std::sync::Arc<dyn Authorize>>,
+    /// The catalog `skill_search` scope `catalog` answers from
+    /// ([`Self::with_catalog`]); `None` (serve): that scope says to use
+    /// `skill-operator catalog search`.
+    pub catalog: Option<Arc<crate::catalog::live::LiveCatalog>>,
     /// Offer no tools while the snapshot has no skill (the gateway: a
     /// namespace without a ready binding shows nothing to call).
     pub tools_only_when_bound: bool,
@@ -108,6 +116,7 @@ impl ServerState {
             snapshots: SnapshotCell::new(snapshot),
             execution: None,
             authorizer: None,
+            catalog: None,
             tools_only_when_bound: false,
             rate_limits: LimiterSlot::default(),
             audit: crate::audit::Audit::off(),
@@ -117,6 +126,12 @@ impl ServerState {
 
     pub fn with_authorizer(mut self, authorizer: std::sync::Arc<dyn Authorize>) -> Self {
         self.authorizer = Some(authorizer);
+        self
+    }
+
+    /// Answers `skill_search` scope `catalog` from `catalog`.
+    pub fn with_catalog(mut self, catalog: Arc<crate::catalog::live::LiveCatalog>) -> Self {
+        self.catalog = Some(catalog);
         self
     }
 

@@ -399,7 +399,7 @@ pub fn definitions() -> Vec<Tool> {
         Tool::new_with_raw(
             "skill_search",
             Some(format!(
-                "Find the skills that fit a task: the words are looked for in names, then descriptions, then authors (case, accents and small typos do not matter; every word must match). Optional category; ranked best first, {SEARCH_RESULTS_DEFAULT} results unless `limit` asks for up to {SEARCH_RESULTS_MAX}."
+                "Find the skills that fit a task: the words are looked for in names, then descriptions, then authors (case, accents and small typos do not matter; every word must match). Optional category; ranked best first, {SEARCH_RESULTS_DEFAULT} results unless `limit` asks for up to {SEARCH_RESULTS_MAX}. `scope: catalog` searches the catalog of skills in public repositories instead, with how to install each (for callers who may create SkillPackages)."
             ).into()),
             schema::<super::search::SkillSearchInput>(),
         )

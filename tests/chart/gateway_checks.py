@@ -4,8 +4,10 @@ check_rendered.py; they run whenever a gateway Deployment is rendered).
   gateway-rbac     the gateway ClusterRole grants exactly GATEWAY_RULES (no
                    Secrets, no wildcards, no resourceNames, no URLs); its Role
                    (release namespace) exactly GATEWAY_NAMESPACE_RULES, plus
-                   `get` on Secrets only when limited by resourceNames; each
-                   binding gives them to the gateway ServiceAccount only
+                   `get` on Secrets only when limited by resourceNames, plus
+                   exactly one CATALOG_RULE (get/list/watch on the catalog's
+                   ConfigMap, by resourceNames); each binding gives them to
+                   the gateway ServiceAccount only
   gateway-pod      args (listen, artifact endpoint = the controller's, token
                    key file on a read-only mount of the token-key Secret, the
                    Service's in-cluster Host names, cache dir on a sized
@@ -23,7 +25,8 @@ check_rendered.py; they run whenever a gateway Deployment is rendered).
                    port of the gateway's OTLP endpoint, no other pod peers
 
 Expectations (--expect): gateway=absent, gateway-arg=ARG, no-gateway-arg=PREFIX,
-gateway-pdb=present|absent, gateway-netpol=present|absent.
+gateway-pdb=present|absent, gateway-netpol=present|absent,
+gateway-catalog=NAMESPACE (the Role holding CATALOG_RULE is in NAMESPACE).
 """
 
 import urllib.parse
@@ -40,6 +43,12 @@ GATEWAY_RULES = {
 NAMESPACE_LIMIT_RULES = {("", "namespaces", v) for v in ("list", "watch")}
 # In the release namespace only (a Role): the draft job records.
 GATEWAY_NAMESPACE_RULES = {("", "configmaps", v) for v in ("create", "get", "list", "update", "delete")}
+# The catalog of public skills (skill_search scope catalog): one ConfigMap,
+# read and watched by name (src/catalog/cluster.rs CONFIGMAP_NAME; the watch's
+# field selector is what lets list/watch be limited by resourceNames).
+CATALOG_CONFIGMAP = "skill-operator-catalog"
+CATALOG_RULE = {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [CATALOG_CONFIGMAP],
+                "verbs": ["get", "list", "watch"]}
 COMPONENT = "app.kubernetes.io/component"
 CACHE_DIR = "/var/cache/skill-operator"
 QUANTITY = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
@@ -131,7 +140,12 @@ def rbac_problems(objs, deploy):
     roles = [o for o in objs if o["kind"] == "Role" and o["metadata"]["name"].endswith("-gateway")]
     if len(roles) != 1 or roles[0]["metadata"].get("namespace") != ns:
         return out + [f"gateway Roles {[(r['metadata'].get('namespace'), r['metadata']['name']) for r in roles]}, want one in {ns}"]
-    granted, problems = grants(roles[0], "Role", allow_named_secrets=True)
+    rules = roles[0].get("rules") or []
+    catalog = [r for r in rules if CATALOG_CONFIGMAP in (r.get("resourceNames") or [])]
+    if catalog != [CATALOG_RULE]:
+        out.append(f"Role: catalog rules {catalog}, want exactly [{CATALOG_RULE}]")
+    others = dict(roles[0], rules=[r for r in rules if r not in catalog])
+    granted, problems = grants(others, "Role", allow_named_secrets=True)
     out += problems + exactly(granted, GATEWAY_NAMESPACE_RULES, "Role")
     out += bound_to_gateway(objs, "RoleBinding", roles[0], sa, ns)
     return out
@@ -340,6 +354,13 @@ def register(expect):
                      for rule in r.get("rules") or [] if "secrets" in (rule.get("resources") or [])
                      for n in rule.get("resourceNames") or ["<every Secret>"])
         return [] if got == want else [f"gateway Role gets Secrets {got}, want {want}"]
+
+    @expect("gateway-catalog")
+    def _(objs, value):
+        # The namespaces whose gateway Role reads the catalog ConfigMap.
+        got = sorted(r["metadata"].get("namespace") for r in objs
+                     if r["kind"] == "Role" and r["metadata"]["name"].endswith("-gateway") and CATALOG_RULE in (r.get("rules") or []))
+        return [] if got == [value] else [f"the catalog ConfigMap rule is in the gateway Roles of {got}, want [{value}]"]
 
     @expect("gateway-pdb")
     def _(objs, value):

@@ -13,9 +13,11 @@
 #     cluster-scoped name, CRDs keep + identical to crds/, NetworkPolicy peer
 #     labels, RBAC verbs per option; the gateway (gateway_checks.py): its
 #     ClusterRole is exactly the issue's list, PDB iff replicas > 1, its
-#     NetworkPolicy, args, probes, Service; altered renderings prove those
-#     checks fail (a Secrets rule, a wildcard, an extra verb, a PDB missing or
-#     superfluous)
+#     NetworkPolicy, args, probes, Service; its Role in the release namespace
+#     reads the catalog ConfigMap by name only (get/list/watch, resourceNames);
+#     altered renderings prove those checks fail (a Secrets rule, a wildcard,
+#     an extra verb, a PDB missing or superfluous, the catalog rule unnamed,
+#     without watch or elsewhere)
 #   - NOTES.txt (helm install --dry-run=client): the gateway URL and the RBAC an
 #     agent needs; the anonymous warning only with gateway.auth.allowAnonymous
 #   - the values tests/kind/run.sh installs with on the local cluster render and lint
@@ -235,7 +237,7 @@ check "checks (values-min.yaml)" rendered min \
   --expect controller-arg=--token-key-file=/var/run/skill-operator/key/token-key \
   --expect artifacts-arg=--store=/var/lib/skill-operator/store --expect store=pvc --expect samples=5 \
   --expect token-key-secret=$RELEASE-skill-operator-token-key \
-  --expect gateway-pdb=present --expect gateway-netpol=present \
+  --expect gateway-pdb=present --expect gateway-netpol=present --expect "gateway-catalog=$NS" \
   --expect "gateway-arg=--artifact-endpoint=http://$RELEASE-skill-operator-artifacts.$NS.svc:8443" \
   --expect gateway-arg=--confirm=ask --expect gateway-arg=--on-disconnect=cancel \
   --expect gateway-arg=--cache-max-bytes=805306368 --expect gateway-pull-secrets= \
@@ -347,6 +349,12 @@ check_fails "gateway checks refuse get on every Secret in the gateway Role" "FAI
   altered role-secrets min 'by("Role", "-gateway")["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})'
 check_fails "gateway checks refuse list on the named pull secrets" "FAIL gateway-rbac: Role: .*resourceNames" \
   altered role-list-secrets all 'by("Role", "-gateway")["rules"][1]["verbs"].append("list")'
+check_fails "gateway checks refuse the catalog ConfigMap rule without its name" "FAIL gateway-rbac: Role: .*resourceNames" \
+  altered catalog-unnamed min 'next(r for r in by("Role", "-gateway")["rules"] if "watch" in r["verbs"]).pop("resourceNames")'
+check_fails "gateway checks refuse the catalog ConfigMap rule without watch" "FAIL gateway-rbac: Role: catalog rules" \
+  altered catalog-no-watch min 'next(r for r in by("Role", "-gateway")["rules"] if "watch" in r["verbs"])["verbs"].remove("watch")'
+check_fails "gateway checks refuse the catalog ConfigMap rule in another namespace" "FAIL expect gateway-catalog=" \
+  altered catalog-elsewhere all 'by("Role", "-gateway")["metadata"]["namespace"] = "elsewhere"' --expect gateway-catalog=skill-system
 check_fails "gateway checks refuse configmaps cluster-wide" "FAIL gateway-rbac: ClusterRole: grants .*configmaps" \
   altered cluster-configmaps min 'by("ClusterRole", "-gateway")["rules"].append({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]})'
 check_fails "gateway checks refuse 2 replicas without a PDB" "FAIL gateway-pdb: 0 PodDisruptionBudgets for 2 replicas" \

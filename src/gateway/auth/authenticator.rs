@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 
 use super::cache::{Cache, Fetched, Source};
 use super::limits::{MAX_REASON_CHARS, MAX_TOKEN_BYTES, REVIEW_TIMEOUT};
-use super::{permission, AuthConfig, AuthError, ANONYMOUS_GROUP, ANONYMOUS_USER};
+use super::{cluster_wide, permission, AuthConfig, AuthError, ANONYMOUS_GROUP, ANONYMOUS_USER};
 use crate::mcp::error::ToolError;
 use crate::mcp::executor::Caller;
 use crate::mcp::state::{Action, Authorize};
@@ -143,15 +143,17 @@ impl Authenticator {
     }
 
     /// Whether `caller` may do `action` in `namespace` (the permission
-    /// [`permission`] names), by SubjectAccessReview.
+    /// [`permission`] names), by SubjectAccessReview; a [`cluster_wide`]
+    /// action is asked without a namespace.
     pub async fn authorize_action(&self, caller: &Caller, namespace: &str, action: Action) -> Result<(), AuthError> {
         let (verb, resource) = permission(action);
+        let namespace = if cluster_wide(action) { "" } else { namespace };
         self.authorize(caller, namespace, verb, resource).await
     }
 
     /// Whether `caller` may `verb` the `resource` (of the skill-operator.dev
-    /// group) in `namespace`, by SubjectAccessReview. The anonymous caller
-    /// is asked about like any other.
+    /// group) in `namespace` (`""`: cluster-wide), by SubjectAccessReview.
+    /// The anonymous caller is asked about like any other.
     pub async fn authorize(&self, caller: &Caller, namespace: &str, verb: &str, resource: &str) -> Result<(), AuthError> {
         let key = DecisionKey { caller: caller.clone(), namespace: namespace.into(), verb: verb.into(), resource: resource.into() };
         let (decision, source) = self.inner.decisions.get_or_fetch(&key, || self.review_access(&key)).await;
@@ -213,7 +215,8 @@ impl Authenticator {
                 extra: Some(caller.extra.clone()),
                 resource_attributes: Some(ResourceAttributes {
                     group: Some(crate::api::GROUP.to_string()),
-                    namespace: Some(key.namespace.clone()),
+                    // Empty: cluster-wide, as the API server reads it.
+                    namespace: Some(key.namespace.clone()).filter(|n| !n.is_empty()),
                     verb: Some(key.verb.clone()),
                     resource: Some(key.resource.clone()),
                     ..ResourceAttributes::default()

@@ -126,6 +126,15 @@ fn forbidden_message(user: &str, verb: &str, resource: &str, namespace: &str, re
     };
     let role = format!("skill-{verb}-{resource}");
     let why = if reason.is_empty() { String::new() } else { format!(" ({reason})") };
+    // No namespace: the permission is asked cluster-wide, so only a
+    // ClusterRole bound by a ClusterRoleBinding grants it.
+    if namespace.is_empty() {
+        return format!(
+            "{user} may not {verb} {resource}.{group} cluster-wide{why}. To allow it, an administrator can run: \
+             kubectl create clusterrole {role} --verb={verb} --resource={resource}.{group} && \
+             kubectl create clusterrolebinding {role} --clusterrole={role} {subject}"
+        );
+    }
     format!(
         "{user} may not {verb} {resource}.{group} in namespace {namespace}{why}. To allow it, an administrator can run: \
          kubectl create role {role} -n {namespace} --verb={verb} --resource={resource}.{group} && \
@@ -165,6 +174,24 @@ mod tests {
             message.starts_with("alice@example.com may not get skillbindings.skill-operator.dev in namespace a (no RBAC policy matched).")
         );
         assert!(message.ends_with("--user=alice@example.com"), "{message}");
+    }
+
+    #[test]
+    fn a_cluster_wide_denial_names_the_cluster_role_to_add() {
+        let err = AuthError::Forbidden {
+            user: "system:serviceaccount:team:agent".into(),
+            verb: "create".into(),
+            resource: "skillpackages".into(),
+            namespace: String::new(),
+            reason: String::new(),
+        };
+        assert_eq!(
+            err.to_string(),
+            "system:serviceaccount:team:agent may not create skillpackages.skill-operator.dev cluster-wide. To allow it, \
+             an administrator can run: kubectl create clusterrole skill-create-skillpackages --verb=create \
+             --resource=skillpackages.skill-operator.dev && kubectl create clusterrolebinding skill-create-skillpackages \
+             --clusterrole=skill-create-skillpackages --serviceaccount=team:agent"
+        );
     }
 
     #[test]

@@ -81,6 +81,9 @@ pub const SKILLBINDINGS: &str = "skillbindings";
 /// The resource whose `create`/`get`/`delete` let a caller run, read and
 /// delete jobs.
 pub const SKILLJOBS: &str = "skilljobs";
+/// The (cluster-scoped) resource whose `create` lets a caller search the
+/// catalog: who may install a skill may look for one to install.
+pub const SKILLPACKAGES: &str = "skillpackages";
 
 /// The Kubernetes verb and resource (in [`crate::api::GROUP`]) an action
 /// needs in the namespace it is done in: what the SubjectAccessReview asks
@@ -91,7 +94,16 @@ pub fn permission(action: Action) -> (&'static str, &'static str) {
         Action::Run => ("create", SKILLJOBS),
         Action::ReadJobs => ("get", SKILLJOBS),
         Action::DeleteJobs => ("delete", SKILLJOBS),
+        Action::SearchCatalog => ("create", SKILLPACKAGES),
     }
+}
+
+/// Whether `action` is asked about cluster-wide (a SubjectAccessReview
+/// without a namespace) rather than in the path's namespace: the catalog
+/// is the cluster's, and what it leads to (a SkillPackage) is
+/// cluster-scoped.
+pub fn cluster_wide(action: Action) -> bool {
+    matches!(action, Action::SearchCatalog)
 }
 
 /// How the gateway authenticates and authorizes.
@@ -357,5 +369,11 @@ mod config_tests {
         assert_eq!(permission(Action::Run), ("create", "skilljobs"));
         assert_eq!(permission(Action::ReadJobs), ("get", "skilljobs"));
         assert_eq!(permission(Action::DeleteJobs), ("delete", "skilljobs"));
+        assert_eq!(SKILLPACKAGES, crate::api::SkillPackage::plural(&()));
+        assert_eq!(permission(Action::SearchCatalog), ("create", "skillpackages"));
+        assert!(cluster_wide(Action::SearchCatalog));
+        for namespaced in [Action::ReadSkills, Action::Run, Action::ReadJobs, Action::DeleteJobs] {
+            assert!(!cluster_wide(namespaced), "{namespaced:?}");
+        }
     }
 }

@@ -280,6 +280,28 @@ async fn every_action_is_one_access_review_with_the_whole_caller() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn searching_the_catalog_is_asked_cluster_wide_from_any_namespace() {
+    let (auth, mut handle) = authenticator(AuthConfig::default());
+    let caller = agent();
+    let mut cluster_wide = access_review_body(&caller, "", "create", "skillpackages");
+    cluster_wide["spec"]["resourceAttributes"].as_object_mut().unwrap().remove("namespace");
+    let team = auth.namespace_authorizer("team");
+    let (denied, ()) = tokio::join!(team.authorize(&caller, Action::SearchCatalog), async {
+        let (path, body, send) = next(&mut handle).await;
+        assert_eq!(path, ACCESS_REVIEWS);
+        assert_eq!(body, cluster_wide, "no namespace: the review is cluster-wide");
+        send.send_response(access(false, ""));
+    });
+    let err = denied.unwrap_err();
+    assert_eq!(err.code, crate::mcp::error::codes::FORBIDDEN);
+    assert!(err.message.contains("may not create skillpackages.skill-operator.dev cluster-wide"), "{}", err.message);
+    assert!(err.message.contains("kubectl create clusterrole skill-create-skillpackages"), "{}", err.message);
+    // One answer for every namespace's path: it is the same question.
+    assert!(auth.namespace_authorizer("elsewhere").authorize(&caller, Action::SearchCatalog).await.is_err());
+    assert_no_request(&mut handle).await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_denial_names_the_verb_and_resource_and_is_kept_briefly() {
     let (auth, mut handle) = authenticator(AuthConfig::default());
     let authorizer = auth.namespace_authorizer("team");
