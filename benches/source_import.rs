@@ -11,6 +11,7 @@
 //!   all skills in `status.skills` (fetched, cut, pushed, SkillPackages made);
 //! - all Ready: to the moment every one of its SkillPackages is Ready (each
 //!   pulled back and checked by the package reconciler).
+//!
 //! Then it deletes the round's packages and waits until they are gone. Peak
 //! controller memory is its VmHWM at the end of all rounds.
 //!

@@ -379,7 +379,7 @@ async fn push(
 ) -> Result<String, crate::oci::OciError> {
     let reference = format!("{}/{source}/{}:{}", target.repository.trim_end_matches('/'), slug(&skill.name), short(commit));
     // The config was made from this very archive by the snapshot.
-    Ok(registry.push_checked(&reference, &skill.archive, &skill.config, BTreeMap::new()).await?)
+    registry.push_checked(&reference, &skill.archive, &skill.config, BTreeMap::new()).await
 }
 
 /// Creates the SkillPackage for `sourced` (one that exists is left as it is).
