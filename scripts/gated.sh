@@ -75,7 +75,7 @@ if [[ -n "${KUBECONFIG:-}" ]]; then
   K="${KUBECTL:-$(command -v kubectl || echo "$TEST_DEPS/bin/kubectl")}"
   "$K" apply --server-side --force-conflicts --field-manager=skill-operator-tests -f "$ROOT/crds/" >/dev/null
   "$K" wait --for condition=established --timeout=60s \
-    crd/skillpackages.skill-operator.dev crd/skillbindings.skill-operator.dev crd/skilljobs.skill-operator.dev >/dev/null
+    crd/skillpackages.skill-operator.dev crd/skillbindings.skill-operator.dev crd/skilljobs.skill-operator.dev crd/skillsources.skill-operator.dev >/dev/null
   echo "gated: the CRDs of crds/ are applied to the cluster"
 fi
 
@@ -89,7 +89,7 @@ suite() {
     exit 1
   fi
 }
-for s in envtest envtest_egress envtest_cilium envtest_traces envtest_sources gateway_auth gateway_catalog gateway_executor cluster_prepare; do suite "$s"; done
+for s in envtest envtest_egress envtest_cilium envtest_traces envtest_sources envtest_catalog gateway_auth gateway_catalog gateway_executor cluster_prepare; do suite "$s"; done
 bash "$ROOT/tests/chart/cluster_rbac.sh"
 SKILLJOBS="${GATED_BENCH_SKILLJOBS:-100}" cargo bench --locked --bench controller_throughput 2>&1 | tail -n 20
 bash "$ROOT/tests/kind/run.sh"

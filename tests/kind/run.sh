@@ -117,6 +117,7 @@ cleanup() {
   [[ -n "${EGRESS_PROXY_PID:-}" ]] && kill "$EGRESS_PROXY_PID" 2>/dev/null
   [[ -n "${POLICY_WATCH_PID:-}" ]] && kill "$POLICY_WATCH_PID" 2>/dev/null
   [[ -n "${OTLP_PID:-}" ]] && kill "$OTLP_PID" 2>/dev/null
+  [[ -n "${GIT_DAEMON_PID:-}" ]] && kill "$GIT_DAEMON_PID" 2>/dev/null
   if [[ "${KEEP:-}" != 1 ]]; then
     "$HELM" uninstall "$RELEASE" -n "$OPNS" >/dev/null 2>&1
     "$KUBECTL" delete namespace "$OPNS" --wait=false >/dev/null 2>&1
@@ -180,7 +181,7 @@ helm_args=(--set "image.repository=$IMAGE_REGISTRY/skill-operator" --set "image.
 [[ -z "$GATEWAY_CLUSTER_IP" ]] && helm_args+=(--set gateway.enabled=false)
 # CRDs another suite applied on this cluster (envtest-style tests apply them
 # directly) are adopted by the release instead of failing the install.
-for crd in skillpackages skillbindings skilljobs; do
+for crd in skillpackages skillbindings skilljobs skillsources; do
   if "$KUBECTL" get crd "$crd.skill-operator.dev" >/dev/null 2>&1; then
     "$KUBECTL" label crd "$crd.skill-operator.dev" app.kubernetes.io/managed-by=Helm --overwrite >/dev/null
     "$KUBECTL" annotate crd "$crd.skill-operator.dev" meta.helm.sh/release-name="$RELEASE" meta.helm.sh/release-namespace="$OPNS" --overwrite >/dev/null
@@ -259,6 +260,37 @@ check "bind csv-stats (python)" bind "$ROOT/config/samples/skills/csv-stats" pyt
 check "bind json-pretty (node)" bind "$ROOT/config/samples/skills/json-pretty" node "$NODE" scripts/pretty.js
 check "bind word-count (bash)" bind "$ROOT/config/samples/skills/word-count" bash "$BASH_PATH" scripts/wc.sh
 check "bind e2e-sleep (bash)" bind "$ROOT/tests/kind/skills/e2e-sleep" bash "$BASH_PATH" scripts/sleep.sh
+
+# A SkillSource on the real cluster: the chart's controller fetches a git
+# repository served by `git daemon` at the pod gateway, pushes one package
+# per skill to the artifact registry and makes them Ready SkillPackages.
+source_repo() {
+  local repo="$WORK/git/samples" port="${GIT_PORT:-19418}"
+  mkdir -p "$repo/skills" && cp -r "$ROOT/config/samples/skills/csv-stats" "$ROOT/config/samples/skills/word-count" "$repo/skills/" || return 1
+  git -C "$repo" init -q -b main && git -C "$repo" add . \
+    && git -C "$repo" -c user.name=t -c user.email=t@example.invalid commit -q -m samples || return 1
+  git daemon --export-all --reuseaddr --listen="$POD_GW" --port="$port" --base-path="$WORK/git" "$WORK/git" >/dev/null 2>&1 &
+  GIT_DAEMON_PID=$!
+  for _ in $(seq 50); do (exec 3<>"/dev/tcp/$POD_GW/$port") 2>/dev/null && break; sleep 0.1; done
+  "$KUBECTL" apply -f - >/dev/null <<YAML || return 1
+apiVersion: skill-operator.dev/v1alpha1
+kind: SkillSource
+metadata: { name: e2e-samples$PKG_SUFFIX }
+spec:
+  git: { url: "git://$POD_GW:$port/samples", ref: main }
+YAML
+  "$KUBECTL" wait --for=condition=Ready "skillsource/e2e-samples$PKG_SUFFIX" --timeout=120s >/dev/null || {
+    "$KUBECTL" get skillsource "e2e-samples$PKG_SUFFIX" -o yaml | sed -n '/^status:/,$p'; return 1; }
+  local commit want
+  commit="$("$KUBECTL" get skillsource "e2e-samples$PKG_SUFFIX" -o jsonpath='{.status.commit}')"
+  want="$(git -C "$repo" rev-parse main)"
+  [[ "$commit" == "$want" ]] || { echo "status.commit $commit, git rev-parse $want"; return 1; }
+  [[ "$("$KUBECTL" get skillsource "e2e-samples$PKG_SUFFIX" -o jsonpath='{.status.skillCount}')" == 2 ]] || return 1
+  "$KUBECTL" wait --for=condition=Ready skillpackage -l "skill-operator.dev/source=e2e-samples$PKG_SUFFIX" --timeout=120s >/dev/null || return 1
+  [[ "$("$KUBECTL" get skillpackage -l "skill-operator.dev/source=e2e-samples$PKG_SUFFIX" -o jsonpath='{.items[*].status.skillName}')" == "csv-stats word-count" ]]
+}
+check "a SkillSource (git daemon at the pod gateway) becomes one Ready SkillPackage per skill, pinned to the commit" source_repo
+"$KUBECTL" delete skillsource "e2e-samples$PKG_SUFFIX" --ignore-not-found --wait=false >/dev/null 2>&1
 
 # ------------------------------------------------------------ artifact reads
 KEY="$("$KUBECTL" -n "$OPNS" get secret "$RELEASE-skill-operator-token-key" -o jsonpath='{.data.token-key}' | base64 -d)"
