@@ -22,6 +22,8 @@
 mod harness;
 #[path = "../tests/oci/common.rs"]
 mod oci_common;
+#[path = "../tests/source/repo.rs"]
+mod repo_support;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -61,38 +63,26 @@ fn env_or(name: &str, default: usize) -> usize {
 /// reference file that name the round.
 fn repository(dir: &Path, skills: usize, rounds: usize) {
     assert!(Command::new("git").args(["init", "-q", "--bare"]).arg(dir).status().unwrap().success());
-    let mut child = Command::new("git")
-        .current_dir(dir)
-        .args(["fast-import", "--quiet"])
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        use std::io::Write;
-        let mut w = std::io::BufWriter::new(child.stdin.take().unwrap());
-        let inline = |w: &mut dyn Write, path: &str, text: &str| {
+    repo_support::fast_import(dir, |w| {
+        let inline = |w: &mut dyn std::io::Write, path: &str, text: &str| {
             writeln!(w, "M 100644 inline {path}\ndata {}\n{text}", text.len()).unwrap();
         };
         for round in 0..rounds {
             writeln!(w, "commit refs/heads/r{round}\ncommitter t <t@example.invalid> 1767225600 +0000\ndata 1\nx").unwrap();
-            inline(&mut w, "LICENSE", "MIT License\n");
+            inline(w, "LICENSE", "MIT License\n");
             for i in 0..skills {
                 let name = format!("skill-{i:04}");
                 let dir = format!("skills/cat-{}/{name}", i % 12);
                 let md = format!(
                     "---\nname: {name}\ndescription: Skill {i} of the import benchmark, round {round}. Use it when asked about {name}.\nlicense: MIT\n---\n# {name}\n\nRun `scripts/run.py`.\n"
                 );
-                inline(&mut w, &format!("{dir}/SKILL.md"), &md);
-                inline(&mut w, &format!("{dir}/scripts/run.py"), &format!("print('{name} {round}')\n"));
-                inline(&mut w, &format!("{dir}/references/notes.md"), &format!("{}\n", "notes ".repeat(200)));
+                inline(w, &format!("{dir}/SKILL.md"), &md);
+                inline(w, &format!("{dir}/scripts/run.py"), &format!("print('{name} {round}')\n"));
+                inline(w, &format!("{dir}/references/notes.md"), &format!("{}\n", "notes ".repeat(200)));
             }
             writeln!(w).unwrap();
         }
-        w.flush().unwrap();
-    }
-    assert!(child.wait().unwrap().success(), "git fast-import failed");
+    });
 }
 
 async fn wait_for<T, F, Fut>(mut probe: F, what: &str, limit: Duration) -> T

@@ -4,6 +4,10 @@
 //! refresh keeps the previous catalog when the new one is unusable, search
 //! ranking and filtering, show and install, and the embedded snapshot.
 
+#[path = "source/repo.rs"]
+mod repo_support;
+use repo_support::git;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -14,26 +18,6 @@ use skill_operator::catalog::model::{Catalog, MAX_ENTRIES};
 use skill_operator::catalog::store;
 
 const BIN: &str = env!("CARGO_BIN_EXE_skill-operator");
-
-/// Runs git in `dir` with a fixed identity and dates and no user or system
-/// configuration; returns stdout, trimmed.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-        .env("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
-        .env("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z")
-        .output()
-        .expect("git runs");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
 
 /// A repository at `dir` with these files in one commit; its commit id.
 fn repo(dir: &Path, files: &[(&str, &str)]) -> String {

@@ -20,6 +20,10 @@
 //!
 //! SKIPPED without KUBEBUILDER_ASSETS, docker-registry or git daemon.
 
+#[path = "source/repo.rs"]
+mod repo_support;
+use repo_support::{git, write};
+
 #[path = "oci/common.rs"]
 mod common;
 #[path = "envtest/harness.rs"]
@@ -42,30 +46,6 @@ use skill_operator::controller::resolver::OciResolver;
 use skill_operator::controller::source::SourceTarget;
 
 const GIT_DAEMON: &str = "/usr/lib/git-core/git-daemon";
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-        .env("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
-        .env("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z")
-        .output()
-        .expect("git runs");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
-fn write(root: &Path, rel: &str, text: &str) {
-    let path = root.join(rel);
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, text).unwrap();
-}
 
 fn skill(name: &str, extra: &str) -> String {
     format!("---\nname: {name}\ndescription: the {name} skill{extra}\n---\nUse it.\n")

@@ -4,6 +4,10 @@
 //! symlinks, submodules and LFS pointers are refused entries, caps hold at
 //! their edge, and a git push gives the digest of a plain checkout's push.
 
+#[path = "source/repo.rs"]
+mod repo_support;
+use repo_support::{fast_import, git, write};
+
 #[path = "oci/common.rs"]
 mod common;
 
@@ -14,32 +18,6 @@ use skill_operator::core::paths::RelPath;
 use skill_operator::source::git::{self, Caps, GitRef, GitSourceError};
 
 const BIN: &str = env!("CARGO_BIN_EXE_skill-operator");
-
-/// Runs git in `dir` with a fixed identity and dates and no user or system
-/// configuration; returns stdout, trimmed.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-        .env("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
-        .env("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z")
-        .output()
-        .expect("git runs");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
-fn write(root: &Path, rel: &str, text: &str) {
-    let path = root.join(rel);
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, text).unwrap();
-}
 
 const SKILL_MD: &str = "---\nname: demo\ndescription: a demo skill\n---\nHello.\n";
 
@@ -359,24 +337,6 @@ async fn package_push_from_git_equals_a_push_of_a_plain_checkout() {
     git(&checkout, &["checkout", "-q", "v1"]);
     let (from_dir, _) = push(&[checkout.join("skills/demo").to_str().unwrap(), "--tag", "dir"], &host);
     assert_eq!(from_git, from_dir, "a git push and a checkout push differ");
-}
-
-/// Writes `script` to `git fast-import` in `repo` (fixed identity and date).
-fn fast_import(repo: &Path, script: impl FnOnce(&mut dyn std::io::Write)) {
-    let mut child = Command::new("git")
-        .current_dir(repo)
-        .args(["fast-import", "--quiet"])
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        let mut stdin = std::io::BufWriter::new(child.stdin.take().unwrap());
-        script(&mut stdin);
-        std::io::Write::flush(&mut stdin).unwrap();
-    }
-    assert!(child.wait().unwrap().success(), "git fast-import failed");
 }
 
 /// The hostile repositories a SkillSource may be pointed at, at full size:
