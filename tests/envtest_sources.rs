@@ -41,9 +41,9 @@ use serde_json::json;
 use skill_operator::api::source::{SkillSource, APPROVE_ANNOTATION, REFRESH_ANNOTATION, SOURCE_LABEL};
 use skill_operator::api::{SkillBinding, SkillPackage};
 use skill_operator::controller::context::Context;
+use skill_operator::controller::context::SourceTarget;
 use skill_operator::controller::metrics::Metrics;
 use skill_operator::controller::resolver::OciResolver;
-use skill_operator::controller::source::SourceTarget;
 
 const GIT_DAEMON: &str = "/usr/lib/git-core/git-daemon";
 

@@ -115,6 +115,22 @@ pub struct EgressProxyTarget {
     pub cilium_fqdn_policy: Option<super::cilium::state::CiliumPolicyConfig>,
 }
 
+/// Where the controller pushes the packages it cuts from SkillSources.
+#[derive(Debug, Clone)]
+pub struct SourceTarget {
+    /// `HOST[:PORT]/REPO`: a skill's package is `<repo>/<source>/<skill>:<commit>`.
+    pub repository: String,
+    /// Plain-HTTP registries and credentials (the built-in store's operator one).
+    pub options: crate::oci::RegistryOptions,
+}
+
+impl SourceTarget {
+    /// Whether the repository is reached over plain HTTP (its SkillPackages say so).
+    pub fn insecure(&self) -> bool {
+        crate::oci::registry_of(&self.repository).is_ok_and(|r| self.options.plain_http.contains(&r))
+    }
+}
+
 /// Shared reconciler state.
 #[derive(Clone)]
 pub struct Context {
@@ -136,7 +152,7 @@ pub struct Context {
     pub audit: crate::audit::Audit,
     /// Where SkillSource packages are pushed (`None`: sources are fetched
     /// and reported, and say they cannot publish).
-    pub sources: Option<Arc<super::source::SourceTarget>>,
+    pub sources: Option<Arc<SourceTarget>>,
 }
 
 impl Context {
@@ -166,7 +182,7 @@ impl Context {
     }
 
     /// Where SkillSource packages are pushed.
-    pub fn with_sources(mut self, target: super::source::SourceTarget) -> Self {
+    pub fn with_sources(mut self, target: SourceTarget) -> Self {
         self.sources = Some(Arc::new(target));
         self
     }

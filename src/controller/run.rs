@@ -406,7 +406,7 @@ fn source_target(
     store: Option<&crate::artifacts::operator::StoreAccess>,
     plain_http: &[String],
     auths: &[(String, crate::oci::Auth)],
-) -> anyhow::Result<super::source::SourceTarget> {
+) -> anyhow::Result<super::context::SourceTarget> {
     let mut options = crate::oci::RegistryOptions { plain_http: plain_http.to_vec(), credentials: auths.to_vec(), ..Default::default() };
     if let Some(store) = store {
         if store.plain_http {
@@ -422,7 +422,7 @@ fn source_target(
         (None, Some(store)) => format!("{}/sources", store.registry),
         (None, None) => anyhow::bail!("--artifact-endpoint is not a URL with a host, so there is no default --source-repository; give one"),
     };
-    Ok(super::source::SourceTarget { repository, options })
+    Ok(super::context::SourceTarget { repository, options })
 }
 
 /// Run every controller until shutdown, the metrics endpoint under the default bounds.

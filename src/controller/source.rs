@@ -21,7 +21,7 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
-use super::context::{apply_status, Context, Error, Result};
+use super::context::{apply_status, Context, Error, Result, SourceTarget};
 use crate::api::conditions::set_condition;
 use crate::api::package::{OciSource, PackageSource, SkillPackage, SkillPackageSpec};
 use crate::api::source::{
@@ -42,21 +42,6 @@ const PUBLISH_CONCURRENCY: usize = 8;
 /// The user sent with a Secret's token when it names none (GitHub's and
 /// most forges' convention for tokens).
 const TOKEN_USER: &str = "x-access-token";
-
-/// Where the controller pushes the packages it cuts from sources.
-#[derive(Debug, Clone)]
-pub struct SourceTarget {
-    /// `HOST[:PORT]/REPO`: a skill's package is `<repo>/<source>/<skill>:<commit>`.
-    pub repository: String,
-    /// Plain-HTTP registries and credentials (the built-in store's operator one).
-    pub options: crate::oci::RegistryOptions,
-}
-
-impl SourceTarget {
-    fn insecure(&self) -> bool {
-        crate::oci::registry_of(&self.repository).is_ok_and(|r| self.options.plain_http.contains(&r))
-    }
-}
 
 /// What a reconcile does next: the decision alone, from the object and the
 /// time, so it is tested without an API server.

@@ -18,7 +18,8 @@
 //! allows it) are fetched into a temporary bare repository with gix's
 //! blocking client, again with isolated options. A private repository's
 //! token goes into that fetch's in-memory `http.extraHeader`, so it is sent
-//! to the URL's own host only (reqwest drops it on a redirect to another).
+//! to the URL's own host only: gix refuses to follow any redirect of a
+//! request that carries configured headers.
 //! `ssh://` is refused (see docs/design.md).
 
 use std::path::{Path, PathBuf};
