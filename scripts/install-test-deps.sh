@@ -3,7 +3,7 @@
 # (well under a second) when everything is already in place. Run as root on
 # Debian. Only target/ (gitignored) is written inside the repository.
 #
-#   apt:    bubblewrap, docker-registry (installed, never started), skopeo, umoci, chromium,
+#   apt:    bubblewrap, git, docker-registry (installed, never started), skopeo, umoci, chromium,
 #           npm and nodejs when missing, python3-venv
 #           (only when the chosen python cannot create a venv with pip)
 #   python: target/test-deps/venv  <- tests/requirements.txt (pytest, mcp, kubernetes-validate)
@@ -49,6 +49,9 @@ need_pkg() {
   [[ "$status" == "install ok installed" ]] || apt_missing+=("$1")
 }
 need_pkg bubblewrap
+# The git suites make repositories with the git CLI and serve them with
+# `git daemon` and `git http-backend` (both in Debian's git).
+need_pkg git
 need_pkg docker-registry
 need_pkg skopeo
 need_pkg umoci

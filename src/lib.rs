@@ -16,6 +16,7 @@ pub mod cli;
 pub mod controller;
 pub mod core;
 pub mod docs;
+pub mod download;
 pub mod egress;
 pub mod gated;
 pub mod gateway;

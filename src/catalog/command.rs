@@ -213,13 +213,7 @@ async fn refresh_command(args: &RefreshArgs) -> anyhow::Result<()> {
     };
     let previous = describe_previous(&local);
     let catalog = refresh::refresh(&args.from, &local).await.with_context(|| format!("refresh failed; {previous} stays in use"))?;
-    println!(
-        "refreshed {}: {} entries from {} repositories, built {}",
-        local.describe(),
-        catalog.entries.len(),
-        catalog.repositories.len(),
-        catalog.built
-    );
+    println!("refreshed {}: {}", local.describe(), summary(&catalog));
     Ok(())
 }
 
@@ -238,14 +232,13 @@ async fn refresh_cluster_command(args: &RefreshArgs) -> anyhow::Result<()> {
         anyhow::Ok(catalog)
     };
     let catalog = written.await.with_context(|| format!("refresh failed; {previous} stays in use"))?;
-    println!(
-        "refreshed {}: {} entries from {} repositories, built {}; the gateway serves it once its watch sees it",
-        cluster.describe(),
-        catalog.entries.len(),
-        catalog.repositories.len(),
-        catalog.built
-    );
+    println!("refreshed {}: {}; the gateway serves it once its watch sees it", cluster.describe(), summary(&catalog));
     Ok(())
+}
+
+/// A refreshed catalog in one line.
+fn summary(catalog: &Catalog) -> String {
+    format!("{} entries from {} repositories, built {}", catalog.entries.len(), catalog.repositories.len(), catalog.built)
 }
 
 /// What is in use before a refresh, for its failure message.

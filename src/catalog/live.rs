@@ -51,9 +51,11 @@ pub struct LiveCatalog {
 }
 
 impl LiveCatalog {
-    /// Serving the embedded snapshot until a cluster catalog loads.
+    /// Serving the embedded snapshot until a cluster catalog loads. It is
+    /// judged as "no ConfigMap" already, so the watch's first list finding
+    /// none does not inflate and index the snapshot a second time.
     pub fn from_snapshot() -> Result<LiveCatalog, CatalogError> {
-        Ok(LiveCatalog { current: ArcSwap::from_pointee(snapshot_active()?), judged: Mutex::new(None) })
+        Ok(LiveCatalog { current: ArcSwap::from_pointee(snapshot_active()?), judged: Mutex::new(Some(String::new())) })
     }
 
     /// The catalog to answer one call from.
@@ -126,6 +128,7 @@ mod tests {
         let live = LiveCatalog::from_snapshot().unwrap();
         let snapshot_entries = entries(&live);
         assert_eq!(live.load().origin, Origin::Snapshot);
+        assert_eq!(live.apply(None), Applied::Unchanged, "start-up's list finding none does not index the snapshot again");
         assert_eq!(live.apply(Some(&cm(&["pdf", "xlsx"], "1"))), Applied::Loaded);
         assert_eq!(entries(&live), 2);
         assert_eq!(live.load().origin.to_string(), "ConfigMap ops/skill-operator-catalog");

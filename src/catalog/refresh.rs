@@ -74,35 +74,14 @@ pub async fn read(from: &str) -> Result<Vec<u8>, RefreshError> {
 
 /// GET `url` through the crate's TLS setup, reading at most the cap.
 async fn download(url: &str) -> Result<Vec<u8>, RefreshError> {
-    let failed = |e: reqwest::Error| RefreshError::Download { url: url.into(), detail: tls_detail(e) };
-    let client = crate::tls::reqwest_builder().timeout(REFRESH_TIMEOUT).build().map_err(failed)?;
-    let mut response = client.get(url).send().await.map_err(failed)?;
-    if !response.status().is_success() {
-        return Err(RefreshError::Status { url: url.into(), status: response.status().as_u16() });
-    }
-    if response.content_length().is_some_and(|n| n > MAX_CATALOG_BYTES) {
-        return Err(RefreshError::TooLarge { from: url.into() });
-    }
-    let mut bytes = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(failed)? {
-        bytes.extend_from_slice(&chunk);
-        if bytes.len() as u64 > MAX_CATALOG_BYTES {
-            return Err(RefreshError::TooLarge { from: url.into() });
-        }
-    }
-    Ok(bytes)
-}
-
-/// The error with its causes, and why TLS cannot work on a machine without a CA bundle.
-fn tls_detail(e: reqwest::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(&e);
-    while let Some(cause) = source {
-        text.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    if !crate::tls::system_roots() {
-        text.push_str(&format!(" ({})", crate::tls::NO_ROOTS));
-    }
-    text
+    use crate::download::{self, DownloadError};
+    let client = crate::tls::reqwest_builder()
+        .timeout(REFRESH_TIMEOUT)
+        .build()
+        .map_err(|e| RefreshError::Download { url: url.into(), detail: download::describe(&e) })?;
+    download::capped(&client, url, MAX_CATALOG_BYTES).await.map_err(|e| match e {
+        DownloadError::Request(detail) => RefreshError::Download { url: url.into(), detail },
+        DownloadError::Status(status) => RefreshError::Status { url: url.into(), status: status.as_u16() },
+        DownloadError::TooLarge(_) => RefreshError::TooLarge { from: url.into() },
+    })
 }

@@ -135,7 +135,7 @@ async fn resolve(pkg: &SkillPackage, ctx: &Context) -> Result<PackageFacts, Reso
 /// the name its path gave (`document-skills/xlsx` is `xlsx`), whatever its
 /// SKILL.md says.
 fn source_leaf(served: &str) -> Result<String, String> {
-    let leaf = served.rsplit('/').next().unwrap_or(served);
+    let leaf = crate::core::spec::leaf_name(served);
     crate::core::spec::servable_name(leaf).map_err(|why| format!("the source's skill name {served:?} cannot be served: it {why}"))?;
     Ok(leaf.to_string())
 }

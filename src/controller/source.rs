@@ -78,7 +78,7 @@ pub fn next_step(src: &SkillSource, now: i64) -> Step {
     if policy == UpdatePolicy::Manual {
         return Step::Wait(None);
     }
-    let interval = src.spec.check_interval_seconds.map_or(DEFAULT_CHECK_INTERVAL, |s| Duration::from_secs(s.into()));
+    let interval = check_interval(src);
     let last = status.checked_at.as_deref().and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok()).map_or(0, |t| t.as_second());
     let due = last.saturating_add(interval.as_secs() as i64);
     if now >= due {
@@ -142,11 +142,14 @@ async fn apply(src: &SkillSource, ctx: &Context) -> Result<Action> {
     })
 }
 
+/// How often `Check` and `Auto` look for a newer commit.
+fn check_interval(src: &SkillSource) -> Duration {
+    src.spec.check_interval_seconds.map_or(DEFAULT_CHECK_INTERVAL, |s| Duration::from_secs(s.into()))
+}
+
+/// When to look again after a fetch: never by the clock under `Manual`.
 fn interval_of(src: &SkillSource) -> Option<Duration> {
-    match src.spec.update_policy {
-        UpdatePolicy::Manual => None,
-        _ => Some(src.spec.check_interval_seconds.map_or(DEFAULT_CHECK_INTERVAL, |s| Duration::from_secs(s.into()))),
-    }
+    (src.spec.update_policy != UpdatePolicy::Manual).then(|| check_interval(src))
 }
 
 fn short(commit: &str) -> &str {
@@ -238,31 +241,18 @@ async fn download(url: &str, insecure: bool) -> std::result::Result<Vec<u8>, Fai
         Some("http") if insecure => {}
         _ => return Err(Failure::new("InvalidSpec", format!("spec.zip.url {url:?}: give an https:// URL"), false)),
     }
-    let client = reqwest::Client::builder()
+    let client = crate::tls::reqwest_builder()
         .connect_timeout(Duration::from_secs(10))
         .timeout(Duration::from_secs(300))
         .redirect(reqwest::redirect::Policy::limited(5))
         .build()
-        .map_err(|e| Failure::new("FetchFailed", e.to_string(), true))?;
-    let response = client.get(url).send().await.map_err(|e| Failure::new("FetchFailed", format!("{url}: {e}"), true))?;
-    let status = response.status();
-    if !status.is_success() {
-        return Err(Failure::new("FetchFailed", format!("{url} answered {status}"), status.is_server_error() || status.as_u16() == 429));
-    }
-    let too_large = || Failure::new("Refused", format!("{url} is larger than {SOURCE_ZIP_BYTES} bytes, the ZIP source cap"), false);
-    if response.content_length().is_some_and(|n| n > SOURCE_ZIP_BYTES) {
-        return Err(too_large());
-    }
-    let mut bytes = Vec::new();
-    let mut body = response.bytes_stream();
-    while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|e| Failure::new("FetchFailed", format!("{url}: {e}"), true))?;
-        if bytes.len() as u64 + chunk.len() as u64 > SOURCE_ZIP_BYTES {
-            return Err(too_large());
+        .map_err(|e| Failure::new("FetchFailed", crate::download::describe(&e), true))?;
+    crate::download::capped(&client, url, SOURCE_ZIP_BYTES).await.map_err(|e| match e {
+        crate::download::DownloadError::TooLarge(cap) => {
+            Failure::new("Refused", format!("{url} is larger than {cap} bytes, the ZIP source cap"), false)
         }
-        bytes.extend_from_slice(&chunk);
-    }
-    Ok(bytes)
+        other => Failure::new("FetchFailed", format!("{url}: {other}"), other.is_transient()),
+    })
 }
 
 /// `status.available` for a newer commit; cleared when there is none.

@@ -150,6 +150,13 @@ pub fn servable_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The last segment of a served name (`document-skills/xlsx` is `xlsx`):
+/// what the frontmatter `name` is compared with, and what a SkillSource's
+/// package is served as by a binding.
+pub fn leaf_name(name: &str) -> &str {
+    name.rsplit('/').next().unwrap_or(name)
+}
+
 /// Whether a served name can be served: one [`servable_name`] segment, or
 /// (`serve --layout recursive`) several joined by `/`, each servable, 1-128
 /// characters in all. A single segment gets exactly [`servable_name`]'s

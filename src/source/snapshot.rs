@@ -130,7 +130,7 @@ pub fn take(origin: &Origin) -> Result<Snapshot, SnapshotError> {
                 }
             }
         }
-        let leaf = skill.name.rsplit('/').next().unwrap_or(&skill.name);
+        let leaf = crate::core::spec::leaf_name(&skill.name);
         let version = crate::oci::publish::version_of(&skill.frontmatter);
         let packaged = package::build_from_dir(&skill.dir)
             .and_then(|archive| SkillConfig::for_package(&archive, leaf, skill.meta.description.as_str(), version).map(|c| (archive, c)));
