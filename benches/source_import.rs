@@ -126,8 +126,8 @@ async fn main() {
     repository(&base.path().join("repo"), skills, rounds);
     let git_port = free_port();
     let _daemon = Process(
-        Command::new("git")
-            .args(["daemon", "--export-all", "--reuseaddr", "--listen=127.0.0.1", &format!("--port={git_port}")])
+        repo_support::git_daemon_command()
+            .args(["--export-all", "--reuseaddr", "--listen=127.0.0.1", &format!("--port={git_port}")])
             .arg(format!("--base-path={}", base.path().display()))
             .arg(base.path())
             .stdout(Stdio::null())

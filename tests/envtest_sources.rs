@@ -95,8 +95,8 @@ fn wait_port(port: u16) {
 
 fn git_daemon(base: &Path) -> (Server, u16) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let child = Command::new("git")
-        .args(["daemon", "--export-all", "--reuseaddr", "--listen=127.0.0.1", &format!("--port={port}")])
+    let child = repo_support::git_daemon_command()
+        .args(["--export-all", "--reuseaddr", "--listen=127.0.0.1", &format!("--port={port}")])
         .arg(format!("--base-path={}", base.display()))
         .arg(base)
         .stdout(Stdio::null())

@@ -254,8 +254,8 @@ fn a_git_daemon_url_is_fetched_shallow_and_by_commit() {
     }
     let (tmp, repo) = sample_repo();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut daemon = Command::new("git")
-        .args(["daemon", "--export-all", "--reuseaddr", "--listen=127.0.0.1", &format!("--port={port}")])
+    let mut daemon = repo_support::git_daemon_command()
+        .args(["--export-all", "--reuseaddr", "--listen=127.0.0.1", &format!("--port={port}")])
         .arg(format!("--base-path={}", tmp.path().display()))
         .arg(tmp.path())
         .stdout(Stdio::null())

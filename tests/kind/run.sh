@@ -265,13 +265,10 @@ check "bind e2e-sleep (bash)" bind "$ROOT/tests/kind/skills/e2e-sleep" bash "$BA
 # repository served by `git daemon` at the pod gateway, pushes one package
 # per skill to the artifact registry and makes them Ready SkillPackages.
 source_repo() {
-  local repo="$WORK/git/samples" port="${GIT_PORT:-19418}"
+  local repo="$WORK/git/samples" port="$GIT_PORT"
   mkdir -p "$repo/skills" && cp -r "$ROOT/config/samples/skills/csv-stats" "$ROOT/config/samples/skills/word-count" "$repo/skills/" || return 1
   git -C "$repo" init -q -b main && git -C "$repo" add . \
     && git -C "$repo" -c user.name=t -c user.email=t@example.invalid commit -q -m samples || return 1
-  git daemon --export-all --reuseaddr --listen="$POD_GW" --port="$port" --base-path="$WORK/git" "$WORK/git" >/dev/null 2>&1 &
-  GIT_DAEMON_PID=$!
-  for _ in $(seq 50); do (exec 3<>"/dev/tcp/$POD_GW/$port") 2>/dev/null && break; sleep 0.1; done
   "$KUBECTL" apply -f - >/dev/null <<YAML || return 1
 apiVersion: skill-operator.dev/v1alpha1
 kind: SkillSource
@@ -289,6 +286,13 @@ YAML
   "$KUBECTL" wait --for=condition=Ready skillpackage -l "skill-operator.dev/source=e2e-samples$PKG_SUFFIX" --timeout=120s >/dev/null || return 1
   [[ "$("$KUBECTL" get skillpackage -l "skill-operator.dev/source=e2e-samples$PKG_SUFFIX" -o jsonpath='{.items[*].status.skillName}')" == "csv-stats word-count" ]]
 }
+# The daemon runs from here, not inside `check` (a subshell), so cleanup
+# knows its pid; the program itself, since `git daemon` forks it.
+GIT_PORT="${GIT_PORT:-19418}"
+mkdir -p "$WORK/git"
+"$(git --exec-path)/git-daemon" --export-all --reuseaddr --listen="$POD_GW" --port="$GIT_PORT" --base-path="$WORK/git" "$WORK/git" >/dev/null 2>&1 &
+GIT_DAEMON_PID=$!
+for _ in $(seq 50); do (exec 3<>"/dev/tcp/$POD_GW/$GIT_PORT") 2>/dev/null && break; sleep 0.1; done
 check "a SkillSource (git daemon at the pod gateway) becomes one Ready SkillPackage per skill, pinned to the commit" source_repo
 "$KUBECTL" delete skillsource "e2e-samples$PKG_SUFFIX" --ignore-not-found --wait=false >/dev/null 2>&1
 

@@ -49,3 +49,12 @@ pub(crate) fn fast_import(repo: &Path, script: impl FnOnce(&mut dyn std::io::Wri
     }
     assert!(child.wait().unwrap().success(), "git fast-import failed");
 }
+
+/// `git daemon` as its own process: `git daemon` forks the real daemon and
+/// killing that parent left the daemon serving, so tests start the program
+/// from git's exec path directly and their kill reaches it.
+pub(crate) fn git_daemon_command() -> Command {
+    let exec_path = Command::new("git").arg("--exec-path").output().expect("git runs");
+    let dir = String::from_utf8(exec_path.stdout).unwrap().trim().to_string();
+    Command::new(Path::new(&dir).join("git-daemon"))
+}
