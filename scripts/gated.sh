@@ -77,6 +77,31 @@ if [[ -n "${KUBECONFIG:-}" ]]; then
   "$K" wait --for condition=established --timeout=60s \
     crd/skillpackages.skill-operator.dev crd/skillbindings.skill-operator.dev crd/skilljobs.skill-operator.dev crd/skillsources.skill-operator.dev >/dev/null
   echo "gated: the CRDs of crds/ are applied to the cluster"
+  # A node under disk, memory or PID pressure admits no pod: every
+  # real-cluster suite would then wait out its Jobs' deadlines and fail
+  # with nothing said about why (a CI run once found the disk 99% full).
+  # Wait for the kubelet's first report, then refuse to start with the
+  # node's own words and this machine's free space.
+  pressure=""
+  for _ in $(seq 60); do
+    ready=$("$K" get nodes -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null || true)
+    pressure=$("$K" get nodes -o jsonpath='{range .items[*]}{range .status.conditions[?(@.status=="True")]}{.type}: {.message}{"\n"}{end}{end}' 2>/dev/null | grep -E '^(Disk|Memory|PID)Pressure' || true)
+    [[ -n "$ready" && "$ready" != *False* && "$ready" != *Unknown* ]] && break
+    sleep 1
+  done
+  # The kubelet may not have said so yet on a node it has just started:
+  # the suites' registries, images and spools need a few GiB of their own.
+  avail=$(df --output=avail -BG "$H" 2>/dev/null | tail -n 1 | tr -dc 0-9)
+  if [[ -n "$avail" && "$avail" -lt "${GATED_MIN_FREE_GIB:-4}" ]]; then
+    pressure="only ${avail} GiB free where the node keeps its images and volumes (${GATED_MIN_FREE_GIB:-4} GiB needed)"
+  fi
+  if [[ -n "$pressure" ]]; then
+    echo "gated: the cluster's node admits no pods, so no real-cluster suite can run:" >&2
+    echo "$pressure" | sed 's/^/  /' >&2
+    df -h "$ROOT" "$H" 2>/dev/null | sed 's/^/  /' >&2
+    echo "  free space (or memory) on this machine, then run the tests again" >&2
+    exit 1
+  fi
 fi
 
 # suite NAME: one run of a gated cargo test; its summary lines here, the

@@ -272,12 +272,19 @@ async fn sources_publish_check_and_refuse_against_a_real_api_server() {
         "the binding Ready",
     )
     .await;
+    // The branch moves on after the check: approving the reported commit
+    // publishes that commit, not the branch's newer head.
+    write(&repo, "skills/late/SKILL.md", &skill("late", ""));
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-q", "-m", "three"]);
+    let third = git(&repo, &["rev-parse", "main"]);
     annotate(&sources, "team", APPROVE_ANNOTATION, &second).await;
     let status = harness::wait_for(
-        || async { status_of(&sources, "team").await.filter(|s| s.commit.as_deref() == Some(second.as_str())) },
+        || async { status_of(&sources, "team").await.filter(|s| s.commit.as_deref() != Some(first.as_str())) },
         "the approved commit published",
     )
     .await;
+    assert_eq!(status.commit.as_deref(), Some(second.as_str()), "exactly the approved commit is published");
     assert!(status.available.is_none());
     let names: Vec<&str> = status.skills.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["docs/pdf", "new", "tools/lint"]);
@@ -322,7 +329,7 @@ async fn sources_publish_check_and_refuse_against_a_real_api_server() {
     let status =
         harness::wait_for(|| async { status_of(&sources, "private").await.filter(|s| s.commit.is_some()) }, "the private source published")
             .await;
-    assert_eq!(status.commit.as_deref(), Some(second.as_str()));
+    assert_eq!(status.commit.as_deref(), Some(third.as_str()), "the branch's head");
     let names: Vec<&str> = status.skills.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["lint"], "a path's folder is the root the names start from");
     let log = std::fs::read_to_string(&http_log).unwrap();

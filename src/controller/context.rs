@@ -25,6 +25,11 @@ pub struct FetchedPackage {
 /// tests substitute a fixed answer.
 pub trait PackageResolver: Send + Sync {
     fn fetch<'a>(&'a self, source: &'a OciSource) -> BoxFuture<'a, Result<FetchedPackage, ResolveError>>;
+
+    /// Offers a package this controller has just pushed under `source`'s
+    /// digest-pinned reference, so resolving it later needs no pull. A
+    /// resolver that keeps nothing ignores it.
+    fn seed(&self, _source: &OciSource, _package: FetchedPackage) {}
 }
 
 /// Why a package could not be resolved into something the controller serves.

@@ -92,13 +92,17 @@ impl PinnedCache {
     }
 }
 
+fn cache_key(source: &OciSource) -> String {
+    format!("{}|{:?}|{}", source.reference, source.pull_secret, source.insecure)
+}
+
 impl PackageResolver for PinnedCache {
     fn fetch<'a>(&'a self, source: &'a OciSource) -> BoxFuture<'a, Result<FetchedPackage, ResolveError>> {
         Box::pin(async move {
             let Some((_, pinned)) = source.reference.rsplit_once('@') else {
                 return self.inner.fetch(source).await;
             };
-            let key = format!("{}|{:?}|{}", source.reference, source.pull_secret, source.insecure);
+            let key = cache_key(source);
             let cell = self.cell(&key);
             let got = cell.get_or_try_init(|| self.inner.fetch(source)).await.cloned();
             match got {
@@ -114,6 +118,17 @@ impl PackageResolver for PinnedCache {
                 }
             }
         })
+    }
+
+    /// Kept only when it is what the pin names (a SkillSource's publisher
+    /// offers the archive and manifest digest its push just returned).
+    fn seed(&self, source: &OciSource, package: FetchedPackage) {
+        if source.reference.rsplit_once('@').is_none_or(|(_, pinned)| pinned != package.digest) {
+            return;
+        }
+        // An entry already there (a pull under way or done) stays as it is.
+        let _ = self.cell(&cache_key(source)).set(package);
+        self.evict();
     }
 }
 
@@ -199,5 +214,24 @@ mod tests {
         assert_eq!(cache.kept(), vec![format!("r/skills/b@{PIN}|None|false")], "1,200 bytes kept under a 1,000-byte budget");
         cache.fetch(&a).await.unwrap();
         assert_eq!(inner.pulls.load(Ordering::SeqCst), 3, "the evicted package was not pulled again");
+    }
+
+    #[tokio::test]
+    async fn a_seeded_package_needs_no_pull_and_a_mismatched_seed_is_refused() {
+        let inner = counting(None, 10);
+        let cache = PinnedCache::new(inner.clone(), 1 << 20);
+        let seeded = source(&format!("r/skills/a@{PIN}"));
+        cache.seed(&seeded, FetchedPackage { digest: PIN.into(), archive: b"pushed".to_vec() });
+        assert_eq!(cache.fetch(&seeded).await.unwrap().archive, b"pushed");
+        assert_eq!(inner.pulls.load(Ordering::SeqCst), 0, "the seeded archive was served without a pull");
+
+        // Other content than the pin names, or a tag, is never kept.
+        let other = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
+        let wrong = source(&format!("r/skills/b@{PIN}"));
+        cache.seed(&wrong, FetchedPackage { digest: other.into(), archive: b"forged".to_vec() });
+        cache.seed(&source("r/skills/c:1"), FetchedPackage { digest: PIN.into(), archive: b"tagged".to_vec() });
+        assert_eq!(cache.kept(), vec![format!("r/skills/a@{PIN}|None|false")]);
+        assert_eq!(cache.fetch(&wrong).await.unwrap().archive, vec![0; 10], "pulled, not the refused seed");
+        assert_eq!(inner.pulls.load(Ordering::SeqCst), 1);
     }
 }

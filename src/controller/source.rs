@@ -21,7 +21,7 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
-use super::context::{apply_status, Context, Error, Result, SourceTarget};
+use super::context::{apply_status, Context, Error, FetchedPackage, Result, SourceTarget};
 use crate::api::conditions::set_condition;
 use crate::api::package::{OciSource, PackageSource, SkillPackage, SkillPackageSpec};
 use crate::api::source::{
@@ -65,8 +65,7 @@ pub fn next_step(src: &SkillSource, now: i64) -> Step {
         return Step::Publish;
     }
     if policy == UpdatePolicy::Check {
-        let approved = status.available.as_ref().is_some_and(|a| annotations.get(APPROVE_ANNOTATION) == Some(&a.commit));
-        if approved {
+        if approved_commit(src).is_some() {
             return Step::Publish;
         }
         if refresh.is_some() {
@@ -85,6 +84,16 @@ pub fn next_step(src: &SkillSource, now: i64) -> Step {
         return if policy == UpdatePolicy::Check { Step::Check } else { Step::Publish };
     }
     Step::Wait(Some(Duration::from_secs((due - now) as u64)))
+}
+
+/// The commit a `Check` source's approval names, when it is the one
+/// `status.available` reports.
+fn approved_commit(src: &SkillSource) -> Option<&str> {
+    if src.spec.update_policy != UpdatePolicy::Check {
+        return None;
+    }
+    let available = src.status.as_ref()?.available.as_ref()?;
+    (src.annotations().get(APPROVE_ANNOTATION) == Some(&available.commit)).then_some(available.commit.as_str())
 }
 
 pub async fn reconcile(src: Arc<SkillSource>, ctx: Arc<Context>) -> Result<Action> {
@@ -172,6 +181,14 @@ impl Failure {
 
 async fn fetch(src: &SkillSource, ctx: &Context) -> std::result::Result<Snapshot, Failure> {
     let origin = origin(src, ctx).await?;
+    let origin = match (origin, approved_commit(src)) {
+        // An approval publishes exactly what was reviewed, even when the
+        // branch has moved on since the check reported it.
+        (Origin::Git { source, access }, Some(commit)) => {
+            Origin::Git { source: GitRef { reference: Some(commit.to_string()), ..source }, access }
+        }
+        (other, _) => other,
+    };
     let started = Instant::now();
     let name = src.name_any();
     let snap = tokio::task::spawn_blocking(move || {
@@ -295,13 +312,23 @@ async fn publish_snapshot(src: &SkillSource, ctx: &Context, snap: &Snapshot, sta
                     // Same files as the package it already has: keep it.
                     Some(old) if old.content == skill.content => (*old).clone(),
                     _ => match push(registry, target, source, skill, &snap.commit).await {
-                        Ok(digest) => SourcedSkill {
-                            name: skill.name.clone(),
-                            path: skill.path.clone(),
-                            package: package_name(source, &skill.name, &digest),
-                            digest,
-                            content: skill.content.clone(),
-                        },
+                        Ok(digest) => {
+                            // The package reconciler resolves what was just
+                            // pushed from memory, not by pulling it back.
+                            let oci = OciSource {
+                                reference: pinned_reference(target, source, skill, &digest),
+                                pull_secret: None,
+                                insecure: target.insecure(),
+                            };
+                            ctx.resolver.seed(&oci, FetchedPackage { digest: digest.clone(), archive: skill.archive.clone() });
+                            SourcedSkill {
+                                name: skill.name.clone(),
+                                path: skill.path.clone(),
+                                package: package_name(source, &skill.name, &digest),
+                                digest,
+                                content: skill.content.clone(),
+                            }
+                        }
                         Err(e) => return Ok(Err(format!("{}: not pushed: {e:#}", skill.path))),
                     },
                 };
@@ -353,8 +380,15 @@ async fn push(
     commit: &str,
 ) -> Result<String, crate::oci::OciError> {
     let reference = format!("{}/{source}/{}:{}", target.repository.trim_end_matches('/'), slug(&skill.name), short(commit));
-    // The config was made from this very archive by the snapshot.
-    registry.push_checked(&reference, &skill.archive, &skill.config, BTreeMap::new()).await
+    // The config was made from this very archive by the snapshot. A skill
+    // whose files changed is new content: no HEAD for blobs it cannot
+    // have (sending one it has keeps one copy).
+    registry.push_checked(&reference, &skill.archive, &skill.config, BTreeMap::new(), crate::oci::Upload::Always).await
+}
+
+/// Where a source's skill is pulled from, pinned to its manifest digest.
+fn pinned_reference(target: &SourceTarget, source: &str, skill: &snapshot::PackagedSkill, digest: &str) -> String {
+    format!("{}/{source}/{}@{digest}", target.repository.trim_end_matches('/'), slug(&skill.name))
 }
 
 /// Creates the SkillPackage for `sourced` (one that exists is left as it is).
@@ -366,7 +400,7 @@ async fn ensure_package(
     skill: &snapshot::PackagedSkill,
     sourced: &SourcedSkill,
 ) -> Result<()> {
-    let reference = format!("{}/{}/{}@{}", target.repository.trim_end_matches('/'), src.name_any(), slug(&skill.name), sourced.digest);
+    let reference = pinned_reference(target, &src.name_any(), skill, &sourced.digest);
     let mut pkg = SkillPackage::new(
         &sourced.package,
         SkillPackageSpec {

@@ -62,7 +62,7 @@ impl Registry {
         let uploads = futures::stream::iter(unique)
             .map(|(digest, data)| {
                 let r = &r;
-                async move { self.upload(r, data, digest).await }
+                async move { self.upload(r, data, digest, Upload::IfMissing).await }
             })
             .buffer_unordered(CONCURRENCY)
             .collect::<Vec<_>>()
@@ -153,7 +153,7 @@ impl Registry {
         }
         self.authenticate(&r, RegistryOperation::Push).await?;
         let digest = sha256_digest(data);
-        self.upload(&r, data, &digest).await?;
+        self.upload(&r, data, &digest, Upload::IfMissing).await?;
         Ok(digest)
     }
 
@@ -175,7 +175,7 @@ impl Registry {
         }
         files.sort_by(|a, b| a.path.cmp(&b.path));
         self.authenticate(&r, RegistryOperation::Push).await?;
-        self.upload(&r, b"{}", OCI_EMPTY_DIGEST).await?;
+        self.upload(&r, b"{}", OCI_EMPTY_DIGEST, Upload::IfMissing).await?;
         self.put_manifest(&r, &file_set_manifest(files.iter().map(SetFile::descriptor).collect(), annotations)).await
     }
 

@@ -187,6 +187,17 @@ pub struct Registry {
 
 const UPLOAD_STRIPES: usize = 64;
 
+/// Whether an upload asks the repository for the blob first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upload {
+    /// HEAD first, upload only what is missing: a re-push of content the
+    /// registry likely has (the same package again, shared layers).
+    IfMissing,
+    /// Upload without asking: content that is almost surely new (a
+    /// SkillSource's changed skill at a new commit).
+    Always,
+}
+
 impl Registry {
     /// A client for `opts`. Fails only when the environment makes an HTTP
     /// client impossible (an unparsable proxy variable, say); a machine
@@ -200,6 +211,9 @@ impl Registry {
             read_timeout: Some(Duration::from_secs(120)),
             max_concurrent_upload: CONCURRENCY,
             max_concurrent_download: CONCURRENCY,
+            // Packages are at most 32 MiB and already in memory: one POST and
+            // one PUT per blob, not oci-client's default POST, PATCH, PUT.
+            use_monolithic_push: true,
             ..Default::default()
         };
         let http = crate::tls::reqwest_builder()

@@ -119,18 +119,20 @@ impl Registry {
         let owned = package.to_vec();
         let files = blocking(move || package::manifest_with(&owned, &limits)).await?;
         config.check_against(&files)?;
-        self.push_checked(reference, package, config, extra).await
+        self.push_checked(reference, package, config, extra, Upload::IfMissing).await
     }
 
     /// [`Registry::push_annotated`] for a package whose `config` was already
     /// checked against it (by this process, for the same sha256): a burst of
-    /// jobs of one package unpacks it once, not once per job.
+    /// jobs of one package unpacks it once, not once per job. `mode` says
+    /// whether its blobs are looked for before they are sent.
     pub async fn push_checked(
         &self,
         reference: &str,
         package: &[u8],
         config: &SkillConfig,
         extra: BTreeMap<String, String>,
+        mode: Upload,
     ) -> Result<String> {
         let r = parse_ref(reference)?;
         if package.len() as u64 > self.opts.limits.max_package_bytes {
@@ -145,8 +147,8 @@ impl Registry {
 
         let layer = descriptor(SKILL_LAYER_MEDIA_TYPE, package, Some(format!("{}.tar.gz", config.name)));
         let cfg = descriptor(SKILL_CONFIG_MEDIA_TYPE, &config_bytes, None);
-        self.upload(&r, package, &layer.digest).await?;
-        self.upload(&r, &config_bytes, &cfg.digest).await?;
+        self.upload(&r, package, &layer.digest, mode).await?;
+        self.upload(&r, &config_bytes, &cfg.digest, mode).await?;
 
         let mut annotations = BTreeMap::new();
         annotations.insert(ANNOTATION_TITLE.to_string(), config.name.clone());

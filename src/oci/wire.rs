@@ -41,26 +41,50 @@ impl Registry {
     /// manifest GET gets it passed). Reused for [`LOGIN_REUSE`] per
     /// repository and operation; a registry that went down is still noticed
     /// by the request that follows.
+    ///
+    /// A registry that asks an anonymous client for no login at all (its
+    /// `/v2/` sends no challenge) is remembered for the whole registry, so
+    /// pushing to many repositories (a SkillSource's one per skill) does not
+    /// ask `/v2/` once per repository.
     pub(super) async fn authenticate(&self, r: &Reference, op: RegistryOperation) -> Result<Option<String>> {
-        let key = (r.resolve_registry().to_string(), r.repository().to_string(), matches!(op, RegistryOperation::Push));
-        if let Some((at, token)) = self.logins.lock().unwrap().get(&key) {
-            if at.elapsed() < LOGIN_REUSE {
-                return Ok(token.clone());
+        let registry = r.resolve_registry().to_string();
+        let anonymous = matches!(self.auth_for(r), Auth::Anonymous);
+        let open_key = (registry.clone(), String::new(), false);
+        let key = (registry, r.repository().to_string(), matches!(op, RegistryOperation::Push));
+        {
+            let logins = self.logins.lock().unwrap();
+            let fresh = |k: &LoginKey| logins.get(k).filter(|(at, _)| at.elapsed() < LOGIN_REUSE).map(|(_, t)| t.clone());
+            if let Some(token) = fresh(&key) {
+                return Ok(token);
+            }
+            if anonymous && fresh(&open_key).is_some() {
+                return Ok(None);
             }
         }
         let token = self.client.auth(r, &self.auth_for(r).to_oci(), op).await.map_err(|e| map_oci_error(r, e))?;
-        self.logins.lock().unwrap().insert(key, (std::time::Instant::now(), token.clone()));
+        let mut logins = self.logins.lock().unwrap();
+        let now = std::time::Instant::now();
+        if anonymous && token.is_none() {
+            logins.insert(open_key, (now, None));
+        }
+        logins.insert(key, (now, token.clone()));
         Ok(token)
     }
 
-    pub(super) async fn upload(&self, r: &Reference, data: &[u8], digest: &str) -> Result<()> {
+    /// Uploads a blob in one POST and one PUT. With [`Upload::IfMissing`]
+    /// a HEAD first skips blobs the repository has; [`Upload::Always`]
+    /// saves that round trip for blobs that are almost surely new (sending
+    /// one the registry has is harmless: it keeps one copy).
+    pub(super) async fn upload(&self, r: &Reference, data: &[u8], digest: &str, mode: Upload) -> Result<()> {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         std::hash::Hash::hash(&(r.registry(), r.repository(), digest), &mut h);
         let _one_at_a_time = self.uploads[(std::hash::Hasher::finish(&h) as usize) % UPLOAD_STRIPES].lock().await;
-        match self.client.blob_exists(r, digest).await {
-            Ok(true) => return Ok(()),
-            Ok(false) => {}
-            Err(e) => tracing::debug!(error = %e, digest, "blob HEAD failed; uploading"),
+        if mode == Upload::IfMissing {
+            match self.client.blob_exists(r, digest).await {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) => tracing::debug!(error = %e, digest, "blob HEAD failed; uploading"),
+            }
         }
         self.client.push_blob(r, data.to_vec(), digest).await.map(drop).map_err(|e| map_oci_error(r, e))
     }

@@ -213,6 +213,48 @@ async fn scoped_controller(ctx: Arc<Context>, shutdown: skill_operator::shutdown
     tokio::join!(packages, bindings, jobs);
 }
 
+/// What the cluster says about a namespace's pods and the node, for a
+/// failed run's message: a run that never started (an image pull, a node
+/// under disk pressure) otherwise shows only as a passed deadline.
+pub(crate) async fn pod_story(client: &Client, ns: &str) -> String {
+    use k8s_openapi::api::core::v1::{Event, Node};
+    let mut story = String::new();
+    for pod in Api::<Pod>::namespaced(client.clone(), ns).list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default() {
+        let status = pod.status.unwrap_or_default();
+        story += &format!("\npod {}: {}", pod.metadata.name.unwrap_or_default(), status.phase.unwrap_or_default());
+        for c in status.conditions.iter().flatten().filter(|c| c.status != "True") {
+            story += &format!("; {} {}", c.type_, c.message.as_deref().unwrap_or_default());
+        }
+        for c in status.init_container_statuses.iter().flatten().chain(status.container_statuses.iter().flatten()) {
+            if let Some(w) = c.state.as_ref().and_then(|s| s.waiting.as_ref()) {
+                story += &format!(
+                    "; {} waiting: {} {}",
+                    c.name,
+                    w.reason.as_deref().unwrap_or_default(),
+                    w.message.as_deref().unwrap_or_default()
+                );
+            }
+        }
+    }
+    for e in Api::<Event>::namespaced(client.clone(), ns).list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default() {
+        if e.type_.as_deref() == Some("Warning") {
+            story += &format!("\nevent {}: {}", e.reason.unwrap_or_default(), e.message.unwrap_or_default());
+        }
+    }
+    for node in Api::<Node>::all(client.clone()).list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default() {
+        let pressed = node
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| c.type_.ends_with("Pressure") && c.status == "True");
+        for c in pressed {
+            story += &format!("\nnode {}: {} {}", node.metadata.name.clone().unwrap_or_default(), c.type_, c.message.unwrap_or_default());
+        }
+    }
+    story
+}
+
 /// Wait until the run's script container runs (a cancel must then stop a live script).
 pub(crate) async fn script_running(client: &Client, n: &Names, skilljob: &str) {
     let skilljobs: Api<SkillJob> = Api::namespaced(client.clone(), n.a.as_str());
@@ -396,7 +438,9 @@ pub(crate) async fn runs_on_the_real_cluster() {
             .expect("the run ended within 300 s")
             .expect("the run's report");
     let stdout = String::from_utf8_lossy(&report.stdout);
-    assert_eq!(report.record.state, JobState::Succeeded, "{report:?}");
+    if report.record.state != JobState::Succeeded {
+        panic!("the run ended {:?}: {report:?}{}", report.record.state, pod_story(&client, n.a.as_str()).await);
+    }
     assert_eq!(report.record.run.as_ref().unwrap().outcome.exit_code, Some(0));
     assert!(stdout.contains("args: one two words") && stdout.contains("input: hello from the caller"), "stdout: {stdout}");
     assert_eq!(String::from_utf8_lossy(&report.stderr).trim(), "to-stderr");

@@ -39,7 +39,7 @@ use skill_operator::mcp::executor::{Caller, Executor, RunControl};
 use skill_operator::mcp::snapshot::Snapshot;
 use skill_operator::mcp::state::{Authorize, Execution};
 
-use super::cluster::{plan, script_running, setup_named, wait_for, Names, ECHO_SH, SKILL, SKILL_MD};
+use super::cluster::{plan, pod_story, script_running, setup_named, wait_for, Names, ECHO_SH, SKILL, SKILL_MD};
 
 const TASKS: &str = "io.modelcontextprotocol/tasks";
 const ERA: &str = "2025-11-25";
@@ -350,7 +350,9 @@ pub(crate) async fn tasks_and_files_over_http_on_the_real_cluster() {
     .await
     .expect("the run ended within 300 s")
     .expect("a report");
-    assert_eq!(ran.record.state, JobState::Succeeded, "{:?}", ran.record);
+    if ran.record.state != JobState::Succeeded {
+        panic!("the run ended {:?}: {:?}{}", ran.record.state, ran.record, pod_story(&client, n.a.as_str()).await);
+    }
     // Down again, whole, to its owner only.
     let get = |token: &str, ns: &str| http.get(format!("{base}/files/{ns}/{draft_id}/big.out")).bearer_auth(token).send();
     let response = get(&alice_token, &n.a).await.unwrap();

@@ -84,7 +84,7 @@ pub(super) async fn put_package(
     let reference = state.reference(&ns, &uid, ArtifactKind::Package);
     let job = BTreeMap::from([(ANNOTATION_JOB.to_string(), format!("{ns}/{uid}"))]);
     let pushed = if checked {
-        state.0.packages.push_checked(&reference, &bytes, &config, job).await
+        state.0.packages.push_checked(&reference, &bytes, &config, job, crate::oci::Upload::IfMissing).await
     } else {
         state.0.packages.push_annotated(&reference, &bytes, &config, job).await
     };
