@@ -13,6 +13,9 @@
 //!   keeps the bound superseded one and says so, deletes the unbound one;
 //! - a private repository over HTTP gets its token from a Secret, and only
 //!   its host sees it; without the Secret the source says why;
+//! - a marketplace's plugin in another repository is followed when its host
+//!   is listed and its entry pins a `sha` (at that commit, with its own
+//!   provenance and licence); unpinned or other-host entries are reported;
 //! - a ZIP over HTTP is published when its digest matches, refused when it
 //!   does not, and refused over plain HTTP without `insecure`;
 //! - a source naming the controller's own files, plain HTTP, or both git
@@ -36,6 +39,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::ResourceExt;
 use serde_json::json;
 
 use skill_operator::api::source::{SkillSource, APPROVE_ANNOTATION, REFRESH_ANNOTATION, SOURCE_LABEL};
@@ -334,6 +338,67 @@ async fn sources_publish_check_and_refuse_against_a_real_api_server() {
     assert_eq!(names, ["lint"], "a path's folder is the root the names start from");
     let log = std::fs::read_to_string(&http_log).unwrap();
     assert!(log.lines().any(|l| l.contains("auth=yes ok=True")), "the token was sent:\n{log}");
+
+    // A marketplace listing plugins of other repositories: the one pinned
+    // by `sha` on a listed host is fetched at that commit (not the branch's
+    // newer head) and named `<plugin>/<skill>` with its own provenance; an
+    // unpinned one and one on another host are reported and never fetched.
+    let plugin_repo = tmp.path().join("plugin-repo");
+    std::fs::create_dir_all(&plugin_repo).unwrap();
+    git(&plugin_repo, &["init", "-q", "-b", "main"]);
+    write(&plugin_repo, "LICENSE", "Apache-2.0 (the plugin's own)\n");
+    write(&plugin_repo, "plugins/kit/skills/chart/SKILL.md", &skill("chart", ""));
+    write(&plugin_repo, "plugins/kit/LICENSE", "Apache-2.0 (the plugin's own)\n");
+    std::os::unix::fs::symlink("/etc/shadow", plugin_repo.join("plugins/kit/skills/chart/shadow")).unwrap();
+    git(&plugin_repo, &["add", "."]);
+    git(&plugin_repo, &["commit", "-q", "-m", "kit one"]);
+    let pinned = git(&plugin_repo, &["rev-parse", "main"]);
+    write(&plugin_repo, "plugins/kit/skills/later/SKILL.md", &skill("later", ""));
+    git(&plugin_repo, &["add", "."]);
+    git(&plugin_repo, &["commit", "-q", "-m", "kit two"]);
+    let plugin_url = format!("git://127.0.0.1:{port}/plugin-repo");
+    let market_repo = tmp.path().join("market");
+    std::fs::create_dir_all(&market_repo).unwrap();
+    git(&market_repo, &["init", "-q", "-b", "main"]);
+    write(&market_repo, "LICENSE", "MIT (the marketplace's)\n");
+    write(&market_repo, "plugins/local/skills/notes/SKILL.md", &skill("notes", ""));
+    let marketplace = json!({ "name": "market", "plugins": [
+        { "name": "kit", "source": { "source": "git-subdir", "url": plugin_url, "path": "plugins/kit", "ref": "main", "sha": pinned } },
+        { "name": "moving", "source": { "source": "url", "url": plugin_url, "ref": "main" } },
+        { "name": "faraway", "source": { "source": "github", "repo": "acme/faraway", "sha": pinned } },
+        { "name": "local", "source": "./plugins/local" }
+    ]});
+    write(&market_repo, ".claude-plugin/marketplace.json", &marketplace.to_string());
+    git(&market_repo, &["add", "."]);
+    git(&market_repo, &["commit", "-q", "-m", "market"]);
+    harness::create(
+        &sources,
+        json!({ "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillSource", "metadata": { "name": "market" },
+                "spec": { "git": { "url": format!("git://127.0.0.1:{port}/market"), "followHosts": ["127.0.0.1"] } } }),
+    )
+    .await;
+    let status =
+        harness::wait_for(|| async { status_of(&sources, "market").await.filter(|s| s.commit.is_some()) }, "the marketplace published")
+            .await;
+    let names: Vec<(&str, &str)> = status.skills.iter().map(|s| (s.name.as_str(), s.path.as_str())).collect();
+    assert_eq!(names, [("kit/chart", "plugins/kit/skills/chart"), ("local/notes", "plugins/local/skills/notes")], "{:?}", status.problems);
+    assert_eq!(status.followed.len(), 1);
+    let kit = &status.followed[0];
+    assert_eq!((kit.plugin.as_str(), kit.url.as_str(), kit.path.as_deref(), kit.commit.as_str()), ("kit", plugin_url.as_str(), Some("plugins/kit"), pinned.as_str()));
+    let problems = status.problems.join("\n");
+    for expected in ["`moving` (plugins[1]) is not followed: the marketplace does not pin it", "`faraway` (plugins[2]) is not followed: its host \"github.com\" is not in spec.git.followHosts", "skills/chart/shadow: a symlink"] {
+        assert!(problems.contains(expected), "`{expected}` not reported in:\n{problems}");
+    }
+    let pkgs = packages_of(&packages, "market").await;
+    let chart = pkgs.iter().find(|p| p.annotations().get("skill-operator.dev/source-skill").map(String::as_str) == Some("kit/chart")).unwrap();
+    let ann = chart.metadata.annotations.as_ref().unwrap();
+    assert_eq!(ann.get("org.opencontainers.image.source"), Some(&plugin_url), "a followed skill names its own repository");
+    assert_eq!(ann.get("org.opencontainers.image.revision"), Some(&pinned), "and the commit the marketplace pins");
+    let pulled = registry.registry().pull(&chart.spec.source.oci.reference).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    skill_operator::core::package::unpack(&pulled.package, &dir.path().join("p")).unwrap();
+    assert_eq!(std::fs::read_to_string(dir.path().join("p/LICENSE")).unwrap(), "Apache-2.0 (the plugin's own)\n", "the plugin's licence, not the marketplace's");
+    assert!(!dir.path().join("p/shadow").exists());
 
     // A ZIP over HTTP (insecure: a loopback server), pinned by digest; a
     // wrong digest is refused before anything is read from the archive.

@@ -384,7 +384,7 @@ fn a_source_refuses_a_1_gib_file_100_000_files_and_depth_50() {
         assert!(matches!(&err, GitSourceError::Cap { cap: hit, .. } if *hit == cap), "{branch}: {err}");
         assert!(!dest.exists(), "{branch}: something was written");
         let source = GitRef { url: url.clone(), reference: Some(branch.into()), path: None };
-        let origin = Origin::Git { source, access: git::Access::command_line() };
+        let origin = Origin::Git { source, access: git::Access::command_line(), follow_hosts: Vec::new() };
         let refused = snapshot::take(&origin).unwrap_err();
         assert!(matches!(refused, SnapshotError::Git(GitSourceError::Cap { .. })) && !refused.is_transient(), "{branch}: {refused}");
     }

@@ -83,6 +83,10 @@ pub struct GitSource {
     /// Allow `http://` (in-cluster test servers only).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub insecure: bool,
+    /// Hosts (like `github.com`) from which plugins the repository's `.claude-plugin/marketplace.json` lists in other repositories (`github`, `url`, `git-subdir` sources) are fetched too, when the entry pins a `sha`. Empty: such plugins are reported, not fetched. The token goes to the source's own host only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(min = 1, max = 253)))]
+    pub follow_hosts: Vec<String>,
 }
 
 /// A ZIP archive of skills.
@@ -144,8 +148,25 @@ pub struct SkillSourceStatus {
     /// Under `Check`: a newer commit and what taking it would change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub available: Option<AvailableUpdate>,
+    /// Plugins of other repositories the marketplace lists, fetched at the commits it pins (`spec.git.followHosts`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub followed: Vec<FollowedPlugin>,
     #[serde(default)]
     pub conditions: Vec<Condition>,
+}
+
+/// A plugin of another repository that the source's marketplace lists.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FollowedPlugin {
+    /// Its name in the marketplace (its skills are `<plugin>/<skill>`).
+    pub plugin: String,
+    pub url: String,
+    /// Its folder in that repository.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The commit fetched: the `sha` the marketplace pins.
+    pub commit: String,
 }
 
 /// One skill of the source at its commit.

@@ -25,7 +25,7 @@ use super::context::{apply_status, Context, Error, FetchedPackage, Result, Sourc
 use crate::api::conditions::set_condition;
 use crate::api::package::{OciSource, PackageSource, SkillPackage, SkillPackageSpec};
 use crate::api::source::{
-    AvailableUpdate, SkillSource, SkillSourceStatus, SourcedSkill, UpdatePolicy, APPROVE_ANNOTATION, REFRESH_ANNOTATION, SOURCE_LABEL,
+    AvailableUpdate, FollowedPlugin, SkillSource, SkillSourceStatus, SourcedSkill, UpdatePolicy, APPROVE_ANNOTATION, REFRESH_ANNOTATION, SOURCE_LABEL,
     SOURCE_SKILL_ANNOTATION,
 };
 use crate::core::limits::SOURCE_ZIP_BYTES;
@@ -184,8 +184,8 @@ async fn fetch(src: &SkillSource, ctx: &Context) -> std::result::Result<Snapshot
     let origin = match (origin, approved_commit(src)) {
         // An approval publishes exactly what was reviewed, even when the
         // branch has moved on since the check reported it.
-        (Origin::Git { source, access }, Some(commit)) => {
-            Origin::Git { source: GitRef { reference: Some(commit.to_string()), ..source }, access }
+        (Origin::Git { source, access, follow_hosts }, Some(commit)) => {
+            Origin::Git { source: GitRef { reference: Some(commit.to_string()), ..source }, access, follow_hosts }
         }
         (other, _) => other,
     };
@@ -216,7 +216,8 @@ async fn origin(src: &SkillSource, ctx: &Context) -> std::result::Result<Origin,
             None => None,
         };
         let access = Access { local: false, insecure_http: git.insecure, basic };
-        return Ok(Origin::Git { source: GitRef { url: git.url.clone(), reference: git.reference.clone(), path }, access });
+        let source = GitRef { url: git.url.clone(), reference: git.reference.clone(), path };
+        return Ok(Origin::Git { source, access, follow_hosts: git.follow_hosts.clone() });
     }
     let Some(zip) = &src.spec.zip else {
         return Err(Failure::new("InvalidSpec", "give spec.git or spec.zip", false));
@@ -359,6 +360,11 @@ async fn publish_snapshot(src: &SkillSource, ctx: &Context, snap: &Snapshot, sta
     status.problem_count = problem_count as u32;
     status.problems = problems;
     status.available = None;
+    status.followed = snap
+        .followed
+        .iter()
+        .map(|f| FollowedPlugin { plugin: f.plugin.clone(), url: f.url.clone(), path: f.path.clone(), commit: f.commit.clone() })
+        .collect();
     let message = format!("{} SkillPackages at {}", status.skill_count, short(&snap.commit));
     set_condition(&mut status.conditions, "Ready", true, "Published", message, generation);
     Ok(())
@@ -410,12 +416,16 @@ async fn ensure_package(
     );
     let meta = &mut pkg.metadata;
     meta.labels = Some([(SOURCE_LABEL.to_string(), src.name_any())].into());
+    // A followed plugin's skill names its own repository and commit.
+    let (origin, revision) = match &skill.from {
+        Some((url, commit)) => (Some(url.clone()), commit.clone()),
+        None => (src.spec.git.as_ref().map(|g| g.url.clone()).or_else(|| src.spec.zip.as_ref().map(|z| z.url.clone())), snap.commit.clone()),
+    };
     let mut annotations = BTreeMap::from([
         (SOURCE_SKILL_ANNOTATION.to_string(), skill.name.clone()),
-        (ANNOTATION_REVISION.to_string(), snap.commit.clone()),
+        (ANNOTATION_REVISION.to_string(), revision),
         (ANNOTATION_PATH.to_string(), skill.path.clone()),
     ]);
-    let origin = src.spec.git.as_ref().map(|g| g.url.clone()).or_else(|| src.spec.zip.as_ref().map(|z| z.url.clone()));
     if let Some(url) = origin {
         annotations.insert(ANNOTATION_SOURCE.to_string(), url);
     }
@@ -489,7 +499,14 @@ mod tests {
         let mut s = SkillSource::new(
             "s",
             SkillSourceSpec {
-                git: Some(GitSource { url: "https://h/r".into(), reference: None, path: None, secret_ref: None, insecure: false }),
+                git: Some(GitSource {
+                    url: "https://h/r".into(),
+                    reference: None,
+                    path: None,
+                    secret_ref: None,
+                    insecure: false,
+                    follow_hosts: Vec::new(),
+                }),
                 zip: None,
                 update_policy: policy,
                 check_interval_seconds: Some(600),

@@ -286,7 +286,7 @@ fn marketplace_remote_sources_are_reported() {
     assert_eq!(names(&c), vec!["local"]);
     let found = details(&c, Reason::Marketplace);
     assert_eq!(found.len(), 3, "{found:?}");
-    assert!(found[0].contains("`gh`") && found[0].contains("acme/skills") && found[0].contains("does not fetch"), "{}", found[0]);
+    assert!(found[0].contains("`gh`") && found[0].contains("acme/skills") && found[0].contains("is not fetched here"), "{}", found[0]);
     assert!(found[1].contains("https://example.com/p.git"), "{}", found[1]);
     assert!(found[2].contains("git-subdir") && found[2].contains("tools/p"), "{}", found[2]);
 }

@@ -56,6 +56,9 @@ pub const SOURCE_MAX_TOTAL_BYTES: u64 = 512 * MIB;
 pub const SOURCE_ZIP_BYTES: u64 = 64 * MIB;
 /// Skills one SkillSource may turn into SkillPackages.
 pub const SOURCE_MAX_SKILLS: usize = 2_000;
+/// Plugins of other repositories one SkillSource's marketplace may have
+/// followed (each is a fetch of its own; all share the source's caps).
+pub const SOURCE_MAX_FOLLOWED: usize = 256;
 /// Problems a SkillSource's status lists (then a count).
 pub const SOURCE_PROBLEMS_LISTED: usize = 100;
 /// `serve --layout recursive`: folders listed per root while looking for

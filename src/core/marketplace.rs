@@ -64,8 +64,9 @@ enum Source {
     Remote(RemoteSource),
 }
 
-/// A source `serve` does not fetch; only what a message needs to name it.
-#[derive(Debug, Deserialize)]
+/// A plugin source in another repository (`github`, `url`, `git-subdir`,
+/// or a package source `serve` and SkillSources cannot follow).
+#[derive(Debug, Clone, Deserialize)]
 struct RemoteSource {
     #[serde(default)]
     source: Option<String>,
@@ -75,6 +76,70 @@ struct RemoteSource {
     repo: Option<String>,
     #[serde(default)]
     path: Option<String>,
+    #[serde(default, rename = "ref")]
+    reference: Option<String>,
+    #[serde(default)]
+    sha: Option<String>,
+}
+
+/// A `plugins[]` entry whose source is another git repository, as a
+/// SkillSource may follow it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemotePlugin {
+    /// Its place in `plugins[]`.
+    pub index: usize,
+    pub name: String,
+    /// `github`, `url`, `git-subdir`, or what else the entry says.
+    pub kind: String,
+    /// The repository's URL (`github` entries: `https://github.com/<repo>.git`);
+    /// `None` for a kind that names no git repository.
+    pub url: Option<String>,
+    /// The plugin's folder in that repository (`git-subdir`).
+    pub path: Option<String>,
+    /// The commit the entry pins (`sha`).
+    pub sha: Option<String>,
+    /// The branch or tag it names (`ref`).
+    pub reference: Option<String>,
+}
+
+/// The remote plugin entries of `<real_root>/.claude-plugin/marketplace.json`
+/// (none without one, or when it does not parse: [`skills`] reports that).
+pub fn remote_plugins(real_root: &Path) -> Vec<RemotePlugin> {
+    let file = real_root.join(MARKETPLACE_FILE);
+    if !file.is_file() {
+        return Vec::new();
+    }
+    let Some(market) = read_json::<Marketplace>(&file, &file, &mut Vec::new()) else { return Vec::new() };
+    market
+        .plugins
+        .into_iter()
+        .enumerate()
+        .filter_map(|(index, raw)| {
+            let entry = serde_json::from_value::<PluginEntry>(raw).ok()?;
+            let Source::Remote(remote) = entry.source else { return None };
+            let kind = remote.source.clone().unwrap_or_default();
+            let url = match kind.as_str() {
+                "github" => remote.repo.as_ref().map(|repo| format!("https://github.com/{}.git", repo.trim_end_matches(".git"))),
+                "url" | "git-subdir" => remote.url.clone(),
+                _ => None,
+            };
+            Some(RemotePlugin { index, name: entry.name, kind, url, path: remote.path, sha: remote.sha, reference: remote.reference })
+        })
+        .collect()
+}
+
+/// Points `plugins[index].source` at a folder of the root for each pair
+/// (a followed remote plugin, fetched there), keeping every other field.
+pub fn point_at_folders(real_root: &Path, folders: &[(usize, String)]) -> std::io::Result<()> {
+    let file = real_root.join(MARKETPLACE_FILE);
+    let (bytes, _) = read_capped(&file, MARKETPLACE_READ_CAP)?;
+    let mut doc: Value = serde_json::from_slice(&bytes).map_err(std::io::Error::other)?;
+    for (index, folder) in folders {
+        if let Some(entry) = doc.get_mut("plugins").and_then(|p| p.get_mut(*index)).and_then(Value::as_object_mut) {
+            entry.insert("source".into(), Value::String(format!("./{folder}")));
+        }
+    }
+    std::fs::write(&file, serde_json::to_vec(&doc).map_err(std::io::Error::other)?)
 }
 
 /// `plugin.json`: only the skill paths matter here.
@@ -271,7 +336,9 @@ fn remote_detail(plugin: &str, remote: &RemoteSource) -> String {
     let kind = remote.source.as_deref().unwrap_or("remote");
     let at: Vec<&str> = [remote.repo.as_deref(), remote.url.as_deref(), remote.path.as_deref()].into_iter().flatten().collect();
     let at = if at.is_empty() { String::new() } else { format!(" ({})", at.join(", ")) };
-    format!("plugin `{plugin}` has a remote plugin source `{kind}`{at} that `serve` does not fetch; clone it and add it as a root")
+    format!(
+        "plugin `{plugin}` has a remote plugin source `{kind}`{at} that is not fetched here; clone it and add it as a root (`serve`), or list its host in a SkillSource's spec.git.followHosts"
+    )
 }
 
 #[cfg(test)]

@@ -3,5 +3,6 @@
 //! ([`snapshot`]). A source only ever yields plain files in a fresh
 //! directory; packaging then treats them like any local directory.
 
+pub mod follow;
 pub mod git;
 pub mod snapshot;

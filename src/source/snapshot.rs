@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
+use super::follow::{self, Followed};
 use super::git::{self, Access, GitRef, GitSourceError};
 use crate::core::discovery::{discover_with, Layout, Limits};
 use crate::core::limits::{SOURCE_MAX_DIRS, SOURCE_MAX_FILES, SOURCE_MAX_SKILLS, SOURCE_MAX_TOTAL_BYTES, SOURCE_PROBLEMS_LISTED};
@@ -28,8 +29,9 @@ const ROOT_NOTICES: &[&str] = &["license", "licence", "copying", "notice"];
 
 /// Where a snapshot's files come from.
 pub enum Origin {
-    /// A git repository, under `access`'s rules.
-    Git { source: GitRef, access: Access },
+    /// A git repository, under `access`'s rules; its marketplace's pinned
+    /// plugins on `follow_hosts` are fetched too ([`super::follow`]).
+    Git { source: GitRef, access: Access, follow_hosts: Vec<String> },
     /// A downloaded ZIP, already checked against `digest` (which stands in
     /// for the commit), and the folder of it to walk.
     Zip { bytes: Vec<u8>, digest: String, path: Option<String> },
@@ -50,6 +52,9 @@ pub struct PackagedSkill {
     /// `name` (what a binding serves it as), made from `archive` here, off
     /// the controller's runtime.
     pub config: SkillConfig,
+    /// For a followed plugin's skill: the repository and commit it came
+    /// from (`path` is then its folder there); `None`: the source's own.
+    pub from: Option<(String, String)>,
 }
 
 /// What a source holds at one commit.
@@ -64,6 +69,8 @@ pub struct Snapshot {
     pub problems: Vec<String>,
     /// All problems, listed or not.
     pub problem_count: usize,
+    /// Plugins of other repositories fetched for the marketplace.
+    pub followed: Vec<Followed>,
 }
 
 #[derive(Debug, Error)]
@@ -74,6 +81,8 @@ pub enum SnapshotError {
     Zip(#[source] PackageError),
     #[error("`{path}` is not a folder the source can walk: {why}")]
     Path { path: String, why: String },
+    #[error("the marketplace lists {count} plugins to follow, more than the {max} a source may fetch; list fewer hosts in spec.git.followHosts or split the marketplace")]
+    TooManyPlugins { count: usize, max: usize },
     #[error("a temporary folder for the source: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -90,10 +99,13 @@ impl SnapshotError {
 pub fn take(origin: &Origin) -> Result<Snapshot, SnapshotError> {
     let scratch = tempfile::tempdir()?;
     let root = scratch.path().join(root_name(origin));
+    let mut followed = Vec::new();
     let (commit, mut problems) = match origin {
-        Origin::Git { source, access } => {
+        Origin::Git { source, access, follow_hosts } => {
             let fetched = git::fetch_tree_with(source, access, &CAPS, &root)?;
-            let refused = fetched.refused.iter().map(|r| format!("{}: {}", r.path, r.reason)).collect();
+            let mut refused = fetched.refused.iter().map(|r| format!("{}: {}", r.path, r.reason)).collect();
+            let rules = follow::Rules::new(&source.url, access, follow_hosts);
+            followed = follow::follow(&root, &rules, &CAPS, (fetched.files, fetched.bytes), &mut refused)?;
             (fetched.commit, refused)
         }
         Origin::Zip { bytes, digest, path } => {
@@ -118,11 +130,22 @@ pub fn take(origin: &Origin) -> Result<Snapshot, SnapshotError> {
         ));
     }
     let notices = root_notices(&real_root);
+    let plugin_notices: Vec<_> = followed.iter().map(|f| root_notices(&real_root.join(&f.folder))).collect();
     let mut skills = Vec::with_capacity(catalog.skills.len());
     for skill in &catalog.skills {
-        let path = relative(&skill.dir, &real_root, &root);
+        let mut path = relative(&skill.dir, &real_root, &root);
+        let mut from = None;
+        let mut notices = &notices;
+        // A followed plugin's skill: its folder in its own repository, and
+        // that repository's notices (not the marketplace's).
+        if let Some((i, f)) = followed.iter().enumerate().find(|(_, f)| path.starts_with(&format!("{}/", f.folder))) {
+            let rest = &path[f.folder.len() + 1..];
+            path = f.path.as_ref().map_or_else(|| rest.to_string(), |p| format!("{p}/{rest}"));
+            from = Some((f.url.clone(), f.commit.clone()));
+            notices = &plugin_notices[i];
+        }
         if skill.dir != real_root {
-            for (name, bytes) in &notices {
+            for (name, bytes) in notices {
                 let target = skill.dir.join(name);
                 // Only beside a skill without one: a skill's own licence wins.
                 if std::fs::symlink_metadata(&target).is_err() {
@@ -137,7 +160,7 @@ pub fn take(origin: &Origin) -> Result<Snapshot, SnapshotError> {
         match packaged {
             Ok((archive, config)) => {
                 let content = format!("sha256:{:x}", Sha256::digest(&archive));
-                skills.push(PackagedSkill { name: skill.name.clone(), path, archive, content, config });
+                skills.push(PackagedSkill { name: skill.name.clone(), path, archive, content, config, from });
             }
             Err(e) => problems.push(format!("{path}: not packaged: {e}")),
         }
@@ -145,7 +168,7 @@ pub fn take(origin: &Origin) -> Result<Snapshot, SnapshotError> {
     skills.sort_by(|a, b| a.name.cmp(&b.name));
     let problem_count = problems.len();
     problems.truncate(SOURCE_PROBLEMS_LISTED);
-    Ok(Snapshot { commit, skills, problems, problem_count })
+    Ok(Snapshot { commit, skills, problems, problem_count, followed })
 }
 
 /// The folder name the tree is fetched under: a root that is itself one
@@ -218,6 +241,7 @@ mod tests {
         let git = |url: &str, path: Option<&str>| Origin::Git {
             source: GitRef { url: url.into(), reference: None, path: path.map(|p| RelPath::parse(p).unwrap()) },
             access: Access::default(),
+            follow_hosts: Vec::new(),
         };
         assert_eq!(root_name(&git("https://h/o/pdf-tools.git", None)), "pdf-tools");
         assert_eq!(root_name(&git("https://h/o/repo", Some("skills/xlsx"))), "xlsx");
