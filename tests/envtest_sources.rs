@@ -384,20 +384,32 @@ async fn sources_publish_check_and_refuse_against_a_real_api_server() {
     assert_eq!(names, [("kit/chart", "plugins/kit/skills/chart"), ("local/notes", "plugins/local/skills/notes")], "{:?}", status.problems);
     assert_eq!(status.followed.len(), 1);
     let kit = &status.followed[0];
-    assert_eq!((kit.plugin.as_str(), kit.url.as_str(), kit.path.as_deref(), kit.commit.as_str()), ("kit", plugin_url.as_str(), Some("plugins/kit"), pinned.as_str()));
+    assert_eq!(
+        (kit.plugin.as_str(), kit.url.as_str(), kit.path.as_deref(), kit.commit.as_str()),
+        ("kit", plugin_url.as_str(), Some("plugins/kit"), pinned.as_str())
+    );
     let problems = status.problems.join("\n");
-    for expected in ["`moving` (plugins[1]) is not followed: the marketplace does not pin it", "`faraway` (plugins[2]) is not followed: its host \"github.com\" is not in spec.git.followHosts", "skills/chart/shadow: a symlink"] {
+    for expected in [
+        "`moving` (plugins[1]) is not followed: the marketplace does not pin it",
+        "`faraway` (plugins[2]) is not followed: its host \"github.com\" is not in spec.git.followHosts",
+        "skills/chart/shadow: a symlink",
+    ] {
         assert!(problems.contains(expected), "`{expected}` not reported in:\n{problems}");
     }
     let pkgs = packages_of(&packages, "market").await;
-    let chart = pkgs.iter().find(|p| p.annotations().get("skill-operator.dev/source-skill").map(String::as_str) == Some("kit/chart")).unwrap();
+    let chart =
+        pkgs.iter().find(|p| p.annotations().get("skill-operator.dev/source-skill").map(String::as_str) == Some("kit/chart")).unwrap();
     let ann = chart.metadata.annotations.as_ref().unwrap();
     assert_eq!(ann.get("org.opencontainers.image.source"), Some(&plugin_url), "a followed skill names its own repository");
     assert_eq!(ann.get("org.opencontainers.image.revision"), Some(&pinned), "and the commit the marketplace pins");
     let pulled = registry.registry().pull(&chart.spec.source.oci.reference).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     skill_operator::core::package::unpack(&pulled.package, &dir.path().join("p")).unwrap();
-    assert_eq!(std::fs::read_to_string(dir.path().join("p/LICENSE")).unwrap(), "Apache-2.0 (the plugin's own)\n", "the plugin's licence, not the marketplace's");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("p/LICENSE")).unwrap(),
+        "Apache-2.0 (the plugin's own)\n",
+        "the plugin's licence, not the marketplace's"
+    );
     assert!(!dir.path().join("p/shadow").exists());
 
     // A ZIP over HTTP (insecure: a loopback server), pinned by digest; a

@@ -25,8 +25,8 @@ use super::context::{apply_status, Context, Error, FetchedPackage, Result, Sourc
 use crate::api::conditions::set_condition;
 use crate::api::package::{OciSource, PackageSource, SkillPackage, SkillPackageSpec};
 use crate::api::source::{
-    AvailableUpdate, FollowedPlugin, SkillSource, SkillSourceStatus, SourcedSkill, UpdatePolicy, APPROVE_ANNOTATION, REFRESH_ANNOTATION, SOURCE_LABEL,
-    SOURCE_SKILL_ANNOTATION,
+    AvailableUpdate, FollowedPlugin, SkillSource, SkillSourceStatus, SourcedSkill, UpdatePolicy, APPROVE_ANNOTATION, REFRESH_ANNOTATION,
+    SOURCE_LABEL, SOURCE_SKILL_ANNOTATION,
 };
 use crate::core::limits::SOURCE_ZIP_BYTES;
 use crate::oci::publish::{ANNOTATION_PATH, ANNOTATION_REVISION, ANNOTATION_SOURCE};
@@ -419,7 +419,9 @@ async fn ensure_package(
     // A followed plugin's skill names its own repository and commit.
     let (origin, revision) = match &skill.from {
         Some((url, commit)) => (Some(url.clone()), commit.clone()),
-        None => (src.spec.git.as_ref().map(|g| g.url.clone()).or_else(|| src.spec.zip.as_ref().map(|z| z.url.clone())), snap.commit.clone()),
+        None => {
+            (src.spec.git.as_ref().map(|g| g.url.clone()).or_else(|| src.spec.zip.as_ref().map(|z| z.url.clone())), snap.commit.clone())
+        }
     };
     let mut annotations = BTreeMap::from([
         (SOURCE_SKILL_ANNOTATION.to_string(), skill.name.clone()),

@@ -101,11 +101,8 @@ pub fn follow(
     let mut followed = Vec::with_capacity(wanted.len());
     for (remote, (source, access)) in wanted {
         let folder = format!("{FOLLOW_DIR}/{}", remote.index);
-        let left = Caps {
-            max_files: caps.max_files.saturating_sub(files),
-            max_total_bytes: caps.max_total_bytes.saturating_sub(bytes),
-            ..*caps
-        };
+        let left =
+            Caps { max_files: caps.max_files.saturating_sub(files), max_total_bytes: caps.max_total_bytes.saturating_sub(bytes), ..*caps };
         let fetched = git::fetch_tree_with(&source, &access, &left, &root.join(&folder))?;
         files += fetched.files;
         bytes += fetched.bytes;
