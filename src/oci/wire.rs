@@ -86,7 +86,15 @@ impl Registry {
                 Err(e) => tracing::debug!(error = %e, digest, "blob HEAD failed; uploading"),
             }
         }
-        self.client.push_blob(r, data.to_vec(), digest).await.map(drop).map_err(|e| map_oci_error(r, e))
+        // The stream form: oci-client's monolithic `push_blob` refuses an
+        // empty blob (an empty output file is one), its streamed PUT does not.
+        let body = bytes::Bytes::copy_from_slice(data);
+        let size = body.len() as u64;
+        self.client
+            .push_blob_stream(r, futures::stream::once(async move { Ok(body) }), digest, Some(size))
+            .await
+            .map(drop)
+            .map_err(|e| map_oci_error(r, e))
     }
 
     pub(super) async fn put_manifest(&self, r: &Reference, m: &OciImageManifest) -> Result<String> {
