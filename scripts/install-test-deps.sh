@@ -3,7 +3,8 @@
 # (well under a second) when everything is already in place. Run as root on
 # Debian. Only target/ (gitignored) is written inside the repository.
 #
-#   apt:    bubblewrap, git, docker-registry (installed, never started), skopeo, umoci, chromium,
+#   apt:    bubblewrap, git, docker-registry and openssh-server (installed, never started),
+#           skopeo, umoci, chromium,
 #           npm and nodejs when missing, python3-venv
 #           (only when the chosen python cannot create a venv with pip)
 #   python: target/test-deps/venv  <- tests/requirements.txt (pytest, mcp, kubernetes-validate)
@@ -53,6 +54,8 @@ need_pkg bubblewrap
 # `git daemon` and `git http-backend` (both in Debian's git).
 need_pkg git
 need_pkg docker-registry
+# tests/ssh_source.rs starts its own sshd on loopback (the package's service stays stopped).
+need_pkg openssh-server
 need_pkg skopeo
 need_pkg umoci
 # The console's real-browser suite (tests/console/run.sh) drives Debian's chromium.
@@ -85,8 +88,10 @@ if ((${#apt_missing[@]})); then
   if [[ $created_policy == 1 ]]; then rm -f "$policy"; created_policy=0; fi
   trap - EXIT
   # On machines with systemd the unit may still have been enabled: stop it.
-  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet docker-registry 2>/dev/null; then
-    systemctl stop docker-registry || true
+  if command -v systemctl >/dev/null 2>&1; then
+    for unit in docker-registry ssh; do
+      systemctl is-active --quiet "$unit" 2>/dev/null && { systemctl stop "$unit" || true; }
+    done
   fi
 fi
 
@@ -186,6 +191,7 @@ check() { # name, command...
 log "verifying"
 check bwrap bwrap --version
 check docker-registry sh -c 'test -x /usr/bin/docker-registry && dpkg-query -W -f="docker-registry \${Version}\n" docker-registry'
+check sshd sh -c 'test -x /usr/sbin/sshd && dpkg-query -W -f="openssh-server \${Version}\n" openssh-server'
 check python "$VENV/bin/python" -c 'import importlib.metadata as m; print("mcp", m.version("mcp"), "pytest", m.version("pytest"), "kubernetes-validate", m.version("kubernetes-validate")); import mcp.client.stdio, mcp.client.streamable_http'
 check kubernetes-validate "$VENV/bin/kubernetes-validate" --version
 check node22 sh -c "v=\$('$BIN/node22' --version) && case \$v in v22.*) echo node \$v;; *) echo \"want v22, got \$v\"; exit 1;; esac"

@@ -13,6 +13,8 @@
 //!   keeps the bound superseded one and says so, deletes the unbound one;
 //! - a private repository over HTTP gets its token from a Secret, and only
 //!   its host sees it; without the Secret the source says why;
+//! - a private repository over SSH (a real sshd) gets its client key and
+//!   pinned host key from a Secret; a Secret without `known_hosts` is refused;
 //! - a marketplace's plugin in another repository is followed when its host
 //!   is listed and its entry pins a `sha` (at that commit, with its own
 //!   provenance and licence); unpinned or other-host entries are reported;
@@ -31,6 +33,8 @@ use repo_support::{git, write};
 mod common;
 #[path = "envtest/harness.rs"]
 mod harness;
+#[path = "source/sshd.rs"]
+mod sshd_support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -338,6 +342,50 @@ async fn sources_publish_check_and_refuse_against_a_real_api_server() {
     assert_eq!(names, ["lint"], "a path's folder is the root the names start from");
     let log = std::fs::read_to_string(&http_log).unwrap();
     assert!(log.lines().any(|l| l.contains("auth=yes ok=True")), "the token was sent:\n{log}");
+
+    // A private repository over SSH: the client key and the pinned host key
+    // come from a Secret; without `known_hosts` the source says to pin one.
+    let client_key = tmp.path().join("ssh-client");
+    let client_pub = sshd_support::keygen(&client_key);
+    let ssh_dir = tmp.path().join("sshd");
+    std::fs::create_dir(&ssh_dir).unwrap();
+    if let Some(server) = sshd_support::sshd(&ssh_dir, &client_pub) {
+        let ssh_url = format!("ssh://{}@127.0.0.1:{}{}", sshd_support::user(), server.port, repo.display());
+        let private = std::fs::read_to_string(&client_key).unwrap();
+        for (name, data) in [
+            ("repo-ssh", json!({ "ssh-privatekey": private, "known_hosts": server.known_hosts() })),
+            ("repo-ssh-unpinned", json!({ "ssh-privatekey": private })),
+        ] {
+            harness::create(
+                &secrets,
+                json!({ "apiVersion": "v1", "kind": "Secret", "metadata": { "name": name, "namespace": "skill-system" },
+                        "type": "kubernetes.io/ssh-auth", "stringData": data }),
+            )
+            .await;
+            harness::create(
+                &sources,
+                json!({ "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillSource", "metadata": { "name": name },
+                        "spec": { "git": { "url": ssh_url, "path": "skills/tools", "secretRef": name } } }),
+            )
+            .await;
+        }
+        let status = harness::wait_for(
+            || async { status_of(&sources, "repo-ssh").await.filter(|s| s.commit.is_some()) },
+            "the SSH source published",
+        )
+        .await;
+        assert_eq!(status.commit.as_deref(), Some(third.as_str()));
+        assert_eq!(status.skills.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["lint"]);
+        let unpinned = harness::wait_for(
+            || async { status_of(&sources, "repo-ssh-unpinned").await.filter(|s| s.conditions.iter().any(|c| c.type_ == "Fetched")) },
+            "the unpinned SSH source refused",
+        )
+        .await;
+        let c = unpinned.conditions.iter().find(|c| c.type_ == "Fetched").unwrap();
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "SecretMissing"), "{}", c.message);
+        assert!(c.message.contains("known_hosts"), "{}", c.message);
+        assert!(server.logins() >= 1);
+    }
 
     // A marketplace listing plugins of other repositories: the one pinned
     // by `sha` on a listed host is fetched at that commit (not the branch's

@@ -66,7 +66,7 @@ pub struct SkillSourceSpec {
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GitSource {
-    /// `https://host/owner/repo` (or `git://`; `http://` only with `insecure`). Local paths and `file://` are refused: the controller's own files are not a source.
+    /// `https://host/owner/repo`, `ssh://git@host/owner/repo` or `git@host:owner/repo` (with a secretRef holding the key and the pinned host key), or `git://`; `http://` only with `insecure`. Local paths and `file://` are refused: the controller's own files are not a source.
     #[schemars(length(min = 1, max = 512))]
     pub url: String,
     /// A branch, tag or 40-hex commit (default: the remote's HEAD). A branch or tag is resolved to a commit and pinned in `status.commit`.
@@ -77,7 +77,7 @@ pub struct GitSource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 1024))]
     pub path: Option<String>,
-    /// A Secret in the operator's namespace for a private repository: key `token` (sent as HTTP Basic `x-access-token:<token>` to the URL's host only) and optional `username`.
+    /// A Secret in the operator's namespace for a private repository. HTTPS: key `token` (sent as HTTP Basic `x-access-token:<token>` to the URL's host only) and optional `username`. SSH: `ssh-privatekey` and `known_hosts` (the server's host key, pinned: a key it does not list is refused, never learned).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<String>,
     /// Allow `http://` (in-cluster test servers only).

@@ -211,11 +211,13 @@ async fn origin(src: &SkillSource, ctx: &Context) -> std::result::Result<Origin,
             .map(crate::core::paths::RelPath::parse)
             .transpose()
             .map_err(|why| Failure::new("InvalidSpec", format!("spec.git.path: {why}"), false))?;
-        let basic = match &git.secret_ref {
-            Some(name) => Some(token(ctx, name).await?),
-            None => None,
+        let ssh = crate::source::ssh::is_ssh(&git.url);
+        let (basic, ssh) = match &git.secret_ref {
+            Some(name) if ssh => (None, Some(ssh_key(ctx, name).await?)),
+            Some(name) => (Some(token(ctx, name).await?), None),
+            None => (None, None),
         };
-        let access = Access { local: false, insecure_http: git.insecure, basic };
+        let access = Access { local: false, insecure_http: git.insecure, basic, ssh };
         let source = GitRef { url: git.url.clone(), reference: git.reference.clone(), path };
         return Ok(Origin::Git { source, access, follow_hosts: git.follow_hosts.clone() });
     }
@@ -250,6 +252,36 @@ async fn token(ctx: &Context, name: &str) -> std::result::Result<(String, String
         .filter(|t| !t.is_empty())
         .ok_or_else(|| Failure::new("SecretMissing", format!("Secret {ns}/{name} has no `token` key"), false))?;
     Ok((text("username").filter(|u| !u.is_empty()).unwrap_or_else(|| TOKEN_USER.into()), token))
+}
+
+/// The Secret's SSH client key (`ssh-privatekey`, the key a
+/// `kubernetes.io/ssh-auth` Secret uses) and the host keys it pins
+/// (`known_hosts`): an SSH source never trusts a key it learns.
+async fn ssh_key(ctx: &Context, name: &str) -> std::result::Result<crate::source::ssh::SshKey, Failure> {
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.config.operator_namespace);
+    let ns = &ctx.config.operator_namespace;
+    let secret = api.get_opt(name).await.map_err(|e| Failure::new("SecretUnreadable", format!("Secret {ns}/{name}: {e}"), true))?;
+    let secret = secret.ok_or_else(|| {
+        Failure::new(
+            "SecretMissing",
+            format!("Secret {ns}/{name} does not exist; create it with `ssh-privatekey` and `known_hosts` keys"),
+            false,
+        )
+    })?;
+    let data = secret.data.unwrap_or_default();
+    let text = |key: &str| data.get(key).and_then(|v| String::from_utf8(v.0.clone()).ok()).filter(|t| !t.trim().is_empty());
+    let private_key = text("ssh-privatekey")
+        .ok_or_else(|| Failure::new("SecretMissing", format!("Secret {ns}/{name} has no `ssh-privatekey` key"), false))?;
+    let known_hosts = text("known_hosts").ok_or_else(|| {
+        Failure::new(
+            "SecretMissing",
+            format!(
+                "Secret {ns}/{name} has no `known_hosts` key: pin the server's host key (a line of `ssh-keyscan` output you have verified)"
+            ),
+            false,
+        )
+    })?;
+    Ok(crate::source::ssh::SshKey { private_key, known_hosts })
 }
 
 /// The ZIP's bytes, at most [`SOURCE_ZIP_BYTES`].

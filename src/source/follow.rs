@@ -151,6 +151,9 @@ fn admit(remote: &RemotePlugin, rules: &Rules, source: Option<&reqwest::Url>) ->
         local: false,
         insecure_http: rules.access.insecure_http && same_origin,
         basic: if same_origin { rules.access.basic.clone() } else { None },
+        // An ssh:// URL has no comparable origin: a followed plugin never
+        // gets the source's SSH key.
+        ssh: None,
     };
     Ok((GitRef { url: raw.to_string(), reference: Some(sha.to_string()), path }, access))
 }
@@ -175,7 +178,7 @@ mod tests {
 
     #[test]
     fn only_pinned_https_entries_on_listed_hosts_are_followed_and_the_token_stays_home() {
-        let access = Access { local: false, insecure_http: true, basic: Some(("u".into(), "t".into())) };
+        let access = Access { local: false, insecure_http: true, basic: Some(("u".into(), "t".into())), ssh: None };
         let hosts = vec!["github.com".to_string(), "git.example".to_string()];
         let rules = Rules::new("https://git.example/team/market.git", &access, &hosts);
         let source = reqwest::Url::parse(rules.source_url).ok();

@@ -24,6 +24,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 
 use gix::object::tree::EntryKind;
 use gix::ObjectId;
@@ -59,12 +60,14 @@ pub struct Access {
     pub insecure_http: bool,
     /// HTTP Basic user and token for the URL's host.
     pub basic: Option<(String, String)>,
+    /// The client key and pinned host keys for an `ssh://` URL.
+    pub ssh: Option<super::ssh::SshKey>,
 }
 
 impl Access {
     /// What `package push --git` may read: anything its user can.
     pub fn command_line() -> Access {
-        Access { local: true, insecure_http: true, basic: None }
+        Access { local: true, insecure_http: true, basic: None, ssh: None }
     }
 }
 
@@ -74,6 +77,7 @@ impl std::fmt::Debug for Access {
             .field("local", &self.local)
             .field("insecure_http", &self.insecure_http)
             .field("basic", &self.basic.as_ref().map(|(user, _)| (user, "<redacted>")))
+            .field("ssh", &self.ssh)
             .finish()
     }
 }
@@ -201,16 +205,27 @@ fn open(source: &GitRef, access: &Access, scratch: &Path) -> Result<gix::Reposit
         // from outside the repository changes what is read.
         return gix::open_opts(local, gix::open::Options::isolated()).map_err(|e| open_err(e.to_string()));
     }
-    let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+    // `user@host:path` is SSH too.
+    let scp_like = !url.contains("://") && super::ssh::is_ssh(url);
+    let scheme = if scp_like { "ssh" } else { url.split_once("://").map_or("", |(scheme, _)| scheme) };
+    let mut over_ssh = None;
     match scheme {
         "https" | "git" => {}
+        "ssh" => {
+            let Some(key) = access.ssh.clone() else {
+                return Err(refuse(
+                    "an SSH repository needs a client key and the host's pinned key: give the SkillSource a secretRef whose Secret has `ssh-privatekey` and `known_hosts`",
+                ));
+            };
+            over_ssh = Some((super::ssh::target(url).map_err(|why| refuse(&why))?, key));
+        }
         "http" if access.insecure_http => {}
         "http" => {
             return Err(refuse(
                 "http:// carries the repository and any token unprotected; use https:// (or mark the source insecure for a test server)",
             ))
         }
-        _ => return Err(refuse("only https:// and git:// repositories are supported (ssh:// is not); use the repository's https URL")),
+        _ => return Err(refuse("only https://, ssh:// and git:// repositories are supported")),
     }
     let mut overrides = Vec::new();
     if let Some((user, token)) = &access.basic {
@@ -221,14 +236,42 @@ fn open(source: &GitRef, access: &Access, scratch: &Path) -> Result<gix::Reposit
         let pair = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{token}"));
         overrides.push(format!("http.extraHeader=Authorization: Basic {pair}"));
     }
+    // Why an SSH connection failed, kept for the error: gix reports only
+    // that configuring the connection failed.
+    let ssh_failure: Arc<Mutex<Option<super::ssh::SshError>>> = Default::default();
     let prepare = |path: &Path| {
         // Isolated like a local open: no system or user git configuration
         // (credential helpers, proxies, url rewrites) takes part.
         let options = gix::open::Options::isolated().config_overrides(overrides.clone());
-        gix::clone::PrepareFetch::new(url, path, gix::create::Kind::Bare, gix::create::Options::default(), options)
-            .map_err(|e| GitSourceError::Fetch { url: url.into(), detail: e.to_string() })
+        let prepared = gix::clone::PrepareFetch::new(url, path, gix::create::Kind::Bare, gix::create::Options::default(), options)
+            .map_err(|e| GitSourceError::Fetch { url: url.into(), detail: e.to_string() })?;
+        let Some((target, key)) = over_ssh.clone() else { return Ok(prepared) };
+        // gix would spawn an `ssh` program; the channel of our own client
+        // takes its place before anything is sent.
+        let failure = ssh_failure.clone();
+        Ok(prepared.configure_connection(move |connection| {
+            let (read, write) = super::ssh::upload_pack(&target, &key).map_err(|e| {
+                let text = e.to_string();
+                *failure.lock().expect("lock poisoned") = Some(e);
+                gix::Error::from_error(std::io::Error::other(text))
+            })?;
+            *connection.transport_mut() = Box::new(gix::protocol::transport::client::git::blocking_io::Connection::new(
+                read,
+                write,
+                gix::protocol::transport::Protocol::V1,
+                target.path.clone(),
+                None::<(String, Option<u16>)>,
+                gix::protocol::transport::client::git::ConnectMode::Process,
+                false,
+            ));
+            Ok(())
+        }))
     };
-    let fetch_err = |detail: String| GitSourceError::Fetch { url: url.into(), detail };
+    let fetch_err = |detail: String| match ssh_failure.lock().expect("lock poisoned").take() {
+        Some(super::ssh::SshError::Refused(why)) => GitSourceError::Url { url: url.into(), why },
+        Some(super::ssh::SshError::Unreachable(why)) => GitSourceError::Fetch { url: url.into(), detail: why },
+        None => GitSourceError::Fetch { url: url.into(), detail },
+    };
     let mut fetch = prepare(scratch)?;
     if let Some(name) = source.reference.as_deref().filter(|r| !is_commit_id(r)) {
         // One ref, one commit deep: the least a named branch or tag needs.

@@ -6,3 +6,4 @@
 pub mod follow;
 pub mod git;
 pub mod snapshot;
+pub mod ssh;
