@@ -239,40 +239,41 @@ async fn origin(src: &SkillSource, ctx: &Context) -> std::result::Result<Origin,
     Ok(Origin::Zip { bytes, digest: got, path: zip.path.clone() })
 }
 
-/// The Secret's token (and user) for a private repository.
-async fn token(ctx: &Context, name: &str) -> std::result::Result<(String, String), Failure> {
+/// A Secret of the operator's namespace as text values (empty ones left
+/// out); `wants` names its keys for the message when it is missing.
+async fn secret_text(ctx: &Context, name: &str, wants: &str) -> std::result::Result<BTreeMap<String, String>, Failure> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.config.operator_namespace);
     let ns = &ctx.config.operator_namespace;
     let secret = api.get_opt(name).await.map_err(|e| Failure::new("SecretUnreadable", format!("Secret {ns}/{name}: {e}"), true))?;
-    let secret = secret
-        .ok_or_else(|| Failure::new("SecretMissing", format!("Secret {ns}/{name} does not exist; create it with a `token` key"), false))?;
-    let data = secret.data.unwrap_or_default();
-    let text = |key: &str| data.get(key).and_then(|v| String::from_utf8(v.0.clone()).ok()).map(|s| s.trim().to_string());
-    let token = text("token")
-        .filter(|t| !t.is_empty())
-        .ok_or_else(|| Failure::new("SecretMissing", format!("Secret {ns}/{name} has no `token` key"), false))?;
-    Ok((text("username").filter(|u| !u.is_empty()).unwrap_or_else(|| TOKEN_USER.into()), token))
+    let secret =
+        secret.ok_or_else(|| Failure::new("SecretMissing", format!("Secret {ns}/{name} does not exist; create it with {wants}"), false))?;
+    Ok(secret
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(k, v)| String::from_utf8(v.0).ok().filter(|t| !t.trim().is_empty()).map(|t| (k, t)))
+        .collect())
+}
+
+/// The Secret's token (and user) for a private repository over HTTPS.
+async fn token(ctx: &Context, name: &str) -> std::result::Result<(String, String), Failure> {
+    let mut data = secret_text(ctx, name, "a `token` key").await?;
+    let ns = &ctx.config.operator_namespace;
+    let token =
+        data.remove("token").ok_or_else(|| Failure::new("SecretMissing", format!("Secret {ns}/{name} has no `token` key"), false))?;
+    Ok((data.remove("username").map_or_else(|| TOKEN_USER.into(), |u| u.trim().to_string()), token.trim().to_string()))
 }
 
 /// The Secret's SSH client key (`ssh-privatekey`, the key a
 /// `kubernetes.io/ssh-auth` Secret uses) and the host keys it pins
 /// (`known_hosts`): an SSH source never trusts a key it learns.
 async fn ssh_key(ctx: &Context, name: &str) -> std::result::Result<crate::source::ssh::SshKey, Failure> {
-    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.config.operator_namespace);
+    let mut data = secret_text(ctx, name, "`ssh-privatekey` and `known_hosts` keys").await?;
     let ns = &ctx.config.operator_namespace;
-    let secret = api.get_opt(name).await.map_err(|e| Failure::new("SecretUnreadable", format!("Secret {ns}/{name}: {e}"), true))?;
-    let secret = secret.ok_or_else(|| {
-        Failure::new(
-            "SecretMissing",
-            format!("Secret {ns}/{name} does not exist; create it with `ssh-privatekey` and `known_hosts` keys"),
-            false,
-        )
-    })?;
-    let data = secret.data.unwrap_or_default();
-    let text = |key: &str| data.get(key).and_then(|v| String::from_utf8(v.0.clone()).ok()).filter(|t| !t.trim().is_empty());
-    let private_key = text("ssh-privatekey")
+    let private_key = data
+        .remove("ssh-privatekey")
         .ok_or_else(|| Failure::new("SecretMissing", format!("Secret {ns}/{name} has no `ssh-privatekey` key"), false))?;
-    let known_hosts = text("known_hosts").ok_or_else(|| {
+    let known_hosts = data.remove("known_hosts").ok_or_else(|| {
         Failure::new(
             "SecretMissing",
             format!(
