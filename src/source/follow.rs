@@ -19,11 +19,28 @@
 
 use std::path::Path;
 
-use super::git::{self, Access, Caps, GitRef};
-use super::snapshot::SnapshotError;
+use super::git::{self, Access, Caps, GitRef, GitSourceError};
 use crate::core::limits::SOURCE_MAX_FOLLOWED;
 use crate::core::marketplace::{self, RemotePlugin};
 use crate::core::paths::RelPath;
+
+/// Why following a marketplace's plugins failed the whole fetch.
+#[derive(Debug, thiserror::Error)]
+pub enum FollowError {
+    #[error("the marketplace lists {count} plugins to follow, more than the {max} a source may fetch; list fewer hosts in spec.git.followHosts or split the marketplace")]
+    TooManyPlugins { count: usize, max: usize },
+    #[error("a followed plugin: {0}")]
+    Git(#[from] GitSourceError),
+    #[error("pointing the marketplace at the followed plugins: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl FollowError {
+    /// Whether fetching again later may succeed (a plugin's server, not its content).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, FollowError::Git(GitSourceError::Fetch { .. }) | FollowError::Io(_))
+    }
+}
 
 /// Where followed plugins are written under the fetched root.
 pub const FOLLOW_DIR: &str = ".skill-operator-followed";
@@ -70,7 +87,7 @@ pub fn follow(
     caps: &Caps,
     used: (usize, u64),
     problems: &mut Vec<String>,
-) -> Result<Vec<Followed>, SnapshotError> {
+) -> Result<Vec<Followed>, FollowError> {
     if rules.hosts.is_empty() {
         return Ok(Vec::new());
     }
@@ -92,7 +109,7 @@ pub fn follow(
         }
     }
     if wanted.len() > rules.max_plugins {
-        return Err(SnapshotError::TooManyPlugins { count: wanted.len(), max: rules.max_plugins });
+        return Err(FollowError::TooManyPlugins { count: wanted.len(), max: rules.max_plugins });
     }
     if !wanted.is_empty() {
         std::fs::create_dir_all(root.join(FOLLOW_DIR))?;

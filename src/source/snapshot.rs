@@ -81,8 +81,8 @@ pub enum SnapshotError {
     Zip(#[source] PackageError),
     #[error("`{path}` is not a folder the source can walk: {why}")]
     Path { path: String, why: String },
-    #[error("the marketplace lists {count} plugins to follow, more than the {max} a source may fetch; list fewer hosts in spec.git.followHosts or split the marketplace")]
-    TooManyPlugins { count: usize, max: usize },
+    #[error(transparent)]
+    Follow(#[from] follow::FollowError),
     #[error("a temporary folder for the source: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -90,7 +90,10 @@ pub enum SnapshotError {
 impl SnapshotError {
     /// Whether fetching again later may succeed (the server, not the content).
     pub fn is_transient(&self) -> bool {
-        matches!(self, SnapshotError::Git(GitSourceError::Fetch { .. }) | SnapshotError::Io(_))
+        match self {
+            SnapshotError::Follow(e) => e.is_transient(),
+            other => matches!(other, SnapshotError::Git(GitSourceError::Fetch { .. }) | SnapshotError::Io(_)),
+        }
     }
 }
 
