@@ -349,11 +349,7 @@ async fn publish_snapshot(src: &SkillSource, ctx: &Context, snap: &Snapshot, sta
                         Ok(digest) => {
                             // The package reconciler resolves what was just
                             // pushed from memory, not by pulling it back.
-                            let oci = OciSource {
-                                reference: pinned_reference(target, source, skill, &digest),
-                                pull_secret: None,
-                                insecure: target.insecure(),
-                            };
+                            let oci = package_source(target, source, skill, &digest);
                             ctx.resolver.seed(&oci, FetchedPackage { digest: digest.clone(), archive: skill.archive.clone() });
                             SourcedSkill {
                                 name: skill.name.clone(),
@@ -418,16 +414,23 @@ async fn push(
     skill: &snapshot::PackagedSkill,
     commit: &str,
 ) -> Result<String, crate::oci::OciError> {
-    let reference = format!("{}/{source}/{}:{}", target.repository.trim_end_matches('/'), slug(&skill.name), short(commit));
+    let reference = format!("{}:{}", skill_repository(target, source, skill), short(commit));
     // The config was made from this very archive by the snapshot. A skill
     // whose files changed is new content: no HEAD for blobs it cannot
     // have (sending one it has keeps one copy).
     registry.push_checked(&reference, &skill.archive, &skill.config, BTreeMap::new(), crate::oci::Upload::Always).await
 }
 
-/// Where a source's skill is pulled from, pinned to its manifest digest.
-fn pinned_reference(target: &SourceTarget, source: &str, skill: &snapshot::PackagedSkill, digest: &str) -> String {
-    format!("{}/{source}/{}@{digest}", target.repository.trim_end_matches('/'), slug(&skill.name))
+/// Where a source's skill is pulled from, pinned to its manifest digest:
+/// the SkillPackage's source, and the key its pushed archive is seeded under.
+fn package_source(target: &SourceTarget, source: &str, skill: &snapshot::PackagedSkill, digest: &str) -> OciSource {
+    let reference = format!("{}@{digest}", skill_repository(target, source, skill));
+    OciSource { reference, pull_secret: None, insecure: target.insecure() }
+}
+
+/// A source's skill's own repository under the source target.
+fn skill_repository(target: &SourceTarget, source: &str, skill: &snapshot::PackagedSkill) -> String {
+    format!("{}/{source}/{}", target.repository.trim_end_matches('/'), slug(&skill.name))
 }
 
 /// Creates the SkillPackage for `sourced` (one that exists is left as it is).
@@ -439,11 +442,10 @@ async fn ensure_package(
     skill: &snapshot::PackagedSkill,
     sourced: &SourcedSkill,
 ) -> Result<()> {
-    let reference = pinned_reference(target, &src.name_any(), skill, &sourced.digest);
     let mut pkg = SkillPackage::new(
         &sourced.package,
         SkillPackageSpec {
-            source: PackageSource { oci: OciSource { reference, pull_secret: None, insecure: target.insecure() } },
+            source: PackageSource { oci: package_source(target, &src.name_any(), skill, &sourced.digest) },
             runtime: src.spec.runtime.clone(),
         },
     );

@@ -143,7 +143,7 @@ fn admit(remote: &RemotePlugin, rules: &Rules, source: Option<&reqwest::Url>) ->
     let Some(raw) = remote.url.as_deref() else {
         return Err(format!("a `{}` source is not a git repository", remote.kind));
     };
-    let Some(sha) = remote.sha.as_deref().filter(|s| s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit())) else {
+    let Some(sha) = remote.sha.as_deref().filter(|s| git::is_commit_id(s)) else {
         return Err("the marketplace does not pin it with a 40-hex `sha` (a source follows pinned plugins only, so its commit names all it publishes)".into());
     };
     let url = reqwest::Url::parse(raw).map_err(|e| format!("{raw:?} is not a URL ({e})"))?;
@@ -225,6 +225,27 @@ mod tests {
         assert!(admit(&escaping).is_err());
         let npm = RemotePlugin { kind: "npm".into(), url: None, ..remote("", Some(SHA)) };
         assert!(admit(&npm).unwrap_err().contains("not a git repository"));
+    }
+
+    /// The plugin cap at its edge: one over refuses the whole fetch before
+    /// any server is contacted; at the cap, following goes on (to a port
+    /// that refuses, so the fetch error shows it was tried).
+    #[test]
+    fn more_plugins_than_the_cap_refuse_the_fetch_before_any_connection() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join(".claude-plugin")).unwrap();
+        let entry = |name: &str| serde_json::json!({ "name": name, "source": { "source": "url", "url": format!("git://127.0.0.1:1/{name}"), "sha": SHA } });
+        let market = serde_json::json!({ "plugins": [entry("a"), entry("b")] });
+        std::fs::write(root.path().join(marketplace::MARKETPLACE_FILE), market.to_string()).unwrap();
+        let access = Access::default();
+        let hosts = vec!["127.0.0.1".to_string()];
+        let rules = |max_plugins| Rules { max_plugins, ..Rules::new("git://127.0.0.1:1/market", &access, &hosts) };
+        let over = follow(root.path(), &rules(1), &Caps::DEFAULT, (0, 0), &mut Vec::new()).unwrap_err();
+        assert!(matches!(over, FollowError::TooManyPlugins { count: 2, max: 1 }), "{over}");
+        assert!(!root.path().join(FOLLOW_DIR).exists(), "nothing fetched past the cap");
+        let at_edge = follow(root.path(), &rules(2), &Caps::DEFAULT, (0, 0), &mut Vec::new()).unwrap_err();
+        assert!(matches!(at_edge, FollowError::Git(GitSourceError::Fetch { .. })), "{at_edge}");
+        assert!(at_edge.is_transient(), "an unreachable plugin server is worth trying again");
     }
 
     #[test]

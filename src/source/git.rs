@@ -304,7 +304,8 @@ fn local_path(url: &str) -> Option<PathBuf> {
     (!url.contains("://")).then(|| PathBuf::from(url))
 }
 
-fn is_commit_id(reference: &str) -> bool {
+/// A full 40-hex commit id (not a branch, tag or abbreviation).
+pub fn is_commit_id(reference: &str) -> bool {
     reference.len() == 40 && reference.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
