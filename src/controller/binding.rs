@@ -21,6 +21,10 @@ use crate::api::package::SkillPackage;
 pub const FINALIZER: &str = "skill-operator.dev/binding-in-use";
 
 pub async fn reconcile(binding: Arc<SkillBinding>, ctx: Arc<Context>) -> Result<Action> {
+    // A standby replica keeps its caches warm and writes nothing.
+    if let Some(later) = ctx.leadership.wait_turn().await {
+        return Ok(later);
+    }
     let started = Instant::now();
     let ns = binding.namespace().ok_or(Error::Missing("namespace"))?;
     let api: Api<SkillBinding> = Api::namespaced(ctx.client.clone(), &ns);

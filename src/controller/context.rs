@@ -103,6 +103,9 @@ pub struct OperatorConfig {
     pub egress_proxy: Option<EgressProxyTarget>,
     /// Whether the CNI enforces NetworkPolicy, as the admin states it.
     pub network_policy: super::egress::NetworkPolicyEnforcement,
+    /// Several replicas, one writing: the Lease they elect the leader on
+    /// (`None`: this replica writes from the start).
+    pub leader_election: Option<super::leader::LeaseConfig>,
 }
 
 /// Where runs reach the egress proxy.
@@ -158,6 +161,8 @@ pub struct Context {
     /// Where SkillSource packages are pushed (`None`: sources are fetched
     /// and reported, and say they cannot publish).
     pub sources: Option<Arc<SourceTarget>>,
+    /// Whether this replica may write (every reconciler asks first).
+    pub leadership: super::leader::Leadership,
 }
 
 impl Context {
@@ -170,7 +175,12 @@ impl Context {
     ) -> Self {
         let recorder =
             Recorder::new(client.clone(), Reporter { controller: "skill-operator".into(), instance: std::env::var("POD_NAME").ok() });
+        let leadership = match config.leader_election {
+            Some(_) => super::leader::Leadership::standby(),
+            None => super::leader::Leadership::always(),
+        };
         Context {
+            leadership,
             client,
             recorder,
             metrics,

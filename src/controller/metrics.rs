@@ -52,6 +52,8 @@ pub struct Metrics {
     pub cilium_policy_hosts: Gauge,
     /// The metrics endpoint's own listener ([`crate::listener`]).
     pub listener: crate::listener::ListenerMetrics,
+    /// 1 while this replica leads (always, without leader election), 0 on a standby.
+    pub leading: Gauge,
 }
 
 impl Default for Metrics {
@@ -90,7 +92,10 @@ impl Default for Metrics {
         registry.register("egress_cilium_policy_hosts", "Host entries in the applied CiliumNetworkPolicy", cilium_policy_hosts.clone());
         let listener = crate::listener::ListenerMetrics::default();
         listener.register(&mut registry);
+        let leading = Gauge::default();
+        registry.register("controller_leading", "1 while this controller replica leads and writes, 0 on a standby", leading.clone());
         Metrics {
+            leading,
             registry,
             reconciles,
             failures,

@@ -49,6 +49,7 @@ fn context() -> (Arc<Context>, Handle) {
         selector: None,
         egress_proxy: None,
         network_policy: Default::default(),
+        leader_election: None,
     };
     (
         Arc::new(Context::new(client, Arc::new(Metrics::default()), config, Arc::new(NoPackages), Arc::new(super::context::NoArtifacts))),

@@ -8,6 +8,7 @@ pub mod cilium;
 pub mod context;
 pub mod decide;
 pub mod egress;
+pub mod leader;
 pub mod lookups;
 pub mod metrics;
 pub mod package;

@@ -22,6 +22,10 @@ use crate::core::discovery::{discover, Limits};
 pub const FINALIZER: &str = "skill-operator.dev/package-in-use";
 
 pub async fn reconcile(pkg: Arc<SkillPackage>, ctx: Arc<Context>) -> Result<Action> {
+    // A standby replica keeps its caches warm and writes nothing.
+    if let Some(later) = ctx.leadership.wait_turn().await {
+        return Ok(later);
+    }
     let started = Instant::now();
     let api: Api<SkillPackage> = Api::all(ctx.client.clone());
     let result = finalizer(&api, FINALIZER, pkg, |event| async {

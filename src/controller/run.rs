@@ -114,6 +114,44 @@ pub struct ControllerArgs {
     /// Audit records (docs/audit.md): a `run.verdict` per SkillJob that ends, to stdout and to --audit-file.
     #[command(flatten)]
     pub audit: crate::audit::AuditArgs,
+    #[command(flatten)]
+    pub election: ElectionArgs,
+}
+
+/// Several replicas with one writing (docs/operations.md, "High availability").
+#[derive(Debug, clap::Args)]
+pub struct ElectionArgs {
+    /// Elect one leader among the replicas on a coordination.k8s.io Lease; the others keep warm caches and stand by.
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// The Lease's name (in --operator-namespace).
+    #[arg(long, value_name = "NAME", default_value = "skill-operator-controller", requires = "leader_elect")]
+    pub leader_elect_lease_name: String,
+    /// How long the lease must stay unchanged before a standby takes it.
+    #[arg(long, value_name = "SECONDS", default_value_t = super::leader::DEFAULT_LEASE_DURATION.as_secs(), requires = "leader_elect")]
+    pub leader_elect_lease_duration: u64,
+    /// How long the leader goes on without renewing before it exits (less than the lease duration).
+    #[arg(long, value_name = "SECONDS", default_value_t = super::leader::DEFAULT_RENEW_DEADLINE.as_secs(), requires = "leader_elect")]
+    pub leader_elect_renew_deadline: u64,
+    /// The pause between attempts to take or renew the lease.
+    #[arg(long, value_name = "SECONDS", default_value_t = super::leader::DEFAULT_RETRY_PERIOD.as_secs(), requires = "leader_elect")]
+    pub leader_elect_retry_period: u64,
+}
+
+impl ElectionArgs {
+    pub fn lease(&self, namespace: &str) -> Result<Option<super::leader::LeaseConfig>, super::leader::LeaderError> {
+        if !self.leader_elect {
+            return Ok(None);
+        }
+        let config = super::leader::LeaseConfig {
+            duration: Duration::from_secs(self.leader_elect_lease_duration),
+            renew_deadline: Duration::from_secs(self.leader_elect_renew_deadline),
+            retry_period: Duration::from_secs(self.leader_elect_retry_period),
+            ..super::leader::LeaseConfig::new(namespace, &self.leader_elect_lease_name, &super::leader::identity())
+        };
+        config.validate()?;
+        Ok(Some(config))
+    }
 }
 
 /// The egress proxy runs reach allowed hosts through, and the CNI's part.
@@ -345,6 +383,7 @@ pub async fn command(args: ControllerArgs, shutdown: crate::shutdown::Shutdown) 
         let (k, v) = pair.split_once('=').with_context(|| format!("--operator-pod-label {pair:?}: use key=value"))?;
         labels.insert(k.to_string(), v.to_string());
     }
+    let leader_election = args.election.lease(&args.operator_namespace)?;
     let client = kube::Client::try_default().await.context("cannot reach the Kubernetes API (in-cluster config or KUBECONFIG)")?;
     let host_aliases = endpoint_aliases(&args.artifact_endpoint).await?;
     // Pods call the endpoint's versioned API.
@@ -376,6 +415,7 @@ pub async fn command(args: ControllerArgs, shutdown: crate::shutdown::Shutdown) 
         selector: args.selector,
         egress_proxy,
         network_policy: args.egress.network_policy,
+        leader_election,
     };
     // Every SkillJob pulls its pinned package: keep up to 64 MiB of them.
     // SkillPackages may name the artifact endpoint's built-in store (the chart's samples do).
@@ -437,7 +477,57 @@ pub async fn run_bounded(
     bounds: crate::listener::Bounds,
     shutdown: crate::shutdown::Shutdown,
 ) -> anyhow::Result<()> {
+    // Its own client (own connections): renewals never queue behind
+    // reconcile traffic.
+    let election = match &ctx.config.leader_election {
+        Some(lease) => {
+            let config = kube::Config::infer().await.context("leader election: cannot configure its API client")?;
+            let own = kube::Client::try_from(config).context("leader election: cannot make its API client")?;
+            Some(super::leader::Elector::new(own, lease.clone(), ctx.leadership.clone())?)
+        }
+        None => None,
+    };
+    run_elected(ctx, listen, bounds, shutdown, election).await
+}
+
+/// [`run_bounded`] with an explicit election (tests hand in their own client).
+pub async fn run_elected(
+    ctx: Arc<Context>,
+    listen: SocketAddr,
+    bounds: crate::listener::Bounds,
+    shutdown: crate::shutdown::Shutdown,
+    election: Option<super::leader::Elector>,
+) -> anyhow::Result<()> {
     let client = ctx.client.clone();
+    // The election stops only after every controller has (their last
+    // writes are still a leader's); then it releases the lease.
+    let stop_election = crate::shutdown::Shutdown::new();
+    let (lost_tx, lost) = tokio::sync::oneshot::channel::<super::leader::LeaderError>();
+    // Aborted with this future: a controller dropped mid-run (a test's
+    // "kill") must not leave its election renewing.
+    let election = election.map(|elector| {
+        let stop = stop_election.clone();
+        tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
+            match elector.run(stop.wait_owned()).await {
+                super::leader::Ended::Stopped(elector) => elector.release().await,
+                super::leader::Ended::Lost(err) => {
+                    let _ = lost_tx.send(err);
+                }
+            }
+        }))
+    });
+    let gauge = {
+        let (metrics, mut changes) = (ctx.metrics.clone(), ctx.leadership.changes());
+        async move {
+            loop {
+                metrics.leading.set(i64::from(*changes.borrow_and_update()));
+                if changes.changed().await.is_err() {
+                    break;
+                }
+            }
+        }
+    };
+    let gauge = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(gauge));
     // Fail early with an actionable message when the CRDs are not installed.
     let probe: Api<SkillPackage> = Api::all(client.clone());
     if let Err(err) = probe.list(&kube::api::ListParams::default().limit(1)).await {
@@ -549,7 +639,7 @@ pub async fn run_bounded(
         let stop = shutdown.wait_owned();
         async move {
             tokio::select! {
-                _ = super::cilium::sync(&ctx, None) => {}
+                _ = async { ctx.leadership.until_leading().await; super::cilium::sync(&ctx, None).await } => {}
                 _ = stop => {}
             }
         }
@@ -588,7 +678,28 @@ pub async fn run_bounded(
     let listener = crate::listener::bind(listen)?;
     tracing::info!(%listen, "metrics and health endpoints up");
     let server = serve_web(listener, ctx.metrics.clone(), bounds, shutdown.wait_owned());
-    let (_, _, _, _, _, served) = tokio::join!(packages, bindings, jobs, cilium, sources, server);
+    let everything = async { tokio::join!(packages, bindings, jobs, cilium, sources, server) };
+    // Only a lost lease sends: with no election, or a stopped one, this waits forever.
+    let lost = async {
+        match lost.await {
+            Ok(err) => err,
+            Err(_) => std::future::pending().await,
+        }
+    };
+    let served = tokio::select! {
+        (_, _, _, _, _, served) = everything => served,
+        err = lost => {
+            // Dropping the controllers cancels every reconcile in flight;
+            // the caller exits (the pod restarts as a standby).
+            tracing::error!(error = %err, "stopping at once");
+            return Err(err.into());
+        }
+    };
+    stop_election.trigger();
+    if let Some(election) = election {
+        let _ = election.await;
+    }
+    drop(gauge);
     served?;
     Ok(())
 }

@@ -97,6 +97,10 @@ fn approved_commit(src: &SkillSource) -> Option<&str> {
 }
 
 pub async fn reconcile(src: Arc<SkillSource>, ctx: Arc<Context>) -> Result<Action> {
+    // A standby replica keeps its caches warm and writes nothing.
+    if let Some(later) = ctx.leadership.wait_turn().await {
+        return Ok(later);
+    }
     let started = Instant::now();
     let result = apply(&src, &ctx).await;
     ctx.metrics.reconciled("SkillSource", started.elapsed());

@@ -326,6 +326,7 @@ impl Stack {
             selector: Some(format!("{TEST_LABEL}={id}")),
             egress_proxy: None,
             network_policy: Default::default(),
+            leader_election: None,
         };
         let artifacts = Arc::new(HttpArtifacts::new(&endpoint, &key));
         let resolver =

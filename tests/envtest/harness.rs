@@ -207,16 +207,27 @@ pub(crate) fn spawn_controller_ctx(
     sample: &'static str,
     tweak: impl FnOnce(&mut OperatorConfig),
 ) -> (tokio::task::JoinHandle<()>, Arc<Context>) {
+    let (ctx, _) = context_with(client, sample, tweak);
+    (spawn_context(ctx.clone()), ctx)
+}
+
+/// The context [`spawn_controller_ctx`] runs, not started (and its settings).
+#[allow(dead_code)]
+pub(crate) fn context_with(
+    client: Client,
+    sample: &'static str,
+    tweak: impl FnOnce(&mut OperatorConfig),
+) -> (Arc<Context>, OperatorConfig) {
     let mut config = operator_config();
     tweak(&mut config);
     let ctx = Arc::new(Context::new(
         client,
         Arc::new(Metrics::default()),
-        config,
+        config.clone(),
         Arc::new(SamplePackage(sample)),
         Arc::new(skill_operator::controller::context::NoArtifacts),
     ));
-    (spawn_context(ctx.clone()), ctx)
+    (ctx, config)
 }
 
 /// Runs every controller with `ctx` until the test ends.
@@ -247,6 +258,7 @@ pub(crate) fn operator_config() -> OperatorConfig {
         selector: None,
         egress_proxy: None,
         network_policy: Default::default(),
+        leader_election: None,
     }
 }
 

@@ -372,6 +372,7 @@ pub(crate) async fn setup_named(what: &str, prefix: &str) -> Option<Setup> {
         selector: None,
         egress_proxy: None,
         network_policy: Default::default(),
+        leader_election: None,
     };
     let artifacts = Arc::new(HttpArtifacts::new(&endpoint, KEY));
     let ctx = Arc::new(Context::new(client.clone(), Arc::new(Metrics::default()), config, Arc::new(EchoPackage), artifacts.clone()));

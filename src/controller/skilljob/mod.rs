@@ -69,6 +69,10 @@ const INPUTS_POLL: Duration = Duration::from_secs(30);
 const STOPPING_POLL: Duration = Duration::from_secs(2);
 
 pub async fn reconcile(job: Arc<SkillJob>, ctx: Arc<Context>) -> Result<Action> {
+    // A standby replica keeps its caches warm and writes nothing.
+    if let Some(later) = ctx.leadership.wait_turn().await {
+        return Ok(later);
+    }
     let span = tracing::info_span!(
         target: "skill_operator::controller",
         "reconcile SkillJob",
