@@ -187,7 +187,7 @@ enum Attempt {
 pub enum Ended {
     /// Stopped by the caller while leading or waiting; [`Elector::release`]
     /// hands the lease over.
-    Stopped(Elector),
+    Stopped(Box<Elector>),
     /// Lost while leading: the caller must stop writing at once.
     Lost(LeaderError),
 }
@@ -225,58 +225,52 @@ impl Elector {
     /// withdrawn).
     pub async fn run(mut self, stop: impl std::future::Future<Output = ()>) -> Ended {
         tokio::pin!(stop);
+        // Campaign.
         loop {
-            // Campaign.
-            loop {
-                match self.attempt().await {
-                    Ok(Attempt::Held) => break,
-                    Ok(Attempt::Other(holder)) => tracing::debug!(%holder, lease = %self.config.name, "standing by"),
-                    Ok(Attempt::Raced) => tracing::debug!(lease = %self.config.name, "lost a race for the lease"),
-                    Err(err) => tracing::warn!(lease = %self.config.name, error = %err, "cannot read or write the leader lease"),
-                }
-                tokio::select! {
-                    _ = &mut stop => return Ended::Stopped(self),
-                    _ = tokio::time::sleep(jittered(self.config.retry_period)) => {}
-                }
+            match self.attempt().await {
+                Ok(Attempt::Held) => break,
+                Ok(Attempt::Other(holder)) => tracing::debug!(%holder, lease = %self.config.name, "standing by"),
+                Ok(Attempt::Raced) => tracing::debug!(lease = %self.config.name, "lost a race for the lease"),
+                Err(err) => tracing::warn!(lease = %self.config.name, error = %err, "cannot read or write the leader lease"),
             }
-            let mut renewed = Instant::now();
-            self.acquired += 1;
-            self.leadership.set(true);
-            tracing::info!(identity = %self.config.identity, lease = %format!("{}/{}", self.config.namespace, self.config.name), "leading");
+            tokio::select! {
+                _ = &mut stop => return Ended::Stopped(Box::new(self)),
+                _ = tokio::time::sleep(jittered(self.config.retry_period)) => {}
+            }
+        }
+        let mut renewed = Instant::now();
+        self.acquired += 1;
+        self.leadership.set(true);
+        tracing::info!(identity = %self.config.identity, lease = %format!("{}/{}", self.config.namespace, self.config.name), "leading");
 
-            // Renew.
-            loop {
-                tokio::select! {
-                    _ = &mut stop => return Ended::Stopped(self),
-                    _ = tokio::time::sleep(self.config.retry_period) => {}
+        // Renew.
+        loop {
+            tokio::select! {
+                _ = &mut stop => return Ended::Stopped(Box::new(self)),
+                _ = tokio::time::sleep(self.config.retry_period) => {}
+            }
+            let started = Instant::now();
+            let left = self.config.renew_deadline.saturating_sub(renewed.elapsed());
+            let why = match tokio::time::timeout(left, self.attempt()).await {
+                Ok(Ok(Attempt::Held)) => {
+                    renewed = started;
+                    continue;
                 }
-                let started = Instant::now();
-                let left = self.config.renew_deadline.saturating_sub(renewed.elapsed());
-                let why = match tokio::time::timeout(left, self.attempt()).await {
-                    Ok(Ok(Attempt::Held)) => {
-                        renewed = started;
-                        continue;
-                    }
-                    Ok(Ok(Attempt::Other(holder))) => Some(format!("{holder} holds it now")),
-                    Ok(Ok(Attempt::Raced)) => None,
-                    Ok(Err(err)) => {
-                        tracing::warn!(error = %err, "renewing the leader lease failed");
-                        None
-                    }
-                    Err(_) => None,
-                };
-                let why = why.or_else(|| {
-                    (renewed.elapsed() >= self.config.renew_deadline)
-                        .then(|| format!("not renewed for {:?}, the renew deadline", self.config.renew_deadline))
-                });
-                if let Some(why) = why {
-                    self.leadership.set(false);
-                    return Ended::Lost(LeaderError::Lost {
-                        namespace: self.config.namespace.clone(),
-                        name: self.config.name.clone(),
-                        why,
-                    });
+                Ok(Ok(Attempt::Other(holder))) => Some(format!("{holder} holds it now")),
+                Ok(Ok(Attempt::Raced)) => None,
+                Ok(Err(err)) => {
+                    tracing::warn!(error = %err, "renewing the leader lease failed");
+                    None
                 }
+                Err(_) => None,
+            };
+            let why = why.or_else(|| {
+                (renewed.elapsed() >= self.config.renew_deadline)
+                    .then(|| format!("not renewed for {:?}, the renew deadline", self.config.renew_deadline))
+            });
+            if let Some(why) = why {
+                self.leadership.set(false);
+                return Ended::Lost(LeaderError::Lost { namespace: self.config.namespace.clone(), name: self.config.name.clone(), why });
             }
         }
     }
@@ -284,7 +278,7 @@ impl Elector {
     /// Clears the holder, if it is still us, so a standby takes over at its
     /// next look instead of after the lease duration. Call it only when
     /// nothing of this replica writes any more.
-    pub async fn release(mut self) {
+    pub async fn release(mut self: Box<Self>) {
         self.leadership.set(false);
         let Ok(Some(mut lease)) = self.api.get_opt(&self.config.name).await else { return };
         let spec = lease.spec.get_or_insert_with(Default::default);

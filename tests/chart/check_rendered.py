@@ -516,6 +516,49 @@ def proxy_policy_problems(policy, deploy):
     return problems
 
 
+def controller_ha_problems(objs, deploy):
+    """Leader election: the flags, the Lease's Role (create; get/update of
+    the one Lease by name, nothing else), and over one replica a PDB and
+    spreading (unless affinity was given)."""
+    out = []
+    args = args_of(deploy)
+    name = next((a.split("=", 1)[1] for a in args if a.startswith("--leader-elect-lease-name=")), None)
+    if "--leader-elect" not in args or not name:
+        return [f"controller args {args} lack --leader-elect and its lease name"]
+    ns = deploy["metadata"]["namespace"]
+    sa = pod_spec(deploy)["serviceAccountName"]
+    roles = [o for o in objs if o["kind"] == "Role" and any("leases" in r.get("resources", []) for r in o.get("rules", []))]
+    if len(roles) != 1:
+        return out + [f"{len(roles)} Roles grant leases, want 1"]
+    role = roles[0]
+    if role["metadata"].get("namespace") != ns:
+        out.append(f"the Lease Role is in {role['metadata'].get('namespace')}, not the release namespace {ns}")
+    got = sorted((tuple(r.get("apiGroups", [])), tuple(r.get("resources", [])), tuple(sorted(r.get("verbs", []))),
+                  tuple(r.get("resourceNames", []))) for r in role["rules"])
+    want = sorted([(("coordination.k8s.io",), ("leases",), ("create",), ()),
+                   (("coordination.k8s.io",), ("leases",), ("get", "update"), (name,))])
+    if got != want:
+        out.append(f"the Lease Role's rules {got} != {want}")
+    bindings = [o for o in objs if o["kind"] == "RoleBinding" and o["roleRef"]["name"] == role["metadata"]["name"]]
+    if [(s["kind"], s["name"]) for b in bindings for s in b["subjects"]] != [("ServiceAccount", sa)]:
+        out.append(f"the Lease Role is bound to {[b['subjects'] for b in bindings]}, want the controller's account {sa} only")
+    replicas = deploy["spec"]["replicas"]
+    labels = deploy["spec"]["selector"]["matchLabels"]
+    pdbs = [p for p in objs if p["kind"] == "PodDisruptionBudget" and p["spec"]["selector"].get("matchLabels") == labels]
+    if replicas > 1 and [p["spec"].get("minAvailable") for p in pdbs] != [1]:
+        out.append(f"{len(pdbs)} controller PodDisruptionBudgets (minAvailable 1) for {replicas} replicas, want 1")
+    if replicas <= 1 and pdbs:
+        out.append(f"a controller PodDisruptionBudget with {replicas} replica(s) would only block drains")
+    spread = (pod_spec(deploy).get("affinity") or {}).get("podAntiAffinity")
+    if replicas > 1 and not pod_spec(deploy).get("affinity"):
+        out.append(f"{replicas} controller replicas with no affinity at all")
+    if replicas <= 1 and spread:
+        out.append("anti-affinity on a single controller replica")
+    if (deploy["spec"].get("strategy") or {}).get("type") != "RollingUpdate":
+        out.append("the controller must roll (a new pod stands by until the old one releases the Lease)")
+    return out
+
+
 def main():
     rendered, release, crd_dir = sys.argv[1:4]
     expects = []
@@ -622,6 +665,9 @@ def main():
     dashboards = [o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-dashboard")]
     if dashboards:
         check("dashboard", dashboard_problems(dashboards))
+
+    if "controller" in deps:
+        check("controller-ha", controller_ha_problems(objs, deps["controller"]))
 
     for name, problems in gateway_checks.checks(objs):
         check(name, problems)

@@ -299,7 +299,7 @@ check "checks (gateway on, artifacts without API access)" rendered variant \
   --expect nsrule=controller-cilium:cilium.io:ciliumnetworkpolicies: \
   --expect controller-arg=--operator-image=ghcr.io/example/skill-operator:1.2.3
 check "checks (gateway off)" rendered gw-off --expect gateway=absent \
-  --expect kinds=ClusterRole,ClusterRoleBinding,ConfigMap,CustomResourceDefinition,Deployment,NetworkPolicy,PersistentVolumeClaim,Secret,Service,ServiceAccount
+  --expect kinds=ClusterRole,ClusterRoleBinding,ConfigMap,CustomResourceDefinition,Deployment,NetworkPolicy,PersistentVolumeClaim,Role,RoleBinding,Secret,Service,ServiceAccount
 check "checks (gateway: 1 replica, no NetworkPolicy, no per-namespace limits)" rendered gw-one \
   --expect gateway-pdb=absent --expect gateway-netpol=absent \
   --expect no-gateway-arg=--namespace-rate-limits --expect no-gateway-arg=--rate-limits-unreadable
@@ -357,6 +357,23 @@ check_fails "gateway checks refuse the catalog ConfigMap rule in another namespa
   altered catalog-elsewhere all 'by("Role", "-gateway")["metadata"]["namespace"] = "elsewhere"' --expect gateway-catalog=skill-system
 check_fails "gateway checks refuse configmaps cluster-wide" "FAIL gateway-rbac: ClusterRole: grants .*configmaps" \
   altered cluster-configmaps min 'by("ClusterRole", "-gateway")["rules"].append({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]})'
+check "helm template (3 controller replicas)" render ctl-ha -f "$HERE/values-min.yaml" --set controller.replicas=3 \
+  --set controller.leaderElection.leaseDuration=30 --set controller.leaderElection.renewDeadline=20 --set controller.leaderElection.retryPeriod=5
+check "checks (3 controller replicas: PDB, spread, the Lease Role, the timings)" rendered ctl-ha \
+  --expect controller-arg=--leader-elect-lease-duration=30 --expect controller-arg=--leader-elect-renew-deadline=20 \
+  --expect controller-arg=--leader-elect-retry-period=5 --expect "controller-arg=--leader-elect-lease-name=$RELEASE-skill-operator-controller"
+check_fails "helm template refuses leader timings where a standby may start before the leader stops" "renewDeadline .* < leaseDuration" \
+  "$HELM" template "$RELEASE" "$CHART" --namespace "$NS" --set controller.leaderElection.renewDeadline=15
+check_fails "controller checks refuse 3 replicas without a PDB" "FAIL controller-ha: 0 controller PodDisruptionBudgets" \
+  altered ctl-no-pdb ctl-ha 'objs.remove(by("PodDisruptionBudget", "-controller"))'
+check_fails "controller checks refuse 3 replicas without spreading" "FAIL controller-ha: 3 controller replicas with no affinity" \
+  altered ctl-no-spread ctl-ha 'by("Deployment", "-controller")["spec"]["template"]["spec"].pop("affinity")'
+check_fails "controller checks refuse list on the Lease" "FAIL controller-ha: the Lease Role's rules" \
+  altered ctl-lease-list min 'by("Role", "-controller-leader")["rules"][1]["verbs"].append("list")'
+check_fails "controller checks refuse the Lease rule without its name" "FAIL controller-ha: the Lease Role's rules" \
+  altered ctl-lease-any min 'by("Role", "-controller-leader")["rules"][1].pop("resourceNames")'
+check_fails "controller checks refuse a controller that does not roll" "FAIL controller-ha: the controller must roll" \
+  altered ctl-recreate min 'by("Deployment", "-controller")["spec"]["strategy"] = {"type": "Recreate"}'
 check_fails "gateway checks refuse 2 replicas without a PDB" "FAIL gateway-pdb: 0 PodDisruptionBudgets for 2 replicas" \
   altered no-pdb min 'objs.remove(by("PodDisruptionBudget", "-gateway"))'
 check_fails "gateway checks refuse a PDB with 1 replica" "FAIL gateway-pdb: a PodDisruptionBudget with 1" \
@@ -455,7 +472,9 @@ bad "tracing.otlpEndpoint: collector:4318 (no scheme)" --set tracing.otlpEndpoin
 bad "tracing.protocol: grpc" --set tracing.protocol=grpc
 bad "tracing.samplerArg: 2" --set-string tracing.samplerArg=2
 bad 'controller.replicas: "x"' --set-string controller.replicas=x
-bad "controller.replicas: 2 (no leader election)" --set controller.replicas=2
+bad "controller.replicas: 4" --set controller.replicas=4
+bad "controller.leaderElection.leaseDuration: 1" --set controller.leaderElection.leaseDuration=1
+bad "controller.leaderElection: an unknown key" --set controller.leaderElection.lease=5
 bad 'artifacts.replicas: "x"' --set-string artifacts.replicas=x
 bad "securityContext.runAsUser: 0" --set securityContext.runAsUser=0
 bad "image.digest without sha256:" --set image.digest=latest

@@ -178,6 +178,8 @@ helm_args=(--set "image.repository=$IMAGE_REGISTRY/skill-operator" --set "image.
 [[ -n "$OTLP_PID" ]] && helm_args+=(--set "tracing.otlpEndpoint=http://$POD_GW:$OTLP_PORT" --set tracing.protocol=http/json)
 [[ -n "$GATEWAY_CLUSTER_IP" ]] && helm_args+=(--set gateway.enabled=true --set "gateway.service.clusterIP=$GATEWAY_CLUSTER_IP" --set "gateway.allowedHosts={$GATEWAY_CLUSTER_IP}"
   --set gateway.replicas=1 --set gateway.resources.cpu=100m)  # a 2-core node also runs 1-CPU run pods
+# Two controllers electing a leader (the failover check below kills it).
+helm_args+=(--set controller.replicas=2 --set controller.resources.cpu=100m)
 [[ -z "$GATEWAY_CLUSTER_IP" ]] && helm_args+=(--set gateway.enabled=false)
 # CRDs another suite applied on this cluster (envtest-style tests apply them
 # directly) are adopted by the release instead of failing the install.
@@ -392,6 +394,49 @@ deleted_while_running() {
   [[ -z "$(K get pods -l "skill-operator.dev/skilljob-uid=$uid" -o name)" ]] || { echo "its pod is still there"; return 1; }
 }
 check "a SkillJob deleted while running is gone within 5 s" deleted_while_running
+
+# Two controller replicas, one leader on the chart's Lease. The leader is
+# SIGKILLed (no release: on the local cluster its process is on this
+# machine, found by its POD_NAME; elsewhere the pod is force-deleted) just
+# after a run is created: the standby takes the lease once it has stayed
+# unchanged for its duration, the run ends Succeeded with its stdout, and it
+# had exactly one pod.
+LEASE="$RELEASE-skill-operator-controller"
+holder() { "$KUBECTL" -n "$OPNS" get lease "$LEASE" -o jsonpath='{.spec.holderIdentity}'; }
+controller_failover() {
+  local old pod pid uid start took_ms new pods
+  old="$(holder)" || { echo "no Lease $LEASE"; return 1; }
+  pod="${old%_*}"
+  [[ -n "$pod" ]] && "$KUBECTL" -n "$OPNS" get pod "$pod" >/dev/null || { echo "the holder $old is not a controller pod"; return 1; }
+  [[ "$("$KUBECTL" -n "$OPNS" get pods -l app.kubernetes.io/component=controller --field-selector=status.phase=Running -o name | wc -l)" == 2 ]] \
+    || { echo "not two controller pods running"; return 1; }
+  uid="$(skilljob failover csv-stats scripts/stats.py "" /package/assets/example.csv)" || return 1
+  start=$(date +%s%3N)
+  pid=""
+  for p in $(pgrep -f "skill-operator controller" || true); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "POD_NAME=$pod" && pid=$p
+  done
+  if [[ -n "$pid" ]]; then kill -KILL "$pid"; else "$KUBECTL" -n "$OPNS" delete pod "$pod" --grace-period=0 --force >/dev/null 2>&1; fi
+  for _ in $(seq 600); do
+    new="$(holder)"
+    [[ -n "$new" && "$new" != "$old" ]] && break
+    sleep 0.1
+  done
+  [[ -n "$new" && "$new" != "$old" ]] || { echo "the lease stayed with $old after the kill"; return 1; }
+  took_ms=$(($(date +%s%3N) - start))
+  echo "controller failover: ${took_ms} ms from the kill to a new Lease holder ($([[ -n "$pid" ]] && echo SIGKILL || echo force-deleted))" >>"$WORK/timings"
+  [[ "$(finished failover)" == Succeeded ]] || { echo "$(K get skilljob failover -o jsonpath='{.status.phase}: {.status.message}')"; return 1; }
+  [[ "$(artifact "$uid/outputs/result/stdout")" == *'"rows": 6'* ]] || { echo "stdout not stored or wrong"; return 1; }
+  pods="$("$PY" -c '
+import sys
+sys.path.insert(0, sys.argv[3])
+from check_pods import objects
+uid = sys.argv[2]
+print(len({p["metadata"]["name"] for p in objects(sys.argv[1])
+           if (p.get("metadata", {}).get("labels") or {}).get("skill-operator.dev/skilljob-uid") == uid}))' "$WORK/pods.jsonl" "$uid" "$ROOT/tests/kind")"
+  [[ "$pods" == 1 ]] || { echo "$pods pods for one SkillJob across the failover"; return 1; }
+}
+check "controller HA: the leader SIGKILLed mid-run, a standby takes over, the run Succeeded with one pod" controller_failover
 
 # ---------------------------------------------------------------- the gateway
 # The in-cluster MCP endpoint (the chart's gateway Deployment), driven by the
