@@ -23,12 +23,13 @@
 #[allow(dead_code)]
 #[path = "../tests/envtest/harness.rs"]
 mod harness;
+#[allow(dead_code)]
 #[path = "../tests/oci/common.rs"]
 mod oci_common;
+#[path = "../tests/envtest/stack.rs"]
+mod stack;
 
 use std::collections::HashMap;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -38,29 +39,15 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::json;
-use skill_operator::api::{SkillBinding, SkillJob, SkillPackage};
+use skill_operator::api::SkillJob;
 
 const NS: &str = "bench";
-
-/// Kills the child on drop, so a panicking bench leaves no controller behind.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| s.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()))
         .unwrap_or(0)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// `apiserver_request_total` by verb and resource, from the API server's own metrics.
@@ -79,16 +66,6 @@ async fn api_requests(client: &kube::Client) -> HashMap<String, f64> {
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted.get(((sorted.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(f64::NAN)
-}
-
-async fn wait_http(url: &str) {
-    for _ in 0..100 {
-        if reqwest::get(url).await.is_ok_and(|r| r.status().is_success()) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{url} did not answer in 10 s");
 }
 
 /// Watch `api` and record when each object (keyed by `key`) was first seen.
@@ -158,83 +135,14 @@ async fn main() {
     };
     let count: usize = std::env::var("SKILLJOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
     let concurrency: usize = std::env::var("CONCURRENCY").ok().and_then(|v| v.parse().ok()).unwrap_or(16);
-    let bin = env!("CARGO_BIN_EXE_skill-operator");
-    let env = harness::Envtest::start(&assets).await;
-    let client = env.client.clone();
-    harness::install_crds(&client).await;
-    harness::create_namespace(&client, NS, true).await;
-
-    // The package, pushed by the CLI into a real registry.
-    let registry = oci_common::TestRegistry::start().await;
-    let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/samples/skills/csv-stats");
-    let push = Command::new(bin)
-        .args(["package", "push"])
-        .arg(&sample)
-        .args(["--registry", &format!("{}/skills", registry.addr), "--tag", "1", "--plain-http"])
-        .output()
-        .unwrap();
-    assert!(push.status.success(), "package push: {}", String::from_utf8_lossy(&push.stderr));
-
-    // The artifact endpoint and the controller, as separate processes.
-    let work = tempfile::tempdir().unwrap();
-    let key = work.path().join("token-key");
-    std::fs::write(&key, [7u8; 32]).unwrap();
-    let artifacts_port = free_port();
-    let _artifacts = Process(
-        Command::new(bin)
-            .args(["artifacts", "--listen", &format!("127.0.0.1:{artifacts_port}")])
-            .args(["--registry", &format!("{}/jobs", registry.addr), "--plain-http"])
-            .arg("--token-key-file")
-            .arg(&key)
-            .env("SKILL_OPERATOR_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let metrics_port = free_port();
-    let spawn_controller = || {
-        Process(
-            Command::new(bin)
-                .args(["controller", "--listen", &format!("127.0.0.1:{metrics_port}")])
-                .args([
-                    "--operator-image",
-                    "registry.local/skill-operator@sha256:0000000000000000000000000000000000000000000000000000000000000000",
-                ])
-                .args(["--artifact-endpoint", &format!("http://127.0.0.1:{artifacts_port}")])
-                .args(["--operator-namespace", "skill-system", "--operator-pod-label", "app.kubernetes.io/name=skill-operator"])
-                .arg("--token-key-file")
-                .arg(&key)
-                .args(["--plain-http-registry", &registry.addr])
-                .env("KUBECONFIG", &env.kubeconfig)
-                .env("SKILL_OPERATOR_LOG", std::env::var("CONTROLLER_LOG").unwrap_or_else(|_| "warn".into()))
-                .stdout(Stdio::null())
-                .spawn()
-                .unwrap(),
-        )
-    };
+    let stack = stack::Stack::start(&assets, env!("CARGO_BIN_EXE_skill-operator"), NS).await;
+    let client = stack.client.clone();
+    let metrics_port = stack::free_port();
+    let spawn_controller = || stack.controller(metrics_port, &[], "bench-controller");
     let controller = spawn_controller();
     let pid = controller.0.id();
-    wait_http(&format!("http://127.0.0.1:{artifacts_port}/healthz")).await;
-    wait_http(&format!("http://127.0.0.1:{metrics_port}/readyz")).await;
-
-    let packages: Api<SkillPackage> = Api::all(client.clone());
-    packages
-        .create(&PostParams::default(), &serde_json::from_value(json!({
-            "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillPackage", "metadata": { "name": "csv-stats-1" },
-            "spec": { "source": { "oci": { "reference": format!("{}/skills/csv-stats:1", registry.addr) } },
-                      "runtime": { "interpreter": "python", "image": "python@sha256:1111111111111111111111111111111111111111111111111111111111111111", "allowedScripts": ["scripts/stats.py"] } }
-        })).unwrap())
-        .await
-        .unwrap();
-    harness::wait_for(|| async { harness::ready(&packages.get("csv-stats-1").await.ok()?.status?.conditions) }, "package Ready").await;
-    let bindings: Api<SkillBinding> = Api::namespaced(client.clone(), NS);
-    bindings
-        .create(&PostParams::default(), &serde_json::from_value(json!({
-            "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillBinding", "metadata": { "name": "csv-stats" }, "spec": { "package": "csv-stats-1" }
-        })).unwrap())
-        .await
-        .unwrap();
-    harness::wait_for(|| async { harness::ready(&bindings.get("csv-stats").await.ok()?.status?.conditions) }, "binding Ready").await;
+    stack::wait_http(&format!("http://127.0.0.1:{metrics_port}/readyz")).await;
+    stack.bind_csv_stats(NS).await;
 
     // Idle: caches synced, one package and one binding, nothing to do.
     tokio::time::sleep(Duration::from_secs(5)).await;
