@@ -121,6 +121,41 @@ if [[ -n "${KUBECONFIG:-}" ]]; then
     echo "  free space (or memory) on this machine, then run the tests again" >&2
     exit 1
   fi
+
+  # Pods reach this machine at the pod network's gateway (POD_GW, the
+  # bridge's address), where the real-cluster suites listen. The CNI makes
+  # that bridge with the node's first pod, so on a cluster that has run none
+  # yet (a fresh CI machine) one short pod is run first.
+  gw="${POD_GW:-10.88.0.1}"
+  if [[ -n "$("$K" get nodes -o name 2>/dev/null)" ]] && ! ip -o addr show 2>/dev/null | grep -q " inet $gw/"; then
+    probe=gated-pod-network
+    "$K" -n default delete pod "$probe" --ignore-not-found --wait=true >/dev/null 2>&1 || true
+    "$K" -n default apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: { name: $probe }
+spec:
+  restartPolicy: Never
+  automountServiceAccountToken: false
+  securityContext: { runAsNonRoot: true, runAsUser: 65532, seccompProfile: { type: RuntimeDefault } }
+  containers:
+    - name: probe
+      image: ${IMAGE_REGISTRY:-127.0.0.1:5000}/runtime:trixie
+      command: ["/bin/true"]
+      securityContext: { allowPrivilegeEscalation: false, capabilities: { drop: [ALL] } }
+YAML
+    for _ in $(seq 120); do
+      [[ -n "$("$K" -n default get pod "$probe" -o jsonpath='{.status.podIP}' 2>/dev/null)" ]] && break
+      sleep 1
+    done
+    "$K" -n default delete pod "$probe" --wait=false >/dev/null 2>&1 || true
+    if ! ip -o addr show | grep -q " inet $gw/"; then
+      echo "gated: no address $gw (POD_GW) on this machine after a pod ran: the pod network is not up" >&2
+      "$K" -n default describe pod "$probe" 2>/dev/null | tail -n 15 | sed 's/^/  /' >&2
+      exit 1
+    fi
+    echo "gated: the pod network is up ($gw)"
+  fi
 fi
 
 # suite NAME: one run of a gated cargo test; its summary lines here, the

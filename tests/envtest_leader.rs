@@ -270,7 +270,7 @@ async fn controllers_write_only_while_leading(client: &Client, leases: &Api<Leas
     let (first, first_task) = controller("first");
     let mut first_task = Some(first_task);
     let packages: Api<SkillPackage> = Api::all(client.clone());
-    harness::create(&packages, csv_stats_package()).await;
+    harness::create(&packages, harness::csv_stats_package()).await;
     let bindings: Api<skill_operator::api::SkillBinding> = Api::namespaced(client.clone(), "team");
     harness::create(
         &bindings,
@@ -323,18 +323,6 @@ async fn controllers_write_only_while_leading(client: &Client, leases: &Api<Leas
     let before = owners.len();
     owners.dedup();
     assert_eq!((all.len(), before, owners.len()), (want, want, want), "Jobs per SkillJob after a failover: {owners:?}");
-}
-
-fn csv_stats_package() -> serde_json::Value {
-    json!({
-        "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillPackage",
-        "metadata": { "name": "csv-stats-1" },
-        "spec": {
-            "source": { "oci": { "reference": "registry.local/skills/csv-stats:1" } },
-            "runtime": { "interpreter": "python", "image": "python@sha256:1111111111111111111111111111111111111111111111111111111111111111",
-                         "interpreterPath": "/usr/bin/python3", "allowedScripts": ["scripts/stats.py"], "timeoutSeconds": 60 }
-        }
-    })
 }
 
 fn skilljob(name: &str) -> serde_json::Value {

@@ -299,20 +299,27 @@ where
     panic!("timed out after 30 s waiting for {what}");
 }
 
+/// The SkillPackage `csv-stats-1`: python, `scripts/stats.py` allowed, from
+/// a reference the test's resolver answers.
+#[allow(dead_code)]
+pub(crate) fn csv_stats_package() -> serde_json::Value {
+    json!({
+        "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillPackage",
+        "metadata": { "name": "csv-stats-1" },
+        "spec": {
+            "source": { "oci": { "reference": "registry.local/skills/csv-stats:1" } },
+            "runtime": { "interpreter": "python", "image": "python@sha256:1111111111111111111111111111111111111111111111111111111111111111",
+                         "interpreterPath": "/usr/bin/python3", "allowedScripts": ["scripts/stats.py"], "timeoutSeconds": 60 }
+        }
+    })
+}
+
 /// The sample package `csv-stats-1` (python, `scripts/stats.py` allowed) and
 /// its binding `csv-stats` in namespace `team`, both Ready.
 #[allow(dead_code)]
 pub(crate) async fn csv_stats_bound(client: &Client) {
     let packages: Api<SkillPackage> = Api::all(client.clone());
-    create(&packages, json!({
-            "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillPackage",
-            "metadata": { "name": "csv-stats-1" },
-            "spec": {
-                "source": { "oci": { "reference": "registry.local/skills/csv-stats:1" } },
-                "runtime": { "interpreter": "python", "image": "python@sha256:1111111111111111111111111111111111111111111111111111111111111111",
-                             "interpreterPath": "/usr/bin/python3", "allowedScripts": ["scripts/stats.py"], "timeoutSeconds": 60 }
-            }
-        })).await;
+    create(&packages, csv_stats_package()).await;
     wait_for(|| async { ready(&packages.get("csv-stats-1").await.ok()?.status?.conditions) }, "the SkillPackage to be Ready").await;
 
     let bindings: Api<SkillBinding> = Api::namespaced(client.clone(), "team");
