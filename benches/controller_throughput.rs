@@ -23,7 +23,6 @@
 #[allow(dead_code)]
 #[path = "../tests/envtest/harness.rs"]
 mod harness;
-#[allow(dead_code)]
 #[path = "../tests/oci/common.rs"]
 mod oci_common;
 #[path = "../tests/envtest/stack.rs"]

@@ -19,7 +19,6 @@
 #[allow(dead_code)]
 #[path = "envtest/harness.rs"]
 mod harness;
-#[allow(dead_code)]
 #[path = "oci/common.rs"]
 mod oci_common;
 #[allow(dead_code)]
@@ -105,7 +104,7 @@ async fn killing_the_leader_loses_nothing_and_duplicates_nothing() {
             let mut events = std::pin::pin!(watcher(api, watcher::Config::default()));
             while let Ok(Some(event)) = events.try_next().await {
                 if let watcher::Event::Apply(sj) | watcher::Event::InitApply(sj) = event {
-                    let phase = sj.status.as_ref().and_then(|s| s.phase.clone());
+                    let phase = sj.status.as_ref().and_then(|s| s.phase);
                     let mut h = history.lock().unwrap();
                     let seen = h.entry(sj.name_any()).or_default();
                     if seen.last() != Some(&phase) {
