@@ -16,6 +16,8 @@
 //! - the failover times (from the SIGKILL to a new Lease holder), median and
 //!   max, printed for docs/benchmarks.md.
 
+#[path = "envtest/backlog.rs"]
+mod backlog;
 #[allow(dead_code)]
 #[path = "envtest/harness.rs"]
 mod harness;
@@ -25,19 +27,10 @@ mod oci_common;
 #[path = "envtest/stack.rs"]
 mod stack;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
-use kube::ResourceExt;
-use serde_json::json;
-use skill_operator::api::job::SkillJobPhase;
-use skill_operator::api::SkillJob;
+use kube::api::Api;
 
 const NS: &str = "failover";
 const OPERATOR_NS: &str = "skill-system";
@@ -46,15 +39,6 @@ const REPLICAS: usize = 2;
 
 fn knob(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-fn rank(phase: Option<&SkillJobPhase>) -> u8 {
-    match phase {
-        None => 0,
-        Some(SkillJobPhase::Pending) => 1,
-        Some(SkillJobPhase::Running) => 2,
-        Some(_) => 3,
-    }
 }
 
 /// A random pause of 100 to 1,600 ms: the kills land anywhere in a reconcile.
@@ -95,76 +79,7 @@ async fn killing_the_leader_loses_nothing_and_duplicates_nothing() {
     let mut replicas: Vec<stack::Process> = names.iter().map(|n| stack.controller(stack::free_port(), &flags, n)).collect();
     stack.bind_csv_stats(NS).await;
 
-    // What a watch sees: each SkillJob's phases in order, each SkillJob's Jobs.
-    let skilljobs: Api<SkillJob> = Api::namespaced(client.clone(), NS);
-    let history: Arc<Mutex<HashMap<String, Vec<Option<SkillJobPhase>>>>> = Arc::default();
-    let watch_phases = {
-        let (api, history) = (skilljobs.clone(), history.clone());
-        tokio::spawn(async move {
-            let mut events = std::pin::pin!(watcher(api, watcher::Config::default()));
-            while let Ok(Some(event)) = events.try_next().await {
-                if let watcher::Event::Apply(sj) | watcher::Event::InitApply(sj) = event {
-                    let phase = sj.status.as_ref().and_then(|s| s.phase);
-                    let mut h = history.lock().unwrap();
-                    let seen = h.entry(sj.name_any()).or_default();
-                    if seen.last() != Some(&phase) {
-                        seen.push(phase);
-                    }
-                }
-            }
-        })
-    };
-    let jobs: Api<Job> = Api::namespaced(client.clone(), NS);
-    let jobs_of: Arc<Mutex<BTreeMap<String, BTreeSet<String>>>> = Arc::default();
-    // The kubelet's and Job controller's part: each new Job failed, no pod run.
-    let (failing_tx, failing_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-    let watch_jobs = {
-        let (api, jobs_of) = (jobs.clone(), jobs_of.clone());
-        tokio::spawn(async move {
-            let mut events = std::pin::pin!(watcher(api, watcher::Config::default()));
-            while let Ok(Some(event)) = events.try_next().await {
-                if let watcher::Event::Apply(job) | watcher::Event::InitApply(job) = event {
-                    let Some(owner) = job.owner_references().iter().find(|o| o.kind == "SkillJob").map(|o| o.uid.clone()) else { continue };
-                    let fresh = jobs_of.lock().unwrap().entry(owner).or_default().insert(job.name_any());
-                    let done = job.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| !c.is_empty());
-                    if fresh && !done {
-                        let _ = failing_tx.send(job.name_any());
-                    }
-                }
-            }
-        })
-    };
-    let fail_jobs = {
-        let api = jobs.clone();
-        tokio::spawn(async move {
-            tokio_stream_of(failing_rx)
-                .for_each_concurrent(8, |name| {
-                    let api = api.clone();
-                    async move { fail_job(&api, &name).await }
-                })
-                .await
-        })
-    };
-
-    // The backlog, created while the kills go on.
-    let creating = {
-        let api = skilljobs.clone();
-        tokio::spawn(async move {
-            futures::stream::iter(0..count)
-                .for_each_concurrent(16, |i| {
-                    let api = api.clone();
-                    async move {
-                        let sj: SkillJob = serde_json::from_value(json!({
-                            "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillJob", "metadata": { "name": format!("run-{i}") },
-                            "spec": { "binding": "csv-stats", "script": "scripts/stats.py", "args": ["data.csv"] }
-                        }))
-                        .unwrap();
-                        api.create(&PostParams::default(), &sj).await.unwrap_or_else(|e| panic!("create run-{i}: {e}"));
-                    }
-                })
-                .await
-        })
-    };
+    let backlog = backlog::Backlog::start(&client, NS, count);
 
     let leases: Api<Lease> = Api::namespaced(client.clone(), OPERATOR_NS);
     let holder = || {
@@ -200,42 +115,10 @@ async fn killing_the_leader_loses_nothing_and_duplicates_nothing() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-    creating.await.expect("every SkillJob was created");
     let kill_phase = started.elapsed();
-
-    // Every SkillJob reaches a terminal phase.
-    let deadline = Instant::now() + Duration::from_secs(600);
-    let terminal = loop {
-        let done = history.lock().unwrap().values().filter(|h| rank(h.last().and_then(|p| p.as_ref())) == 3).count();
-        if done == count || Instant::now() > deadline {
-            break done;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    watch_phases.abort();
-    watch_jobs.abort();
-    fail_jobs.abort();
+    let outcome = backlog.finish(Duration::from_secs(600)).await;
     drop(replicas);
 
-    let jobs_of = jobs_of.lock().unwrap().clone();
-    let duplicates: Vec<_> = jobs_of.iter().filter(|(_, j)| j.len() > 1).collect();
-    let history = history.lock().unwrap().clone();
-    let mut regressions = Vec::new();
-    for (name, phases) in &history {
-        let mut top = 0;
-        let mut last_terminal: Option<&SkillJobPhase> = None;
-        for p in phases {
-            let r = rank(p.as_ref());
-            if r < top || (last_terminal.is_some() && p.as_ref() != last_terminal) {
-                regressions.push(format!("{name}: {phases:?}"));
-                break;
-            }
-            top = top.max(r);
-            if r == 3 {
-                last_terminal = p.as_ref();
-            }
-        }
-    }
     failovers.sort();
     let median = failovers.get(failovers.len() / 2).copied().unwrap_or_default();
     let max = failovers.last().copied().unwrap_or_default();
@@ -245,35 +128,9 @@ async fn killing_the_leader_loses_nothing_and_duplicates_nothing() {
         kill_phase.as_secs_f64(),
         median.as_secs_f64(),
         max.as_secs_f64(),
-        terminal,
-        duplicates.len(),
-        regressions.len()
+        outcome.terminal,
+        outcome.duplicates.len(),
+        outcome.regressions.len()
     );
-    assert!(duplicates.is_empty(), "SkillJobs with more than one Job: {duplicates:?}");
-    assert!(regressions.is_empty(), "phases that went back: {regressions:?}");
-    assert_eq!(terminal, count, "SkillJobs left without a terminal phase");
-    assert_eq!(jobs_of.len(), count, "SkillJobs that never got a Job");
-}
-
-fn tokio_stream_of<T>(mut rx: tokio::sync::mpsc::UnboundedReceiver<T>) -> impl futures::Stream<Item = T> {
-    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
-}
-
-/// What the Job controller writes when a Job's pod could not run: the
-/// failure target, then Failed.
-async fn fail_job(api: &Api<Job>, name: &str) {
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let condition = |type_: &str| {
-        json!({ "type": type_, "status": "True", "reason": "BackoffLimitExceeded", "message": "the test's stand-in for the kubelet ran no pod",
-                "lastProbeTime": now, "lastTransitionTime": now })
-    };
-    let status = json!({ "status": { "startTime": now, "failed": 1, "conditions": [condition("FailureTarget"), condition("Failed")] } });
-    for _ in 0..20 {
-        match api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status)).await {
-            Ok(_) => return,
-            Err(kube::Error::Api(e)) if e.code == 404 => return,
-            Err(kube::Error::Api(e)) if e.code == 422 => panic!("the API server refused the failed status of {name}: {}", e.message),
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
+    outcome.assert_nothing_lost_or_doubled(count);
 }

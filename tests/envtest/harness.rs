@@ -33,6 +33,8 @@ fn free_port() -> u16 {
 pub(crate) struct Envtest {
     etcd: Child,
     apiserver: Child,
+    /// How kube-apiserver was started, to start it again ([`Envtest::restart_apiserver`]).
+    apiserver_command: (PathBuf, Vec<String>),
     _dir: tempfile::TempDir,
     pub client: Client,
     /// Admin kubeconfig, for processes started beside the test (a controller binary).
@@ -90,21 +92,20 @@ impl Envtest {
         std::fs::write(dir.path().join("tokens.csv"), format!("{token},admin,admin,system:masters\n")).unwrap();
         let extra: Vec<String> =
             std::env::var("ENVTEST_APISERVER_FLAGS").unwrap_or_default().split_whitespace().map(String::from).collect();
-        let log = std::fs::File::create(dir.path().join("apiserver.log")).unwrap();
-        let apiserver = Command::new(assets.join("kube-apiserver"))
-            .args(["--etcd-servers", &format!("http://127.0.0.1:{client_port}")])
-            .args(["--cert-dir", dir.path().join("certs").to_str().unwrap()])
-            .args(["--secure-port", &api_port.to_string(), "--bind-address", "127.0.0.1"])
-            .args(["--service-account-issuer", "https://kubernetes.default.svc"])
-            .arg(format!("--service-account-key-file={}", public.display()))
-            .arg(format!("--service-account-signing-key-file={}", key.display()))
-            .arg(format!("--token-auth-file={}", dir.path().join("tokens.csv").display()))
-            .args(["--authorization-mode", "RBAC", "--service-cluster-ip-range", "10.0.0.0/24", "--allow-privileged=false"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start kube-apiserver");
+        let args: Vec<String> = [
+            vec![format!("--etcd-servers=http://127.0.0.1:{client_port}")],
+            vec![format!("--cert-dir={}", dir.path().join("certs").display())],
+            vec![format!("--secure-port={api_port}"), "--bind-address=127.0.0.1".into()],
+            vec!["--service-account-issuer=https://kubernetes.default.svc".into()],
+            vec![format!("--service-account-key-file={}", public.display())],
+            vec![format!("--service-account-signing-key-file={}", key.display())],
+            vec![format!("--token-auth-file={}", dir.path().join("tokens.csv").display())],
+            vec!["--authorization-mode=RBAC".into(), "--service-cluster-ip-range=10.0.0.0/24".into(), "--allow-privileged=false".into()],
+            extra,
+        ]
+        .concat();
+        let apiserver_command = (assets.join("kube-apiserver"), args);
+        let apiserver = spawn_apiserver(&apiserver_command, &dir.path().join("apiserver.log"));
         let kubeconfig = format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: envtest\n  cluster:\n    server: https://127.0.0.1:{api_port}\n    insecure-skip-tls-verify: true\nusers:\n- name: admin\n  user:\n    token: {token}\ncontexts:\n- name: envtest\n  context:\n    cluster: envtest\n    user: admin\ncurrent-context: envtest\n"
         );
@@ -113,7 +114,7 @@ impl Envtest {
         let config =
             kube::Config::from_custom_kubeconfig(Kubeconfig::read_from(&path).unwrap(), &KubeConfigOptions::default()).await.unwrap();
         let client = Client::try_from(config).unwrap();
-        let mut envtest = Envtest { etcd, apiserver, _dir: dir, client, kubeconfig: path };
+        let mut envtest = Envtest { etcd, apiserver, apiserver_command, _dir: dir, client, kubeconfig: path };
         for _ in 0..120 {
             if envtest.client.apiserver_version().await.is_ok() {
                 return Some(envtest);
@@ -134,6 +135,30 @@ impl Envtest {
             log.lines().rev().take(20).collect::<Vec<_>>().join("\n")
         );
     }
+}
+
+impl Envtest {
+    /// SIGKILLs kube-apiserver, leaves it down for `down`, and starts it
+    /// again on the same port and etcd; returns once it answers.
+    #[allow(dead_code, clippy::zombie_processes)]
+    pub(crate) async fn restart_apiserver(&mut self, down: Duration) {
+        let _ = self.apiserver.kill();
+        let _ = self.apiserver.wait();
+        tokio::time::sleep(down).await;
+        self.apiserver = spawn_apiserver(&self.apiserver_command, &self._dir.path().join("apiserver.log"));
+        for _ in 0..120 {
+            if self.client.apiserver_version().await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        panic!("kube-apiserver did not answer within 60 s of its restart");
+    }
+}
+
+fn spawn_apiserver((program, args): &(PathBuf, Vec<String>), log: &Path) -> Child {
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+    Command::new(program).args(args).stdout(Stdio::null()).stderr(log).spawn().expect("start kube-apiserver")
 }
 
 /// Create the committed CRDs and wait until they are served.

@@ -1,17 +1,24 @@
 //! Step 2: stage the pinned package (or check the prepared image holds it),
 //! make the children and create the Job.
 
+use std::time::Duration;
+
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
+use kube::ResourceExt;
 
 use super::{children, patch_status, publish, set_phase, POLL};
 use crate::api::job::{JobEgress, SkillJob, SkillJobPhase, SkillJobStatus};
 use crate::controller::builders::job::PackageDelivery;
 use crate::controller::builders::job::{build_job, job_name};
 use crate::controller::context::{Context, Error, Result};
-use crate::controller::decide::Admission;
+use crate::controller::decide::{is_final, Admission};
 use k8s_openapi::api::batch::v1::Job;
+
+/// How soon a reconcile that found its view older than the API server's
+/// looks again (by then the watch has usually caught up).
+const STALE_VIEW_RETRY: Duration = Duration::from_secs(1);
 
 pub(super) async fn start(
     sj: &SkillJob,
@@ -77,8 +84,18 @@ pub(super) async fn start(
             ctx.metrics.jobs_created.inc();
             publish(ctx, sj, EventType::Normal, "JobCreated", &format!("created Job {name}")).await;
         }
-        // A concurrent reconcile (or a restarted controller) made it first.
-        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        // It exists: an earlier reconcile made it. Either its status write
+        // was lost (a restarted controller: record it now), or the SkillJob
+        // this reconcile was handed is older than its status (a cache
+        // behind the API server after a restart or a lost watch). Writing
+        // "Pending" from that old view would take a finished run back, so
+        // the API server's own copy decides.
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            let fresh = Api::<SkillJob>::namespaced(ctx.client.clone(), ns).get(&sj.name_any()).await?;
+            if fresh.status.as_ref().is_some_and(|s| s.job_name.is_some() || s.phase.is_some_and(is_final)) {
+                return Ok(Action::requeue(STALE_VIEW_RETRY));
+            }
+        }
         Err(e) => return Err(e.into()),
     }
     status.job_name = Some(name.clone());
