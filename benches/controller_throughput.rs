@@ -25,6 +25,7 @@
 mod harness;
 #[path = "../tests/oci/common.rs"]
 mod oci_common;
+#[allow(dead_code)]
 #[path = "../tests/envtest/stack.rs"]
 mod stack;
 

@@ -28,6 +28,12 @@ impl ArtifactError {
             ArtifactError::Unsupported(_) => "artifacts-unsupported",
         }
     }
+
+    /// The endpoint is down or failing (unreachable, or a 5xx), as opposed
+    /// to refusing this request: waiting for it may help.
+    pub fn is_outage(&self) -> bool {
+        matches!(self, ArtifactError::Unreachable { .. } | ArtifactError::Refused { status: 500.., .. })
+    }
 }
 
 /// Where a run's files live: the controller stages a job's package before

@@ -236,6 +236,11 @@ pub enum Error {
     Prepare(Box<super::prepare::PrepareError>),
     #[error("the run's NetworkPolicy cannot be built: {0}")]
     Policy(#[from] super::builders::Error),
+    /// The object changed after the copy this reconcile worked from was
+    /// read (a cache behind the API server): nothing was written, and the
+    /// next look starts from the newer copy.
+    #[error("{0} changed since this reconcile read it; nothing was written and it is looked at again")]
+    Stale(String),
 }
 
 impl Error {
@@ -250,6 +255,18 @@ impl Error {
             Error::Encode(_) => "encode",
             Error::Prepare(_) => "prepare",
             Error::Policy(_) => "policy",
+            Error::Stale(_) => "stale",
+        }
+    }
+
+    /// A write refused because the reconcile's copy was old: not a
+    /// failure of anything, only a reason to look again soon.
+    pub fn is_stale(&self) -> bool {
+        use kube::runtime::finalizer::Error as F;
+        match self {
+            Error::Stale(_) => true,
+            Error::Finalizer(inner) => matches!(inner.as_ref(), F::ApplyFailed(e) | F::CleanupFailed(e) if e.is_stale()),
+            _ => false,
         }
     }
 }
@@ -267,4 +284,27 @@ where
     let patch = serde_json::json!({ "apiVersion": K::api_version(&()), "kind": K::kind(&()), "status": status });
     api.patch_status(name, &kube::api::PatchParams::apply(MANAGER).force(), &kube::api::Patch::Apply(patch)).await?;
     Ok(())
+}
+
+/// [`apply_status`], only if the object is still at `resource_version`:
+/// the status is derived from that copy, and written over a newer one it
+/// could take a finished object back (a reconcile handed a cached copy
+/// that is behind the API server, after a restart or a lost watch). The
+/// API server checks the precondition; a mismatch is [`Error::Stale`].
+pub async fn apply_status_at<K>(api: &kube::Api<K>, name: &str, resource_version: &str, status: &impl serde::Serialize) -> Result<()>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "metadata": { "resourceVersion": resource_version },
+        "status": status,
+    });
+    match api.patch_status(name, &kube::api::PatchParams::apply(MANAGER).force(), &kube::api::Patch::Apply(patch)).await {
+        Ok(_) => Ok(()),
+        // Forced applies have no field conflicts: a 409 is the precondition.
+        Err(kube::Error::Api(e)) if e.code == 409 => Err(Error::Stale(format!("{} {name}", K::kind(&())))),
+        Err(e) => Err(e.into()),
+    }
 }

@@ -18,6 +18,7 @@ use super::context::{Context, FetchedPackage, OperatorConfig, PackageResolver};
 use super::metrics::Metrics;
 use super::skilljob;
 use crate::api::job::{SkillJob, SkillJobSpec};
+use kube::runtime::controller::Action;
 
 type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
 
@@ -73,6 +74,7 @@ fn skilljob() -> SkillJob {
     j.metadata.namespace = Some("team".into());
     j.metadata.uid = Some(UID.into());
     j.metadata.generation = Some(1);
+    j.metadata.resource_version = Some("41".into());
     j.metadata.finalizers = Some(vec![skilljob::FINALIZER.into()]);
     j
 }
@@ -122,8 +124,9 @@ fn not_found() -> Response<Body> {
 
 /// Answer a status patch with the object it would produce.
 fn patched(mut body: Value) -> Response<Body> {
-    if body.get("metadata").is_none() {
-        body["metadata"] = json!({ "name": "report", "namespace": "team", "uid": UID });
+    if body.get("spec").is_none() {
+        let version = body["metadata"]["resourceVersion"].clone();
+        body["metadata"] = json!({ "name": "report", "namespace": "team", "uid": UID, "resourceVersion": version });
         body["spec"] = json!({ "binding": "weather", "script": "scripts/forecast.py" });
     }
     ok(body)
@@ -155,6 +158,26 @@ async fn expect(handle: &mut Handle, method: &str, path: &str, answer: impl FnOn
 async fn expect_admission_reads(handle: &mut Handle) {
     expect(handle, "GET", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skillbindings/weather", |_| ok(binding())).await;
     expect(handle, "GET", "/apis/skill-operator.dev/v1alpha1/skillpackages/weather-1", |_| ok(package())).await;
+}
+
+/// Before creating a Job the reconciler reads the SkillJob from the API
+/// server; this answers with `copy`.
+pub(super) async fn expect_skilljob_read(handle: &mut Handle, copy: SkillJob) {
+    expect(
+        handle,
+        "GET",
+        "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report",
+        |_| ok(serde_json::to_value(copy).unwrap()),
+    )
+    .await;
+}
+
+/// The API server's copy of [`skilljob`], one write (the gateway's
+/// inputs-staged annotation, say) ahead of the cached one.
+pub(super) fn newer_unstarted_copy() -> SkillJob {
+    let mut copy = skilljob();
+    copy.metadata.resource_version = Some("42".into());
+    copy
 }
 
 /// The reconciler makes no further call: the next thing the mock sees is
@@ -197,6 +220,7 @@ async fn first_reconcile_admits_and_creates_children_then_the_job() {
             ok(json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "team", "labels": { "pod-security.kubernetes.io/enforce": "restricted" } } }))
         })
         .await;
+        expect_skilljob_read(&mut handle, newer_unstarted_copy()).await;
         let sa = expect(&mut handle, "PATCH", "/api/v1/namespaces/team/serviceaccounts/skill-operator-run", ok).await;
         assert_eq!(sa["automountServiceAccountToken"], false);
         let secret = expect(&mut handle, "POST", "/api/v1/namespaces/team/secrets", ok).await;
@@ -217,9 +241,62 @@ async fn first_reconcile_admits_and_creates_children_then_the_job() {
             expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         assert_eq!(status["status"]["phase"], "Pending");
         assert_eq!(status["status"]["jobName"], json!(name));
+        // Guarded by the version of the copy the API server gave, not the cached one.
+        assert_eq!(status["metadata"]["resourceVersion"], "42");
     });
     skilljob::reconcile(job, ctx).await.expect("reconcile");
     tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
+}
+
+/// The cached copy predates the run's recorded start (and its verdict,
+/// after which the Job was deleted): a Job created from it would run the
+/// script a second time.
+#[tokio::test]
+async fn a_cached_copy_behind_a_finished_run_creates_nothing() {
+    let (ctx, mut handle) = context();
+    let server = tokio::spawn(async move {
+        expect_admission_reads(&mut handle).await;
+        expect(&mut handle, "GET", "/api/v1/namespaces/team", |_| {
+            ok(json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "team", "labels": { "pod-security.kubernetes.io/enforce": "restricted" } } }))
+        })
+        .await;
+        let mut finished = newer_unstarted_copy();
+        finished.status = Some(crate::api::job::SkillJobStatus {
+            phase: Some(crate::api::job::SkillJobPhase::Failed),
+            job_name: Some(super::builders::job::job_name(UID)),
+            ..Default::default()
+        });
+        expect_skilljob_read(&mut handle, finished).await;
+        // No ServiceAccount, Secret, NetworkPolicy, Job or status write.
+        no_more_calls(&mut handle).await;
+    });
+    let action = skilljob::reconcile(Arc::new(skilljob()), ctx).await.expect("reconcile");
+    assert_eq!(action, Action::requeue(Duration::from_secs(1)), "looked at again once the cache has caught up");
+    tokio::time::timeout(Duration::from_secs(15), server).await.unwrap().unwrap();
+}
+
+/// A status derived from an old copy is written only over that copy: the
+/// API server refuses it (409), nothing else follows, and the error policy
+/// looks again soon without counting a failure of anything.
+#[tokio::test]
+async fn a_status_write_from_an_old_copy_is_refused_and_retried() {
+    let (ctx, mut handle) = context();
+    let name = super::builders::job::job_name(UID);
+    let server = tokio::spawn(async move {
+        expect(&mut handle, "GET", &format!("/apis/batch/v1/namespaces/team/jobs/{name}"), |_| not_found()).await;
+        let status = expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", |_| {
+            let conflict = json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409,
+                                   "message": "the object has been modified; please apply your changes to the latest version and try again" });
+            Response::builder().status(409).body(Body::from(serde_json::to_vec(&conflict).unwrap())).unwrap()
+        })
+        .await;
+        assert_eq!(status["metadata"]["resourceVersion"], "41", "the write names the copy it was derived from");
+        // No Event for a verdict that was not recorded.
+        no_more_calls(&mut handle).await;
+    });
+    let error = skilljob::reconcile(Arc::new(started_skilljob()), ctx).await.expect_err("the write was refused");
+    assert!(error.is_stale(), "{error}");
+    tokio::time::timeout(Duration::from_secs(15), server).await.unwrap().unwrap();
 }
 
 #[tokio::test]
@@ -287,6 +364,8 @@ async fn a_job_refused_by_the_fence_fails_without_creating_anything() {
 #[derive(Default)]
 struct StoredOutputs {
     announced: Vec<crate::artifacts::OutputsStored>,
+    /// The endpoint is down: reading the outputs finds it unreachable.
+    down: bool,
 }
 impl super::context::ArtifactStore for StoredOutputs {
     fn stage_package<'a>(
@@ -305,7 +384,11 @@ impl super::context::ArtifactStore for StoredOutputs {
         ns: &'a str,
         uid: &'a str,
     ) -> futures::future::BoxFuture<'a, Result<Option<crate::artifacts::OutputManifest>, super::context::ArtifactError>> {
+        let down = self.down;
         Box::pin(async move {
+            if down {
+                return Err(super::context::ArtifactError::Unreachable { what: "outputs".into(), detail: "connection refused".into() });
+            }
             let file = |path: &str, size: u64| json!({ "path": path, "size": size, "digest": format!("sha256:{}", "a".repeat(64)) });
             Ok(Some(serde_json::from_value(json!({
                 "schemaVersion": 1, "namespace": ns, "uid": uid, "complete": true,
@@ -338,6 +421,45 @@ impl super::context::ArtifactStore for StoredOutputs {
             Ok(futures::stream::iter(events.into_iter().map(Ok).chain([Err(broken)])).boxed())
         })
     }
+}
+
+/// The Job has ended but the endpoint that holds its outputs is down: what
+/// was stored cannot be known, so no verdict is given (an "outputs not
+/// stored" Failed would be a lie if they were); the run stays Running, says
+/// which component it waits for, and nothing is deleted.
+#[tokio::test]
+async fn a_run_whose_outputs_cannot_be_read_while_the_endpoint_is_down_waits_and_says_so() {
+    let (plain, mut handle) = context();
+    let ctx = Arc::new(Context { artifacts: Arc::new(StoredOutputs { down: true, ..Default::default() }), ..(*plain).clone() });
+    drop(plain);
+    let mut sj = started_skilljob();
+    sj.status.as_mut().unwrap().phase = Some(crate::api::job::SkillJobPhase::Running);
+    let name = super::builders::job::job_name(UID);
+    let owner = sj.controller_owner_ref(&()).unwrap();
+    let server = tokio::spawn(async move {
+        expect(&mut handle, "GET", &format!("/apis/batch/v1/namespaces/team/jobs/{name}"), |_| {
+            ok(json!({ "apiVersion": "batch/v1", "kind": "Job", "metadata": { "name": name, "namespace": "team", "ownerReferences": [owner] },
+                       "status": { "conditions": [{ "type": "Complete", "status": "True" }], "completionTime": "2026-01-01T00:00:10Z" } }))
+        })
+        .await;
+        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
+        expect(&mut handle, "GET", "/api/v1/namespaces/team/pods", |_| {
+            ok(json!({ "apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [] }))
+        })
+        .await;
+        let status =
+            expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        let s = &status["status"];
+        assert_eq!(s["phase"], "Running", "no verdict, and not taken back to Pending");
+        assert!(s["message"].as_str().unwrap().contains("the artifact endpoint cannot be reached"), "{s}");
+        let complete = s["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Complete").unwrap();
+        assert_eq!((complete["status"].as_str(), complete["reason"].as_str()), (Some("False"), Some("ArtifactEndpointUnavailable")));
+        // Nothing of the run is deleted while its outputs are unread.
+        no_more_calls(&mut handle).await;
+    });
+    let action = skilljob::reconcile(Arc::new(sj), ctx).await.expect("a component outage is a wait, not a failed reconcile");
+    assert_eq!(action, Action::requeue(Duration::from_secs(5)));
+    tokio::time::timeout(Duration::from_secs(15), server).await.unwrap().unwrap();
 }
 
 #[tokio::test]
@@ -818,7 +940,7 @@ async fn announced_runs_wake_their_own_skilljob_only() {
         stored("team", LOOK_ALIKE_UID),
         stored("team", UID),
     ];
-    let ctx = Arc::new(Context { artifacts: Arc::new(StoredOutputs { announced }), ..(*plain).clone() });
+    let ctx = Arc::new(Context { artifacts: Arc::new(StoredOutputs { announced, down: false }), ..(*plain).clone() });
     drop(plain);
     caches_with(&ctx, pod_still_running(JOB_UID));
     let mut wakes = Box::pin(skilljob::follow_stored(ctx.clone()));

@@ -434,6 +434,7 @@ async fn a_skilljob_of_a_prepared_package_runs_from_its_image_and_stages_no_pack
             ok(json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "team", "labels": { "pod-security.kubernetes.io/enforce": "restricted" } } }))
         })
         .await;
+        expect_skilljob_read(&mut handle, newer_unstarted_copy()).await;
         expect(&mut handle, "PATCH", "/api/v1/namespaces/team/serviceaccounts/skill-operator-run", ok).await;
         expect(&mut handle, "POST", "/api/v1/namespaces/team/secrets", ok).await;
         expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;

@@ -34,6 +34,12 @@ use crate::api::source::SkillSource;
 
 fn error_policy<K>(kind: &'static str) -> impl Fn(Arc<K>, &Error, Arc<Context>) -> Action {
     move |_obj, error, ctx| {
+        if error.is_stale() {
+            // Expected after a restart or a lost watch: the cache catches up within a moment.
+            tracing::debug!(kind, %error, "reconcile worked from an old copy");
+            ctx.metrics.failed(kind, "stale");
+            return Action::requeue(Duration::from_secs(1));
+        }
         tracing::warn!(kind, %error, "reconcile failed");
         ctx.metrics.failed(kind, error.metric_label());
         // A package or binding still in use is retried slowly; API errors quickly.

@@ -85,7 +85,10 @@ impl Backlog {
                         let Some(owner) = job.owner_references().iter().find(|o| o.kind == "SkillJob").map(|o| o.uid.clone()) else {
                             continue;
                         };
-                        let fresh = j.lock().unwrap().entry(owner).or_default().insert(job.name_any());
+                        // By UID: a Job's name derives from its SkillJob, so a second
+                        // Job made after the first was deleted has the same name.
+                        let Some(job_uid) = job.uid() else { continue };
+                        let fresh = j.lock().unwrap().entry(owner).or_default().insert(job_uid);
                         let done = job.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| !c.is_empty());
                         if fresh && !done {
                             let _ = failing_tx.send(job.name_any());

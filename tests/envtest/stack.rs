@@ -48,7 +48,7 @@ pub(crate) struct Stack {
     pub artifacts_port: u16,
     key: PathBuf,
     _work: tempfile::TempDir,
-    _artifacts: Process,
+    artifacts: Option<Process>,
 }
 
 impl Stack {
@@ -73,26 +73,42 @@ impl Stack {
         let work = tempfile::tempdir().unwrap();
         let key = work.path().join("token-key");
         std::fs::write(&key, [7u8; 32]).unwrap();
-        let artifacts_port = free_port();
-        let artifacts = Process(
-            Command::new(bin)
-                .args(["artifacts", "--listen", &format!("127.0.0.1:{artifacts_port}")])
-                .args(["--registry", &format!("{}/jobs", registry.addr), "--plain-http"])
+        let mut stack = Stack { env, client, registry, bin, artifacts_port: free_port(), key, _work: work, artifacts: None };
+        stack.start_artifacts().await;
+        stack
+    }
+
+    /// The artifact endpoint, on its port, once it answers.
+    pub(crate) async fn start_artifacts(&mut self) {
+        self.artifacts = Some(Process(
+            Command::new(self.bin)
+                .args(["artifacts", "--listen", &format!("127.0.0.1:{}", self.artifacts_port)])
+                .args(["--registry", &format!("{}/jobs", self.registry.addr), "--plain-http"])
                 .arg("--token-key-file")
-                .arg(&key)
+                .arg(&self.key)
                 .env("SKILL_OPERATOR_LOG", "warn")
                 .stdout(Stdio::null())
                 .spawn()
                 .unwrap(),
-        );
-        wait_http(&format!("http://127.0.0.1:{artifacts_port}/healthz")).await;
-        Stack { env, client, registry, bin, artifacts_port, key, _work: work, _artifacts: artifacts }
+        ));
+        wait_http(&format!("http://127.0.0.1:{}/healthz", self.artifacts_port)).await;
+    }
+
+    /// Kills the artifact endpoint: an outage.
+    pub(crate) fn stop_artifacts(&mut self) {
+        self.artifacts = None;
     }
 
     /// A controller process with its metrics on `metrics_port`, `extra`
     /// flags, and `POD_NAME` as given (the Recorder's instance and the
     /// leader election identity's prefix).
     pub(crate) fn controller(&self, metrics_port: u16, extra: &[&str], pod_name: &str) -> Process {
+        self.controller_via(&self.env.kubeconfig, metrics_port, extra, pod_name)
+    }
+
+    /// [`Stack::controller`], reaching the API server through `kubeconfig`
+    /// (a fault-injecting proxy's, say).
+    pub(crate) fn controller_via(&self, kubeconfig: &Path, metrics_port: u16, extra: &[&str], pod_name: &str) -> Process {
         Process(
             Command::new(self.bin)
                 .args(["controller", "--listen", &format!("127.0.0.1:{metrics_port}")])
@@ -106,7 +122,7 @@ impl Stack {
                 .arg(&self.key)
                 .args(["--plain-http-registry", &self.registry.addr])
                 .args(extra)
-                .env("KUBECONFIG", &self.env.kubeconfig)
+                .env("KUBECONFIG", kubeconfig)
                 .env("POD_NAME", pod_name)
                 .env("SKILL_OPERATOR_LOG", std::env::var("CONTROLLER_LOG").unwrap_or_else(|_| "warn".into()))
                 .stdout(Stdio::null())
@@ -115,18 +131,22 @@ impl Stack {
         )
     }
 
-    /// The sample's SkillPackage and its binding `csv-stats` in `ns`, both
-    /// Ready (a controller must be running).
+    /// The sample's SkillPackage (made once) and its binding `csv-stats` in
+    /// `ns`, both Ready (a controller must be running).
     pub(crate) async fn bind_csv_stats(&self, ns: &str) {
         let packages: Api<SkillPackage> = Api::all(self.client.clone());
-        packages
+        let created = packages
             .create(&PostParams::default(), &serde_json::from_value(json!({
                 "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillPackage", "metadata": { "name": "csv-stats-1" },
                 "spec": { "source": { "oci": { "reference": format!("{}/skills/csv-stats:1", self.registry.addr) } },
                           "runtime": { "interpreter": "python", "image": "python@sha256:1111111111111111111111111111111111111111111111111111111111111111", "allowedScripts": ["scripts/stats.py"] } }
             })).unwrap())
-            .await
-            .unwrap();
+            .await;
+        match created {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => panic!("create the SkillPackage: {e}"),
+        }
         harness::wait_for(|| async { harness::ready(&packages.get("csv-stats-1").await.ok()?.status?.conditions) }, "package Ready").await;
         let bindings: Api<SkillBinding> = Api::namespaced(self.client.clone(), ns);
         bindings

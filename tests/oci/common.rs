@@ -50,20 +50,24 @@ impl TestRegistry {
              http:\n  addr: {addr}\n{auth}",
             data.display()
         );
-        let config_path = dir.path().join("config.yml");
-        std::fs::write(&config_path, config).unwrap();
-        let log = std::fs::File::create(dir.path().join("registry.log")).unwrap();
-        let child = Command::new(REGISTRY_BIN)
-            .arg("serve")
-            .arg(&config_path)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start /usr/bin/docker-registry (apt-get install docker-registry)");
+        std::fs::write(dir.path().join("config.yml"), config).unwrap();
+        let child = spawn(dir.path());
         let reg = TestRegistry { addr, dir, child };
         reg.wait_ready().await;
         reg
+    }
+
+    /// Stops the registry, its data kept: an outage.
+    pub(crate) fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts it again on the same address and data, once it answers.
+    pub(crate) async fn restart(&mut self) {
+        self.stop();
+        self.child = spawn(self.dir.path());
+        self.wait_ready().await;
     }
 
     async fn wait_ready(&self) {
@@ -103,6 +107,18 @@ impl TestRegistry {
         o.limits = limits;
         skill_operator::oci::Registry::new(o).unwrap()
     }
+}
+
+fn spawn(dir: &std::path::Path) -> Child {
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("registry.log")).unwrap();
+    Command::new(REGISTRY_BIN)
+        .arg("serve")
+        .arg(dir.join("config.yml"))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("start /usr/bin/docker-registry (apt-get install docker-registry)")
 }
 
 impl Drop for TestRegistry {

@@ -42,7 +42,7 @@ use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::{Resource, ResourceExt};
 
 use super::builders::job::job_name;
-use super::context::{apply_status, Context, Error, Result};
+use super::context::{apply_status_at, Context, Error, Result};
 use super::decide::is_final;
 use crate::api::conditions::set_condition;
 use crate::api::job::{SkillJob, SkillJobPhase, SkillJobStatus};
@@ -67,6 +67,8 @@ const POLL: Duration = Duration::from_secs(10);
 const INPUTS_POLL: Duration = Duration::from_secs(30);
 /// How often a stopping pod is checked.
 const STOPPING_POLL: Duration = Duration::from_secs(2);
+/// How often a run waiting for the registry or the artifact endpoint tries again.
+const COMPONENT_RETRY: Duration = Duration::from_secs(5);
 
 pub async fn reconcile(job: Arc<SkillJob>, ctx: Arc<Context>) -> Result<Action> {
     // A standby replica keeps its caches warm and writes nothing.
@@ -137,14 +139,55 @@ async fn apply(sj: &SkillJob, ctx: &Context) -> Result<Action> {
     // the API server may say it is gone.
     let existing =
         if status.job_name.is_none() { ctx.lookups.cached_job(&ns, &name) } else { ctx.lookups.job(&ctx.client, &ns, &name).await? };
-    match existing {
+    let step = match existing {
         Some(job) => observe::observe(sj, ctx, &ns, &uid, job, status).await,
         None if status.job_name.is_some() => observe::job_deleted(sj, ctx, status).await,
-        None => match admit::admit(sj, ctx, &ns, &uid, &mut status).await? {
-            admit::Admitted::Start(admission) => start::start(sj, ctx, &ns, &uid, &admission, status).await,
-            admit::Admitted::Wait(action) => Ok(action),
+        None => match admit::admit(sj, ctx, &ns, &uid, &mut status).await {
+            Ok(admit::Admitted::Start(admission)) => start::start(sj, ctx, &ns, &uid, &admission, status).await,
+            Ok(admit::Admitted::Wait(action)) => Ok(action),
+            Err(err) => Err(err),
         },
+    };
+    match step {
+        Err(err) => match outage(&err) {
+            Some((reason, message)) => wait_for_component(sj, ctx, reason, message).await,
+            None => Err(err),
+        },
+        done => done,
     }
+}
+
+/// A component the run needs is down (unreachable, or failing with a
+/// 5xx): the registry that holds its package or prepared image, or the
+/// artifact endpoint that stages its files and keeps its outputs.
+fn outage(err: &Error) -> Option<(&'static str, String)> {
+    match err {
+        Error::Resolve(e) if e.is_transient() => {
+            Some(("RegistryUnavailable", format!("the registry holding the package cannot be reached: {e}")))
+        }
+        Error::Prepare(e) if e.is_transient() => {
+            Some(("RegistryUnavailable", format!("the registry holding the prepared image cannot be reached: {e}")))
+        }
+        Error::Artifacts(e) if e.is_outage() => {
+            Some(("ArtifactEndpointUnavailable", format!("the artifact endpoint cannot be reached: {e}")))
+        }
+        _ => None,
+    }
+}
+
+/// The run waits for the component, and says so: its phase stays (a
+/// Running run is not taken back to Pending), its message names what is
+/// down, and no verdict is given until the component answers again, so a
+/// run whose outputs cannot be read yet is never recorded without them.
+async fn wait_for_component(sj: &SkillJob, ctx: &Context, reason: &str, message: String) -> Result<Action> {
+    tracing::warn!(namespace = sj.namespace().unwrap_or_default(), skilljob = %sj.name_any(), %message, "the run waits for a component");
+    let mut status = sj.status.clone().unwrap_or_default();
+    status.observed_generation = sj.metadata.generation;
+    let phase = status.phase.unwrap_or(SkillJobPhase::Pending);
+    let message = format!("{message}; the run waits and is tried again every {} s", COMPONENT_RETRY.as_secs());
+    set_phase(&mut status, phase, reason, message, sj.metadata.generation);
+    patch_status(ctx, sj, &status).await?;
+    Ok(Action::requeue(COMPONENT_RETRY))
 }
 
 /// Stop the run's pod (delete its Job). `Some(action)` while a pod is still
@@ -186,7 +229,8 @@ async fn cleanup(sj: &SkillJob, ctx: &Context) -> Result<Action> {
     Ok(Action::await_change())
 }
 
-/// Writes the status unless it is what the object already says: most
+/// Writes the status unless it is what the object already says, and only
+/// over the copy it was derived from ([`Error::Stale`] otherwise): most
 /// reconciles (a watch event, a periodic requeue) change nothing, and an
 /// unchanged apply still costs the API server a full server-side apply.
 async fn patch_status(ctx: &Context, job: &SkillJob, status: &SkillJobStatus) -> Result<()> {
@@ -199,8 +243,10 @@ async fn patch_status_timed(ctx: &Context, job: &SkillJob, status: &SkillJobStat
         return Ok(());
     }
     let ns = job.namespace().ok_or(Error::Missing("namespace"))?;
+    let version = job.resource_version().ok_or(Error::Missing("resourceVersion"))?;
     let api: Api<SkillJob> = Api::namespaced(ctx.client.clone(), &ns);
-    apply_status(&api, &job.name_any(), status).await?;
+    // Guarded by the version the status was derived from: a phase never goes back.
+    apply_status_at(&api, &job.name_any(), &version, status).await?;
     // Counted on the write that makes the phase final, so once per SkillJob
     // (a restarted controller reads the final phase back and writes nothing).
     let was_final = job.status.as_ref().and_then(|s| s.phase).is_some_and(is_final);

@@ -117,7 +117,7 @@ async fn finished(sj: &SkillJob, ctx: &Context, ns: &str, uid: &str, job: &Job, 
         .and_then(|s| s.conditions.as_ref())
         .and_then(|c| c.iter().find(|c| c.type_ == "Failed" && c.status == "True"))
         .map(|c| c.reason.clone().unwrap_or_default());
-    record_outputs(ctx, sj, ns, uid, &mut status, &mut facts).await;
+    record_outputs(ctx, sj, ns, uid, &mut status, &mut facts).await?;
     let finished_at = job.status.as_ref().and_then(|s| s.completion_time.clone());
     record_verdict(sj, ctx, ns, uid, status, &facts, finished_at).await
 }
@@ -159,7 +159,7 @@ async fn ended_early(
     mut status: SkillJobStatus,
 ) -> Result<Option<Action>> {
     let mut facts = pod_facts(pod);
-    record_outputs(ctx, sj, ns, uid, &mut status, &mut facts).await;
+    record_outputs(ctx, sj, ns, uid, &mut status, &mut facts).await?;
     let ended = pod.and_then(run_terminated);
     if !facts.outputs_stored {
         // The sidecar uploads within a moment of the run's end; its pod
@@ -280,15 +280,24 @@ fn pod_facts(pod: Option<&Pod>) -> RunFacts {
 
 /// Fill stdout/stderr references and output files from what the upload
 /// sidecar stored, and the launcher's result into `facts`. A missing or
-/// unreadable manifest leaves them empty (the verdict says so), never
-/// fails the reconcile. An input the script left unchanged is not an output.
-async fn record_outputs(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, status: &mut SkillJobStatus, facts: &mut RunFacts) {
+/// refused manifest leaves them empty (the verdict says so). An endpoint
+/// that is down is an error: what it stored cannot be known, so no verdict
+/// may be given yet. An input the script left unchanged is not an output.
+async fn record_outputs(
+    ctx: &Context,
+    sj: &SkillJob,
+    ns: &str,
+    uid: &str,
+    status: &mut SkillJobStatus,
+    facts: &mut RunFacts,
+) -> Result<()> {
     let manifest = match ctx.artifacts.outputs(ns, uid).await {
         Ok(Some(manifest)) => manifest,
-        Ok(None) => return,
+        Ok(None) => return Ok(()),
+        Err(err) if err.is_outage() => return Err(err.into()),
         Err(err) => {
             tracing::warn!(%err, ns, uid, "could not read the run's outputs");
-            return;
+            return Ok(());
         }
     };
     facts.outputs_stored = true;
@@ -297,6 +306,7 @@ async fn record_outputs(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, statu
     if result("result.json").is_some() {
         match ctx.artifacts.output_file(ns, uid, "result/result.json").await {
             Ok(bytes) => facts.launch = serde_json::from_slice::<LaunchResult>(&bytes).ok(),
+            Err(err) if err.is_outage() => return Err(err.into()),
             Err(err) => tracing::warn!(%err, ns, uid, "could not read the run's result.json"),
         }
     }
@@ -316,4 +326,5 @@ async fn record_outputs(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, statu
         .filter(|(p, f)| !sj.spec.inputs.iter().any(|i| i.path == *p && i.digest == f.digest && i.size == f.size))
         .map(|(p, f)| OutputFile { path: p.to_string(), size: f.size, digest: f.digest.clone() })
         .collect();
+    Ok(())
 }

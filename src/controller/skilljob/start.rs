@@ -30,6 +30,9 @@ pub(super) async fn start(
 ) -> Result<Action> {
     let generation = sj.metadata.generation;
     let name = job_name(uid);
+    // From here on the API server's copy: its version guards the status write.
+    let Some(current) = unstarted_copy(sj, ctx, ns).await? else { return Ok(Action::requeue(STALE_VIEW_RETRY)) };
+    let sj = &current;
     let egress = &admission.egress_allowed;
     if !egress.is_empty() && ctx.config.egress_proxy.is_none() {
         // NetworkPolicy cannot name hosts: without the proxy there is
@@ -84,18 +87,11 @@ pub(super) async fn start(
             ctx.metrics.jobs_created.inc();
             publish(ctx, sj, EventType::Normal, "JobCreated", &format!("created Job {name}")).await;
         }
-        // It exists: an earlier reconcile made it. Either its status write
-        // was lost (a restarted controller: record it now), or the SkillJob
-        // this reconcile was handed is older than its status (a cache
-        // behind the API server after a restart or a lost watch). Writing
-        // "Pending" from that old view would take a finished run back, so
-        // the API server's own copy decides.
-        Err(kube::Error::Api(status)) if status.code == 409 => {
-            let fresh = Api::<SkillJob>::namespaced(ctx.client.clone(), ns).get(&sj.name_any()).await?;
-            if fresh.status.as_ref().is_some_and(|s| s.job_name.is_some() || s.phase.is_some_and(is_final)) {
-                return Ok(Action::requeue(STALE_VIEW_RETRY));
-            }
-        }
+        // It exists, and the API server's copy of the SkillJob (read above)
+        // does not name it: an earlier controller made it and stopped before
+        // recording it. Record it now (the write is guarded by the version
+        // that copy had).
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
         Err(e) => return Err(e.into()),
     }
     status.job_name = Some(name.clone());
@@ -104,6 +100,22 @@ pub(super) async fn start(
     set_phase(&mut status, SkillJobPhase::Pending, "JobCreated", format!("Job {name} created"), generation);
     patch_status(ctx, sj, &status).await?;
     Ok(Action::requeue(POLL))
+}
+
+/// A Job is created only from a copy of the SkillJob that says none was
+/// made. The cached copy can be behind the API server (after a restart or
+/// a lost watch) and predate the status that recorded the run's Job, or
+/// its verdict: the Job is deleted once the verdict is recorded, so
+/// creating it from that copy would succeed and run the script a second
+/// time. The API server's own copy decides (one read per started run):
+/// `None` when it has started, else that copy (newer than the cached one
+/// when, say, the gateway annotated it meanwhile).
+async fn unstarted_copy(sj: &SkillJob, ctx: &Context, ns: &str) -> Result<Option<SkillJob>> {
+    let fresh = Api::<SkillJob>::namespaced(ctx.client.clone(), ns).get(&sj.name_any()).await?;
+    // Another SkillJob of the same name (this one deleted meanwhile) is not this run.
+    let same = fresh.uid() == sj.uid();
+    let started = fresh.status.as_ref().is_some_and(|s| s.job_name.is_some() || s.phase.is_some_and(is_final));
+    Ok((same && !started).then_some(fresh))
 }
 
 /// The prepared image's manifest must name the pinned package (one registry
