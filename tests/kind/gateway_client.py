@@ -39,8 +39,12 @@ def expect(cond: bool, message: str) -> None:
         raise Failed(message)
 
 
-async def connect(url: str, token: str | None, mode: str, **kwargs: Any):
-    headers = {"Authorization": f"Bearer {token}"} if token else None
+async def connect(url: str, token: str | None, mode: str, host: str | None = None, **kwargs: Any):
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    if host:
+        # A replica reached on its pod address still answers only its Service's Host names.
+        headers["Host"] = host
+    headers = headers or None
     http = create_mcp_http_client(headers=headers, timeout=httpx.Timeout(TIMEOUT))
     return http, Client(streamable_http_client(url, http_client=http), mode=mode, **kwargs)
 
@@ -212,7 +216,91 @@ async def check_limits(base: str, ns: str, other: str, allowed: str, denied: str
             await until(client, lambda err: err is None, "answered once the annotation is gone")
 
 
-CHECKS = {"run": check_run, "auth": check_auth, "isolation": check_isolation, "bind": check_bind, "limits": check_limits}
+def sleep_jobs(ns: str) -> dict[str, str]:
+    """The e2e-sleep SkillJobs in NS: name -> phase."""
+    out = subprocess.run(["kubectl", "-n", ns, "get", "skilljobs", "-o", "json"], capture_output=True, text=True, check=True)
+    return {
+        j["metadata"]["name"]: (j.get("status") or {}).get("phase", "")
+        for j in json.loads(out.stdout)["items"]
+        if (j["metadata"].get("annotations") or {}).get("skill-operator.dev/skill") == "e2e-sleep"
+    }
+
+
+def kill_replica(pod_uid: str) -> str:
+    """SIGKILL the gateway process of the pod POD_UID: on the local cluster
+    it runs on this machine, found by the pod's cgroup (no release, no
+    graceful close of its connections)."""
+    import os
+    import signal
+
+    marks = (pod_uid, pod_uid.replace("-", "_"))
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            with open(f"/proc/{pid}/cgroup") as f:
+                cgroup = f.read()
+        except OSError:
+            continue
+        if b"gateway" in argv and any(m in cgroup for m in marks):
+            os.kill(int(pid), signal.SIGKILL)
+            return f"SIGKILLed pid {pid}"
+    raise Failed(f"no gateway process of pod {pod_uid} on this machine")
+
+
+async def check_failover(base: str, ns: str, other: str, allowed: str, denied: str) -> None:
+    """A gateway replica SIGKILLed during a confirmed skill_run (argv[7]: its
+    base URL, argv[8]: its pod UID; argv[9]: the other replica's base URL):
+    the caller's retry of the same confirmed call on the other replica
+    attaches to the same SkillJob and returns that run's result, and no
+    second SkillJob is made."""
+    replica, pod_uid, survivor = sys.argv[7:10]
+    host = base.split("://", 1)[1]
+    args = {"skill": "e2e-sleep", "script": "scripts/sleep.sh", "args": ["6"]}
+    before = set(sleep_jobs(ns))
+    http, client = await connect(f"{replica}/mcp/{ns}", allowed, "auto", host=host)
+    name, killed = None, False
+    try:
+        async with http, client:
+            preview = await call(client, "skill_run", args)
+            expect(preview.get("status") == "confirmation-required", f"no preview first: {json.dumps(preview)[:300]}")
+            token = preview["token"]
+            pending = asyncio.create_task(call(client, "skill_run", {**args, "confirm": token}))
+            for _ in range(600):
+                running = {n: p for n, p in sleep_jobs(ns).items() if n not in before}
+                if any(p == "Running" for p in running.values()):
+                    name = next(n for n, p in running.items() if p == "Running")
+                    break
+                if pending.done():
+                    ended = pending.exception() or pending.result()
+                    raise Failed(f"the call ended before the run was seen running: {str(ended)[:300]}")
+                await asyncio.sleep(0.1)
+            expect(name is not None, "the run's SkillJob never reached Running")
+            print(f"gateway failover: {kill_replica(pod_uid)} while {name} ran", file=sys.stderr)
+            killed = True
+            try:
+                await asyncio.wait_for(pending, 30)
+                raise Failed("the call on the killed replica answered")
+            except Failed:
+                raise
+            except BaseException:
+                pass  # the connection went with the replica, as it should
+    except Failed:
+        raise
+    except BaseException:
+        if not killed:
+            raise
+        # else: closing a session whose server is gone
+    http, client = await connect(f"{survivor}/mcp/{ns}", allowed, "auto", host=host)
+    async with http, client:
+        result = await call(client, "skill_run", {**args, "confirm": token})
+    expect(result.get("job") == name, f"the retry answered job {result.get('job')}, not {name}")
+    expect(result.get("exitCode") == 0 and "slept 6" in result.get("stdout", ""), f"result {json.dumps(result)[:400]}")
+    made = set(sleep_jobs(ns)) - before
+    expect(made == {name}, f"SkillJobs made for one confirmed call: {sorted(made)}")
+
+
+CHECKS = {"failover": check_failover, "run": check_run, "auth": check_auth, "isolation": check_isolation, "bind": check_bind, "limits": check_limits}
 
 if __name__ == "__main__":
     name, base, ns, other, allowed, denied = sys.argv[1:7]

@@ -486,6 +486,27 @@ YAML
   grep -v READY "$out"
   return $rc
 }
+# A second gateway replica for this check only (the suite runs one: the
+# node's two cores also hold 1-CPU run pods). Each replica is reached on its
+# pod address; the first one's process is SIGKILLed while the run it started
+# is Running, and the caller retries the same confirmed call on the other.
+gateway_failover() {
+  local deploy rows a b rc
+  deploy="$("$KUBECTL" -n "$OPNS" get deployment -l app.kubernetes.io/component=gateway -o name)" || return 1
+  "$KUBECTL" -n "$OPNS" scale "$deploy" --replicas=2 >/dev/null || return 1
+  "$KUBECTL" -n "$OPNS" rollout status "$deploy" --timeout=120s >/dev/null || { echo "the second gateway replica never became ready"; return 1; }
+  rows="$("$KUBECTL" -n "$OPNS" get pods -l app.kubernetes.io/component=gateway --field-selector=status.phase=Running \
+    -o jsonpath='{range .items[*]}{.metadata.uid} {.status.podIP}{"\n"}{end}')"
+  a=($(sed -n 1p <<<"$rows")) b=($(sed -n 2p <<<"$rows"))
+  [[ ${#a[@]} == 2 && ${#b[@]} == 2 ]] || { echo "not two gateway pods with addresses: $rows"; return 1; }
+  for ip in "${a[1]}" "${b[1]}"; do
+    for _ in $(seq 60); do curl -sf "http://$ip:8090/readyz" >/dev/null && break; sleep 1; done
+  done
+  gw failover "http://${a[1]}:8090" "${a[0]}" "http://${b[1]}:8090" 2>>"$WORK/timings"; rc=$?
+  "$KUBECTL" -n "$OPNS" scale "$deploy" --replicas=1 >/dev/null
+  "$KUBECTL" -n "$OPNS" rollout status "$deploy" --timeout=120s >/dev/null
+  return $rc
+}
 if [[ -n "$GATEWAY_CLUSTER_IP" ]] && check "gateway: agents, namespaces, ready" gateway_setup; then
   # Minted here, not inside a check (each check runs in a subshell).
   ALLOWED="$("$KUBECTL" -n "$NS" create token skills-agent --duration=1h)"
@@ -497,6 +518,7 @@ if [[ -n "$GATEWAY_CLUSTER_IP" ]] && check "gateway: agents, namespaces, ready" 
   check "gateway: a new binding brings the tools with list_changed" gateway_bind
   check "gateway: no other namespace, session or job reachable" gw isolation
   check "gateway: a namespace's annotation sets its rate limits (429), a typo closes it (503), other namespaces untouched" gateway_limits
+  check "gateway HA: a replica SIGKILLed during a confirmed skill_run, the call retried on the other replica returns the same SkillJob's result" gateway_failover
 fi
 # ------------------------------------------------------------------- egress
 # A test server on this machine (the pod gateway); the run's only way there is
