@@ -427,6 +427,25 @@ impl super::context::ArtifactStore for StoredOutputs {
 /// was stored cannot be known, so no verdict is given (an "outputs not
 /// stored" Failed would be a lie if they were); the run stays Running, says
 /// which component it waits for, and nothing is deleted.
+/// A recorded Job found Complete: its GET, the NetworkPolicy made again
+/// (no cache here), and its pods listed (none left).
+async fn expect_reads_of_a_completed_job(
+    handle: &mut Handle,
+    name: &str,
+    owner: k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+) {
+    expect(handle, "GET", &format!("/apis/batch/v1/namespaces/team/jobs/{name}"), |_| {
+        ok(json!({ "apiVersion": "batch/v1", "kind": "Job", "metadata": { "name": name, "namespace": "team", "ownerReferences": [owner] },
+                   "status": { "conditions": [{ "type": "Complete", "status": "True" }], "completionTime": "2026-01-01T00:00:10Z" } }))
+    })
+    .await;
+    expect(handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
+    expect(handle, "GET", "/api/v1/namespaces/team/pods", |_| {
+        ok(json!({ "apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [] }))
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_run_whose_outputs_cannot_be_read_while_the_endpoint_is_down_waits_and_says_so() {
     let (plain, mut handle) = context();
@@ -437,16 +456,7 @@ async fn a_run_whose_outputs_cannot_be_read_while_the_endpoint_is_down_waits_and
     let name = super::builders::job::job_name(UID);
     let owner = sj.controller_owner_ref(&()).unwrap();
     let server = tokio::spawn(async move {
-        expect(&mut handle, "GET", &format!("/apis/batch/v1/namespaces/team/jobs/{name}"), |_| {
-            ok(json!({ "apiVersion": "batch/v1", "kind": "Job", "metadata": { "name": name, "namespace": "team", "ownerReferences": [owner] },
-                       "status": { "conditions": [{ "type": "Complete", "status": "True" }], "completionTime": "2026-01-01T00:00:10Z" } }))
-        })
-        .await;
-        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
-        expect(&mut handle, "GET", "/api/v1/namespaces/team/pods", |_| {
-            ok(json!({ "apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [] }))
-        })
-        .await;
+        expect_reads_of_a_completed_job(&mut handle, &name, owner).await;
         let status =
             expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         let s = &status["status"];
@@ -475,16 +485,7 @@ async fn a_finished_run_reports_streams_and_outputs_from_the_artifact_endpoint()
     let name = super::builders::job::job_name(UID);
     let owner = sj.controller_owner_ref(&()).unwrap();
     let server = tokio::spawn(async move {
-        expect(&mut handle, "GET", &format!("/apis/batch/v1/namespaces/team/jobs/{name}"), |_| {
-            ok(json!({ "apiVersion": "batch/v1", "kind": "Job", "metadata": { "name": name, "namespace": "team", "ownerReferences": [owner] },
-                       "status": { "conditions": [{ "type": "Complete", "status": "True" }], "completionTime": "2026-01-01T00:00:10Z" } }))
-        })
-        .await;
-        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
-        expect(&mut handle, "GET", "/api/v1/namespaces/team/pods", |_| {
-            ok(json!({ "apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [] }))
-        })
-        .await;
+        expect_reads_of_a_completed_job(&mut handle, &name, owner).await;
         let status =
             expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         let s = &status["status"];
