@@ -386,7 +386,11 @@ impl Cgroups {
     /// Make, limit and remove one cgroup now, so a host that lets us
     /// create directories but not set limits is found at start-up.
     fn probe(&self) -> Result<(), String> {
-        let run = self.create("probe").map_err(|e| format!("a test cgroup could not be set up: {e}"))?;
+        // A name of its own: several executors of one process probe at once,
+        // and a dead process whose PID this one reuses may have left a probe
+        // in the directory this one adopts.
+        let name = format!("probe-{}", uuid::Uuid::new_v4().simple());
+        let run = self.create(&name).map_err(|e| format!("a test cgroup could not be set up: {e}"))?;
         run.remove();
         Ok(())
     }
@@ -663,6 +667,22 @@ mod tests {
         assert_eq!(under_mount(&m[1], "/elsewhere"), None);
         assert_eq!(under_mount(&m[0], "/"), Some(PathBuf::from("/sys/fs/cgroup/cpu,cpuacct")));
         assert_eq!(under_mount(&m[3], "/user.slice/s.service"), Some(PathBuf::from("/sys/fs/cgroup/unified/user.slice/s.service")));
+    }
+
+    /// A dead process whose PID this one reuses left its probe behind in
+    /// the directory this one adopts (its sweep skips its own PID): the next
+    /// start-up must still find cgroups usable. Gated on a machine where
+    /// this process may make cgroups at all.
+    #[test]
+    fn a_probe_left_in_the_adopted_directory_does_not_block_start_up() {
+        let Ok(first) = Cgroups::detect(None, RunLimits::default(), false) else {
+            crate::gated::skip("cgroup probe leftovers", "this process may not create cgroups here (root and a writable hierarchy)");
+            return;
+        };
+        let leftover = first.create("probe").expect("a leftover cgroup named as the old probe was");
+        let again = Cgroups::detect(None, RunLimits::default(), false);
+        leftover.remove();
+        assert!(again.is_ok(), "{:?}", again.err().map(|e| e.0));
     }
 
     #[test]
