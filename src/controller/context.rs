@@ -281,9 +281,13 @@ pub async fn apply_status<K>(api: &kube::Api<K>, name: &str, status: &impl serde
 where
     K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let patch = serde_json::json!({ "apiVersion": K::api_version(&()), "kind": K::kind(&()), "status": status });
-    api.patch_status(name, &kube::api::PatchParams::apply(MANAGER).force(), &kube::api::Patch::Apply(patch)).await?;
+    api.patch_status(name, &kube::api::PatchParams::apply(MANAGER).force(), &kube::api::Patch::Apply(status_apply::<K>(status))).await?;
     Ok(())
+}
+
+/// The server-side apply body of a status.
+fn status_apply<K: kube::Resource<DynamicType = ()>>(status: &impl serde::Serialize) -> serde_json::Value {
+    serde_json::json!({ "apiVersion": K::api_version(&()), "kind": K::kind(&()), "status": status })
 }
 
 /// [`apply_status`], only if the object is still at `resource_version`:
@@ -295,12 +299,8 @@ pub async fn apply_status_at<K>(api: &kube::Api<K>, name: &str, resource_version
 where
     K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let patch = serde_json::json!({
-        "apiVersion": K::api_version(&()),
-        "kind": K::kind(&()),
-        "metadata": { "resourceVersion": resource_version },
-        "status": status,
-    });
+    let mut patch = status_apply::<K>(status);
+    patch["metadata"] = serde_json::json!({ "resourceVersion": resource_version });
     match api.patch_status(name, &kube::api::PatchParams::apply(MANAGER).force(), &kube::api::Patch::Apply(patch)).await {
         Ok(_) => Ok(()),
         // Forced applies have no field conflicts: a 409 is the precondition.

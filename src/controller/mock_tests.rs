@@ -423,10 +423,6 @@ impl super::context::ArtifactStore for StoredOutputs {
     }
 }
 
-/// The Job has ended but the endpoint that holds its outputs is down: what
-/// was stored cannot be known, so no verdict is given (an "outputs not
-/// stored" Failed would be a lie if they were); the run stays Running, says
-/// which component it waits for, and nothing is deleted.
 /// A recorded Job found Complete: its GET, the NetworkPolicy made again
 /// (no cache here), and its pods listed (none left).
 async fn expect_reads_of_a_completed_job(
@@ -446,6 +442,10 @@ async fn expect_reads_of_a_completed_job(
     .await;
 }
 
+/// The Job has ended but the endpoint that holds its outputs is down: what
+/// was stored cannot be known, so no verdict is given (an "outputs not
+/// stored" Failed would be a lie if they were); the run stays Running, says
+/// which component it waits for, and nothing is deleted.
 #[tokio::test]
 async fn a_run_whose_outputs_cannot_be_read_while_the_endpoint_is_down_waits_and_says_so() {
     let (plain, mut handle) = context();
