@@ -77,6 +77,8 @@ if [[ -z "${KUBECONFIG:-}${KUBEBUILDER_ASSETS:-}" ]]; then
     fi
     export KUBECONFIG="$H/kubeconfig" KUBEBUILDER_ASSETS="$H/assets" ENVTEST_APISERVER_FLAGS=--feature-gates=WatchList=false
     export PATH="$H/cache/bin:$PATH" SKILL_OPERATOR_REQUIRE_GATED=1
+    # The real-cluster suite restarts this cluster's node (its kubelet and containerd).
+    export LOCAL_CLUSTER_HOME="$H" LOCAL_CLUSTER_SCRIPTS="$SCRIPTS"
   else
     echo "gated: no local cluster in $H (or its scripts in $SCRIPTS): the gated suites print SKIPPED"
   fi

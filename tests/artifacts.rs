@@ -240,6 +240,7 @@ fn fetch_opts(env: &Env, ns: &str, uid: &str, d: &PodDirs) -> FetchOptions {
         tools_dir: Some(d.tools.clone()),
         expect_package_digest: None,
         limits: env.limits,
+        patience: Duration::ZERO,
     }
 }
 
@@ -248,7 +249,7 @@ fn upload_opts(env: &Env, ns: &str, uid: &str, d: &PodDirs) -> UploadOptions {
     o.termination_log = Some(d.termination_log.clone());
     o.limits = env.limits;
     o.poll_interval = Duration::from_millis(50);
-    o.attempts = 1;
+    o.patience = Duration::ZERO;
     o
 }
 
@@ -979,6 +980,135 @@ async fn termination_message_stays_under_4_kib() {
     let line = std::fs::read_to_string(&d2.termination_log).unwrap();
     assert!(line.starts_with("error: "), "{line}");
     assert!(line.len() < 4096, "{} bytes for {err}", line.len());
+}
+
+// -- an endpoint that is down ---------------------------------------------------
+
+/// A port in front of the endpoint that first drops every connection it
+/// accepts (an endpoint whose pod is going: the Service still routes, the
+/// process is gone), and from `up` on forwards to the real endpoint.
+/// Counts the connections it dropped.
+async fn flaky_front(env: &Env, up: tokio::sync::watch::Receiver<bool>) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let front = listener.local_addr().unwrap();
+    let dropped = std::sync::Arc::new(AtomicUsize::new(0));
+    let (target, counter) = (env.addr, dropped.clone());
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            if !*up.borrow() {
+                counter.fetch_add(1, Ordering::SeqCst);
+                drop(conn);
+                continue;
+            }
+            tokio::spawn(async move {
+                let mut back = tokio::net::TcpStream::connect(target).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut conn, &mut back).await;
+            });
+        }
+    });
+    (format!("http://{front}/v1"), dropped)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upload_waits_out_an_endpoint_that_is_down_and_stores_the_outputs_once_it_is_back() {
+    use std::sync::atomic::Ordering;
+    let env = start().await;
+    let (up_tx, up_rx) = tokio::sync::watch::channel(false);
+    let (base, dropped) = flaky_front(&env, up_rx).await;
+    let d = pod_dirs(NS, UID);
+    std::fs::write(d.work.join("out.txt"), b"the run's work").unwrap();
+    write_result(&d.result, b"{}").unwrap();
+    let mut o = upload_opts(&env, NS, UID, &d);
+    o.endpoint = Endpoint::new(base, NS, UID, job_token(KEY, NS, UID)).unwrap();
+    o.patience = client::ENDPOINT_PATIENCE;
+    let upload = tokio::spawn(async move { client::upload(&o, &no_stop()).await });
+    // Down for three attempts (one at once, then after 0.5 s and 1 s), then back.
+    for _ in 0..400 {
+        if dropped.load(Ordering::SeqCst) >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(dropped.load(Ordering::SeqCst) >= 3, "the upload was not retried while the endpoint was down");
+    up_tx.send(true).unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(30), upload).await.unwrap().unwrap().unwrap().expect("uploaded");
+    assert_eq!(r.manifest.files.iter().map(|f| f.path.as_str()).collect::<Vec<_>>(), ["result/result.json", "work/out.txt"]);
+    let (s, body) = env.get(&format!("{NS}/{UID}/outputs/work/out.txt"), &op()).await;
+    assert_eq!((s, body.as_slice()), (200, b"the run's work".as_slice()));
+    let line = std::fs::read_to_string(&d.termination_log).unwrap();
+    assert!(line.starts_with("sha256:"), "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_waits_out_an_endpoint_that_is_down_and_gets_the_package_once_it_is_back() {
+    use std::sync::atomic::Ordering;
+    let env = start().await;
+    let pkg = env.stage_package(NS, UID).await;
+    assert_eq!(env.put_input(NS, UID, "in.txt", b"an input".to_vec()).await.0, 200);
+    let (up_tx, up_rx) = tokio::sync::watch::channel(false);
+    let (base, dropped) = flaky_front(&env, up_rx).await;
+    let d = pod_dirs(NS, UID);
+    let mut o = fetch_opts(&env, NS, UID, &d);
+    o.endpoint = Endpoint::new(base, NS, UID, job_token(KEY, NS, UID)).unwrap();
+    o.patience = client::ENDPOINT_PATIENCE;
+    // Polled together in this task (the fetch borrows its options).
+    let bring_up = async {
+        for _ in 0..400 {
+            if dropped.load(Ordering::SeqCst) >= 3 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        let retried = dropped.load(Ordering::SeqCst) >= 3;
+        up_tx.send(true).unwrap();
+        retried
+    };
+    let (fetched, retried) =
+        tokio::time::timeout(Duration::from_secs(30), async { tokio::join!(client::fetch(&o), bring_up) }).await.unwrap();
+    assert!(retried, "the fetch was not retried while the endpoint was down");
+    let r = fetched.unwrap();
+    assert_eq!(r.package_digest.as_deref(), Some(package::digest(&pkg).as_str()));
+    assert_eq!(std::fs::read(d.work.join("in.txt")).unwrap(), b"an input");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_gives_up_after_its_patience_naming_the_endpoint() {
+    use std::sync::atomic::Ordering;
+    let env = start().await;
+    env.stage_package(NS, UID).await;
+    let (_never_up, up_rx) = tokio::sync::watch::channel(false);
+    let (base, dropped) = flaky_front(&env, up_rx).await;
+    let d = pod_dirs(NS, UID);
+    let mut o = fetch_opts(&env, NS, UID, &d);
+    o.endpoint = Endpoint::new(base, NS, UID, job_token(KEY, NS, UID)).unwrap();
+    o.patience = Duration::from_millis(3000);
+    let err = client::fetch(&o).await.unwrap_err();
+    assert!(matches!(err, ClientError::Unreachable { .. }), "{err}");
+    assert!(err.to_string().starts_with("cannot reach the artifact endpoint"), "{err}");
+    assert_eq!(dropped.load(Ordering::SeqCst), 3, "attempts within the patience");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upload_gives_up_after_its_patience_and_says_the_endpoint_cannot_be_reached() {
+    use std::sync::atomic::Ordering;
+    let env = start().await;
+    let (_never_up, up_rx) = tokio::sync::watch::channel(false);
+    let (base, dropped) = flaky_front(&env, up_rx).await;
+    let d = pod_dirs(NS, UID);
+    write_result(&d.result, b"{}").unwrap();
+    let mut o = upload_opts(&env, NS, UID, &d);
+    o.endpoint = Endpoint::new(base, NS, UID, job_token(KEY, NS, UID)).unwrap();
+    // Room for the attempts at 0, 0.5 and 1.5 s; the next (at 3.5 s) is past it.
+    o.patience = Duration::from_millis(3000);
+    let err = client::upload(&o, &no_stop()).await.unwrap_err();
+    assert!(matches!(err, ClientError::Unreachable { .. }), "{err}");
+    assert_eq!(dropped.load(Ordering::SeqCst), 3, "attempts within the patience");
+    let line = std::fs::read_to_string(&d.termination_log).unwrap();
+    assert!(line.starts_with("error: cannot reach the artifact endpoint"), "{line}");
+    // Nothing was stored: the run cannot be recorded as having outputs.
+    let (s, _) = env.get(&format!("{NS}/{UID}/outputs"), &op()).await;
+    assert_eq!(s, 404);
 }
 
 // -- lifecycle ----------------------------------------------------------------

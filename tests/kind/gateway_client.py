@@ -295,7 +295,8 @@ async def check_failover(base: str, ns: str, other: str, allowed: str, denied: s
     async with http, client:
         result = await call(client, "skill_run", {**args, "confirm": token})
     expect(result.get("job") == name, f"the retry answered job {result.get('job')}, not {name}")
-    expect(result.get("exitCode") == 0 and "slept 6" in result.get("stdout", ""), f"result {json.dumps(result)[:400]}")
+    brief = {k: result.get(k) for k in ("phase", "exitCode", "message", "stdout", "stderr", "timedOut", "cancelled")}
+    expect(result.get("exitCode") == 0 and "slept 6" in result.get("stdout", ""), f"result {json.dumps(brief)[:600]}")
     made = set(sleep_jobs(ns)) - before
     expect(made == {name}, f"SkillJobs made for one confirmed call: {sorted(made)}")
 

@@ -22,7 +22,11 @@
 #     typo failing closed with 503, the next namespace untouched),
 #   - traces (local cluster): the chart's gateway and controller export to an
 #     OTLP collector of the suite on this machine, and one run is one trace
-#     across both processes.
+#     across both processes,
+#   - faults: the artifact endpoint scaled to 0 while runs end (a short outage
+#     is waited out, one past the upload's patience is Failed naming it), and
+#     (local cluster) the node's kubelet and containerd stopped and started
+#     during runs (every run Succeeded with its stdout).
 # The last line is "kind: N passed, N failed"; the exit status is 1 when any
 # check failed. Without a reachable cluster it prints SKIPPED (and fails
 # when SKILL_OPERATOR_REQUIRE_GATED=1).
@@ -375,17 +379,24 @@ timed_out() {
 }
 check "a run past its timeout is TimedOut (not Failed, exit 124)" timed_out
 
+# run_started UID: the run's container runs (so its files were fetched, and
+# the launcher is starting the script). The script's own output goes to the
+# run's stdout file, not the container log.
+run_started() {
+  local field='{.items[0].status.containerStatuses[?(@.name=="run")].state.running.startedAt}'
+  for _ in $(seq 1200); do
+    [[ -n "$(K get pods -l "skill-operator.dev/skilljob-uid=$1" -o jsonpath="$field" 2>/dev/null)" ]] && return 0
+    sleep 0.1
+  done
+  echo "the run container of $1 never started"; return 1
+}
 # Deleted while it runs: the script must stop at once (the launcher kills its
 # process group on the kubelet's SIGTERM), not at its timeout or the 30 s grace.
 deleted_while_running() {
   local uid start took_ms
   uid="$(skilljob cancel e2e-sleep scripts/sleep.sh "" 300)" || return 1
   K wait --for=jsonpath='{.status.phase}'=Running skilljob/cancel --timeout=120s >/dev/null || return 1
-  # The script itself has started (its first line is in the container log).
-  for _ in $(seq 200); do
-    K logs -l "skill-operator.dev/skilljob-uid=$uid" -c run 2>/dev/null | grep -q started && break
-    sleep 0.1
-  done
+  run_started "$uid" || return 1
   start=$(date +%s%3N)
   K delete skilljob cancel --wait=true --timeout=60s >/dev/null || return 1
   took_ms=$(($(date +%s%3N) - start))
@@ -644,6 +655,125 @@ PYEOF
     || { echo "the proxy's own NetworkPolicy is missing"; return 1; }
 }
 check "the egress run's NetworkPolicy (artifact endpoint + proxy, no DNS) and the proxy's own were admitted" policies_admitted
+
+# ------------------------------------------------ the artifact endpoint down
+# The endpoint's Deployment scaled to 0 while runs end, then back: a short
+# outage is waited out by the upload sidecar (the outputs are stored, the run
+# Succeeded); one that outlasts the sidecar's patience (20 s) leaves the run
+# without a verdict while the endpoint is down (its message names it), then
+# Failed with OutputsNotStored saying why, never Succeeded.
+ART_DEPLOY="$("$KUBECTL" -n "$OPNS" get deployment -l app.kubernetes.io/component=artifacts -o name)"
+ART_REPLICAS="$("$KUBECTL" -n "$OPNS" get "$ART_DEPLOY" -o jsonpath='{.spec.replicas}')"
+artifacts_down() {
+  "$KUBECTL" -n "$OPNS" scale "$ART_DEPLOY" --replicas=0 >/dev/null || return 1
+  for _ in $(seq 1200); do
+    [[ -z "$("$KUBECTL" -n "$OPNS" get pods -l app.kubernetes.io/component=artifacts -o name)" ]] && return 0
+    sleep 0.1
+  done
+  echo "the artifact endpoint's pods did not go"; return 1
+}
+artifacts_up() {
+  "$KUBECTL" -n "$OPNS" scale "$ART_DEPLOY" --replicas="$ART_REPLICAS" >/dev/null &&
+    "$KUBECTL" -n "$OPNS" rollout status "$ART_DEPLOY" --timeout=180s >/dev/null
+}
+# container_ended UID CONTAINER: wait until the run pod's container has exited.
+container_ended() {
+  local field="{.items[0].status.containerStatuses[?(@.name==\"$2\")].state.terminated.exitCode}"
+  [[ $2 == upload ]] && field="{.items[0].status.initContainerStatuses[?(@.name==\"$2\")].state.terminated.exitCode}"
+  for _ in $(seq 1200); do
+    [[ -n "$(K get pods -l "skill-operator.dev/skilljob-uid=$1" -o jsonpath="$field" 2>/dev/null)" ]] && return 0
+    sleep 0.1
+  done
+  echo "the $2 container of $1 never ended"; return 1
+}
+upload_outage_short() {
+  local uid phase out
+  uid="$(skilljob upl-short e2e-sleep scripts/sleep.sh "" 10)" || return 1
+  K wait --for=jsonpath='{.status.phase}'=Running skilljob/upl-short --timeout=120s >/dev/null || return 1
+  run_started "$uid" || return 1
+  artifacts_down || { artifacts_up; return 1; }
+  container_ended "$uid" run || { artifacts_up; return 1; }
+  # The outage met the upload: the sidecar said so, and tries again.
+  for _ in $(seq 300); do K logs -l "skill-operator.dev/skilljob-uid=$uid" -c upload 2>/dev/null | grep -q "retrying" && break; sleep 0.1; done
+  K logs -l "skill-operator.dev/skilljob-uid=$uid" -c upload 2>/dev/null | grep -q "retrying" || { artifacts_up; echo "the upload never met the outage (the endpoint went after the run?)"; return 1; }
+  artifacts_up || { echo "the artifact endpoint did not come back"; return 1; }
+  phase="$(finished upl-short)"
+  [[ "$phase" == Succeeded ]] || { echo "phase $phase: $(K get skilljob upl-short -o jsonpath='{.status.message}')"; return 1; }
+  out="$(artifact "$uid/outputs/result/stdout")" || { echo "stdout not stored"; return 1; }
+  [[ "$out" == *"slept 10"* ]] || { echo "stdout: $out"; return 1; }
+}
+check "the artifact endpoint down while a run ends: the upload waits it out, the run Succeeded with its stdout" upload_outage_short
+upload_outage_long() {
+  local uid phase msg reason
+  uid="$(skilljob upl-long e2e-sleep scripts/sleep.sh "" 8)" || return 1
+  K wait --for=jsonpath='{.status.phase}'=Running skilljob/upl-long --timeout=120s >/dev/null || return 1
+  run_started "$uid" || return 1
+  artifacts_down || { artifacts_up; return 1; }
+  container_ended "$uid" run || { artifacts_up; return 1; }
+  # The sidecar gives up after its patience and ends; the run has no verdict
+  # while its outputs cannot be read, and says what it waits for.
+  container_ended "$uid" upload || { artifacts_up; return 1; }
+  for _ in $(seq 600); do
+    msg="$(K get skilljob upl-long -o jsonpath='{.status.message}')"
+    [[ "$msg" == *"artifact endpoint cannot be reached"* ]] && break
+    sleep 0.1
+  done
+  phase="$(K get skilljob upl-long -o jsonpath='{.status.phase}')"
+  [[ "$phase" == Running && "$msg" == *"artifact endpoint cannot be reached"* ]] || { artifacts_up; echo "while the endpoint is down: phase $phase, message: $msg"; return 1; }
+  artifacts_up || { echo "the artifact endpoint did not come back"; return 1; }
+  phase="$(finished upl-long)"
+  msg="$(K get skilljob upl-long -o jsonpath='{.status.message}')"
+  reason="$(K get skilljob upl-long -o jsonpath='{.status.conditions[?(@.type=="Complete")].reason}')"
+  [[ "$phase" == Failed && "$reason" == OutputsNotStored && "$msg" == *"cannot reach the artifact endpoint"* ]] || { echo "phase $phase ($reason): $msg"; return 1; }
+  echo "     upl-long: $msg" | cut -c1-240
+}
+check "the artifact endpoint down past the upload's patience: no verdict while it is down, then Failed naming it (never Succeeded)" upload_outage_long
+
+# ---------------------------------------------------------- the node restarted
+# The local cluster's kubelet and containerd stopped (SIGTERM, as a node
+# restart or an upgrade does; the containers live on in their shims) while
+# three runs are on, two more created while the node is down, then both
+# started again by the cluster's up.sh, which starts only what is not
+# running. Every run must end truthfully: Succeeded with its stdout.
+LC_HOME_DIR="${LOCAL_CLUSTER_HOME:-/var/lib/local-cluster}"
+LC_SCRIPTS="${LOCAL_CLUSTER_SCRIPTS:-$ROOT/../shared/local-cluster}"
+node_restart() {
+  local i n pid uid phase out down_at up_at
+  declare -A uids
+  for i in 1 2 3; do uids[$i]="$(skilljob "node-$i" e2e-sleep scripts/sleep.sh "" 6)" || return 1; done
+  for i in 1 2 3; do
+    K wait --for=jsonpath='{.status.phase}'=Running "skilljob/node-$i" --timeout=120s >/dev/null || return 1
+    run_started "${uids[$i]}" || return 1
+  done
+  for n in kubelet containerd; do
+    pid="$(cat "$LC_HOME_DIR/run/$n.pid")" || return 1
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "$LC_HOME_DIR" || { echo "pid $pid is not this cluster's $n"; return 1; }
+    kill -TERM "$pid"
+    for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$pid" 2>/dev/null && { echo "$n (pid $pid) did not stop"; return 1; }
+  done
+  down_at=$(date +%s%3N)
+  for i in 4 5; do uids[$i]="$(skilljob "node-$i" e2e-sleep scripts/sleep.sh "" 1)" || return 1; done
+  # The fault's length: the first runs' scripts (6 s) end while the node is down.
+  sleep 12
+  "$LC_SCRIPTS/up.sh" >"$WORK/node-up.log" 2>&1 || { tail -n 5 "$WORK/node-up.log"; return 1; }
+  up_at=$(date +%s%3N)
+  echo "node restart: kubelet and containerd down for $((up_at - down_at)) ms" >>"$WORK/timings"
+  for i in 1 2 3 4 5; do
+    phase="$(finished "node-$i")"
+    [[ "$phase" == Succeeded ]] || { echo "node-$i: phase $phase: $(K get skilljob "node-$i" -o jsonpath='{.status.message}')"; return 1; }
+    out="$(artifact "${uids[$i]}/outputs/result/stdout")" || { echo "node-$i: stdout not stored"; return 1; }
+    [[ "$out" == *"slept "* ]] || { echo "node-$i: stdout: $out"; return 1; }
+  done
+  echo "node restart: the five runs Succeeded $(($(date +%s%3N) - up_at)) ms after the node was back" >>"$WORK/timings"
+}
+if [[ $LOCAL == 1 && -x "$LC_SCRIPTS/up.sh" && -f "$LC_HOME_DIR/run/kubelet.pid" ]]; then
+  check "the node restarted (kubelet and containerd) during runs: every run Succeeded with its stdout" node_restart
+elif [[ "${SKILL_OPERATOR_REQUIRE_GATED:-}" == 1 ]]; then
+  bad "the node restart check needs the local cluster's scripts (LOCAL_CLUSTER_SCRIPTS) and its kubelet's pid file"
+else
+  echo "SKIPPED the node restart check (it restarts the local cluster's kubelet and containerd; this is not that cluster)"
+fi
 
 # The finished runs left nothing behind but the SkillJobs.
 no_leftovers() {

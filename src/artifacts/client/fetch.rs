@@ -29,6 +29,9 @@ pub struct FetchOptions {
     /// Refuse a package whose sha256 differs (`--package-digest`).
     pub expect_package_digest: Option<String>,
     pub limits: ArtifactLimits,
+    /// How long an endpoint that cannot be reached is waited out, per
+    /// request ([`super::ENDPOINT_PATIENCE`] in the pod).
+    pub patience: Duration,
 }
 
 /// What `fetch` did.
@@ -61,14 +64,14 @@ pub async fn fetch(opts: &FetchOptions) -> Result<FetchReport, ClientError> {
 
     // 2. The inputs.
     let url = ep.url("inputs");
-    let resp = get(&http, ep, &url).await?;
+    let resp = get(&http, ep, &url, opts.patience).await?;
     let body = read_capped(resp, l.max_manifest_bytes).await?;
     let manifest: InputsManifest = serde_json::from_slice(&body).map_err(|e| ClientError::Protocol(format!("inputs manifest: {e}")))?;
     check_inputs(&manifest, &l)?;
     make_parent_dirs(&opts.work_dir, &manifest.files)?;
     let set = manifest.digest.clone();
     let results = futures::stream::iter(manifest.files.iter())
-        .map(|f| fetch_input(&http, ep, &opts.work_dir, f, set.as_deref()))
+        .map(|f| fetch_input(&http, ep, &opts.work_dir, f, set.as_deref(), opts.patience))
         .buffer_unordered(4)
         .collect::<Vec<_>>()
         .await;
@@ -87,7 +90,7 @@ async fn fetch_package(http: &reqwest::Client, opts: &FetchOptions, dest: &Path)
     let ep = &opts.endpoint;
     let l = opts.limits;
     let url = ep.url("package");
-    let resp = get(http, ep, &url).await?;
+    let resp = get(http, ep, &url, opts.patience).await?;
     let announced = announced_digest(&resp, "package")?;
     if let Some(want) = &opts.expect_package_digest {
         if want != &announced {
@@ -177,6 +180,7 @@ pub(super) async fn fetch_input(
     work: &Path,
     f: &SetFile,
     set: Option<&str>,
+    patience: Duration,
 ) -> Result<(), ClientError> {
     let mut url = ep.url(&format!("inputs/{}", encode_path(&f.path)));
     if let Some(set) = set {
@@ -184,7 +188,7 @@ pub(super) async fn fetch_input(
         url.push_str(&utf8_percent_encode(set, SEGMENT).to_string());
     }
     let what = format!("input {}", f.path);
-    let mut resp = get(http, ep, &url).await?;
+    let mut resp = get(http, ep, &url, patience).await?;
     let announced = announced_digest(&resp, &what)?;
     if announced != f.digest {
         return Err(ClientError::DigestMismatch { what, expected: f.digest.clone(), actual: announced });

@@ -209,22 +209,63 @@ pub(crate) async fn read_capped(mut resp: reqwest::Response, cap: u64) -> Result
     Ok(out)
 }
 
-/// A GET, retried on connection errors and 503 (the endpoint restarting).
-pub(crate) async fn get(http: &reqwest::Client, ep: &Endpoint, url: &str) -> Result<reqwest::Response, ClientError> {
-    let mut delay = Duration::from_millis(250);
-    for attempt in 0..4 {
-        let last = attempt == 3;
-        match http.get(url).header(AUTHORIZATION, ep.bearer()).send().await {
-            Ok(r) if r.status().is_success() => return Ok(r),
-            Ok(r) if r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE && !last => {}
-            Ok(r) => return Err(endpoint_error(url, r).await),
-            Err(e) if (e.is_connect() || e.is_timeout()) && !last => {}
-            Err(e) => return Err(ClientError::Unreachable { url: url.into(), detail: error_chain(&e) }),
-        }
-        tokio::time::sleep(delay).await;
-        delay *= 2;
+/// How long the pod's fetch and upload wait out an artifact endpoint that
+/// cannot be reached or answers 502/503/504, counted from the first
+/// attempt: an endpoint that is down for a rolling restart or a
+/// rescheduled pod (a new one is ready in about 5-15 s) must not fail the
+/// runs that start or end meanwhile. The upload has only the pod's
+/// termination grace period once the run container has exited, which the
+/// Job builder checks leaves room for the last attempt.
+pub const ENDPOINT_PATIENCE: Duration = Duration::from_secs(20);
+
+/// The pause before the second attempt; each next one doubles, up to [`MAX_RETRY_DELAY`].
+const FIRST_RETRY_DELAY: Duration = Duration::from_millis(500);
+const MAX_RETRY_DELAY: Duration = Duration::from_secs(4);
+
+/// Paces the attempts at one request within a patience.
+pub(crate) struct Retry {
+    first: tokio::time::Instant,
+    delay: Duration,
+    patience: Duration,
+    pub(crate) attempt: u32,
+}
+
+impl Retry {
+    pub(crate) fn new(patience: Duration) -> Self {
+        Retry { first: tokio::time::Instant::now(), delay: FIRST_RETRY_DELAY, patience, attempt: 1 }
     }
-    unreachable!("the last attempt returns")
+
+    /// Waits before the next attempt and says so; `false` (at once) when
+    /// that attempt would start past the patience.
+    pub(crate) async fn again(&mut self, failure: &ClientError) -> bool {
+        if self.first.elapsed() + self.delay > self.patience {
+            tracing::warn!(error = %failure, attempts = self.attempt, "the artifact endpoint did not answer; giving up");
+            return false;
+        }
+        tracing::warn!(error = %failure, attempt = self.attempt, retry_in_ms = self.delay.as_millis() as u64, "the artifact endpoint did not answer; retrying");
+        tokio::time::sleep(self.delay).await;
+        self.delay = (self.delay * 2).min(MAX_RETRY_DELAY);
+        self.attempt += 1;
+        true
+    }
+}
+
+/// A GET, sent again (within `patience`) whatever cut it short and on
+/// 502/503/504 (the endpoint restarting, or nothing behind its Service):
+/// a GET changes nothing, so sending it twice is safe.
+pub(crate) async fn get(http: &reqwest::Client, ep: &Endpoint, url: &str, patience: Duration) -> Result<reqwest::Response, ClientError> {
+    let mut retry = Retry::new(patience);
+    loop {
+        let failure = match http.get(url).header(AUTHORIZATION, ep.bearer()).send().await {
+            Ok(r) if r.status().is_success() => return Ok(r),
+            Ok(r) if matches!(r.status().as_u16(), 502..=504) => endpoint_error(url, r).await,
+            Ok(r) => return Err(endpoint_error(url, r).await),
+            Err(e) => ClientError::Unreachable { url: url.into(), detail: error_chain(&e) },
+        };
+        if !retry.again(&failure).await {
+            return Err(failure);
+        }
+    }
 }
 
 use crate::oci::error_chain;
@@ -309,6 +350,7 @@ pub async fn fetch_command(a: FetchArgs) -> Result<(), ClientError> {
         tools_dir: Some(a.tools.clone()),
         expect_package_digest: a.package_digest,
         limits: ArtifactLimits::DEFAULT,
+        patience: ENDPOINT_PATIENCE,
     };
     let start_unix_nano = crate::api::outcome::unix_nanos_now();
     match fetch(&opts).await {

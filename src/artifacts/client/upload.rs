@@ -24,8 +24,10 @@ pub struct UploadOptions {
     pub limits: ArtifactLimits,
     /// How often to look for the result file.
     pub poll_interval: Duration,
-    /// Upload attempts (transient failures only), backing off from 500 ms.
-    pub attempts: u32,
+    /// How long transient failures (the endpoint unreachable, restarting
+    /// or answering 5xx) are retried, counted from the first attempt
+    /// ([`super::ENDPOINT_PATIENCE`] by default). Zero: one attempt.
+    pub patience: Duration,
 }
 
 impl UploadOptions {
@@ -37,7 +39,7 @@ impl UploadOptions {
             termination_log: Some(PathBuf::from("/dev/termination-log")),
             limits: ArtifactLimits::DEFAULT,
             poll_interval: Duration::from_millis(250),
-            attempts: 5,
+            patience: ENDPOINT_PATIENCE,
         }
     }
 }
@@ -111,17 +113,11 @@ pub async fn upload(opts: &UploadOptions, stop: &Shutdown) -> Result<Option<Uplo
             return Err(e);
         }
     };
-    let mut delay = Duration::from_millis(500);
-    let mut attempt = 1;
+    let mut retry = Retry::new(opts.patience);
     let result = loop {
         match upload_once(&http, opts).await {
             Ok(r) => break Ok(r),
-            Err(e) if e.is_transient() && attempt < opts.attempts.max(1) => {
-                tracing::warn!(error = %e, attempt, "upload failed; retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(8));
-                attempt += 1;
-            }
+            Err(e) if e.is_transient() && retry.again(&e).await => {}
             Err(e) => break Err(e),
         }
     };

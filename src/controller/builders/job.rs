@@ -105,6 +105,10 @@ pub const DEADLINE_SLACK_SECS: i64 = 180;
 pub const TTL_AFTER_FINISHED_SECS: i32 = 3600;
 /// Pod terminationGracePeriodSeconds: the upload sidecar's budget after `run` exits.
 pub const TERMINATION_GRACE_SECS: i64 = 30;
+/// The sidecar retries an unreachable endpoint for its patience, and its
+/// last attempt still needs time to send the outputs before the kubelet's
+/// SIGKILL.
+const _: () = assert!(crate::artifacts::client::ENDPOINT_PATIENCE.as_secs() as i64 + 10 <= TERMINATION_GRACE_SECS);
 /// Default run-as uid and gid (distroless "nonroot").
 pub const DEFAULT_RUN_AS: i64 = 65532;
 pub use crate::core::limits::{MAX_ARGS, MAX_ARG_BYTES};
