@@ -18,8 +18,9 @@
 //!
 //! Then what the audit trail adds to a run (`BENCH_PARTS=audit` runs only that).
 //!
-//! `RUN_OVERHEAD_BASELINE_BIN=<path>` adds the same sandboxed run with another
-//! build (e.g. the commit before the limits), measured in the same run.
+//! `RUN_OVERHEAD_BASELINE_BIN=<path>` adds the same sandboxed and unsandboxed
+//! runs with another build (e.g. the commit before a change), measured in
+//! the same run.
 //!
 //! Run: `cargo bench --bench run_overhead`.
 
@@ -315,6 +316,7 @@ fn main() {
     ];
     if let Some(bin) = &baseline {
         configs.push(("bubblewrap, baseline build".into(), bin.clone(), vec!["--sandbox", "required"]));
+        configs.push(("sandbox off, baseline build".into(), bin.clone(), [&["--sandbox", "off"][..], uids].concat()));
     }
     let mut sandboxed: Vec<(String, f64, f64)> = Vec::new();
     for (label, bin, flags) in &configs {
@@ -354,6 +356,15 @@ fn main() {
     if let (Some((_, nb, pb)), Some((_, n1, p1))) = (sandboxed.iter().find(|(l, _, _)| l == "bubblewrap, baseline build"), sandboxed.get(3))
     {
         println!("this build vs the baseline build, sandboxed: node {:+.1} ms, python {:+.1} ms", n1 - nb, p1 - pb);
+    }
+    if let (Some((nb, pb)), Some((n1, p1))) = (row("sandbox off, baseline build"), row("sandbox off")) {
+        println!(
+            "this build vs the baseline build, sandbox off: node {:+.1} ms ({:.2}x), python {:+.1} ms ({:.2}x)",
+            n1 - nb,
+            n1 / nb,
+            p1 - pb,
+            p1 / pb
+        );
     }
 
     // The parts on their own.

@@ -163,3 +163,55 @@ async fn cgroup_joins_skip_the_grace_period() {
     let detail = plain.summary(skill_operator::core::confirm::ConfirmMode::Auto).sandbox.detail;
     assert!(detail.contains("each run waits for an RCU grace period as it joins (favordynmods not asked for)"), "{detail}");
 }
+
+/// Live processes (not zombies) running as a uid in `range`.
+fn live_procs_of(range: std::ops::RangeInclusive<u32>) -> Vec<(i32, u32)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else { continue };
+        let zombie = status.lines().any(|l| l.starts_with("State:") && l.contains('Z'));
+        let uid =
+            status.lines().find_map(|l| l.strip_prefix("Uid:")).and_then(|v| v.split_whitespace().next()).and_then(|u| u.parse().ok());
+        if let Some(uid) = uid.filter(|u| range.contains(u)) {
+            if !zombie {
+                found.push((pid, uid));
+            }
+        }
+    }
+    found
+}
+
+/// An unsandboxed run's leftovers (detached with `setsid`, deaf to SIGTERM
+/// and SIGHUP, forking again) are dead when the run's result is told. Its
+/// cgroup is emptied before the result: that is what lets the run skip the
+/// slower sweep of its uid, so a process of the uid outside the cgroup
+/// would be a hole this test finds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn detached_leftovers_of_an_unsandboxed_run_are_dead_when_its_result_is_told() {
+    if !is_root() {
+        skill_operator::gated::skip(module_path!(), "needs root (a uid and a cgroup per run)");
+        return;
+    }
+    let world = World::new();
+    let leave = "trap '' TERM HUP\n(setsid bash -c \"trap '' TERM HUP; sleep 60 & sleep 61\" &)\nsetsid sleep 62 &\nnohup sleep 63 >/dev/null 2>&1 &\necho left\n";
+    world.skill("hog", HOST, &[("scripts/attack.py", "pass"), ("scripts/attack.sh", leave), ("scripts/ok.py", "print('ok')\n")]);
+    let exec = world
+        .executor(|o| {
+            o.runner.cgroup = CgroupMode::Required;
+            o.runner.sandbox = skill_operator::runner::local::SandboxMode::Off;
+            o.runner.run_as_uids = Some("62890-62899".parse().unwrap());
+        })
+        .await;
+    let detail = exec.summary(skill_operator::core::confirm::ConfirmMode::Auto).sandbox.detail;
+    if detail.contains("per process only") {
+        skill_operator::gated::skip(module_path!(), &format!("no cgroup per run here: {detail}"));
+        return;
+    }
+    for _ in 0..3 {
+        let report = run(&exec, world.plan("hog", "scripts/attack.sh", &[]), vec![]).await;
+        assert_eq!((report.record.state, text(&report.stdout)), (JobState::Succeeded, "left\n".to_string()), "{}", text(&report.stderr));
+        let alive = live_procs_of(62890..=62899);
+        assert!(alive.is_empty(), "the run's leftovers outlived its result: {alive:?}");
+    }
+}

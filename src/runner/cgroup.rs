@@ -617,6 +617,27 @@ impl RunCgroup {
         members.len()
     }
 
+    /// SIGKILL every process of the run and wait (up to `within`) until
+    /// none is left: `true` once the cgroup is empty. Every process of a
+    /// run is born in its cgroup (the child joins it before it drops to the
+    /// run's uid) and cannot leave it (the cgroup files are root's), so an
+    /// empty cgroup means nothing of the run is alive: the same guarantee
+    /// as sweeping the run's uid, for a read of `cgroup.procs` instead of
+    /// a fork of the server.
+    pub fn kill_and_wait_empty(&self, within: std::time::Duration) -> bool {
+        let until = std::time::Instant::now() + within;
+        loop {
+            if self.members().is_empty() {
+                return true;
+            }
+            self.kill_all();
+            if std::time::Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
     /// Kill what is left and remove the directories. A directory that
     /// still has processes (they take a moment to exit after SIGKILL) is
     /// retried briefly, then left for the next start's sweep.

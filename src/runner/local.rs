@@ -57,6 +57,10 @@ use super::tmpfs::RunTmpfs;
 use super::uids::{UidLease, UidPool, UidRange};
 use super::watch::{Finding, Watch};
 
+/// How long a run's leftovers (SIGKILLed in its cgroup) may take to be
+/// gone before the run's uid is swept the slow way instead.
+const LEFTOVERS_GONE_WITHIN: Duration = Duration::from_secs(1);
+
 /// Where interpreters are looked for: system directories only. The server's
 /// own PATH may point into a user's home (pyenv, nvm), which an unprivileged
 /// run-as uid cannot read and a sandbox does not mount.
@@ -556,6 +560,7 @@ impl LocalRunner {
         _permit: OwnedSemaphorePermit,
     ) -> Result<RunDone, RunError> {
         self.refusals()?;
+        let began = std::time::Instant::now();
         let sandboxed = spec.sandbox.is_some();
         let job_dir = work.parent().map(Path::to_path_buf).unwrap_or_else(|| work.to_path_buf());
 
@@ -572,14 +577,18 @@ impl LocalRunner {
         // 2. The work directory, 0700 to the run's uid. Given back below, whatever happens.
         let tmp_dir = work.with_file_name("tmp");
         let prepared = prepare_dirs(&job_dir, work, &tmp_dir, owner, !sandboxed && !self.is_root);
+        let prepared_us = began.elapsed().as_micros() as u64;
+        let mut emptied = false;
         let result = match prepared {
-            Ok(()) => self.run_prepared(plan, spec, job, work, &job_dir, &tmp_dir, job_bytes, owner, sandboxed).await,
+            Ok(()) => self.run_prepared(plan, spec, job, work, &job_dir, &tmp_dir, job_bytes, owner, sandboxed, &mut emptied).await,
             Err(e) => Err(e),
         };
+        let ran_us = began.elapsed().as_micros() as u64;
 
         // Nothing of the run may outlive it under its uid: a leased uid is
-        // dedicated, so every process it still has is a leftover.
-        if let Some(lease) = &lease {
+        // dedicated, so every process it still has is a leftover. A run
+        // whose cgroup was emptied has none (see `kill_and_wait_empty`).
+        if let Some(lease) = lease.as_ref().filter(|_| !emptied) {
             if let Err(err) = super::process::sweep_uid(lease.uid(), lease.uid()) {
                 tracing::warn!(%err, uid = lease.uid(), "could not sweep leftover processes of the run's uid");
             }
@@ -588,6 +597,8 @@ impl LocalRunner {
             tracing::warn!(job, error = %e, "could not take the job directory back from the run's uid");
         }
         drop(lease);
+        // Where a run's time goes beyond the script (the benchmark's breakdown).
+        tracing::debug!(job, prepared_us, ran_us, swept_and_reclaimed_us = began.elapsed().as_micros() as u64 - ran_us, "run done");
         result
     }
 
@@ -603,6 +614,7 @@ impl LocalRunner {
         job_bytes: u64,
         owner: Option<(u32, u32)>,
         sandboxed: bool,
+        emptied: &mut bool,
     ) -> Result<RunDone, RunError> {
         // 3. The cgroup.
         let cgroup: Option<Arc<RunCgroup>> = match &self.limits {
@@ -682,6 +694,7 @@ impl LocalRunner {
         let stop_watch = Shutdown::new();
         let watcher = watch.clone().spawn(tx, stop_watch.clone());
 
+        tracing::debug!(job, "run set up (cgroup, tmpfs, egress, watcher): executing");
         let executed = execute(spec).await;
 
         stop_watch.trigger();
@@ -690,9 +703,13 @@ impl LocalRunner {
             let w = watch.clone();
             finding = tokio::task::spawn_blocking(move || w.check()).await.ok().flatten();
         }
-        // Everything left in the run's cgroup, wherever it went, then the cgroup itself.
+        // Everything left in the run's cgroup, wherever it went, before the
+        // result is told (a leftover could still change the run's files);
+        // then the cgroup itself, off the caller's path.
         if let Some(cg) = cgroup {
             drop(watch);
+            let left = cg.clone();
+            *emptied = tokio::task::spawn_blocking(move || left.kill_and_wait_empty(LEFTOVERS_GONE_WITHIN)).await.unwrap_or(false);
             tokio::task::spawn_blocking(move || match Arc::try_unwrap(cg) {
                 Ok(cg) => cg.remove(),
                 Err(cg) => {

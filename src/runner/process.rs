@@ -958,7 +958,10 @@ pub async fn execute(spec: ExecSpec) -> Result<ExecOutcome, ExecError> {
     let hard_at = start + spec.hard_deadline();
 
     let spawned_program = spec.sandbox.as_ref().map(|s| s.launcher.program().0).unwrap_or_else(|| spec.program.clone());
+    let spawn_start = std::time::Instant::now();
     let spawned = cmd.spawn();
+    // fork + the child's set-up + exec (std's spawn returns once exec has succeeded).
+    let spawn_us = spawn_start.elapsed().as_micros() as u64;
     // Our copy of the write end: bubblewrap holds its own now.
     drop(status_write);
     let mut child = spawned.map_err(|source| ExecError::Spawn { program: spawned_program, source })?;
@@ -966,7 +969,7 @@ pub async fn execute(spec: ExecSpec) -> Result<ExecOutcome, ExecError> {
     let pid = child.id().map(|p| p as libc::pid_t).unwrap_or(0);
     let mut guard = GroupGuard { pgid: pid, armed: true };
     let pidfd = if pid > 0 { pidfd_open(pid) } else { None };
-    debug!(pid, uid = ident.uid, program = %spec.program.display(), sandbox = spec.sandbox.is_some(), "script started");
+    debug!(pid, uid = ident.uid, program = %spec.program.display(), sandbox = spec.sandbox.is_some(), spawn_us, "script started");
 
     let out_cap = Arc::new(Mutex::new(Capture::default()));
     let err_cap = Arc::new(Mutex::new(Capture::default()));
