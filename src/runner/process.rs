@@ -55,7 +55,11 @@
 //! could ptrace or read the environment of the *next* script run under the same uid
 //! (dumpable, same uid). With a dedicated uid and one run at a time (the caller's
 //! semaphore), [`sweep_uid`] after each run kills everything left under that uid.
-//! The sandbox path does not need it: its PID namespace dies with bwrap.
+//! A run with a cgroup of its own needs no sweep: all its processes are born in
+//! that cgroup and cannot leave it, so killing the cgroup's members until none
+//! is left (`RunCgroup::kill_and_wait_empty`) is the same guarantee without
+//! forking the server once more. The sandbox path does not need it: its PID
+//! namespace dies with bwrap.
 //!
 //! # Why the server should call [`protect_server_environ`] at startup
 //!
