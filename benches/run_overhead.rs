@@ -241,6 +241,38 @@ fn audit_cost(skills: &Path, uids: &[&str], runs: usize) {
     );
 }
 
+/// This build against another one, unsandboxed, python and node: two
+/// servers side by side, their calls alternating, so a machine that gets
+/// busier or quieter during the run weighs on both alike.
+fn baseline_cost(skills: &Path, uids: &[&str], runs: usize, baseline: &str) {
+    let flags = [&["--sandbox", "off"][..], uids].concat();
+    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    for d in &dirs {
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mut this = Server::start(BIN, skills, dirs[0].path(), &flags);
+    let mut base = Server::start(baseline, skills, dirs[1].path(), &flags);
+    for script in ["scripts/noop.py", "scripts/noop.js"] {
+        let (mut t_this, mut t_base) = (Vec::new(), Vec::new());
+        for i in 0..(runs * 2 + 2) {
+            for (server, times) in [(&mut this, &mut t_this), (&mut base, &mut t_base)] {
+                let (ms, job) = server.run(script);
+                server.call("tools/call", &format!(r#"{{"name":"skill_job_delete","arguments":{{"job":"{job}"}}}}"#));
+                if i >= 2 {
+                    times.push(ms);
+                }
+            }
+        }
+        let (m_this, m_base) = (median(t_this), median(t_base));
+        println!(
+            "skill_run {script}, sandbox off, {} runs each, alternating: this build {m_this:.2} ms, baseline build {m_base:.2} ms ({:+.2} ms, {:.3}x)",
+            runs * 2,
+            m_this - m_base,
+            m_this / m_base
+        );
+    }
+}
+
 fn time_ms(runs: usize, mut f: impl FnMut()) -> f64 {
     let mut t = Vec::new();
     for _ in 0..runs {
@@ -295,6 +327,12 @@ fn main() {
         return;
     }
     let baseline = std::env::var("RUN_OVERHEAD_BASELINE_BIN").ok();
+    // `BENCH_PARTS=baseline`: only this build against the baseline build, unsandboxed.
+    if std::env::var("BENCH_PARTS").is_ok_and(|p| p.trim() == "baseline") {
+        let bin = baseline.as_deref().expect("BENCH_PARTS=baseline needs RUN_OVERHEAD_BASELINE_BIN");
+        baseline_cost(dir.path(), uids, runs, bin);
+        return;
+    }
     let mut configs: Vec<(String, String, Vec<&str>)> = vec![
         ("sandbox off".into(), BIN.into(), [&["--sandbox", "off"][..], uids].concat()),
         ("bubblewrap, no cgroup".into(), BIN.into(), vec!["--sandbox", "required", "--sandbox-backend", "bwrap", "--cgroup", "off"]),
@@ -316,7 +354,6 @@ fn main() {
     ];
     if let Some(bin) = &baseline {
         configs.push(("bubblewrap, baseline build".into(), bin.clone(), vec!["--sandbox", "required"]));
-        configs.push(("sandbox off, baseline build".into(), bin.clone(), [&["--sandbox", "off"][..], uids].concat()));
     }
     let mut sandboxed: Vec<(String, f64, f64)> = Vec::new();
     for (label, bin, flags) in &configs {
@@ -357,14 +394,8 @@ fn main() {
     {
         println!("this build vs the baseline build, sandboxed: node {:+.1} ms, python {:+.1} ms", n1 - nb, p1 - pb);
     }
-    if let (Some((nb, pb)), Some((n1, p1))) = (row("sandbox off, baseline build"), row("sandbox off")) {
-        println!(
-            "this build vs the baseline build, sandbox off: node {:+.1} ms ({:.2}x), python {:+.1} ms ({:.2}x)",
-            n1 - nb,
-            n1 / nb,
-            p1 - pb,
-            p1 / pb
-        );
+    if let Some(bin) = &baseline {
+        baseline_cost(dir.path(), uids, runs, bin);
     }
 
     // The parts on their own.
