@@ -382,13 +382,14 @@ check "a run past its timeout is TimedOut (not Failed, exit 124)" timed_out
 # run_started UID: the run's container runs (so its files were fetched, and
 # the launcher is starting the script). The script's own output goes to the
 # run's stdout file, not the container log.
-run_started() {
-  local field='{.items[0].status.containerStatuses[?(@.name=="run")].state.running.startedAt}'
+run_started() { pod_state "$1" '{.items[0].status.containerStatuses[?(@.name=="run")].state.running.startedAt}' "the run container's start"; }
+# pod_state UID JSONPATH WHAT: wait (up to 120 s) until the run pod shows JSONPATH.
+pod_state() {
   for _ in $(seq 1200); do
-    [[ -n "$(K get pods -l "skill-operator.dev/skilljob-uid=$1" -o jsonpath="$field" 2>/dev/null)" ]] && return 0
+    [[ -n "$(K get pods -l "skill-operator.dev/skilljob-uid=$1" -o jsonpath="$2" 2>/dev/null)" ]] && return 0
     sleep 0.1
   done
-  echo "the run container of $1 never started"; return 1
+  echo "$3 never came (run $1)"; return 1
 }
 # Deleted while it runs: the script must stop at once (the launcher kills its
 # process group on the kubelet's SIGTERM), not at its timeout or the 30 s grace.
@@ -678,13 +679,9 @@ artifacts_up() {
 }
 # container_ended UID CONTAINER: wait until the run pod's container has exited.
 container_ended() {
-  local field="{.items[0].status.containerStatuses[?(@.name==\"$2\")].state.terminated.exitCode}"
-  [[ $2 == upload ]] && field="{.items[0].status.initContainerStatuses[?(@.name==\"$2\")].state.terminated.exitCode}"
-  for _ in $(seq 1200); do
-    [[ -n "$(K get pods -l "skill-operator.dev/skilljob-uid=$1" -o jsonpath="$field" 2>/dev/null)" ]] && return 0
-    sleep 0.1
-  done
-  echo "the $2 container of $1 never ended"; return 1
+  local statuses=containerStatuses
+  [[ $2 == upload ]] && statuses=initContainerStatuses  # a native sidecar
+  pod_state "$1" "{.items[0].status.$statuses[?(@.name==\"$2\")].state.terminated.exitCode}" "the end of the $2 container"
 }
 upload_outage_short() {
   local uid phase out
