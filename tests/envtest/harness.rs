@@ -310,18 +310,30 @@ pub(crate) fn ready(conditions: &[Condition]) -> Option<()> {
     conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True").then_some(())
 }
 
-pub(crate) async fn wait_for<T, F, Fut>(mut probe: F, what: &str) -> T
+pub(crate) async fn wait_for<T, F, Fut>(probe: F, what: &str) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    for _ in 0..60 {
+    wait_for_within(probe, what, Duration::from_secs(30)).await
+}
+
+/// [`wait_for`] for `within` (probing every 500 ms).
+pub(crate) async fn wait_for_within<T, F, Fut>(mut probe: F, what: &str, within: Duration) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let until = tokio::time::Instant::now() + within;
+    loop {
         if let Some(value) = probe().await {
             return value;
         }
+        if tokio::time::Instant::now() >= until {
+            panic!("timed out after {} s waiting for {what}", within.as_secs());
+        }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    panic!("timed out after 30 s waiting for {what}");
 }
 
 /// The SkillPackage `csv-stats-1`: python, `scripts/stats.py` allowed, from

@@ -147,7 +147,15 @@ impl Stack {
             Err(kube::Error::Api(e)) if e.code == 409 => {}
             Err(e) => panic!("create the SkillPackage: {e}"),
         }
-        harness::wait_for(|| async { harness::ready(&packages.get("csv-stats-1").await.ok()?.status?.conditions) }, "package Ready").await;
+        // A controller behind the lossy API server's proxy may be backing
+        // off its watches when the objects appear: more time than a clean one.
+        let within = std::time::Duration::from_secs(120);
+        harness::wait_for_within(
+            || async { harness::ready(&packages.get("csv-stats-1").await.ok()?.status?.conditions) },
+            "package Ready",
+            within,
+        )
+        .await;
         let bindings: Api<SkillBinding> = Api::namespaced(self.client.clone(), ns);
         bindings
             .create(&PostParams::default(), &serde_json::from_value(json!({
@@ -155,6 +163,11 @@ impl Stack {
             })).unwrap())
             .await
             .unwrap();
-        harness::wait_for(|| async { harness::ready(&bindings.get("csv-stats").await.ok()?.status?.conditions) }, "binding Ready").await;
+        harness::wait_for_within(
+            || async { harness::ready(&bindings.get("csv-stats").await.ok()?.status?.conditions) },
+            "binding Ready",
+            within,
+        )
+        .await;
     }
 }
