@@ -780,6 +780,9 @@ no_leftovers() {
   left="$(K get jobs,networkpolicies,secrets -l app.kubernetes.io/managed-by=skill-operator -o name 2>/dev/null)
 $(K get secrets -o name | grep -- '-token$')"
   [[ -z "$(echo "$left" | tr -d '[:space:]')" ]] || { echo "left behind: $left"; return 1; }
+  # A finished run's Job goes with its verdict; its pod follows through the
+  # garbage collector and the kubelet (the node was just restarted above).
+  K wait --for=delete pods --all --timeout=60s >/dev/null 2>&1
   [[ -z "$(K get pods -o name)" ]] || { echo "pods left: $(K get pods -o name)"; return 1; }
 }
 check "finished runs leave no Job, pod, Secret or NetworkPolicy" no_leftovers
