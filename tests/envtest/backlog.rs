@@ -21,6 +21,8 @@ use skill_operator::api::SkillJob;
 pub(crate) struct Backlog {
     count: usize,
     history: Arc<Mutex<HashMap<String, Vec<Option<SkillJobPhase>>>>>,
+    /// Each SkillJob's UID and last status message, by name.
+    last_seen: Arc<Mutex<HashMap<String, (String, String)>>>,
     jobs_of: Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>,
     tasks: Vec<tokio_util::task::AbortOnDropHandle<()>>,
     creating: Option<tokio::task::JoinHandle<()>>,
@@ -30,6 +32,8 @@ pub(crate) struct Backlog {
 pub(crate) struct Outcome {
     pub terminal: usize,
     pub with_jobs: usize,
+    /// SkillJobs no Job was ever seen for: name, UID, phases, last message.
+    pub without_jobs: Vec<String>,
     pub duplicates: Vec<String>,
     pub regressions: Vec<String>,
 }
@@ -52,9 +56,10 @@ impl Backlog {
         let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
         let history: Arc<Mutex<HashMap<String, Vec<Option<SkillJobPhase>>>>> = Arc::default();
         let jobs_of: Arc<Mutex<BTreeMap<String, BTreeSet<String>>>> = Arc::default();
+        let last_seen: Arc<Mutex<HashMap<String, (String, String)>>> = Arc::default();
         let mut tasks = Vec::new();
 
-        let (api, h) = (skilljobs.clone(), history.clone());
+        let (api, h, seen_last) = (skilljobs.clone(), history.clone(), last_seen.clone());
         tasks.push(spawn(async move {
             let mut events = std::pin::pin!(watcher(api, watcher::Config::default()));
             // A failed watch (the API server gone) starts again: the record must span it.
@@ -62,6 +67,8 @@ impl Backlog {
                 match events.try_next().await {
                     Ok(Some(watcher::Event::Apply(sj) | watcher::Event::InitApply(sj))) => {
                         let phase = sj.status.as_ref().and_then(|s| s.phase);
+                        let message = sj.status.as_ref().and_then(|s| s.message.clone()).unwrap_or_default();
+                        seen_last.lock().unwrap().insert(sj.name_any(), (sj.uid().unwrap_or_default(), message));
                         let mut h = h.lock().unwrap();
                         let seen = h.entry(sj.name_any()).or_default();
                         if seen.last() != Some(&phase) {
@@ -117,7 +124,7 @@ impl Backlog {
                 })
                 .await
         });
-        Backlog { count, history, jobs_of, tasks, creating: Some(creating) }
+        Backlog { count, history, last_seen, jobs_of, tasks, creating: Some(creating) }
     }
 
     /// How many SkillJobs the watch has seen in a terminal phase.
@@ -154,7 +161,16 @@ impl Backlog {
                 }
             }
         }
-        Outcome { terminal, with_jobs: jobs_of.len(), duplicates, regressions }
+        let history = self.history.lock().unwrap();
+        let without_jobs = self
+            .last_seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, (uid, _))| !jobs_of.contains_key(uid))
+            .map(|(name, (uid, message))| format!("{name} ({uid}): {:?}, {message}", history.get(name)))
+            .collect();
+        Outcome { terminal, with_jobs: jobs_of.len(), without_jobs, duplicates, regressions }
     }
 }
 
@@ -163,7 +179,7 @@ impl Outcome {
         assert!(self.duplicates.is_empty(), "SkillJobs with more than one Job: {:?}", self.duplicates);
         assert!(self.regressions.is_empty(), "phases that went back: {:?}", self.regressions);
         assert_eq!(self.terminal, count, "SkillJobs left without a terminal phase");
-        assert_eq!(self.with_jobs, count, "SkillJobs that never got a Job");
+        assert_eq!(self.with_jobs, count, "SkillJobs that never got a Job: {:?}", self.without_jobs);
     }
 }
 
