@@ -1010,9 +1010,19 @@ async fn flaky_front(env: &Env, up: tokio::sync::watch::Receiver<bool>) -> (Stri
     (format!("http://{front}/v1"), dropped)
 }
 
+/// Whether the front has dropped `n` connections within 10 s.
+async fn dropped_at_least(dropped: &std::sync::atomic::AtomicUsize, n: usize) -> bool {
+    for _ in 0..400 {
+        if dropped.load(std::sync::atomic::Ordering::SeqCst) >= n {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    false
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upload_waits_out_an_endpoint_that_is_down_and_stores_the_outputs_once_it_is_back() {
-    use std::sync::atomic::Ordering;
     let env = start().await;
     let (up_tx, up_rx) = tokio::sync::watch::channel(false);
     let (base, dropped) = flaky_front(&env, up_rx).await;
@@ -1024,13 +1034,7 @@ async fn upload_waits_out_an_endpoint_that_is_down_and_stores_the_outputs_once_i
     o.patience = client::ENDPOINT_PATIENCE;
     let upload = tokio::spawn(async move { client::upload(&o, &no_stop()).await });
     // Down for three attempts (one at once, then after 0.5 s and 1 s), then back.
-    for _ in 0..400 {
-        if dropped.load(Ordering::SeqCst) >= 3 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert!(dropped.load(Ordering::SeqCst) >= 3, "the upload was not retried while the endpoint was down");
+    assert!(dropped_at_least(&dropped, 3).await, "the upload was not retried while the endpoint was down");
     up_tx.send(true).unwrap();
     let r = tokio::time::timeout(Duration::from_secs(30), upload).await.unwrap().unwrap().unwrap().expect("uploaded");
     assert_eq!(r.manifest.files.iter().map(|f| f.path.as_str()).collect::<Vec<_>>(), ["result/result.json", "work/out.txt"]);
@@ -1042,7 +1046,6 @@ async fn upload_waits_out_an_endpoint_that_is_down_and_stores_the_outputs_once_i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fetch_waits_out_an_endpoint_that_is_down_and_gets_the_package_once_it_is_back() {
-    use std::sync::atomic::Ordering;
     let env = start().await;
     let pkg = env.stage_package(NS, UID).await;
     assert_eq!(env.put_input(NS, UID, "in.txt", b"an input".to_vec()).await.0, 200);
@@ -1054,13 +1057,7 @@ async fn fetch_waits_out_an_endpoint_that_is_down_and_gets_the_package_once_it_i
     o.patience = client::ENDPOINT_PATIENCE;
     // Polled together in this task (the fetch borrows its options).
     let bring_up = async {
-        for _ in 0..400 {
-            if dropped.load(Ordering::SeqCst) >= 3 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        let retried = dropped.load(Ordering::SeqCst) >= 3;
+        let retried = dropped_at_least(&dropped, 3).await;
         up_tx.send(true).unwrap();
         retried
     };

@@ -694,7 +694,6 @@ impl LocalRunner {
         let stop_watch = Shutdown::new();
         let watcher = watch.clone().spawn(tx, stop_watch.clone());
 
-        tracing::debug!(job, "run set up (cgroup, tmpfs, egress, watcher): executing");
         let executed = execute(spec).await;
 
         stop_watch.trigger();

@@ -227,7 +227,7 @@ pub(crate) struct Retry {
     first: tokio::time::Instant,
     delay: Duration,
     patience: Duration,
-    pub(crate) attempt: u32,
+    attempt: u32,
 }
 
 impl Retry {
