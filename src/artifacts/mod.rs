@@ -118,6 +118,25 @@ pub use crate::oci::SetFile;
 
 /// Subject of the operator credential (see the module docs).
 pub const OPERATOR_SUBJECT: &str = "operator";
+
+/// The per-namespace ServiceAccount run pods use (no RBAC bound to it). The
+/// projected token a run's pod presents to the endpoint must be this
+/// account's, in the route's namespace.
+pub const RUN_SERVICE_ACCOUNT: &str = "skill-operator-run";
+
+/// The audience of the projected ServiceAccount token a run's pod presents
+/// to the endpoint: one job's alone. The API server checks it in the
+/// TokenReview, so a token made for one run is refused on every other
+/// job's routes, and no token of a run is accepted by the API server itself.
+pub fn pod_token_audience(ns: &str, uid: &str) -> String {
+    format!("artifacts.skill-operator.dev/{ns}/{uid}")
+}
+
+/// The lifetime the controller asks for a run pod's token (the API
+/// server's minimum is 600 s; the kubelet rotates the file at 80%, far
+/// beyond the longest run).
+pub const POD_TOKEN_EXPIRATION_SECS: i64 = 3600;
+const _: () = assert!(POD_TOKEN_EXPIRATION_SECS >= 600 && POD_TOKEN_EXPIRATION_SECS as u64 > 4 * crate::core::limits::MAX_TIMEOUT_SECS);
 /// Sha256 of a single-file body, `sha256:<hex>`.
 pub const HEADER_CONTENT_DIGEST: &str = "x-content-digest";
 /// The OCI manifest digest of the file set a file was served from; pass it

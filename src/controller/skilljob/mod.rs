@@ -49,8 +49,7 @@ use crate::api::job::{SkillJob, SkillJobPhase, SkillJobStatus};
 
 /// Stops the pod and cleans artifacts before a SkillJob goes.
 pub const FINALIZER: &str = "skill-operator.dev/skilljob-cleanup";
-/// The per-namespace ServiceAccount runs use (no RBAC bound to it).
-pub const RUN_SERVICE_ACCOUNT: &str = "skill-operator-run";
+pub use crate::artifacts::RUN_SERVICE_ACCOUNT;
 /// Set (to any value) to cancel a run without deleting its SkillJob: its
 /// pod is stopped and the phase becomes Cancelled (MCP `tasks/cancel`).
 pub const CANCEL_ANNOTATION: &str = "skill-operator.dev/cancel";
