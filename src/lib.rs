@@ -11,6 +11,7 @@
 
 pub mod api;
 pub mod audit;
+pub(crate) mod auth_cache;
 pub mod catalog;
 pub mod cli;
 pub mod controller;

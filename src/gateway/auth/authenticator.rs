@@ -20,9 +20,9 @@ use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessRevie
 use kube::api::{Api, PostParams};
 use sha2::{Digest, Sha256};
 
-use super::cache::{Cache, Fetched, Source};
 use super::limits::{MAX_REASON_CHARS, MAX_TOKEN_BYTES, REVIEW_TIMEOUT};
 use super::{cluster_wide, permission, AuthConfig, AuthError, ANONYMOUS_GROUP, ANONYMOUS_USER};
+use crate::auth_cache::{Cache, Fetched, Source};
 use crate::mcp::error::ToolError;
 use crate::mcp::executor::Caller;
 use crate::mcp::state::{Action, Authorize};

@@ -35,10 +35,10 @@
 //! - [`error`]: [`AuthError`] and its HTTP answers (401/403/503);
 //! - [`routes`]: RFC 9728 protected-resource metadata and the
 //!   [`require_caller`] middleware;
-//! - `cache`: the bounded, single-flight answer cache both reviews use.
+//! - the bounded, single-flight answer cache both reviews use is
+//!   `crate::auth_cache` (shared with the artifact endpoint).
 
 mod authenticator;
-mod cache;
 mod error;
 pub mod limits;
 mod routes;

@@ -1,8 +1,9 @@
 //! A bounded map of answers that expire, with one fetch per key at a time.
 //!
-//! Both caches of the authenticator (token reviews by token hash, access
-//! decisions by who/where/what) are this type. Two properties matter more
-//! than speed:
+//! The gateway's authenticator keeps two of these (token reviews by token
+//! hash, access decisions by who/where/what), the artifact endpoint one (run
+//! pods' token reviews by token hash and audience). Two properties matter
+//! more than speed:
 //!
 //! - **Bounded.** An entry lives for its own TTL, and at most `max_entries`
 //!   are kept: inserting one more evicts the oldest insertion. Anyone can
