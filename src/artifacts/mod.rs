@@ -9,8 +9,10 @@
 //!   `skill-operator upload` (native sidecar), as library functions.
 //!
 //! # Why an endpoint at all (and not the registry directly)
-//! A run pod has no DNS, no service-account token and a NetworkPolicy that
-//! allows exactly one peer: this endpoint, addressed by IP. Giving the pod
+//! A run pod has no DNS, no API access (its only ServiceAccount token is
+//! the one below, for this endpoint's audience, and only in `fetch` and
+//! `upload`) and a NetworkPolicy that allows exactly one peer: this
+//! endpoint, addressed by IP. Giving the pod
 //! registry credentials would let a script read every other job's files
 //! (registries authorise per repository, not per tag); the endpoint instead
 //! holds the registry credentials itself and lets each pod touch its own
@@ -18,12 +20,34 @@
 //! services) out of the pod.
 //!
 //! # Credentials (token scoping)
-//! A job's token is `core::token::job_token(key, namespace, uid)`: an HMAC
-//! the endpoint checks without any lookup or state. The controller writes it
-//! into the job's Secret, mounted only into `fetch` and `upload`, never into
-//! the `run` container: the script cannot read it, so it cannot replay it.
-//! A token is good for one job: a pod cannot name another job's files even
-//! if it guesses the UID.
+//! A job's pod proves which job it is with one of two credentials, both
+//! mounted only into `fetch` and `upload`, never into the `run` container:
+//! the script cannot read them, so it cannot replay them. Either is good for
+//! one job: a pod cannot name another job's files even if it guesses the UID.
+//!
+//! - **Projected pod token** (in the cluster, `artifacts --pod-tokens`): a
+//!   ServiceAccount token the kubelet projects for the pod's account
+//!   [`RUN_SERVICE_ACCOUNT`], with the audience [`pod_token_audience`]`(ns,
+//!   uid)` and a lifetime of [`POD_TOKEN_EXPIRATION_SECS`]. The endpoint
+//!   asks the API server (a TokenReview for that audience, cached briefly:
+//!   [`server::pod_tokens`]) and accepts it only when it is authenticated for
+//!   exactly that job's audience, is the run account's in the job's
+//!   namespace, and is bound to a pod. Why: no per-job Secret, so two API
+//!   writes fewer per run (its create and delete); a bound token dies with
+//!   its pod (the API server refuses it once the pod is gone); the audience
+//!   names one job, so the API server itself refuses it on every other job's
+//!   routes (and no one else accepts it: not even the API server, whose own
+//!   audience it lacks). The API server unreachable is a 503 `unavailable`
+//!   the pod's client retries, never a pass.
+//! - **HMAC job token** (`serve`, tests, and any endpoint without
+//!   `--pod-tokens`): `core::token::job_token(key, namespace, uid)`, which
+//!   the endpoint checks without any lookup or state.
+//!
+//! What the pod token does not change: anyone who may create pods with the
+//! `skill-operator-run` ServiceAccount in a namespace can get a token for any
+//! job of that namespace (the audience is a name, not a secret), just as
+//! before they could mount any job's token Secret there. Granting `create
+//! pods` in a namespace trusts the grantee with that namespace's runs.
 //!
 //! The gateway and controller use the **operator credential**:
 //! [`operator_token`]`(key)` = `job_token(key, "", "operator")`, i.e. the
@@ -33,10 +57,11 @@
 //! adds no new secret: processes that have the key file derive it.
 //!
 //! `Authorization: Bearer <credential>`, where the credential is one of
-//! - `job:<namespace>:<uid>:<token>` (what [`client`] sends),
+//! - `job:<namespace>:<uid>:<token>` (what [`client`] sends; the token is
+//!   the HMAC job token or the pod token of that job),
 //! - `operator:<token>` (gateway, controller),
-//! - a bare `<token>`: accepted when it is the route's job token or the
-//!   operator token.
+//! - a bare `<token>`: accepted when it is the route's job token, the
+//!   operator token, or a pod token of the route's job.
 //!
 //! The named forms let the endpoint tell a forged or wrong token (401) from
 //! a genuine token used on another job's route or for an action its role
@@ -424,6 +449,9 @@ pub enum ErrorCode {
     TooManyFiles,
     TotalTooLarge,
     Unauthorized,
+    /// Something the endpoint must ask could not answer (the API server,
+    /// for a pod token's TokenReview): retry.
+    Unavailable,
     WrongArtifact,
 }
 
@@ -455,6 +483,7 @@ impl ErrorCode {
         ErrorCode::TooManyFiles,
         ErrorCode::TotalTooLarge,
         ErrorCode::Unauthorized,
+        ErrorCode::Unavailable,
         ErrorCode::WrongArtifact,
     ];
 
@@ -486,6 +515,7 @@ impl ErrorCode {
             ErrorCode::TooManyFiles => "too_many_files",
             ErrorCode::TotalTooLarge => "total_too_large",
             ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Unavailable => "unavailable",
             ErrorCode::WrongArtifact => "wrong_artifact",
         }
     }
@@ -519,6 +549,7 @@ impl ErrorCode {
             ErrorCode::TooManyFiles => 413,
             ErrorCode::TotalTooLarge => 413,
             ErrorCode::Unauthorized => 401,
+            ErrorCode::Unavailable => 503,
             ErrorCode::WrongArtifact => 502,
         }
     }

@@ -338,6 +338,24 @@ def _(objs, value):
     return [] if value in args else [f"artifacts args {args} lack {value}"]
 
 
+@expect("artifacts-grants")
+def _(objs, value):
+    # group/resource,...: exactly what the artifacts ClusterRole grants (each
+    # verb set is checked by `rule`), and no other binding names its account.
+    want = sorted(v for v in value.split(",") if v)
+    role = next((o for o in objs if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-artifacts")), None)
+    if role is None:
+        return [] if not want else ["no ClusterRole *-artifacts"]
+    got = sorted({f"{g}/{r}" for rule in role.get("rules") or [] for g in rule["apiGroups"] for r in rule["resources"]})
+    out = [] if got == want else [f"artifacts ClusterRole grants {got}, want {want}"]
+    for b in objs:
+        if b["kind"] in ("RoleBinding", "ClusterRoleBinding") and not b["metadata"]["name"].endswith("-artifacts"):
+            for subject in b.get("subjects") or []:
+                if subject.get("kind") == "ServiceAccount" and subject["name"].endswith("-artifacts"):
+                    out.append(f"{b['kind']} {b['metadata']['name']} also binds the artifacts ServiceAccount")
+    return out
+
+
 @expect("rule")
 def _(objs, value):
     # role-suffix:apiGroup:resource:verb1+verb2  (exact verb set)

@@ -10,6 +10,10 @@
 #     (SubjectAccessReview via `auth can-i`) what that account may do:
 #     everything it needs, draft records only in its own namespace, that one
 #     Secret by name and no other, no pods, no updates of SkillJobs,
+#   - applies the artifact endpoint's ServiceAccount, ClusterRole and binding
+#     and asks the same: create tokenreviews (run pods' tokens) and get
+#     skilljobs, nothing else (no SubjectAccessReviews, Secrets, pods, tokens),
+#     and reviews a minted token as that account,
 #   - applies config/samples/k8s/agent-rbac.yaml into a namespace of its own,
 #     mints the agent a token (TokenRequest), and does what the gateway does
 #     as the gateway's account: a TokenReview of that token, then
@@ -56,9 +60,11 @@ check() {
 
 GATEWAY_SA="$RELEASE-skill-operator-gateway"
 GATEWAY="system:serviceaccount:$OPNS:$GATEWAY_SA"
+ARTIFACTS_SA="$RELEASE-skill-operator-artifacts"
+ARTIFACTS="system:serviceaccount:$OPNS:$ARTIFACTS_SA"
 AGENT="system:serviceaccount:$AGENTNS:skills-agent"
 cleanup() {
-  "$KUBECTL" delete clusterrolebinding,clusterrole "$GATEWAY_SA" --ignore-not-found --wait=false >/dev/null 2>&1
+  "$KUBECTL" delete clusterrolebinding,clusterrole "$GATEWAY_SA" "$ARTIFACTS_SA" --ignore-not-found --wait=false >/dev/null 2>&1
   "$KUBECTL" delete namespace "$OPNS" "$AGENTNS" "$OTHERNS" --ignore-not-found --wait=false >/dev/null 2>&1
 }
 trap cleanup EXIT
@@ -125,6 +131,24 @@ for v in "get secrets -A" "list secrets -n $OPNS" "create pods -n $AGENTNS" "upd
   check "gateway may not $v" cannot "$GATEWAY" $v
 done
 
+# The artifact endpoint's account alone (its documents out of rbac.yaml and
+# serviceaccounts.yaml; no samples, so no SkillPackage rules).
+"$HELM" template "$RELEASE" "$CHART" --namespace "$OPNS" --set crds.install=false --set samples.enabled=false \
+  --set artifacts.registry=registry.example.com/skill-operator/artifacts \
+  --show-only templates/rbac.yaml --show-only templates/serviceaccounts.yaml \
+  | awk -v name="$ARTIFACTS_SA" 'BEGIN { RS = "\n---\n" } index($0, "\n  name: " name "\n") { print "---"; print }' >"$OUT/artifacts-rbac.yaml"
+check "the artifact endpoint's ServiceAccount, ClusterRole and binding apply" "$KUBECTL" apply -f "$OUT/artifacts-rbac.yaml"
+for v in "create tokenreviews.authentication.k8s.io" "get skilljobs.skill-operator.dev -n $AGENTNS"; do
+  # shellcheck disable=SC2086
+  check "artifacts may $v" can "$ARTIFACTS" $v
+done
+for v in "create subjectaccessreviews.authorization.k8s.io" "get secrets -n $OPNS" "get secrets -A" "get pods -n $AGENTNS" \
+  "create serviceaccounts/token -n $AGENTNS" "list skilljobs.skill-operator.dev -A" "create skillpackages.skill-operator.dev" \
+  "impersonate users"; do
+  # shellcheck disable=SC2086
+  check "artifacts may not $v" cannot "$ARTIFACTS" $v
+done
+
 sed "s/namespace: skills-demo/namespace: $AGENTNS/" config/samples/k8s/agent-rbac.yaml >"$OUT/agent-rbac.yaml"
 check "config/samples/k8s/agent-rbac.yaml applies" "$KUBECTL" apply -f "$OUT/agent-rbac.yaml"
 for v in "get skillbindings.skill-operator.dev" "create skilljobs.skill-operator.dev" "get skilljobs.skill-operator.dev" "delete skilljobs.skill-operator.dev"; do
@@ -151,6 +175,19 @@ YAML
   [[ "$user" == "true $AGENT" ]] || { echo "TokenReview said: $user"; return 1; }
 }
 check "the gateway's account reviews the agent's minted token: authenticated as $AGENT" token_review
+artifacts_token_review() {
+  local token user
+  token="$("$KUBECTL" -n "$AGENTNS" create token skills-agent --duration 10m)" || return 1
+  user="$("$KUBECTL" create --validate=false --as "$ARTIFACTS" -o jsonpath='{.status.authenticated} {.status.user.username}' -f - <<YAML
+apiVersion: authentication.k8s.io/v1
+kind: TokenReview
+spec:
+  token: $token
+YAML
+)" || return 1
+  [[ "$user" == "true $AGENT" ]] || { echo "TokenReview said: $user"; return 1; }
+}
+check "the artifact endpoint's account may review a token (TokenReview)" artifacts_token_review
 sar() { # namespace, verb, resource -> prints allowed
   "$KUBECTL" create --validate=false --as "$GATEWAY" -o jsonpath='{.status.allowed}' -f - <<YAML
 apiVersion: authorization.k8s.io/v1

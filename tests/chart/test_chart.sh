@@ -113,7 +113,7 @@ check "helm template (built-in store, a named StorageClass, pinned ClusterIP)" r
 check_fails "helm template refuses 2 replicas on the built-in store" "not shared between replicas" \
   "$HELM" template "$RELEASE" "$CHART" --namespace "$NS" --set artifacts.replicas=2
 check "helm template (values-all.yaml)" render all -f "$HERE/values-all.yaml"
-check "helm template (gateway on, no API access for artifacts)" render variant -f "$HERE/values-min.yaml" \
+check "helm template (gateway on, artifacts without get skilljobs or samples)" render variant -f "$HERE/values-min.yaml" \
   --set gateway.enabled=true --set artifacts.rbac.getSkillJobs=false --set samples.enabled=false --set crds.install=false --set egressProxy.enabled=false \
   --set image.tag=1.2.3
 check "helm template (gateway off)" render gw-off -f "$HERE/values-min.yaml" --set gateway.enabled=false
@@ -227,6 +227,9 @@ check "checks (values-min.yaml)" rendered min \
   --expect rule=controller::namespaces:get+list+watch \
   --expect rule=artifacts:skill-operator.dev:skilljobs:get \
   --expect rule=artifacts::secrets: \
+  --expect rule=artifacts:authentication.k8s.io:tokenreviews:create \
+  --expect artifacts-grants=authentication.k8s.io/tokenreviews,skill-operator.dev/skilljobs,skill-operator.dev/skillpackages \
+  --expect artifacts-arg=--pod-tokens \
   --expect no-controller-arg=--label-namespaces \
   --expect no-controller-arg=--image-repository --expect no-controller-arg=--image-registry-config \
   --expect controller-arg=--image-mode=composed --expect controller-arg=--image-volumes=auto \
@@ -292,9 +295,11 @@ check "checks (values-all.yaml)" rendered all \
   --expect env=controller:OTEL_EXPORTER_OTLP_ENDPOINT=http://otel-collector.observability:4318 \
   --expect env=gateway:OTEL_TRACES_SAMPLER_ARG=0.25 --expect env=gateway:OTEL_EXPORTER_OTLP_PROTOCOL=http/json \
   --expect gateway-netpol-port=4318
-check "checks (gateway on, artifacts without API access)" rendered variant \
+check "checks (gateway on, artifacts without get skilljobs or samples)" rendered variant \
   --expect kinds=ClusterRole,ClusterRoleBinding,Deployment,NetworkPolicy,PersistentVolumeClaim,PodDisruptionBudget,Role,RoleBinding,Secret,Service,ServiceAccount \
   --expect rule=artifacts:skill-operator.dev:skilljobs: \
+  --expect rule=artifacts:authentication.k8s.io:tokenreviews:create \
+  --expect artifacts-grants=authentication.k8s.io/tokenreviews --expect artifacts-arg=--pod-tokens \
   --expect no-controller-arg=--egress-proxy --expect no-controller-arg=--egress-cilium \
   --expect nsrule=controller-cilium:cilium.io:ciliumnetworkpolicies: \
   --expect controller-arg=--operator-image=ghcr.io/example/skill-operator:1.2.3
@@ -449,8 +454,8 @@ check "NOTES: the release named skills needs no edit of quickstart.yaml" notes_l
   "$(KUBECONFIG=/dev/null "$HELM" install skills "$CHART" --namespace skill-operator --dry-run=client | sed -n '/^NOTES:/,$p' >"$OUT/notes-skills.txt"; echo notes-skills.txt)" \
   "edit spec.package"
 
-check "artifacts pod has no SA token without RBAC" \
-  grep -qE '^ +automountServiceAccountToken: false' <(sed -n '/^kind: Deployment/,/^---/p' "$OUT/variant.yaml" | sed -n '/name: rel-test-skill-operator-artifacts/,/containers:/p')
+check "artifacts pod has its SA token for TokenReviews even without get skilljobs" \
+  grep -qE '^ +automountServiceAccountToken: true' <(sed -n '/^kind: Deployment/,/^---/p' "$OUT/variant.yaml" | sed -n '/name: rel-test-skill-operator-artifacts/,/containers:/p')
 no_shared_names() {
   local a b
   a="$(grep -h -A3 -E '^kind: Cluster(Role|RoleBinding)$' "$OUT/min.yaml" | awk '/^  name:/{print $2}' | sort)"

@@ -162,6 +162,7 @@ fn spawn_apiserver((program, args): &(PathBuf, Vec<String>), log: &Path) -> Chil
 }
 
 /// Create the committed CRDs and wait until they are served.
+#[allow(dead_code)] // not every suite needs the CRDs
 pub(crate) async fn install_crds(client: &Client) {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");

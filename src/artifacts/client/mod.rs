@@ -5,7 +5,11 @@
 //! Both talk to one URL only (`--endpoint`, an IP: the pod has no DNS),
 //! never through a proxy and never following a redirect (the token must not
 //! go anywhere else), and both identify as `job:<ns>:<uid>:<token>`, the
-//! token read from a file mounted into these two containers only.
+//! token read from a file mounted into these two containers only: in the
+//! cluster the pod's projected ServiceAccount token, with `serve` and in
+//! tests an HMAC job token (see the parent module). The file is read again
+//! before every request, because the kubelet replaces a projected token
+//! before it expires; the `run` container does not mount it.
 //!
 //! # fetch
 //! 1. `GET .../package` (skipped without `--package`: a prepared image
@@ -66,9 +70,16 @@ pub struct Endpoint {
     pub namespace: String,
     /// The SkillJob's UID.
     pub uid: String,
-    /// The job token (the token file's content).
+    /// The job token (the token file's content when it was read first).
     pub token: String,
+    /// Where the token came from: read again for every request, because the
+    /// kubelet replaces a projected ServiceAccount token before it expires.
+    token_file: Option<PathBuf>,
 }
+
+/// The longest token accepted (bytes). An HMAC job token is 64; a projected
+/// ServiceAccount token is a JWT of one to two KiB.
+pub const MAX_TOKEN_BYTES: usize = 8 * 1024;
 
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -91,36 +102,62 @@ impl Endpoint {
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(ClientError::Config(format!("--endpoint {base:?}: expected http://IP:PORT/v1")));
         }
-        let (namespace, uid, token) = (namespace.into(), uid.into(), token.into().trim().to_string());
+        let (namespace, uid) = (namespace.into(), uid.into());
         check_namespace(&namespace).map_err(ClientError::Config)?;
         check_uid(&uid).map_err(ClientError::Config)?;
-        if token.is_empty() || token.len() > 1024 || !token.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(ClientError::Config("the job token is empty or malformed".into()));
-        }
-        Ok(Endpoint { base, namespace, uid, token })
+        let token = checked_token(token.into())?;
+        Ok(Endpoint { base, namespace, uid, token, token_file: None })
     }
 
-    /// Reads the token from `token_file` (the mounted Secret).
+    /// Reads the token from `token_file` (the mounted token volume), now to
+    /// check it and again before every request.
     pub fn with_token_file(
         base: impl Into<String>,
         namespace: impl Into<String>,
         uid: impl Into<String>,
         token_file: &Path,
     ) -> Result<Self, ClientError> {
-        let mut raw = String::new();
-        std::fs::File::open(token_file)
-            .and_then(|f| f.take(4096).read_to_string(&mut raw))
-            .map_err(|source| ClientError::Io { what: format!("reading the token file {}", token_file.display()), source })?;
-        Endpoint::new(base, namespace, uid, raw)
+        let token = read_token_file(token_file)?;
+        Ok(Endpoint { token_file: Some(token_file.to_path_buf()), ..Endpoint::new(base, namespace, uid, token)? })
     }
 
     fn url(&self, tail: &str) -> String {
         format!("{}/jobs/{}/{}/{tail}", self.base, self.namespace, self.uid)
     }
 
-    fn bearer(&self) -> String {
-        job_bearer(&self.namespace, &self.uid, &self.token)
+    /// The credential for the next request, from the token file's current
+    /// content when there is one.
+    fn bearer(&self) -> Result<String, ClientError> {
+        match &self.token_file {
+            Some(path) => Ok(job_bearer(&self.namespace, &self.uid, &read_token_file(path)?)),
+            None => Ok(job_bearer(&self.namespace, &self.uid, &self.token)),
+        }
     }
+}
+
+/// The token in `path`, checked. The read is capped: one byte over the
+/// bound is enough to refuse an oversized file without reading it whole.
+/// Links are followed on purpose: in a projected or Secret volume every file
+/// is a link into a directory the kubelet swaps atomically, and that volume
+/// is mounted (read-only) into fetch and upload alone, so nothing the run
+/// writes can stand in for it.
+fn read_token_file(path: &Path) -> Result<String, ClientError> {
+    let mut raw = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_TOKEN_BYTES as u64 + 1).read_to_string(&mut raw))
+        .map_err(|source| ClientError::Io { what: format!("reading the token file {}", path.display()), source })?;
+    checked_token(raw)
+}
+
+fn checked_token(raw: String) -> Result<String, ClientError> {
+    let token = raw.trim();
+    if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(ClientError::Config("the job token is empty or malformed".into()));
+    }
+    if token.len() > MAX_TOKEN_BYTES {
+        return Err(ClientError::Config(format!("the job token is longer than {MAX_TOKEN_BYTES} bytes; is the token file the right one?")));
+    }
+    Ok(token.to_string())
 }
 
 /// Why fetch or upload failed.
@@ -256,11 +293,16 @@ impl Retry {
 pub(crate) async fn get(http: &reqwest::Client, ep: &Endpoint, url: &str, patience: Duration) -> Result<reqwest::Response, ClientError> {
     let mut retry = Retry::new(patience);
     loop {
-        let failure = match http.get(url).header(AUTHORIZATION, ep.bearer()).send().await {
-            Ok(r) if r.status().is_success() => return Ok(r),
-            Ok(r) if matches!(r.status().as_u16(), 502..=504) => endpoint_error(url, r).await,
-            Ok(r) => return Err(endpoint_error(url, r).await),
-            Err(e) => ClientError::Unreachable { url: url.into(), detail: error_chain(&e) },
+        let failure = match ep.bearer() {
+            // A token file unreadable for a moment is retried like the network.
+            Err(e) if e.is_transient() => e,
+            Err(e) => return Err(e),
+            Ok(bearer) => match http.get(url).header(AUTHORIZATION, bearer).send().await {
+                Ok(r) if r.status().is_success() => return Ok(r),
+                Ok(r) if matches!(r.status().as_u16(), 502..=504) => endpoint_error(url, r).await,
+                Ok(r) => return Err(endpoint_error(url, r).await),
+                Err(e) => ClientError::Unreachable { url: url.into(), detail: error_chain(&e) },
+            },
         };
         if !retry.again(&failure).await {
             return Err(failure);
@@ -298,7 +340,7 @@ pub struct JobArgs {
     /// The SkillJob's UID.
     #[arg(long, value_name = "UID")]
     pub job: String,
-    /// File holding the per-job token.
+    /// File holding the job's token (the pod's projected ServiceAccount token, or an HMAC job token).
     #[arg(long, value_name = "FILE", default_value = "/var/run/skill-operator/token")]
     pub token_file: PathBuf,
 }
@@ -391,4 +433,39 @@ pub async fn upload_command(a: UploadArgs, shutdown: crate::shutdown::Shutdown) 
         None => eprintln!("nothing uploaded: the run was cancelled or stopped before it finished"),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = "http://10.0.0.10:8443/v1";
+
+    #[test]
+    fn a_projected_token_fits_and_an_oversized_one_is_refused() {
+        let jwt = format!("eyJhbGciOiJSUzI1NiJ9.{}.sig", "a".repeat(2000));
+        assert_eq!(Endpoint::new(BASE, "team", "uid-1", format!("{jwt}\n")).unwrap().token, jwt);
+        assert!(Endpoint::new(BASE, "team", "uid-1", "a".repeat(MAX_TOKEN_BYTES)).is_ok());
+        let err = Endpoint::new(BASE, "team", "uid-1", "a".repeat(MAX_TOKEN_BYTES + 1)).unwrap_err();
+        assert!(err.to_string().contains("8192"), "{err}");
+        for bad in ["", "  ", "a b", "tök"] {
+            assert!(Endpoint::new(BASE, "team", "uid-1", bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_token_file_is_read_again_for_every_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, "first\n").unwrap();
+        let ep = Endpoint::with_token_file(BASE, "team", "uid-1", &file).unwrap();
+        assert_eq!(ep.bearer().unwrap(), job_bearer("team", "uid-1", "first"));
+        // What the kubelet does when it rotates the token.
+        std::fs::write(&file, "second").unwrap();
+        assert_eq!(ep.bearer().unwrap(), job_bearer("team", "uid-1", "second"));
+        std::fs::write(&file, "a".repeat(MAX_TOKEN_BYTES + 10)).unwrap();
+        assert!(matches!(ep.bearer(), Err(ClientError::Config(_))));
+        std::fs::remove_file(&file).unwrap();
+        assert!(matches!(ep.bearer(), Err(ClientError::Io { .. })), "a missing file is transient");
+    }
 }

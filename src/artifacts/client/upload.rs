@@ -164,6 +164,7 @@ fn write_termination_log(opts: &UploadOptions, line: &str) {
 
 pub(super) async fn upload_once(http: &reqwest::Client, opts: &UploadOptions) -> Result<UploadReport, ClientError> {
     let ep = &opts.endpoint;
+    let bearer = ep.bearer()?;
     let (work, result_file, limits) = (opts.work_dir.clone(), opts.result_file.clone(), opts.limits);
     let plan = tokio::task::spawn_blocking(move || plan_upload(&work, &result_file, &limits))
         .await
@@ -175,7 +176,7 @@ pub(super) async fn upload_once(http: &reqwest::Client, opts: &UploadOptions) ->
     let url = ep.url("outputs");
     let sent = http
         .put(&url)
-        .header(AUTHORIZATION, ep.bearer())
+        .header(AUTHORIZATION, bearer)
         .header(CONTENT_TYPE, TAR_CONTENT_TYPE)
         .body(reqwest::Body::wrap_stream(RxStream(rx)))
         .send()

@@ -1,6 +1,7 @@
 //! Who is calling: a job's own token or the operator credential, checked per route.
 
 use super::super::{check_namespace, check_uid, OPERATOR_SUBJECT};
+use super::pod_tokens::{looks_like_jwt, PodTokenError};
 use crate::core::paths::RelPath;
 use crate::core::token::verify_job_token;
 use axum::http::{header, HeaderMap};
@@ -29,10 +30,10 @@ pub(super) enum Access {
 }
 
 /// Route names, then credential, then role.
-pub(super) fn admit(state: &AppState, headers: &HeaderMap, ns: &str, uid: &str, access: Access) -> Result<(), ApiError> {
+pub(super) async fn admit(state: &AppState, headers: &HeaderMap, ns: &str, uid: &str, access: Access) -> Result<(), ApiError> {
     check_namespace(ns).map_err(|m| ApiError::bad(ErrorCode::BadJob, m))?;
     check_uid(uid).map_err(|m| ApiError::bad(ErrorCode::BadJob, m))?;
-    let caller = authenticate(&state.0.key, headers, ns, uid)?;
+    let caller = authenticate(state, headers, ns, uid).await?;
     let ok = match (caller, access) {
         (Caller::Job, Access::ReadStaged | Access::WriteOutputs) => true,
         (Caller::Job, _) => false,
@@ -48,8 +49,12 @@ pub(super) fn admit(state: &AppState, headers: &HeaderMap, ns: &str, uid: &str, 
     }
 }
 
-pub(super) fn authenticate(key: &[u8], headers: &HeaderMap, ns: &str, uid: &str) -> Result<Caller, ApiError> {
-    let unauthorized = |m: &str| ApiError::new(ErrorCode::Unauthorized, m.to_string());
+/// Who the credential is, for the route of job `ns/uid` (both empty on
+/// routes of no job: only the operator credential can pass there). A job
+/// credential is its HMAC job token or, with `--pod-tokens`, its pod's
+/// projected ServiceAccount token (asked of the API server).
+pub(super) async fn authenticate(state: &AppState, headers: &HeaderMap, ns: &str, uid: &str) -> Result<Caller, ApiError> {
+    let key = &state.0.key;
     let value = headers
         .get(header::AUTHORIZATION)
         .ok_or_else(|| unauthorized("missing Authorization: Bearer credential"))?
@@ -65,8 +70,16 @@ pub(super) fn authenticate(key: &[u8], headers: &HeaderMap, ns: &str, uid: &str)
         let (Some(tns), Some(tuid), Some(token)) = (parts.next(), parts.next(), parts.next()) else {
             return Err(unauthorized("malformed job credential; expected job:<namespace>:<uid>:<token>"));
         };
-        if check_namespace(tns).is_err() || check_uid(tuid).is_err() || !verify_job_token(key, tns, tuid, token) {
+        if check_namespace(tns).is_err() || check_uid(tuid).is_err() {
             return Err(unauthorized("invalid job token"));
+        }
+        if !verify_job_token(key, tns, tuid, token) {
+            if !looks_like_jwt(token) {
+                return Err(unauthorized("invalid job token"));
+            }
+            // Reviewed for the job it names: a token of another job is then
+            // genuine, and refused below as such (403), not as a forgery.
+            verify_pod_token(state, tns, tuid, token).await?;
         }
         if tns != ns || tuid != uid {
             return Err(ApiError::new(ErrorCode::Forbidden, "this token belongs to another job"));
@@ -82,9 +95,27 @@ pub(super) fn authenticate(key: &[u8], headers: &HeaderMap, ns: &str, uid: &str)
         Ok(Caller::Job)
     } else if verify_job_token(key, "", OPERATOR_SUBJECT, cred) {
         Ok(Caller::Operator)
+    } else if looks_like_jwt(cred) && check_namespace(ns).is_ok() && check_uid(uid).is_ok() {
+        verify_pod_token(state, ns, uid, cred).await?;
+        Ok(Caller::Job)
     } else {
         Err(unauthorized("invalid token"))
     }
+}
+
+/// A pod token of job `ns/uid`, or the answer saying why not.
+async fn verify_pod_token(state: &AppState, ns: &str, uid: &str, token: &str) -> Result<(), ApiError> {
+    let Some(pod_tokens) = &state.0.pod_tokens else {
+        return Err(unauthorized("this endpoint does not accept ServiceAccount tokens; start it with --pod-tokens"));
+    };
+    pod_tokens.verify(ns, uid, token).await.map_err(|err| match err {
+        PodTokenError::Unavailable(_) => ApiError::new(ErrorCode::Unavailable, err.to_string()),
+        refused => unauthorized(&refused.to_string()),
+    })
+}
+
+fn unauthorized(message: &str) -> ApiError {
+    ApiError::new(ErrorCode::Unauthorized, message.to_string())
 }
 
 pub(super) fn rel_path(raw: &str) -> Result<RelPath, ApiError> {

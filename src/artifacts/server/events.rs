@@ -31,7 +31,7 @@ pub(super) const KEEPALIVE: Duration = Duration::from_secs(15);
 pub(super) const BACKLOG: usize = 1024;
 
 pub(super) async fn stored_outputs(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
-    match authenticate(&state.0.key, &headers, "", "")? {
+    match authenticate(&state, &headers, "", "").await? {
         Caller::Operator => {}
         Caller::Job => return Err(ApiError::new(ErrorCode::Forbidden, "only the operator follows stored outputs")),
     }

@@ -38,7 +38,7 @@ pub(super) async fn get_package(
     JobPath((ns, uid)): JobPath<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    admit(&state, &headers, &ns, &uid, Access::ReadStaged)?;
+    admit(&state, &headers, &ns, &uid, Access::ReadStaged).await?;
     let _held = state.hold(state.0.limits.max_package_bytes).await;
     let reference = state.reference(&ns, &uid, ArtifactKind::Package);
     let pulled = state.0.packages.pull(&reference).await.map_err(oci_error)?;
@@ -54,7 +54,7 @@ pub(super) async fn put_package(
     JobPath((ns, uid)): JobPath<(String, String)>,
     req: Request,
 ) -> Result<Response, ApiError> {
-    admit(&state, req.headers(), &ns, &uid, Access::Stage)?;
+    admit(&state, req.headers(), &ns, &uid, Access::Stage).await?;
     let limit = state.0.limits.max_package_bytes;
     let sp = spool(&state, req, limit, "package").await?;
     let _held = state.hold(sp.len).await;
@@ -103,7 +103,7 @@ pub(super) async fn get_inputs(
     JobPath((ns, uid)): JobPath<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<InputsManifest>, ApiError> {
-    admit(&state, &headers, &ns, &uid, Access::ReadStaged)?;
+    admit(&state, &headers, &ns, &uid, Access::ReadStaged).await?;
     match state.read_set(&ns, &uid, ArtifactKind::Inputs).await {
         Ok(set) => Ok(Json(InputsManifest { digest: Some(set.digest.clone()), files: set.files.clone() })),
         Err(e) if e.status == StatusCode::NOT_FOUND => Ok(Json(InputsManifest { digest: None, files: Vec::new() })),
@@ -170,7 +170,7 @@ pub(super) async fn get_input_file(
     SetPin(q): SetPin,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    admit(&state, &headers, &ns, &uid, Access::ReadStaged)?;
+    admit(&state, &headers, &ns, &uid, Access::ReadStaged).await?;
     let rel = rel_path(&path)?;
     get_file(&state, &ns, &uid, ArtifactKind::Inputs, &rel, q.set.as_deref()).await
 }
@@ -180,7 +180,7 @@ pub(super) async fn put_input_file(
     JobPath((ns, uid, path)): JobPath<(String, String, String)>,
     req: Request,
 ) -> Result<Response, ApiError> {
-    admit(&state, req.headers(), &ns, &uid, Access::Stage)?;
+    admit(&state, req.headers(), &ns, &uid, Access::Stage).await?;
     let rel = rel_path(&path)?;
     let l = state.0.limits;
     let sp = spool(&state, req, l.max_file_bytes, "input file").await?;
@@ -217,7 +217,7 @@ pub(super) async fn put_inputs(
     JobPath((ns, uid)): JobPath<(String, String)>,
     req: Request,
 ) -> Result<Json<InputsManifest>, ApiError> {
-    admit(&state, req.headers(), &ns, &uid, Access::Stage)?;
+    admit(&state, req.headers(), &ns, &uid, Access::Stage).await?;
     let l = state.0.limits;
     let sp = spool(&state, req, l.max_batch_body_bytes(), "inputs batch").await?;
     let file = sp.file.clone();
@@ -240,7 +240,7 @@ pub(super) async fn put_outputs(
     JobPath((ns, uid)): JobPath<(String, String)>,
     req: Request,
 ) -> Result<Response, ApiError> {
-    admit(&state, req.headers(), &ns, &uid, Access::WriteOutputs)?;
+    admit(&state, req.headers(), &ns, &uid, Access::WriteOutputs).await?;
     let l = state.0.limits;
     let sp = spool(&state, req, l.max_batch_body_bytes(), "outputs batch").await?;
     let file = sp.file.clone();
@@ -339,7 +339,7 @@ pub(super) async fn get_outputs(
     JobPath((ns, uid)): JobPath<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    admit(&state, &headers, &ns, &uid, Access::ReadOutputs)?;
+    admit(&state, &headers, &ns, &uid, Access::ReadOutputs).await?;
     let rel = RelPath::parse(MANIFEST_PATH).expect("static path");
     get_file(&state, &ns, &uid, ArtifactKind::Outputs, &rel, None).await
 }
@@ -350,7 +350,7 @@ pub(super) async fn get_output_file(
     SetPin(q): SetPin,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    admit(&state, &headers, &ns, &uid, Access::ReadOutputs)?;
+    admit(&state, &headers, &ns, &uid, Access::ReadOutputs).await?;
     let rel = rel_path(&path)?;
     get_file(&state, &ns, &uid, ArtifactKind::Outputs, &rel, q.set.as_deref()).await
 }
@@ -360,7 +360,7 @@ pub(super) async fn delete_job(
     JobPath((ns, uid)): JobPath<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    admit(&state, &headers, &ns, &uid, Access::Delete)?;
+    admit(&state, &headers, &ns, &uid, Access::Delete).await?;
     let _lock = state.lock(&ns, &uid).lock().await;
     let mut deleted = Vec::new();
     for kind in ArtifactKind::ALL {

@@ -23,7 +23,8 @@
 //! ```
 //!
 //! Order of checks on every job route: namespace and UID as names (400
-//! `bad_job`), then the credential (401 `unauthorized`, 403 `forbidden`),
+//! `bad_job`), then the credential (401 `unauthorized`, 403 `forbidden`;
+//! 503 `unavailable` when a pod token's TokenReview cannot be made),
 //! then `{*path}` with `RelPath::parse` (400 `bad_path`); the registry is
 //! touched only after all three.
 //!
@@ -47,6 +48,7 @@
 mod auth;
 mod events;
 mod handlers;
+pub mod pod_tokens;
 mod spool;
 
 use auth::*;
@@ -103,6 +105,9 @@ pub struct ServerConfig {
     pub store: Option<PathBuf>,
     /// With the store: push the embedded sample skills into it at start.
     pub seed_samples: bool,
+    /// Accept run pods' projected ServiceAccount tokens, verified by
+    /// TokenReview (`--pod-tokens`); `None`: HMAC job tokens only.
+    pub pod_tokens: Option<pod_tokens::PodTokens>,
 }
 
 impl ServerConfig {
@@ -137,6 +142,7 @@ impl ServerConfig {
             listener_metrics: crate::listener::ListenerMetrics::default(),
             store: None,
             seed_samples: false,
+            pod_tokens: None,
         }
     }
 }
@@ -189,6 +195,8 @@ pub(super) struct Inner {
     /// The built-in store, when the endpoint is its own registry.
     store: Option<crate::artifacts::store::Store>,
     seed_samples: bool,
+    /// See [`ServerConfig::pod_tokens`].
+    pod_tokens: Option<pod_tokens::PodTokens>,
     /// Set while the sample SkillPackages are being applied: `/readyz`
     /// answers 503 until they exist, so `helm install --wait` returns with
     /// them in place (a binding applied next finds its package).
@@ -253,6 +261,7 @@ impl AppState {
             stop: tokio_util::sync::CancellationToken::new(),
             store,
             seed_samples: cfg.seed_samples,
+            pod_tokens: cfg.pod_tokens,
             samples_pending: std::sync::atomic::AtomicBool::new(false),
         })))
     }
@@ -578,6 +587,11 @@ pub struct ArtifactsArgs {
     /// MiB of file data all requests may hold in memory together.
     #[arg(long, default_value_t = 1024)]
     pub memory_budget_mib: u32,
+    /// Also accept run pods' projected ServiceAccount tokens, verified by a
+    /// TokenReview with the cluster (in-cluster config or KUBECONFIG); the
+    /// endpoint's ServiceAccount needs `create` on tokenreviews.
+    #[arg(long)]
+    pub pod_tokens: bool,
     #[command(flatten)]
     pub listener: crate::listener::ListenerArgs,
 }
@@ -612,6 +626,13 @@ pub async fn command(a: ArtifactsArgs, shutdown: crate::shutdown::Shutdown) -> a
     cfg.spool_dir = a.spool_dir;
     cfg.memory_budget_mib = a.memory_budget_mib;
     cfg.bounds = a.listener.bounds()?;
+    if a.pod_tokens {
+        let client = kube::Client::try_default().await.context(
+            "--pod-tokens needs the cluster's API server to review tokens, and no Kubernetes configuration was found \
+             (run in a pod with a ServiceAccount token mounted, or set KUBECONFIG)",
+        )?;
+        cfg.pod_tokens = Some(pod_tokens::PodTokens::new(client));
+    }
     let sample_packages = a.sample_packages.as_deref().map(crate::artifacts::sample_packages::read).transpose()?;
     let state = AppState::new(cfg)?;
     if let Some(packages) = sample_packages {
