@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use common::*;
-use skill_operator::controller::builders::{build_build_job, build_job, build_network_policy, build_service_account, NetPolParams, Peer};
+use skill_operator::controller::builders::{build_build_job, build_job, build_network_policies, build_service_account, NetPolParams, Peer};
 
 /// Every golden file and the object it must match.
 pub fn golden_manifests() -> Vec<(&'static str, serde_json::Value)> {
@@ -17,13 +17,14 @@ pub fn golden_manifests() -> Vec<(&'static str, serde_json::Value)> {
     vec![
         ("job-minimal.json", json(&build_job(&params()))),
         ("job-env-egress.json", json(&build_job(&params_full()))),
-        ("networkpolicy-minimal.json", json(&build_network_policy(&netpol_params()))),
+        // A namespace's run policies without an egress proxy: the sealing one alone.
+        ("networkpolicy-minimal.json", json(&build_network_policies(&netpol_params()))),
         (
             "networkpolicy-egress-dns.json",
-            json(&build_network_policy(&NetPolParams { dns: Some(Peer::kube_dns()), ..netpol_params_egress() })),
+            json(&build_network_policies(&NetPolParams { dns: Some(Peer::kube_dns()), ..netpol_params_egress() })),
         ),
-        // What the controller builds for a run with egress: the proxy, never DNS.
-        ("networkpolicy-egress.json", json(&build_network_policy(&netpol_params_egress()))),
+        // What the controller builds with an egress proxy: the proxy for runs granted egress, never DNS.
+        ("networkpolicy-egress.json", json(&build_network_policies(&netpol_params_egress()))),
         ("serviceaccount.json", json(&build_service_account("skill-runner", NS, &BTreeMap::from([("team".into(), "a".into())])))),
         ("job-prepared.json", json(&build_job(&params_prepared()))),
         ("job-image-volume.json", json(&build_job(&params_image_volume()))),

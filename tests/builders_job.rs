@@ -555,15 +555,27 @@ fn volumes_are_size_limited_empty_dirs_plus_the_token() {
 }
 
 #[test]
-fn token_volume_projects_only_the_token_key() {
+fn token_volume_projects_the_pods_own_token_for_this_jobs_artifacts_alone() {
     let job = build_job(&params());
     let token = pod(&job).volumes.iter().flatten().find(|v| v.name == VOL_TOKEN).unwrap();
-    let s = token.secret.as_ref().unwrap();
-    assert_eq!(s.secret_name.as_deref(), Some("skilljob-0f1e2d3c4b5a-token"));
-    let items = s.items.as_ref().unwrap();
-    assert_eq!((items.len(), items[0].key.as_str(), items[0].path.as_str()), (1, "token", "token"));
-    assert_eq!(s.default_mode, Some(0o440));
-    assert_eq!(s.optional, Some(false));
+    assert!(token.secret.is_none(), "no per-job Secret");
+    let projected = token.projected.as_ref().unwrap();
+    let [source] = projected.sources.as_deref().unwrap() else { panic!("one source: {projected:?}") };
+    let t = source.service_account_token.as_ref().unwrap();
+    assert_eq!(t.audience.as_deref(), Some(skill_operator::artifacts::pod_token_audience(NS, UID).as_str()));
+    assert_eq!(t.path, "token");
+    assert_eq!(t.expiration_seconds, Some(skill_operator::artifacts::POD_TOKEN_EXPIRATION_SECS));
+    assert_eq!(projected.default_mode, Some(0o440));
+    // The API server would take an unnamed audience as its own: the hardening check refuses it.
+    let mut spec = pod(&job).clone();
+    for v in spec.volumes.iter_mut().flatten() {
+        for src in v.projected.iter_mut().flat_map(|p| p.sources.iter_mut().flatten()) {
+            if let Some(t) = src.service_account_token.as_mut() {
+                t.audience = None;
+            }
+        }
+    }
+    assert!(hardening_violations(&spec).iter().any(|v| v.starts_with("serviceAccountToken")), "{:?}", hardening_violations(&spec));
 }
 
 #[test]
@@ -787,7 +799,6 @@ fn validate_refuses_reserved_or_malformed_labels() {
 fn validate_refuses_bad_names_and_uids() {
     assert!(matches!(err(JobParams { namespace: "Team_A".into(), ..params() }), Error::InvalidName { .. }));
     assert!(matches!(err(JobParams { service_account: "".into(), ..params() }), Error::Missing { .. }));
-    assert!(matches!(err(JobParams { token_secret: "a b".into(), ..params() }), Error::InvalidName { .. }));
     let p = JobParams { skilljob_uid: "not-a-uid".into(), owner: owner(NAME, "not-a-uid"), ..params() };
     assert!(matches!(err(p), Error::InvalidUid(_)));
     assert!(matches!(err(JobParams { run_image: "".into(), ..params() }), Error::InvalidImage { .. }));

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use common::*;
-use skill_operator::controller::builders::{build_build_job, build_job, build_network_policy, build_service_account, NetPolParams, Peer};
+use skill_operator::controller::builders::{build_build_job, build_job, build_network_policies, build_service_account, NetPolParams, Peer};
 
 const KUBERNETES_VERSIONS: [&str; 2] = ["1.34.0", "1.37.0"];
 
@@ -38,12 +38,6 @@ fn manifests() -> Vec<(String, serde_json::Value)> {
     let mut out: Vec<(String, serde_json::Value)> = vec![
         ("job-minimal".into(), serde_json::to_value(build_job(&params())).unwrap()),
         ("job-full".into(), serde_json::to_value(build_job(&params_full())).unwrap()),
-        ("netpol-minimal".into(), serde_json::to_value(build_network_policy(&netpol_params())).unwrap()),
-        ("netpol-egress".into(), serde_json::to_value(build_network_policy(&netpol_params_egress())).unwrap()),
-        (
-            "netpol-egress-dns".into(),
-            serde_json::to_value(build_network_policy(&NetPolParams { dns: Some(Peer::kube_dns()), ..netpol_params_egress() })).unwrap(),
-        ),
         (
             "serviceaccount".into(),
             serde_json::to_value(build_service_account("skill-runner", NS, &BTreeMap::from([("team".into(), "a".into())]))).unwrap(),
@@ -57,16 +51,23 @@ fn manifests() -> Vec<(String, serde_json::Value)> {
             serde_json::to_value(skill_operator::controller::builders::build_job::build_network_policy(&build_netpol_params())).unwrap(),
         ),
     ];
+    let policies = [
+        ("netpol-minimal", netpol_params()),
+        ("netpol-egress", netpol_params_egress()),
+        ("netpol-egress-dns", NetPolParams { dns: Some(Peer::kube_dns()), ..netpol_params_egress() }),
+    ];
+    for (name, params) in policies {
+        for (i, policy) in build_network_policies(&params).into_iter().enumerate() {
+            out.push((format!("{name}-{i}"), serde_json::to_value(policy).unwrap()));
+        }
+    }
     for (i, p) in grid().into_iter().enumerate() {
         out.push((format!("grid-{i:03}-job"), serde_json::to_value(build_job(&p)).unwrap()));
-        let np = NetPolParams {
-            skilljob_name: p.skilljob_name.clone(),
-            skilljob_uid: p.skilljob_uid.clone(),
-            owner: p.owner.clone(),
-            ..if p.egress_proxy.is_some() { netpol_params_egress() } else { netpol_params() }
-        };
+        let np = if p.egress_proxy.is_some() { netpol_params_egress() } else { netpol_params() };
         np.validate().unwrap();
-        out.push((format!("grid-{i:03}-netpol"), serde_json::to_value(build_network_policy(&np)).unwrap()));
+        for (k, policy) in build_network_policies(&np).into_iter().enumerate() {
+            out.push((format!("grid-{i:03}-netpol-{k}"), serde_json::to_value(policy).unwrap()));
+        }
     }
     out
 }

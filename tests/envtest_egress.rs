@@ -3,8 +3,9 @@
 //! SkillJob watch in process and the real proxy on loopback.
 //!
 //! Walks one run: the profile allows hosts, the binding narrows them (and
-//! what would widen is dropped and said), the SkillJob's NetworkPolicy adds
-//! the proxy peer and never DNS, the pod gets the proxy URL; a pod made from
+//! what would widen is dropped and said), the namespace's egress policy adds
+//! the proxy peer for the run's pod and never DNS (and is put back when
+//! someone deletes it), the pod gets the proxy URL; a pod made from
 //! the Job's template gets an address (here 127.0.0.2, so the test can
 //! connect from it), the controller records it sealed, the proxy's watch
 //! serves the job from that address only: the allowed host is reached, the
@@ -32,6 +33,7 @@ use serde_json::json;
 
 use skill_operator::api::{SkillBinding, SkillJob, SkillJobPhase, SkillPackage};
 use skill_operator::controller::context::EgressProxyTarget;
+use skill_operator::controller::builders::{RUNS_EGRESS_POLICY, RUNS_POLICY};
 use skill_operator::controller::egress::NetworkPolicyEnforcement;
 use skill_operator::egress::{proxy_token, JobId};
 use support::{http_get, Harness};
@@ -161,20 +163,39 @@ async fn a_run_reaches_its_allowed_host_from_its_own_pod_only() {
     assert_eq!(env.get("NODE_USE_ENV_PROXY").map(String::as_str), Some("1"));
     assert_eq!(env.get("NO_PROXY").map(String::as_str), Some(""), "nothing bypasses the proxy");
 
-    // The policy: the artifact endpoint and the proxy pods, nothing else, never DNS.
+    // The namespace's policies: every run pod sealed to the artifact endpoint,
+    // and the proxy pods added for the runs granted egress; nothing else, never DNS.
     let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), "team");
-    let policy =
-        harness::wait_for(|| async { policies.list(&ListParams::default()).await.ok()?.items.into_iter().next() }, "the policy").await;
-    let spec = policy.spec.unwrap();
-    // Ingress in policyTypes with no rule (the API server drops the empty list): none allowed.
-    assert!(spec.policy_types.as_ref().unwrap().contains(&"Ingress".to_string()));
-    assert!(spec.ingress.unwrap_or_default().is_empty(), "no ingress");
-    let rules = spec.egress.unwrap();
-    assert_eq!(rules.len(), 2, "artifact endpoint + proxy: {rules:?}");
-    let proxy_rule = serde_json::to_value(&rules[1]).unwrap();
+    let seal = harness::wait_for(|| async { policies.get_opt(RUNS_POLICY).await.ok().flatten() }, "the runs' policy").await;
+    let open = harness::wait_for(|| async { policies.get_opt(RUNS_EGRESS_POLICY).await.ok().flatten() }, "the egress policy").await;
+    let pod_labels = job.spec.as_ref().unwrap().template.metadata.as_ref().unwrap().labels.clone().unwrap();
+    for (policy, rules_wanted) in [(&seal, 1), (&open, 1)] {
+        let spec = policy.spec.clone().unwrap();
+        // Ingress in policyTypes with no rule (the API server drops the empty list): none allowed.
+        assert!(spec.policy_types.as_ref().unwrap().contains(&"Ingress".to_string()));
+        assert!(spec.ingress.unwrap_or_default().is_empty(), "no ingress");
+        let rules = spec.egress.unwrap();
+        assert_eq!(rules.len(), rules_wanted, "{rules:?}");
+        assert!(!serde_json::to_string(&rules).unwrap().contains("53"), "a DNS rule: {rules:?}");
+        // This run's pod is selected by both.
+        let selector = spec.pod_selector.unwrap();
+        assert!(selector.match_labels.iter().flatten().all(|(k, v)| pod_labels.get(k) == Some(v)), "{selector:?} vs {pod_labels:?}");
+        assert!(selector.match_expressions.iter().flatten().all(|e| e.operator == "Exists" && pod_labels.contains_key(&e.key)));
+    }
+    let seal_rule = serde_json::to_value(&seal.spec.as_ref().unwrap().egress.as_ref().unwrap()[0]).unwrap();
+    assert_eq!(seal_rule["to"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"], "skill-system");
+    let proxy_rule = serde_json::to_value(&open.spec.as_ref().unwrap().egress.as_ref().unwrap()[0]).unwrap();
     assert_eq!(proxy_rule["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"], "egress-proxy");
     assert_eq!(proxy_rule["ports"], json!([{ "protocol": "TCP", "port": 3128 }]));
-    assert!(!serde_json::to_string(&rules).unwrap().contains("53"), "a DNS rule: {rules:?}");
+
+    // Deleted by someone while runs are going: put back at once, as it was.
+    policies.delete(RUNS_POLICY, &Default::default()).await.unwrap();
+    let back = harness::wait_for(
+        || async { policies.get_opt(RUNS_POLICY).await.ok().flatten().filter(|p| p.metadata.uid != seal.metadata.uid) },
+        "the runs' policy put back after its deletion",
+    )
+    .await;
+    assert_eq!(back.spec, seal.spec, "put back as it was");
 
     let status = skilljobs.get("forecast").await.unwrap().status.unwrap();
     let egress = status.egress.clone().unwrap();

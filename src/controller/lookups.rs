@@ -49,6 +49,7 @@ pub struct Lookups {
     pods: OnceLock<Store<Pod>>,
     restricted_namespaces: Remembered,
     service_accounts: Remembered,
+    run_policies: Remembered,
 }
 
 impl Lookups {
@@ -91,8 +92,8 @@ impl Lookups {
     }
 
     /// Whether the cache holds the NetworkPolicy (false without a cache).
-    pub fn has_network_policy(&self, ns: &str, name: &str) -> bool {
-        cached(&self.network_policies, ObjectRef::new(name).within(ns)).is_some()
+    pub fn cached_network_policy(&self, ns: &str, name: &str) -> Option<NetworkPolicy> {
+        cached(&self.network_policies, ObjectRef::new(name).within(ns))
     }
 
     /// The binding `name` in `ns`: the cached copy, else the API's answer.
@@ -160,6 +161,20 @@ impl Lookups {
     pub fn remember_service_account(&self, ns: &str) {
         self.service_accounts.remember(ns);
     }
+
+    /// Whether this controller applied the namespace's run policies as
+    /// `digest` lately (its watch may not have caught up with the write yet).
+    pub fn run_policies_applied(&self, ns: &str, digest: &str) -> bool {
+        self.run_policies.fresh(&format!("{ns}/{digest}"))
+    }
+
+    pub fn remember_run_policies(&self, ns: &str, digest: &str) {
+        self.run_policies.remember(&format!("{ns}/{digest}"));
+    }
+
+    pub fn forget_run_policies(&self, ns: &str, digest: &str) {
+        self.run_policies.forget(&format!("{ns}/{digest}"));
+    }
 }
 
 /// The cached copy of `key`, when there is a cache and it holds one.
@@ -188,6 +203,10 @@ struct Remembered(Mutex<HashMap<String, Instant>>);
 impl Remembered {
     fn fresh(&self, ns: &str) -> bool {
         self.0.lock().expect("lock poisoned").get(ns).is_some_and(|at| at.elapsed() < REMEMBER_FOR)
+    }
+
+    fn forget(&self, ns: &str) {
+        self.0.lock().expect("lock poisoned").remove(ns);
     }
 
     fn remember(&self, ns: &str) {

@@ -154,6 +154,12 @@ async fn expect(handle: &mut Handle, method: &str, path: &str, answer: impl FnOn
     body
 }
 
+/// The namespace's run policy applied (server-side, forced): no cache
+/// here, and the mock context has no egress proxy, so one policy.
+async fn expect_run_policies(handle: &mut Handle) -> Value {
+    expect(handle, "PATCH", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies/skill-operator-runs", ok).await
+}
+
 /// Admission reads the binding, then its package.
 async fn expect_admission_reads(handle: &mut Handle) {
     expect(handle, "GET", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skillbindings/weather", |_| ok(binding())).await;
@@ -223,10 +229,8 @@ async fn first_reconcile_admits_and_creates_children_then_the_job() {
         expect_skilljob_read(&mut handle, newer_unstarted_copy()).await;
         let sa = expect(&mut handle, "PATCH", "/api/v1/namespaces/team/serviceaccounts/skill-operator-run", ok).await;
         assert_eq!(sa["automountServiceAccountToken"], false);
-        let secret = expect(&mut handle, "POST", "/api/v1/namespaces/team/secrets", ok).await;
-        assert_eq!(secret["stringData"]["token"], crate::core::token::job_token(b"test-key", "team", UID));
-        let policy = expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
-        assert_eq!(policy["metadata"]["name"], json!(name));
+        // No Secret: the pod's own projected token is its credential.
+        let policy = expect_run_policies(&mut handle).await;
         assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
         let created = expect(&mut handle, "POST", "/apis/batch/v1/namespaces/team/jobs", ok).await;
         let job: Job = serde_json::from_value(created).unwrap();
@@ -235,8 +239,7 @@ async fn first_reconcile_admits_and_creates_children_then_the_job() {
         assert!(super::builders::pod_security::restricted_violations(&pod).is_empty());
         let run = pod.containers.iter().find(|c| c.name == "run").unwrap();
         assert!(run.command.iter().chain(run.args.iter()).flatten().any(|a| a == "; rm -rf /"), "args travel as one argv entry");
-        // Event, then the status.
-        expect(&mut handle, "POST", "/apis/events.k8s.io/v1/namespaces/team/events", ok).await;
+        // No Event: the status alone says it.
         let status =
             expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         assert_eq!(status["status"]["phase"], "Pending");
@@ -311,8 +314,8 @@ async fn a_restarted_controller_finds_its_job_and_creates_none() {
                        "status": { "active": 1 } }))
         })
         .await;
-        // Without a cache the NetworkPolicy is re-created (409 when it exists).
-        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
+        // Without a cache the namespace's run policy is applied (a no-op when it is there).
+        expect_run_policies(&mut handle).await;
         // A running Job has no exit to read: no pod LIST.
         let status =
             expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
@@ -423,8 +426,8 @@ impl super::context::ArtifactStore for StoredOutputs {
     }
 }
 
-/// A recorded Job found Complete: its GET, the NetworkPolicy made again
-/// (no cache here), and its pods listed (none left).
+/// A recorded Job found Complete: its GET, the namespace's run policy
+/// applied (no cache here), and its pods listed (none left).
 async fn expect_reads_of_a_completed_job(
     handle: &mut Handle,
     name: &str,
@@ -435,7 +438,7 @@ async fn expect_reads_of_a_completed_job(
                    "status": { "conditions": [{ "type": "Complete", "status": "True" }], "completionTime": "2026-01-01T00:00:10Z" } }))
     })
     .await;
-    expect(handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
+    expect_run_policies(handle).await;
     expect(handle, "GET", "/api/v1/namespaces/team/pods", |_| {
         ok(json!({ "apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": [] }))
     })
@@ -495,18 +498,11 @@ async fn a_finished_run_reports_streams_and_outputs_from_the_artifact_endpoint()
         assert_eq!(s["stdout"]["truncated"], true);
         // data.csv is an input the script left as it was: not an output.
         assert_eq!(s["outputs"], json!([{ "path": "report.txt", "size": 42, "digest": format!("sha256:{}", "a".repeat(64)) }]));
-        // The result is recorded: the Job (its pod with it), the token Secret
-        // and the NetworkPolicy go; the SkillJob keeps the result.
+        // The result is recorded: the Job goes (its pod with it); the
+        // SkillJob keeps the result. Nothing else of the run is left to delete.
         let deleted =
-            expect_unordered(&mut handle, 3, |_, _| ok(json!({ "kind": "Status", "apiVersion": "v1", "status": "Success" }))).await;
-        assert_eq!(
-            deleted,
-            vec![
-                ("DELETE".to_string(), format!("/api/v1/namespaces/team/secrets/{name}-token")),
-                ("DELETE".to_string(), format!("/apis/batch/v1/namespaces/team/jobs/{name}")),
-                ("DELETE".to_string(), format!("/apis/networking.k8s.io/v1/namespaces/team/networkpolicies/{name}")),
-            ]
-        );
+            expect_unordered(&mut handle, 1, |_, _| ok(json!({ "kind": "Status", "apiVersion": "v1", "status": "Success" }))).await;
+        assert_eq!(deleted, vec![("DELETE".to_string(), format!("/apis/batch/v1/namespaces/team/jobs/{name}"))]);
         no_more_calls(&mut handle).await;
     });
     skilljob::reconcile(Arc::new(sj), ctx).await.expect("reconcile");
@@ -571,7 +567,7 @@ async fn an_old_unrecorded_job_gets_its_status_rebuilt() {
             ok(json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "team", "labels": { "pod-security.kubernetes.io/enforce": "restricted" } } }))
         })
         .await;
-        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
+        expect_run_policies(&mut handle).await;
         let status =
             expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         assert_eq!(status["status"]["jobName"], json!(super::builders::job::job_name(UID)));
@@ -665,7 +661,7 @@ async fn a_pod_alive_long_after_the_deadline_locks_the_run() {
                        "status": { "conditions": [{ "type": "Failed", "status": "True", "reason": "DeadlineExceeded", "lastTransitionTime": failed_at }] } }))
         })
         .await;
-        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
+        expect_run_policies(&mut handle).await;
         expect(&mut handle, "GET", "/api/v1/namespaces/team/pods", |_| pods("Running")).await;
         let status =
             expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
@@ -690,7 +686,7 @@ async fn a_pod_just_past_the_deadline_is_waited_for_not_locked() {
                        "status": { "conditions": [{ "type": "Failed", "status": "True", "reason": "DeadlineExceeded", "lastTransitionTime": failed_at }] } }))
         })
         .await;
-        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
+        expect_run_policies(&mut handle).await;
         expect(&mut handle, "GET", "/api/v1/namespaces/team/pods", |_| pods("Running")).await;
         no_more_calls(&mut handle).await;
     });
@@ -734,7 +730,7 @@ async fn the_cancel_annotation_stops_the_run_and_records_cancelled() {
         assert_eq!(status["status"]["phase"], "Cancelled");
         let complete = status["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Complete").cloned().unwrap();
         assert_eq!(complete["status"], "True");
-        expect_unordered(&mut handle, 3, |_, _| not_found()).await;
+        // The Job was deleted to stop the run: no second DELETE.
         no_more_calls(&mut handle).await;
     });
     skilljob::reconcile(Arc::new(sj), ctx).await.expect("reconcile");
@@ -794,7 +790,7 @@ async fn a_run_whose_script_ended_and_outputs_are_stored_is_recorded_before_its_
     caches_with(&ctx, pod_after_the_script(JOB_UID));
     let name = super::builders::job::job_name(UID);
     let server = tokio::spawn(async move {
-        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
+        expect_run_policies(&mut handle).await;
         let status =
             expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         let s = &status["status"];
@@ -802,7 +798,7 @@ async fn a_run_whose_script_ended_and_outputs_are_stored_is_recorded_before_its_
         assert_eq!(s["exitCode"], 0);
         assert_eq!(s["finishedAt"], "2026-01-01T00:00:05Z", "when the run container ended, not when the Job did");
         assert_eq!(s["stdout"]["size"], 2621440);
-        let deleted = expect_unordered(&mut handle, 3, |_, _| deleted()).await;
+        let deleted = expect_unordered(&mut handle, 1, |_, _| deleted()).await;
         assert!(deleted.contains(&("DELETE".to_string(), format!("/apis/batch/v1/namespaces/team/jobs/{name}"))), "{deleted:?}");
         no_more_calls(&mut handle).await;
     });
@@ -818,7 +814,7 @@ async fn a_run_whose_outputs_are_not_stored_yet_is_looked_at_again_soon_and_not_
     let (ctx, mut handle) = context();
     caches_with(&ctx, pod_after_the_script(JOB_UID));
     let server = tokio::spawn(async move {
-        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
+        expect_run_policies(&mut handle).await;
         no_more_calls(&mut handle).await;
     });
     let action = skilljob::reconcile(Arc::new(started_skilljob()), ctx).await.expect("reconcile");
@@ -835,7 +831,7 @@ async fn a_look_alike_pod_does_not_end_a_run() {
     drop(plain);
     caches_with(&ctx, pod_after_the_script("99999999-9999-9999-9999-999999999999"));
     let server = tokio::spawn(async move {
-        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
+        expect_run_policies(&mut handle).await;
         let status =
             expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         assert_eq!(status["status"]["phase"], "Running");
@@ -867,13 +863,13 @@ async fn a_run_whose_stored_result_was_announced_is_recorded_before_its_pod_repo
     ctx.stored.mark("team", UID);
     let name = super::builders::job::job_name(UID);
     let server = tokio::spawn(async move {
-        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
+        expect_run_policies(&mut handle).await;
         let status =
             expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         let s = &status["status"];
         assert_eq!(s["phase"], "Succeeded", "{s}");
         assert_eq!(s["stdout"]["size"], 2621440);
-        let deleted = expect_unordered(&mut handle, 3, |_, _| deleted()).await;
+        let deleted = expect_unordered(&mut handle, 1, |_, _| deleted()).await;
         assert!(deleted.contains(&("DELETE".to_string(), format!("/apis/batch/v1/namespaces/team/jobs/{name}"))), "{deleted:?}");
         no_more_calls(&mut handle).await;
     });
@@ -892,7 +888,7 @@ async fn an_announcement_whose_outputs_cannot_be_read_back_decides_nothing() {
     caches_with(&ctx, pod_still_running(JOB_UID));
     ctx.stored.mark("team", UID);
     let server = tokio::spawn(async move {
-        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
+        expect_run_policies(&mut handle).await;
         let status =
             expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         assert_eq!(status["status"]["phase"], "Running");
@@ -913,7 +909,7 @@ async fn an_unannounced_running_pod_is_not_recorded_even_with_outputs_stored() {
     drop(plain);
     caches_with(&ctx, pod_still_running(JOB_UID));
     let server = tokio::spawn(async move {
-        expect(&mut handle, "POST", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies", ok).await;
+        expect_run_policies(&mut handle).await;
         let status =
             expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         assert_eq!(status["status"]["phase"], "Running");

@@ -620,11 +620,23 @@ pub async fn run_elected(
     )
     .default_backoff()
     .touched_objects();
+    // The namespaces' run policies are shared by every run there: one changed
+    // or deleted by someone is put back at once.
+    let repairs = {
+        let ctx = ctx.clone();
+        policy_events.take_until(shutdown.wait_owned()).for_each(move |event| {
+            let ctx = ctx.clone();
+            async move {
+                if let Ok(policy) = event {
+                    skilljob::repair_run_policies(&ctx, &policy).await;
+                }
+            }
+        })
+    };
     let owners = ctx.lookups.clone();
     let jobs = Controller::new(Api::<SkillJob>::all(client.clone()), ours())
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.config.reconcile_concurrency))
         .owns_stream(job_events)
-        .owns_stream(policy_events)
         .watches_stream(run_pods, move |pod: Pod| {
             let ns = pod.namespace()?;
             let job = pod.owner_references().iter().find(|o| o.kind == "Job" && o.controller == Some(true))?.name.clone();
@@ -684,7 +696,7 @@ pub async fn run_elected(
     let listener = crate::listener::bind(listen)?;
     tracing::info!(%listen, "metrics and health endpoints up");
     let server = serve_web(listener, ctx.metrics.clone(), bounds, shutdown.wait_owned());
-    let everything = async { tokio::join!(packages, bindings, jobs, cilium, sources, server) };
+    let everything = async { tokio::join!(packages, bindings, jobs, repairs, cilium, sources, server) };
     // Only a lost lease sends: with no election, or a stopped one, this waits forever.
     let lost = async {
         match lost.await {
@@ -693,7 +705,7 @@ pub async fn run_elected(
         }
     };
     let served = tokio::select! {
-        (_, _, _, _, _, served) = everything => served,
+        (_, _, _, _, _, _, served) = everything => served,
         err = lost => {
             // Dropping the controllers cancels every reconcile in flight;
             // the caller exits (the pod restarts as a standby).

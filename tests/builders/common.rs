@@ -71,7 +71,6 @@ pub(crate) fn params() -> JobParams {
         timeout_secs: 60,
         resources: RunResources::default(),
         artifact_endpoint: ARTIFACT.into(),
-        token_secret: "skilljob-0f1e2d3c4b5a-token".into(),
         service_account: "skill-runner".into(),
         ..Default::default()
     }
@@ -170,21 +169,11 @@ pub(crate) fn proxy_peer() -> Peer {
 }
 
 pub(crate) fn netpol_params() -> NetPolParams {
-    NetPolParams {
-        skilljob_name: NAME.into(),
-        namespace: NS.into(),
-        skilljob_uid: UID.into(),
-        owner: owner(NAME, UID),
-        labels: BTreeMap::new(),
-        artifact: artifact_peer(),
-        egress_hosts: vec![],
-        egress_proxy: None,
-        dns: None,
-    }
+    NetPolParams { namespace: NS.into(), labels: BTreeMap::new(), artifact: artifact_peer(), egress_proxy: None, dns: None }
 }
 
 pub(crate) fn netpol_params_egress() -> NetPolParams {
-    NetPolParams { egress_hosts: vec!["api.github.com".into(), "*.pypi.org".into()], egress_proxy: Some(proxy_peer()), ..netpol_params() }
+    NetPolParams { egress_proxy: Some(proxy_peer()), ..netpol_params() }
 }
 
 // ------------------------------------------------------ prepared packages

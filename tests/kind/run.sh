@@ -9,12 +9,14 @@
 #     staged input, one that times out (TimedOut) and one deleted while it
 #     runs (gone within 5 s of the delete, its script stopped),
 #   - checks every run pod the API server admitted (restricted + hardening),
-#   - checks that a finished run leaves no Job, pod, Secret or NetworkPolicy,
+#   - checks that a finished run leaves no Job, pod, Secret or NetworkPolicy
+#     (the namespace's two run policies stay),
 #   - egress: a run allowed one host (a test HTTP server on this machine at the
 #     pod gateway) reaches it through the chart's egress proxy, and a host it is
 #     not allowed (the node's address) is refused by the proxy with its 403
-#     reason in the run's stdout; its NetworkPolicy (artifact endpoint + proxy,
-#     no DNS) and the proxy's own were admitted (this cluster's CNI does not
+#     reason in the run's stdout; the namespace's run policies (artifact
+#     endpoint for every run, the proxy for runs granted egress, no DNS) and
+#     the proxy's own were admitted (this cluster's CNI does not
 #     enforce them, so they are checked as objects), the pod's address was
 #     recorded, and a run without egress gets no proxy and no proxy rule,
 #   - the gateway (through the real Python MCP client): runs, auth, isolation,
@@ -638,24 +640,34 @@ while i < len(text):
         break
     ev, i = dec.raw_decode(text, i)
     obj = ev.get("object", ev)
-    if obj.get("metadata", {}).get("labels", {}).get("skill-operator.dev/skilljob-uid") == uid:
-        seen = obj
-if seen is None:
-    sys.exit("the egress run's NetworkPolicy was never admitted")
-spec = seen["spec"]
-rules = spec.get("egress") or []
-assert sorted(spec["policyTypes"]) == ["Egress", "Ingress"] and not spec.get("ingress"), spec
-assert len(rules) == 2, f"want the artifact endpoint and the proxy, got {rules}"
-proxy = rules[1]
-assert proxy["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "egress-proxy", proxy
-assert [p["port"] for p in proxy["ports"]] == [3128], proxy
-assert all(p.get("port") != 53 and p.get("protocol") == "TCP" for r in rules for p in r["ports"]), "a DNS rule"
-assert all(r.get("to") for r in rules), "an allow-all rule"
+    if ev.get("type") != "DELETED":
+        seen = seen or {}
+        seen[obj["metadata"]["name"]] = obj
+names = sorted(seen or {})
+# One policy per namespace and class, none per run.
+assert names == ["skill-operator-runs", "skill-operator-runs-egress"], f"want the namespace's two run policies, got {names}"
+for name, policy in seen.items():
+    spec = policy["spec"]
+    assert sorted(spec["policyTypes"]) == ["Egress", "Ingress"] and not spec.get("ingress"), spec
+    rules = spec.get("egress") or []
+    assert len(rules) == 1, f"{name}: want one rule, got {rules}"
+    assert all(p.get("port") != 53 and p.get("protocol") == "TCP" for r in rules for p in r["ports"]), "a DNS rule"
+    assert all(r.get("to") for r in rules), "an allow-all rule"
+    sel = spec["podSelector"]
+    assert {"key": "skill-operator.dev/skilljob-uid", "operator": "Exists"} in sel["matchExpressions"], sel
+    assert sel["matchLabels"]["app.kubernetes.io/managed-by"] == "skill-operator", sel
+seal, proxy = seen["skill-operator-runs"], seen["skill-operator-runs-egress"]
+assert seal["spec"]["egress"][0]["to"][0]["podSelector"]["matchLabels"] != proxy["spec"]["egress"][0]["to"][0]["podSelector"]["matchLabels"]
+assert "skill-operator.dev/egress" not in seal["spec"]["podSelector"]["matchLabels"], "the seal must select every run"
+assert proxy["spec"]["podSelector"]["matchLabels"]["skill-operator.dev/egress"] == "true", "the proxy for runs granted egress only"
+rule = proxy["spec"]["egress"][0]
+assert rule["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "egress-proxy", rule
+assert [p["port"] for p in rule["ports"]] == [3128], rule
 PYEOF
   "$KUBECTL" -n "$OPNS" get networkpolicy "$RELEASE-skill-operator-egress-proxy" -o jsonpath='{.spec.policyTypes}' | grep -q Egress \
     || { echo "the proxy's own NetworkPolicy is missing"; return 1; }
 }
-check "the egress run's NetworkPolicy (artifact endpoint + proxy, no DNS) and the proxy's own were admitted" policies_admitted
+check "the namespace's two run policies (every run sealed to the artifact endpoint; the proxy for runs granted egress; no DNS) and the proxy's own were admitted" policies_admitted
 
 # ------------------------------------------------ the artifact endpoint down
 # The endpoint's Deployment scaled to 0 while runs end, then back: a short
@@ -777,7 +789,8 @@ no_leftovers() {
   local left finished
   finished="$(K get skilljobs -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' | grep -c -E 'Succeeded|TimedOut')"
   ((finished >= 4)) || { echo "only $finished finished runs to look at"; return 1; }
-  left="$(K get jobs,networkpolicies,secrets -l app.kubernetes.io/managed-by=skill-operator -o name 2>/dev/null)
+  # The namespace's two run policies stay (shared by every run there); nothing per run does.
+  left="$(K get jobs,networkpolicies,secrets -l app.kubernetes.io/managed-by=skill-operator -o name 2>/dev/null | grep -v -E '^networkpolicy[^/]*/skill-operator-runs(-egress)?$')
 $(K get secrets -o name | grep -- '-token$')"
   [[ -z "$(echo "$left" | tr -d '[:space:]')" ]] || { echo "left behind: $left"; return 1; }
   # A finished run's Job goes with its verdict; its pod follows through the
@@ -785,7 +798,7 @@ $(K get secrets -o name | grep -- '-token$')"
   K wait --for=delete pods --all --timeout=60s >/dev/null 2>&1
   [[ -z "$(K get pods -o name)" ]] || { echo "pods left: $(K get pods -o name)"; return 1; }
 }
-check "finished runs leave no Job, pod, Secret or NetworkPolicy" no_leftovers
+check "finished runs leave no Job, pod, Secret or NetworkPolicy of their own" no_leftovers
 
 kill "$WATCH_PID" 2>/dev/null
 WATCH_PID=""

@@ -57,7 +57,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use super::job::{
     empty_dir, guaranteed, hardened_pod_spec, mount, pull_policy, restricted_security, PodShape, RunResources, CONTAINER_FETCH,
     CONTAINER_UPLOAD, DEADLINE_SLACK_SECS, LAUNCHER, OPERATOR_BIN, PACKAGE_DIR, RESULT_DIR, RESULT_FILE, RUN_PATH, SIZE_PACKAGE,
-    SIZE_RESULT, SIZE_TMP, SIZE_TOOLS, TERMINATION_MESSAGE_PATH, TMP_DIR, TOKEN_DIR, TOKEN_FILE, TOKEN_SECRET_KEY, TOOLS_DIR, VOL_PACKAGE,
+    SIZE_RESULT, SIZE_TMP, SIZE_TOOLS, TERMINATION_MESSAGE_PATH, TMP_DIR, TOKEN_DIR, TOKEN_FILE, TOKEN_KEY, TOOLS_DIR, VOL_PACKAGE,
     VOL_RESULT, VOL_TMP, VOL_TOKEN, VOL_TOOLS, VOL_WORK, WORK_DIR,
 };
 use super::network_policy::Peer;
@@ -395,7 +395,7 @@ fn volumes(p: &BuildParams) -> Vec<Volume> {
             name: VOL_TOKEN.into(),
             secret: Some(SecretVolumeSource {
                 secret_name: Some(p.token_secret.clone()),
-                items: Some(vec![KeyToPath { key: TOKEN_SECRET_KEY.into(), path: TOKEN_SECRET_KEY.into(), ..Default::default() }]),
+                items: Some(vec![KeyToPath { key: TOKEN_KEY.into(), path: TOKEN_KEY.into(), ..Default::default() }]),
                 default_mode: Some(0o440),
                 optional: Some(false),
                 ..Default::default()

@@ -19,6 +19,11 @@
 //!           ro: package, tools; rw: work (workingDir), tmp, result.  No token, no SA token.
 //! ```
 //!
+//! The token is the pod's own projected ServiceAccount token, with the
+//! artifact endpoint's audience for this job ([`crate::artifacts::pod_token_audience`]):
+//! the endpoint verifies it by TokenReview, the API server refuses it (not
+//! its audience), and it stops being valid when the pod is deleted.
+//!
 //! A prepared package ([`PackageDelivery`]) changes three things and
 //! nothing else: fetch gets no `--package` (it still fetches the inputs and
 //! copies the launcher), the script runs from `/skill` instead of
@@ -83,9 +88,9 @@ use k8s_openapi::api::batch::v1::{
     Job, JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyOnPodConditionsPattern, PodFailurePolicyRule,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, HostAlias, ImageVolumeSource, KeyToPath, LocalObjectReference,
-    PodDNSConfig, PodOS, PodSecurityContext, PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretKeySelector,
-    SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, HostAlias, ImageVolumeSource, LocalObjectReference, PodDNSConfig,
+    PodOS, PodSecurityContext, PodSpec, PodTemplateSpec, ProjectedVolumeSource, ResourceRequirements, SeccompProfile, SecretKeySelector,
+    SecurityContext, ServiceAccountTokenProjection, Volume, VolumeMount, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -134,8 +139,8 @@ pub const DEPS_DIR: &str = "/deps";
 pub const RESULT_FILE: &str = "/result/result.json";
 pub const TOKEN_DIR: &str = "/var/run/skill-operator";
 pub const TOKEN_FILE: &str = "/var/run/skill-operator/token";
-/// Key of the per-job token inside its Secret.
-pub const TOKEN_SECRET_KEY: &str = "token";
+/// The token's file name inside its volume.
+pub const TOKEN_KEY: &str = "token";
 pub const TERMINATION_MESSAGE_PATH: &str = "/dev/termination-log";
 
 /// Volume names.
@@ -255,8 +260,6 @@ pub struct JobParams {
     /// Artifact endpoint base URL (operator's artifact service). Its host must
     /// be an IP literal or appear in `host_aliases` unless `allow_dns`.
     pub artifact_endpoint: String,
-    /// Secret holding the per-job token under key `token`.
-    pub token_secret: String,
     /// Dedicated ServiceAccount without RBAC (its token is never mounted anyway).
     pub service_account: String,
     /// uid for every container (non-zero; default 65532).
@@ -298,7 +301,6 @@ impl Default for JobParams {
             timeout_secs: 60,
             resources: RunResources::default(),
             artifact_endpoint: String::new(),
-            token_secret: String::new(),
             service_account: String::new(),
             run_as_user: DEFAULT_RUN_AS,
             run_as_group: DEFAULT_RUN_AS,
@@ -381,7 +383,6 @@ impl JobParams {
                 return bad("secret key must be 1-253 chars of [-._a-zA-Z0-9]");
             }
         }
-        require_subdomain("token_secret", &self.token_secret)?;
         require_subdomain("service_account", &self.service_account)?;
         for name in &self.image_pull_secrets {
             require_subdomain("image_pull_secrets", name)?;
@@ -862,12 +863,21 @@ fn volumes(p: &JobParams) -> Vec<Volume> {
             empty_dir(VOL_TOOLS, SIZE_TOOLS),
             Volume {
                 name: VOL_TOKEN.into(),
-                secret: Some(SecretVolumeSource {
-                    secret_name: Some(p.token_secret.clone()),
-                    items: Some(vec![KeyToPath { key: TOKEN_SECRET_KEY.into(), path: TOKEN_SECRET_KEY.into(), ..Default::default() }]),
+                // The pod's own ServiceAccount token for the artifact endpoint
+                // alone, and for this job alone (its audience): no per-job
+                // Secret to write and delete, and it dies with the pod.
+                projected: Some(ProjectedVolumeSource {
+                    sources: Some(vec![VolumeProjection {
+                        service_account_token: Some(ServiceAccountTokenProjection {
+                            audience: Some(crate::artifacts::pod_token_audience(&p.namespace, &p.skilljob_uid)),
+                            expiration_seconds: Some(crate::artifacts::POD_TOKEN_EXPIRATION_SECS),
+                            path: TOKEN_KEY.into(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }]),
                     // r--r-----: readable by the fsGroup (= run_as_group) only.
                     default_mode: Some(0o440),
-                    optional: Some(false),
                     ..Default::default()
                 }),
                 ..Default::default()

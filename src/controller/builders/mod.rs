@@ -33,7 +33,7 @@ pub mod pod_security;
 
 pub use build_job::{build_build_job, BuildNetPolParams, BuildParams, IndexAddress};
 pub use job::{build_job, job_name, pod_selector_labels, EnvGrant, JobParams, PackageDelivery, RunResources};
-pub use network_policy::{build_network_policy, build_service_account, NetPolParams, Peer};
+pub use network_policy::{build_network_policies, build_service_account, NetPolParams, Peer, RUNS_EGRESS_POLICY, RUNS_POLICY};
 pub use pod_security::{hardening_violations, restricted_template_violations, restricted_violations};
 
 use std::cmp::Ordering;
@@ -112,12 +112,6 @@ pub enum Error {
     /// A NetworkPolicy peer has an empty selector (which would match everything).
     #[error("{field}: {problem}")]
     InvalidPeer { field: &'static str, problem: &'static str },
-    /// Egress hosts were granted but there is no proxy to enforce them.
-    #[error("egress hosts {0:?} granted but no egress proxy configured: NetworkPolicy cannot allowlist host names, refusing rather than opening egress")]
-    EgressWithoutProxy(Vec<String>),
-    /// An egress host entry is malformed.
-    #[error("egress host {0:?} is not a host name")]
-    InvalidEgressHost(String),
 }
 
 /// `Result` with this module's [`Error`].

@@ -1,52 +1,65 @@
-//! The per-SkillJob NetworkPolicy and the runner ServiceAccount.
+//! The namespace's run policies and the runner ServiceAccount.
 //!
-//! The policy selects exactly one SkillJob's pods (by the
-//! `skill-operator.dev/skilljob-uid` label the Job builder puts on them) and
-//! has both policy types, so everything not listed is denied:
+//! Two NetworkPolicies per namespace, made once and shared by every run
+//! there (a policy per run cost two API writes per run: its create and its
+//! delete):
 //!
-//! - Ingress: none at all.
-//! - Egress, always: the artifact endpoint only (namespaceSelector +
-//!   podSelector of the operator's pods, TCP on the pods' port). With nothing
-//!   granted this is the pod's *only* reachable peer.
-//! - Egress, only when the skill was granted egress hosts: the egress proxy
-//!   (namespaceSelector + podSelector, TCP port). NetworkPolicy cannot name
-//!   host names (no FQDN rules upstream; Cilium's `toFQDNs` and Calico's DNS
-//!   policy are vendor-only), so the host allowlist is enforced by that
-//!   proxy, which matches the CONNECT/Host name against the job's grant. The
-//!   granted hosts are recorded on the policy in the
-//!   `skill-operator.dev/egress-hosts` annotation for humans and the proxy.
+//! - [`RUNS_POLICY`] selects every run pod of the namespace (the
+//!   `skill-operator.dev/skilljob-uid` label the Job builder puts on each,
+//!   with the managed-by label) and has both policy types, so everything not
+//!   listed is denied. Ingress: none at all. Egress: the artifact endpoint
+//!   only (namespaceSelector + podSelector of the operator's pods, TCP on the
+//!   pods' port). For a run granted nothing this is its *only* reachable peer.
+//! - [`RUNS_EGRESS_POLICY`], made only when the controller has an egress
+//!   proxy, selects the run pods that also carry `skill-operator.dev/egress:
+//!   "true"` (the builder sets it only on runs granted egress hosts) and adds
+//!   the egress proxy (namespaceSelector + podSelector, TCP port).
+//!   NetworkPolicy cannot name host names (no FQDN rules upstream; Cilium's
+//!   `toFQDNs` and Calico's DNS policy are vendor-only), so the host
+//!   allowlist is enforced by that proxy, which matches the CONNECT/Host name
+//!   against the job's sealed grant (its hosts are in the SkillJob's status).
 //! - DNS: never by default, even with egress: a proxy-aware client sends the
 //!   host name to the proxy and needs no resolver, and DNS is a tunnel. A
 //!   caller can opt in (`dns: Some(Peer::kube_dns())`), which only takes
-//!   effect together with granted egress hosts.
+//!   effect in the egress policy.
 //!
-//! Fail closed: an empty host list never means "allow all". A peer whose
-//! namespace or pod selector is empty (which would match every namespace or
-//! pod) is dropped rather than emitted, egress hosts without a proxy add no
-//! rule, and [`NetPolParams::validate`] reports all three cases.
+//! Policies only ever add peers to the pods they select, so a pod that
+//! someone else labels `egress: "true"` gains a path to the proxy's port and
+//! nothing through it: the proxy serves only a job's own credential, from
+//! the address sealed for that job, to the hosts granted to it.
+//!
+//! Fail closed: a peer whose namespace or pod selector is empty (which would
+//! match every namespace or pod) is dropped rather than emitted, and
+//! [`NetPolParams::validate`] reports it.
 //!
 //! Ports are the *pods'* ports (targetPort): NetworkPolicy is evaluated
 //! after the Service VIP has been translated to a pod address.
 //!
 //! NetworkPolicy is per pod, not per container: `run` can reach the artifact
 //! endpoint too. What keeps it out is that only fetch and upload hold the
-//! per-job token.
+//! job's credential.
 
 use std::collections::BTreeMap;
 
+use sha2::{Digest as _, Sha256};
+
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::job::{controller_owner, job_name, object_labels, pod_selector_labels};
 use super::{
-    is_label_key, is_label_value, require_label_name, require_subdomain, uid_hex, validate_labels, Error, Result, LABEL_MANAGED_BY,
+    is_label_key, is_label_value, require_label_name, validate_labels, Error, Result, LABEL_EGRESS, LABEL_MANAGED_BY, LABEL_SKILLJOB_UID,
     MANAGED_BY,
 };
 
-/// Annotation listing the granted egress hosts (comma-separated).
-pub const ANNOTATION_EGRESS_HOSTS: &str = "skill-operator.dev/egress-hosts";
+/// The namespace's policy sealing every run pod (artifact endpoint only).
+pub const RUNS_POLICY: &str = "skill-operator-runs";
+/// The namespace's policy adding the egress proxy for runs granted egress.
+pub const RUNS_EGRESS_POLICY: &str = "skill-operator-runs-egress";
+/// On each run policy: the digest of the whole set as built, so a cached
+/// copy is compared by it and not by a spec the API server may default.
+pub const ANNOTATION_POLICY_DIGEST: &str = "skill-operator.dev/policy-digest";
 
 /// A set of pods in a set of namespaces, reached on one port. The default
 /// (empty selectors, port 0) is invalid and never emitted.
@@ -95,83 +108,38 @@ impl Peer {
     }
 }
 
-/// Everything [`build_network_policy`] needs.
+/// Everything [`build_network_policies`] needs.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct NetPolParams {
-    /// The SkillJob's name (for the informative label).
-    pub skilljob_name: String,
-    /// The SkillJob's namespace.
+    /// The runs' namespace.
     pub namespace: String,
-    /// The SkillJob's UID: the policy's name and pod selector derive from it.
-    pub skilljob_uid: String,
-    /// Reference to the SkillJob (controller/blockOwnerDeletion forced on).
-    pub owner: OwnerReference,
     /// Extra labels (reserved keys refused).
     pub labels: BTreeMap<String, String>,
     /// The operator's artifact endpoint pods.
     pub artifact: Peer,
-    /// The skill's granted egress hosts. Empty: no egress beyond the artifact endpoint.
-    pub egress_hosts: Vec<String>,
-    /// The host-matching egress proxy; used only when `egress_hosts` is non-empty.
+    /// The host-matching egress proxy. `None`: no run of the namespace reaches
+    /// anything beyond the artifact endpoint (and no egress policy is made).
     pub egress_proxy: Option<Peer>,
-    /// Cluster DNS, opt-in; used only together with a proxy rule. UDP and TCP.
+    /// Cluster DNS, opt-in; used only together with the proxy. UDP and TCP.
     pub dns: Option<Peer>,
 }
 
 impl NetPolParams {
     /// Refuses anything the builder would have to drop to stay closed.
     pub fn validate(&self) -> Result<()> {
-        require_subdomain("skilljob_name", &self.skilljob_name)?;
         require_label_name("namespace", &self.namespace)?;
-        if uid_hex(&self.skilljob_uid).is_none() {
-            return Err(Error::InvalidUid(self.skilljob_uid.clone()));
-        }
-        if self.owner.uid != self.skilljob_uid || self.owner.name != self.skilljob_name {
-            return Err(Error::OwnerMismatch {
-                name: self.skilljob_name.clone(),
-                uid: self.skilljob_uid.clone(),
-                problem: format!("owner is {:?} ({})", self.owner.name, self.owner.uid),
-            });
-        }
         validate_labels(&self.labels)?;
         if let Some(problem) = self.artifact.problem() {
             return Err(Error::InvalidPeer { field: "artifact", problem });
         }
-        for host in &self.egress_hosts {
-            if !is_egress_host(host) {
-                return Err(Error::InvalidEgressHost(host.clone()));
-            }
+        if let Some(problem) = self.egress_proxy.as_ref().and_then(Peer::problem) {
+            return Err(Error::InvalidPeer { field: "egress_proxy", problem });
         }
-        match &self.egress_proxy {
-            None if !self.egress_hosts.is_empty() => return Err(Error::EgressWithoutProxy(self.egress_hosts.clone())),
-            Some(proxy) => {
-                if let Some(problem) = proxy.problem() {
-                    return Err(Error::InvalidPeer { field: "egress_proxy", problem });
-                }
-            }
-            None => {}
-        }
-        if let Some(dns) = &self.dns {
-            if let Some(problem) = dns.problem() {
-                return Err(Error::InvalidPeer { field: "dns", problem });
-            }
+        if let Some(problem) = self.dns.as_ref().and_then(Peer::problem) {
+            return Err(Error::InvalidPeer { field: "dns", problem });
         }
         Ok(())
     }
-}
-
-/// A host name or `*.`-wildcard host name, optionally with `:port`.
-fn is_egress_host(s: &str) -> bool {
-    if s.parse::<std::net::IpAddr>().is_ok() {
-        return true;
-    }
-    let (host, port) = match s.rsplit_once(':') {
-        Some((h, p)) => (h, Some(p)),
-        None => (s, None),
-    };
-    let host = host.strip_prefix("*.").unwrap_or(host);
-    let host = host.to_ascii_lowercase();
-    super::is_dns1123_subdomain(&host) && port.is_none_or(|p| p.parse::<u16>().is_ok_and(|n| n > 0))
 }
 
 fn tcp(port: i32) -> NetworkPolicyPort {
@@ -183,42 +151,61 @@ fn rule(peer: &Peer, ports: Vec<NetworkPolicyPort>) -> Option<NetworkPolicyEgres
     peer.problem().is_none().then(|| NetworkPolicyEgressRule { to: Some(vec![peer.to_peer()]), ports: Some(ports) })
 }
 
-/// Builds the policy (named like the Job). Never fails; see
-/// [`NetPolParams::validate`].
-pub fn build_network_policy(p: &NetPolParams) -> NetworkPolicy {
-    let mut egress: Vec<NetworkPolicyEgressRule> = Vec::new();
-    egress.extend(rule(&p.artifact, vec![tcp(p.artifact.port)]));
-    let granted = !p.egress_hosts.is_empty();
-    let mut proxied = false;
-    if granted {
-        if let Some(proxy_rule) = p.egress_proxy.as_ref().and_then(|proxy| rule(proxy, vec![tcp(proxy.port)])) {
-            egress.push(proxy_rule);
-            proxied = true;
-        }
+/// Every run pod of a namespace, and only those: a run pod carries its
+/// SkillJob's UID label and the managed-by label (build pods carry neither
+/// the first, nor live in run namespaces).
+pub fn run_pod_selector(egress: bool) -> LabelSelector {
+    let mut labels = BTreeMap::from([(LABEL_MANAGED_BY.to_string(), MANAGED_BY.to_string())]);
+    if egress {
+        labels.insert(LABEL_EGRESS.to_string(), "true".to_string());
     }
-    if proxied {
+    LabelSelector {
+        match_labels: Some(labels),
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: LABEL_SKILLJOB_UID.to_string(),
+            operator: "Exists".to_string(),
+            values: None,
+        }]),
+    }
+}
+
+/// Builds the namespace's run policies: [`RUNS_POLICY`], and
+/// [`RUNS_EGRESS_POLICY`] when there is a proxy. Never fails; see
+/// [`NetPolParams::validate`].
+pub fn build_network_policies(p: &NetPolParams) -> Vec<NetworkPolicy> {
+    let policy = |name: &str, egress_selected: bool, rules: Vec<NetworkPolicyEgressRule>| {
+        let mut labels = p.labels.clone();
+        labels.insert(LABEL_MANAGED_BY.into(), MANAGED_BY.into());
+        NetworkPolicy {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(p.namespace.clone()),
+                labels: Some(labels),
+                ..Default::default()
+            },
+            spec: Some(NetworkPolicySpec {
+                pod_selector: Some(run_pod_selector(egress_selected)),
+                policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
+                ingress: Some(Vec::new()),
+                egress: Some(rules),
+            }),
+        }
+    };
+    let mut policies = vec![policy(RUNS_POLICY, false, rule(&p.artifact, vec![tcp(p.artifact.port)]).into_iter().collect())];
+    if let Some(proxy_rule) = p.egress_proxy.as_ref().and_then(|proxy| rule(proxy, vec![tcp(proxy.port)])) {
+        let mut rules = vec![proxy_rule];
         if let Some(dns) = &p.dns {
             let udp = NetworkPolicyPort { protocol: Some("UDP".into()), ..tcp(dns.port) };
-            egress.extend(rule(dns, vec![udp, tcp(dns.port)]));
+            rules.extend(rule(dns, vec![udp, tcp(dns.port)]));
         }
+        policies.push(policy(RUNS_EGRESS_POLICY, true, rules));
     }
-    let annotations = granted.then(|| BTreeMap::from([(ANNOTATION_EGRESS_HOSTS.to_string(), p.egress_hosts.join(","))]));
-    NetworkPolicy {
-        metadata: ObjectMeta {
-            name: Some(job_name(&p.skilljob_uid)),
-            namespace: Some(p.namespace.clone()),
-            labels: Some(object_labels(&p.labels, &p.skilljob_name, &p.skilljob_uid)),
-            annotations,
-            owner_references: Some(vec![controller_owner(&p.owner)]),
-            ..Default::default()
-        },
-        spec: Some(NetworkPolicySpec {
-            pod_selector: Some(LabelSelector { match_labels: Some(pod_selector_labels(&p.skilljob_uid)), match_expressions: None }),
-            policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
-            ingress: Some(Vec::new()),
-            egress: Some(egress),
-        }),
+    let specs: Vec<_> = policies.iter().map(|p| (&p.metadata.name, &p.spec)).collect();
+    let digest = hex::encode(Sha256::digest(serde_json::to_vec(&specs).unwrap_or_default()));
+    for p in &mut policies {
+        p.metadata.annotations = Some(BTreeMap::from([(ANNOTATION_POLICY_DIGEST.to_string(), digest.clone())]));
     }
+    policies
 }
 
 /// The runner ServiceAccount: no RBAC is ever bound to it, and its token is
@@ -230,20 +217,5 @@ pub fn build_service_account(name: &str, namespace: &str, labels: &BTreeMap<Stri
         metadata: ObjectMeta { name: Some(name.into()), namespace: Some(namespace.into()), labels: Some(labels), ..Default::default() },
         automount_service_account_token: Some(false),
         ..Default::default()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn egress_host_syntax() {
-        for ok in ["api.github.com", "*.pypi.org", "files.pythonhosted.org:443", "EXAMPLE.com"] {
-            assert!(is_egress_host(ok), "{ok}");
-        }
-        for bad in ["", "*", "http://x.com", "a b", "x.com:0", "x.com:99999", "*.", "a/b"] {
-            assert!(!is_egress_host(bad), "{bad}");
-        }
     }
 }

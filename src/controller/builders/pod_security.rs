@@ -32,8 +32,9 @@
 //! seccomp annotations are not checked (ignored since v1.19).
 //!
 //! [`hardening_violations`] adds this project's rules, none of which are in
-//! the PSS: read-only root filesystems, no service account token (neither
-//! automounted nor projected), no service links, no shared process
+//! the PSS: read-only root filesystems, no service account token for the
+//! API server (not automounted, and a projected one only with an audience
+//! of its own), no service links, no shared process
 //! namespace, and requests == limits for cpu, memory and ephemeral-storage on
 //! every init and regular container (ephemeral containers may not have
 //! resources).
@@ -476,11 +477,17 @@ pub fn hardening_violations(spec: &PodSpec) -> Vec<String> {
     if spec.automount_service_account_token != Some(false) {
         out.push("serviceAccountToken: pod: spec.automountServiceAccountToken must be false".into());
     }
+    // A projected token with an audience of its own is good for that
+    // audience alone; without one it is good for the API server.
     for (i, v) in spec.volumes.iter().flatten().enumerate() {
-        let projects_token =
-            v.projected.as_ref().and_then(|p| p.sources.as_ref()).is_some_and(|s| s.iter().any(|src| src.service_account_token.is_some()));
-        if projects_token {
-            out.push(format!("serviceAccountToken: pod: spec.volumes[{i}] {:?} projects a serviceAccountToken", v.name));
+        let for_the_api_server = v.projected.as_ref().and_then(|p| p.sources.as_ref()).is_some_and(|s| {
+            s.iter().filter_map(|src| src.service_account_token.as_ref()).any(|t| t.audience.as_deref().is_none_or(str::is_empty))
+        });
+        if for_the_api_server {
+            out.push(format!(
+                "serviceAccountToken: pod: spec.volumes[{i}] {:?} projects a serviceAccountToken without an audience of its own (the API server's)",
+                v.name
+            ));
         }
     }
     if spec.enable_service_links != Some(false) {

@@ -1,19 +1,21 @@
-//! The run's children: a ServiceAccount per namespace (no RBAC), and per
-//! run a token Secret, a NetworkPolicy and the Job. Made idempotently, and
-//! deleted once the result is recorded.
+//! The run's children: per namespace a ServiceAccount (no RBAC) and the two
+//! run NetworkPolicies, made once; per run only the Job. Made idempotently;
+//! the Job is deleted once the result is recorded.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams, PropagationPolicy};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PropagationPolicy};
 use kube::{Resource, ResourceExt};
 
 use super::RUN_SERVICE_ACCOUNT;
 use crate::api::job::SkillJob;
 use crate::controller::builders::job::{job_name, pod_selector_labels, EnvGrant, JobParams, RunResources};
-use crate::controller::builders::network_policy::{build_network_policy, build_service_account, NetPolParams, Peer};
+use crate::controller::builders::network_policy::ANNOTATION_POLICY_DIGEST;
+use crate::controller::builders::network_policy::{build_network_policies, build_service_account, NetPolParams, Peer};
+use crate::controller::builders::{RUNS_EGRESS_POLICY, RUNS_POLICY};
 use crate::controller::context::{Context, Result, MANAGER};
 use crate::controller::decide::Admission;
 
@@ -25,90 +27,85 @@ fn labels() -> BTreeMap<String, String> {
     BTreeMap::new()
 }
 
-pub(super) fn token_secret_name(uid: &str) -> String {
-    format!("{}-token", job_name(uid))
-}
-
-/// ServiceAccount (no RBAC), token Secret and NetworkPolicy, created or
-/// applied idempotently. `egress` is the run's effective allowlist.
-pub(super) async fn ensure(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, egress: &[String]) -> Result<()> {
+/// The namespace's ServiceAccount (no RBAC) and run policies, before its
+/// first run and whenever they are not what they should be.
+pub(super) async fn ensure_namespace(ctx: &Context, ns: &str) -> Result<()> {
     if !ctx.lookups.service_account_applied(ns) {
         let accounts: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), ns);
         let sa = build_service_account(RUN_SERVICE_ACCOUNT, ns, &labels());
         accounts.patch(RUN_SERVICE_ACCOUNT, &PatchParams::apply(MANAGER).force(), &Patch::Apply(sa)).await?;
         ctx.lookups.remember_service_account(ns);
     }
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    let token = crate::core::token::job_token(&ctx.config.token_key, ns, uid);
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(token_secret_name(uid)),
-            namespace: Some(ns.to_string()),
-            owner_references: Some(vec![owner(sj)]),
-            ..Default::default()
-        },
-        string_data: Some(BTreeMap::from([("token".to_string(), token)])),
-        type_: Some("Opaque".into()),
-        ..Default::default()
-    };
-    match secrets.create(&PostParams::default(), &secret).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 409 => {}
-        Err(e) => return Err(e.into()),
-    }
-    ensure_policy(ctx, sj, ns, uid, egress).await
+    ensure_run_policies(ctx, ns).await
 }
 
-/// A run's NetworkPolicy never changes (its SkillJob is immutable), so it
-/// is created, not applied: a create costs the API server less than a
-/// server-side apply, and one that exists already answers 409.
-pub(super) async fn ensure_policy(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, egress: &[String]) -> Result<()> {
-    // A policy that cannot be built is an error, never a run without one.
-    let policy = policy_for(ctx, sj, ns, uid, egress)?;
-    let policies: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), ns);
-    match policies.create(&PostParams::default(), &policy).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Egress to the artifact endpoint always; to the proxy pods only when the
-/// run may reach some host. Never DNS.
-fn policy_for(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, egress: &[String]) -> Result<NetworkPolicy> {
+/// The namespace's run policies as they should be, each carrying the digest
+/// of the whole set.
+fn run_policies(ctx: &Context, ns: &str) -> Result<(Vec<NetworkPolicy>, String)> {
     let params = NetPolParams {
-        skilljob_name: sj.name_any(),
         namespace: ns.to_string(),
-        skilljob_uid: uid.to_string(),
-        owner: owner(sj),
         labels: labels(),
         artifact: Peer::in_namespace(
             &ctx.config.operator_namespace,
             ctx.config.operator_pod_labels.clone(),
             i32::from(ctx.config.artifact_port),
         ),
-        egress_hosts: egress.iter().map(|e| policy_host(e)).collect(),
         egress_proxy: ctx
             .config
             .egress_proxy
             .as_ref()
-            .filter(|_| !egress.is_empty())
             .map(|p| Peer::in_namespace(&p.namespace, p.pod_labels.clone(), i32::from(p.pod_port))),
         dns: None,
     };
+    // A policy that cannot be built is an error, never a run without one.
     params.validate()?;
-    Ok(build_network_policy(&params))
+    let policies = build_network_policies(&params);
+    let digest = policies.first().and_then(|p| p.annotations().get(ANNOTATION_POLICY_DIGEST)).cloned().unwrap_or_default();
+    Ok((policies, digest))
 }
 
-/// An allowlist entry as the policy's annotation shows it: `host:port`
-/// (the first port; the annotation is for people, the proxy holds the list),
-/// IP entries without brackets.
-fn policy_host(entry: &str) -> String {
-    let (host, ports) = entry.rsplit_once(':').unwrap_or((entry, ""));
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    match ports.split(',').next().filter(|p| !p.is_empty()) {
-        Some(port) if !host.contains(':') => format!("{host}:{port}"),
-        _ => host.to_string(),
+/// Applies the namespace's run policies unless the cache (or this
+/// controller's own recent write) says they are current. A run's Job is
+/// created only after this has returned Ok. An egress policy that should
+/// not be there any more (the proxy was turned off) is deleted.
+pub(super) async fn ensure_run_policies(ctx: &Context, ns: &str) -> Result<()> {
+    let (policies, digest) = run_policies(ctx, ns)?;
+    if ctx.lookups.run_policies_applied(ns, &digest) {
+        return Ok(());
+    }
+    let current = |name: &str| {
+        ctx.lookups
+            .cached_network_policy(ns, name)
+            .is_some_and(|p| p.metadata.deletion_timestamp.is_none() && p.annotations().get(ANNOTATION_POLICY_DIGEST) == Some(&digest))
+    };
+    let api: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), ns);
+    for policy in &policies {
+        let name = policy.name_any();
+        if !current(&name) {
+            api.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(policy)).await?;
+        }
+    }
+    let wanted_egress = policies.iter().any(|p| p.name_any() == RUNS_EGRESS_POLICY);
+    if !wanted_egress && ctx.lookups.cached_network_policy(ns, RUNS_EGRESS_POLICY).is_some() {
+        ignore_missing(api.delete(RUNS_EGRESS_POLICY, &DeleteParams::default()).await.map(|_| ()))?;
+    }
+    ctx.lookups.remember_run_policies(ns, &digest);
+    Ok(())
+}
+
+/// A watch event for one of the namespace's run policies (changed or
+/// deleted by someone): put it back at once, not at the namespace's next
+/// run, since pods of running runs are selected by it. The leader alone writes.
+pub async fn repair_run_policies(ctx: &Context, policy: &NetworkPolicy) {
+    let (Some(ns), name) = (policy.namespace(), policy.name_any()) else { return };
+    if (name != RUNS_POLICY && name != RUNS_EGRESS_POLICY) || !ctx.leadership.is_leading() {
+        return;
+    }
+    if let Ok((_, digest)) = run_policies(ctx, &ns) {
+        ctx.lookups.forget_run_policies(&ns, &digest);
+    }
+    if let Err(err) = ensure_run_policies(ctx, &ns).await {
+        tracing::warn!(namespace = %ns, %err, "the namespace's run policies could not be put back; the next run there tries again");
     }
 }
 
@@ -134,7 +131,6 @@ pub(super) fn job_params(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, a: &
         timeout_secs: a.timeout_secs as u32,
         resources: RunResources { cpu: a.cpu.clone(), memory: a.memory.clone(), ephemeral_storage: a.ephemeral_storage.clone() },
         artifact_endpoint: ctx.config.artifact_endpoint.clone(),
-        token_secret: token_secret_name(uid),
         service_account: RUN_SERVICE_ACCOUNT.into(),
         run_as_user: 65532,
         run_as_group: 65532,
@@ -174,27 +170,17 @@ pub(super) async fn delete_job(ctx: &Context, ns: &str, uid: &str) -> Result<()>
     ignore_missing(jobs.delete(&job_name(uid), &dp).await.map(|_| ()))
 }
 
-/// Everything of a finished run but the SkillJob: Job (with its pod),
-/// token Secret, NetworkPolicy. The SkillJob keeps the result and outputs.
+/// Everything of a finished run but the SkillJob: the Job (with its pod).
+/// The SkillJob keeps the result and outputs.
 pub(super) async fn delete_all(ctx: &Context, ns: &str, uid: &str) -> Result<()> {
-    let name = job_name(uid);
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    let policies: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), ns);
-    let dp = DeleteParams::default();
-    tokio::try_join!(
-        delete_job(ctx, ns, uid),
-        async { ignore_missing(secrets.delete(&token_secret_name(uid), &dp).await.map(|_| ())) },
-        async { ignore_missing(policies.delete(&name, &dp).await.map(|_| ())) },
-    )?;
-    Ok(())
+    delete_job(ctx, ns, uid).await
 }
 
-/// A finished SkillJob whose Job or NetworkPolicy is still in the caches:
-/// delete what is left (a delete after the result was recorded failed, or
-/// a watch event raced it). Nothing is asked of the API server otherwise.
+/// A finished SkillJob whose Job is still in the cache: delete it (a delete
+/// after the result was recorded failed, or a watch event raced it).
+/// Nothing is asked of the API server otherwise.
 pub(super) async fn delete_leftovers(ctx: &Context, ns: &str, uid: &str) -> Result<()> {
-    let name = job_name(uid);
-    if ctx.lookups.cached_job(ns, &name).is_some() || ctx.lookups.has_network_policy(ns, &name) {
+    if ctx.lookups.cached_job(ns, &job_name(uid)).is_some() {
         delete_all(ctx, ns, uid).await?;
     }
     Ok(())

@@ -27,6 +27,7 @@ mod observe;
 mod start;
 mod stored;
 
+pub use children::repair_run_policies;
 pub use stored::follow as follow_stored;
 
 use crate::api::outcome::PodTimes;
@@ -129,7 +130,7 @@ async fn apply(sj: &SkillJob, ctx: &Context) -> Result<Action> {
     if sj.annotations().contains_key(CANCEL_ANNOTATION) {
         return match stop_run(sj, ctx, "cancelled on request").await? {
             Some(action) => Ok(action),
-            None => observe::cancelled(sj, ctx, &ns, &uid, status).await,
+            None => observe::cancelled(sj, ctx, status).await,
         };
     }
     let name = job_name(&uid);

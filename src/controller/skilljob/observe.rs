@@ -37,10 +37,8 @@ pub(super) async fn observe(sj: &SkillJob, ctx: &Context, ns: &str, uid: &str, j
         admit::check_namespace(ctx, ns, &mut status, generation).await?;
     }
     status.job_name = Some(name.clone());
-    let allowed = status.egress.as_ref().map(|e| e.allowed.clone()).unwrap_or_default();
-    if !ctx.lookups.has_network_policy(ns, &name) {
-        children::ensure_policy(ctx, sj, ns, uid, &allowed).await?;
-    }
+    // Cached: a write only when the namespace's policies are missing or stale.
+    children::ensure_run_policies(ctx, ns).await?;
     if status.started_at.is_none() {
         status.started_at = job.status.as_ref().and_then(|s| s.start_time.clone());
     }
@@ -238,11 +236,11 @@ async fn record_pod_address(ctx: &Context, ns: &str, uid: &str, status: &mut Ski
 }
 
 /// A run stopped on request (the cancel annotation), its pod gone.
-pub(super) async fn cancelled(sj: &SkillJob, ctx: &Context, ns: &str, uid: &str, mut status: SkillJobStatus) -> Result<Action> {
+pub(super) async fn cancelled(sj: &SkillJob, ctx: &Context, mut status: SkillJobStatus) -> Result<Action> {
     status.finished_at = Some(crate::api::conditions::now());
     set_phase(&mut status, SkillJobPhase::Cancelled, "Cancelled", "the run was cancelled and its pod stopped", sj.metadata.generation);
+    // Its Job was deleted to stop it (`stop_run`): nothing of the run is left.
     patch_status(ctx, sj, &status).await?;
-    children::delete_all(ctx, ns, uid).await?;
     Ok(Action::await_change())
 }
 

@@ -1,5 +1,5 @@
 //! Step 2: stage the pinned package (or check the prepared image holds it),
-//! make the children and create the Job.
+//! make sure the namespace's children are there and create the Job.
 
 use std::time::Duration;
 
@@ -64,7 +64,7 @@ pub(super) async fn start(
         }
         Ok::<(), Error>(())
     };
-    match tokio::try_join!(children::ensure(ctx, sj, ns, uid, egress), stage) {
+    match tokio::try_join!(children::ensure_namespace(ctx, ns), stage) {
         Ok(_) => {}
         Err(Error::Prepare(why)) if !why.is_transient() => {
             set_phase(&mut status, SkillJobPhase::Failed, "WrongImage", format!("the prepared image is refused: {why}"), generation);
@@ -83,9 +83,10 @@ pub(super) async fn start(
     }
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
     match jobs.create(&PostParams::default(), &build_job(&params)).await {
+        // No Event: the status says it, and an Event per run was an API
+        // write per run that nobody acts on.
         Ok(_) => {
             ctx.metrics.jobs_created.inc();
-            publish(ctx, sj, EventType::Normal, "JobCreated", &format!("created Job {name}")).await;
         }
         // It exists, and the API server's copy of the SkillJob (read above)
         // does not name it: an earlier controller made it and stopped before
