@@ -17,7 +17,9 @@
 //! by a watch), so `SkillJob->Job minus baseline` is what the controller adds.
 //!
 //! Knobs: `SKILLJOBS` (default 1000), `CONCURRENCY` (default 16 creates in
-//! flight).
+//! flight), `AS_KUBECTL=1` (SkillJobs made without the controller's
+//! finalizer, as `kubectl create` makes them; by default they carry it, as
+//! the gateway makes them, so the controller need not add it).
 
 // Shared with tests/envtest.rs, which uses the parts this bench does not.
 #[allow(dead_code)]
@@ -169,10 +171,18 @@ async fn main() {
     let jobs: Api<Job> = Api::namespaced(client.clone(), NS);
     let job_seen = record_arrivals(jobs.clone(), |j: &Job| j.metadata.owner_references.as_ref()?.first().map(|o| o.name.clone()));
     let skilljobs: Api<SkillJob> = Api::namespaced(client.clone(), NS);
+    let as_kubectl = std::env::var("AS_KUBECTL").is_ok_and(|v| v == "1");
+    let finalizers: Vec<&str> = if as_kubectl { Vec::new() } else { vec![skill_operator::controller::skilljob::FINALIZER] };
+    println!(
+        "  SkillJobs made {}",
+        if as_kubectl { "as kubectl makes them (no finalizer)" } else { "as the gateway makes them (with the controller's finalizer)" }
+    );
     let skilljob = |prefix: &'static str| {
+        let finalizers = finalizers.clone();
         move |i: usize| -> SkillJob {
             serde_json::from_value(json!({
-                "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillJob", "metadata": { "name": format!("{prefix}-{i}") },
+                "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillJob",
+                "metadata": { "name": format!("{prefix}-{i}"), "finalizers": finalizers },
                 "spec": { "binding": "csv-stats", "script": "scripts/stats.py", "args": ["data.csv"] }
             }))
             .unwrap()

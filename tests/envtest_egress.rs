@@ -32,8 +32,8 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use skill_operator::api::{SkillBinding, SkillJob, SkillJobPhase, SkillPackage};
-use skill_operator::controller::context::EgressProxyTarget;
 use skill_operator::controller::builders::{RUNS_EGRESS_POLICY, RUNS_POLICY};
+use skill_operator::controller::context::EgressProxyTarget;
 use skill_operator::controller::egress::NetworkPolicyEnforcement;
 use skill_operator::egress::{proxy_token, JobId};
 use support::{http_get, Harness};

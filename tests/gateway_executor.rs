@@ -189,6 +189,8 @@ async fn a_run_is_named_from_its_key_records_its_caller_and_is_cancelled_when_th
     assert_eq!(posted["metadata"]["name"], name);
     assert!(name.starts_with("skj-") && name.len() == 36, "{name}");
     assert_eq!(posted["metadata"]["annotations"]["skill-operator.dev/requested-by"], "alice");
+    // Made with the controller's finalizer: the controller writes no metadata patch for it.
+    assert_eq!(posted["metadata"]["finalizers"], json!([skill_operator::controller::skilljob::FINALIZER]));
     assert_eq!(
         posted["spec"],
         json!({ "binding": "echo-binding", "script": "scripts/echo.sh", "args": ["a b", "; rm -rf /"], "inputs": [], "timeoutSeconds": 30 })

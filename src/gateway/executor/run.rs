@@ -17,7 +17,7 @@ use crate::api::job::{InputFile, SkillJob, SkillJobSpec};
 use crate::api::outcome::{LaunchResult, RunOutcome};
 use crate::artifacts::operator::ArtifactStore;
 use crate::controller::decide::{inputs_mismatch, is_final};
-use crate::controller::skilljob::{CANCEL_ANNOTATION, INPUTS_STAGED_ANNOTATION, REQUESTED_BY_ANNOTATION};
+use crate::controller::skilljob::{CANCEL_ANNOTATION, FINALIZER, INPUTS_STAGED_ANNOTATION, REQUESTED_BY_ANNOTATION};
 use crate::core::fence::RunPlan;
 use crate::core::limits::STREAM_CAP;
 use crate::jobs::{JobError, JobState, OutputListing};
@@ -52,6 +52,9 @@ impl KubeExecutor {
                 (REQUESTED_BY_ANNOTATION.to_string(), caller.principal.clone()),
                 (ANNOTATION_SKILL.to_string(), skill.to_string()),
             ])),
+            // Made with the controller's finalizer, so the controller need
+            // not add it: one API write fewer per run.
+            finalizers: Some(vec![FINALIZER.to_string()]),
             ..Default::default()
         };
         // The calling request's trace goes on with the run (the controller parents its spans on it).
