@@ -197,6 +197,28 @@ impl<K: Eq + Hash + Clone, V> Store<K, V> {
     }
 }
 
+/// `text` cut to `max` characters (an ellipsis marks the cut): reasons an
+/// API server gives are shown to callers, and are not theirs to size.
+pub(crate) fn truncate_chars(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_string(),
+    }
+}
+
+/// What went wrong asking the API server to create a `resource` review as
+/// `who`, with what to do about the usual cause (`who`'s own RBAC).
+pub(crate) fn review_failure(who: &str, resource: &str, err: &kube::Error) -> String {
+    match err {
+        kube::Error::Api(status) if status.code == 401 || status.code == 403 => format!(
+            "{who} may not create {resource} (HTTP {}: {}); grant its ServiceAccount `create` on {resource} in its ClusterRole",
+            status.code, status.message
+        ),
+        kube::Error::Api(status) => format!("creating a {resource} answered HTTP {}: {}", status.code, status.message),
+        other => format!("creating a {resource} failed: {other}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};

@@ -161,11 +161,11 @@ for v in "create skilljobs.skill-operator.dev -n $OTHERNS" "get skillbindings.sk
   check "agent may not $v" cannot "$AGENT" $v
 done
 
-# What the gateway does with an agent's token, as the gateway's account.
-token_review() {
+# What the gateway and the artifact endpoint do with a token, as their accounts.
+token_review() { # account reviewing the agent's minted token
   local token user
   token="$("$KUBECTL" -n "$AGENTNS" create token skills-agent --duration 10m)" || return 1
-  user="$("$KUBECTL" create --validate=false --as "$GATEWAY" -o jsonpath='{.status.authenticated} {.status.user.username}' -f - <<YAML
+  user="$("$KUBECTL" create --validate=false --as "$1" -o jsonpath='{.status.authenticated} {.status.user.username}' -f - <<YAML
 apiVersion: authentication.k8s.io/v1
 kind: TokenReview
 spec:
@@ -174,20 +174,8 @@ YAML
 )" || return 1
   [[ "$user" == "true $AGENT" ]] || { echo "TokenReview said: $user"; return 1; }
 }
-check "the gateway's account reviews the agent's minted token: authenticated as $AGENT" token_review
-artifacts_token_review() {
-  local token user
-  token="$("$KUBECTL" -n "$AGENTNS" create token skills-agent --duration 10m)" || return 1
-  user="$("$KUBECTL" create --validate=false --as "$ARTIFACTS" -o jsonpath='{.status.authenticated} {.status.user.username}' -f - <<YAML
-apiVersion: authentication.k8s.io/v1
-kind: TokenReview
-spec:
-  token: $token
-YAML
-)" || return 1
-  [[ "$user" == "true $AGENT" ]] || { echo "TokenReview said: $user"; return 1; }
-}
-check "the artifact endpoint's account may review a token (TokenReview)" artifacts_token_review
+check "the gateway's account reviews the agent's minted token: authenticated as $AGENT" token_review "$GATEWAY"
+check "the artifact endpoint's account may review a token (TokenReview)" token_review "$ARTIFACTS"
 sar() { # namespace, verb, resource -> prints allowed
   "$KUBECTL" create --validate=false --as "$GATEWAY" -o jsonpath='{.status.allowed}' -f - <<YAML
 apiVersion: authorization.k8s.io/v1

@@ -219,25 +219,12 @@ fn unix_now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }
 
-/// What went wrong asking the API server, with what to do about the usual
-/// cause (the endpoint's own RBAC).
 fn api_failure(err: &kube::Error) -> String {
-    const RESOURCE: &str = "tokenreviews.authentication.k8s.io";
-    match err {
-        kube::Error::Api(status) if status.code == 401 || status.code == 403 => format!(
-            "the artifact endpoint may not create a TokenReview (HTTP {}: {}); grant its ServiceAccount `create` on {RESOURCE}",
-            status.code, status.message
-        ),
-        kube::Error::Api(status) => format!("the API server answered a TokenReview with HTTP {}: {}", status.code, status.message),
-        other => format!("a TokenReview could not be sent to the API server: {other}"),
-    }
+    crate::auth_cache::review_failure("the artifact endpoint", "tokenreviews.authentication.k8s.io", err)
 }
 
 fn truncate(text: &str) -> String {
-    match text.char_indices().nth(MAX_REASON_CHARS) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_string(),
-    }
+    crate::auth_cache::truncate_chars(text, MAX_REASON_CHARS)
 }
 
 #[cfg(test)]

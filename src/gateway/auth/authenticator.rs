@@ -354,24 +354,12 @@ fn unavailable<V>(detail: String) -> Fetched<Result<V, AuthError>> {
     Fetched { value: Err(AuthError::Unavailable(detail)), ttl: None, refusal: true }
 }
 
-/// What went wrong asking the API server, with what to do about the usual
-/// cause (the gateway's own RBAC).
 fn api_failure(resource: &str, err: &kube::Error) -> String {
-    match err {
-        kube::Error::Api(status) if status.code == 401 || status.code == 403 => format!(
-            "the gateway may not create {resource} (HTTP {}: {}); grant its ServiceAccount `create` on {resource} in its ClusterRole",
-            status.code, status.message
-        ),
-        kube::Error::Api(status) => format!("creating a {resource} answered HTTP {}: {}", status.code, status.message),
-        other => format!("creating a {resource} failed: {other}"),
-    }
+    crate::auth_cache::review_failure("the gateway", resource, err)
 }
 
 fn truncate(text: &str) -> String {
-    match text.char_indices().nth(MAX_REASON_CHARS) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_string(),
-    }
+    crate::auth_cache::truncate_chars(text, MAX_REASON_CHARS)
 }
 
 #[cfg(test)]
