@@ -2,15 +2,15 @@
 //!
 //! - [`admit`]: the fence (the same [`crate::core::fence::decide`] a local
 //!   run goes through), the staged inputs and the namespace's Pod Security;
-//! - [`start`]: the package staged, the children made (ServiceAccount with
-//!   no RBAC, token Secret, NetworkPolicy) and exactly one Job created;
+//! - [`start`]: the package staged, the namespace's children made once
+//!   (ServiceAccount with no RBAC, the two run NetworkPolicies) and exactly
+//!   one Job created, its pod's credential a projected token (no Secret);
 //! - [`observe`]: the Job's progress reported, and once the run has ended
 //!   (its stored result announced by the endpoint, see [`stored`], or its
 //!   run container's end reported, or the Job's end), the result read back
 //!   (the launcher's `result.json`, the pod's container states), the
-//!   verdict recorded ([`super::decide::run_verdict`]) and the run's Job,
-//!   pod, Secret and NetworkPolicy deleted: the SkillJob keeps the result
-//!   and the outputs.
+//!   verdict recorded ([`super::decide::run_verdict`]) and the run's Job
+//!   (with its pod) deleted: the SkillJob keeps the result and the outputs.
 //!
 //! A Job is never updated in place and never created twice: its name
 //! derives from the SkillJob's UID, so a restarted controller finds the one

@@ -201,8 +201,8 @@ async fn record_verdict(
     set_phase(&mut status, verdict.phase, verdict.reason, message, generation);
     patch_status_timed(ctx, sj, &status, facts.launch.as_ref().and_then(|l| l.times.as_ref())).await?;
     ctx.stored.take(ns, uid);
-    // The result is recorded: the Job, its pod, the token Secret and the
-    // NetworkPolicy have done their work (and count against quotas).
+    // The result is recorded: the Job and its pod have done their work (and
+    // count against quotas).
     children::delete_all(ctx, ns, uid).await?;
     Ok(Action::await_change())
 }
