@@ -274,7 +274,7 @@ async fn pod_tokens_on_a_real_api_server() {
     let cut_off = start_endpoint(Some(PodTokens::new(unreachable_client()))).await;
     cut_off.stage_package(NS, U).await;
     let answer = cut_off.get_package(NS, U, &named(NS, U, &token_u)).await;
-    refused(&answer, 503, "TokenReview", "an unreachable API server");
+    refused(&answer, 503, "creating a tokenreviews.authentication.k8s.io failed", "an unreachable API server");
     assert_eq!(answer.code, "unavailable", "{answer:?}");
     let again = cut_off.get_package(NS, U, &named(NS, U, &token_u)).await;
     assert_eq!(again.status, 503, "a failure to ask is not cached as a pass: {again:?}");
