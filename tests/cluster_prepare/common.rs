@@ -298,6 +298,8 @@ impl Stack {
         let shutdown = skill_operator::shutdown::Shutdown::new();
         let mut server_cfg = skill_operator::artifacts::server::ServerConfig::new(format!("{REGISTRY}/{id}/jobs"), key.clone());
         server_cfg.plain_http = true;
+        // Run pods present their projected ServiceAccount tokens, as with the chart's `--pod-tokens`.
+        server_cfg.pod_tokens = Some(skill_operator::artifacts::server::pod_tokens::PodTokens::new(client.clone()));
         let state = skill_operator::artifacts::server::AppState::new(server_cfg).unwrap();
         let listener = tokio::net::TcpListener::bind((GATEWAY, 0)).await.unwrap();
         let port = listener.local_addr().unwrap().port();

@@ -352,6 +352,8 @@ pub(crate) async fn setup_named(what: &str, prefix: &str) -> Option<Setup> {
     let mut cfg = ServerConfig::new(format!("{}/{}/jobs", registry.addr, n.prefix), KEY.to_vec());
     cfg.plain_http = true;
     cfg.spool_dir = Some(spool.path().into());
+    // Run pods present their projected ServiceAccount tokens, as with the chart's `--pod-tokens`.
+    cfg.pod_tokens = Some(server::pod_tokens::PodTokens::new(client.clone()));
     let listener = tokio::net::TcpListener::bind((pod_gw.as_str(), 0)).await.expect("listen on the pod gateway address (POD_GW)");
     let endpoint_port = listener.local_addr().unwrap().port();
     let endpoint = format!("http://{pod_gw}:{endpoint_port}/v1");
