@@ -162,18 +162,20 @@ impl Lookups {
         self.service_accounts.remember(ns);
     }
 
-    /// Whether this controller applied the namespace's run policies as
-    /// `digest` lately (its watch may not have caught up with the write yet).
-    pub fn run_policies_applied(&self, ns: &str, digest: &str) -> bool {
-        self.run_policies.fresh(&format!("{ns}/{digest}"))
+    /// Whether this controller applied the namespace's run policies lately
+    /// (its watch may not have caught up with the write yet). What they
+    /// should say is fixed for the life of the process (its flags), so the
+    /// namespace is the key.
+    pub fn run_policies_applied(&self, ns: &str) -> bool {
+        self.run_policies.fresh(ns)
     }
 
-    pub fn remember_run_policies(&self, ns: &str, digest: &str) {
-        self.run_policies.remember(&format!("{ns}/{digest}"));
+    pub fn remember_run_policies(&self, ns: &str) {
+        self.run_policies.remember(ns);
     }
 
-    pub fn forget_run_policies(&self, ns: &str, digest: &str) {
-        self.run_policies.forget(&format!("{ns}/{digest}"));
+    pub fn forget_run_policies(&self, ns: &str) {
+        self.run_policies.forget(ns);
     }
 }
 

@@ -69,10 +69,11 @@ fn run_policies(ctx: &Context, ns: &str) -> Result<(Vec<NetworkPolicy>, String)>
 /// created only after this has returned Ok. An egress policy that should
 /// not be there any more (the proxy was turned off) is deleted.
 pub(super) async fn ensure_run_policies(ctx: &Context, ns: &str) -> Result<()> {
-    let (policies, digest) = run_policies(ctx, ns)?;
-    if ctx.lookups.run_policies_applied(ns, &digest) {
+    // Checked before anything is built: this runs on every look at a run.
+    if ctx.lookups.run_policies_applied(ns) {
         return Ok(());
     }
+    let (policies, digest) = run_policies(ctx, ns)?;
     let current = |name: &str| {
         ctx.lookups
             .cached_network_policy(ns, name)
@@ -89,7 +90,7 @@ pub(super) async fn ensure_run_policies(ctx: &Context, ns: &str) -> Result<()> {
     if !wanted_egress && ctx.lookups.cached_network_policy(ns, RUNS_EGRESS_POLICY).is_some() {
         ignore_missing(api.delete(RUNS_EGRESS_POLICY, &DeleteParams::default()).await.map(|_| ()))?;
     }
-    ctx.lookups.remember_run_policies(ns, &digest);
+    ctx.lookups.remember_run_policies(ns);
     Ok(())
 }
 
@@ -101,9 +102,7 @@ pub async fn repair_run_policies(ctx: &Context, policy: &NetworkPolicy) {
     if (name != RUNS_POLICY && name != RUNS_EGRESS_POLICY) || !ctx.leadership.is_leading() {
         return;
     }
-    if let Ok((_, digest)) = run_policies(ctx, &ns) {
-        ctx.lookups.forget_run_policies(&ns, &digest);
-    }
+    ctx.lookups.forget_run_policies(&ns);
     if let Err(err) = ensure_run_policies(ctx, &ns).await {
         tracing::warn!(namespace = %ns, %err, "the namespace's run policies could not be put back; the next run there tries again");
     }
@@ -170,18 +169,12 @@ pub(super) async fn delete_job(ctx: &Context, ns: &str, uid: &str) -> Result<()>
     ignore_missing(jobs.delete(&job_name(uid), &dp).await.map(|_| ()))
 }
 
-/// Everything of a finished run but the SkillJob: the Job (with its pod).
-/// The SkillJob keeps the result and outputs.
-pub(super) async fn delete_all(ctx: &Context, ns: &str, uid: &str) -> Result<()> {
-    delete_job(ctx, ns, uid).await
-}
-
 /// A finished SkillJob whose Job is still in the cache: delete it (a delete
 /// after the result was recorded failed, or a watch event raced it).
 /// Nothing is asked of the API server otherwise.
 pub(super) async fn delete_leftovers(ctx: &Context, ns: &str, uid: &str) -> Result<()> {
     if ctx.lookups.cached_job(ns, &job_name(uid)).is_some() {
-        delete_all(ctx, ns, uid).await?;
+        delete_job(ctx, ns, uid).await?;
     }
     Ok(())
 }

@@ -203,7 +203,7 @@ async fn record_verdict(
     ctx.stored.take(ns, uid);
     // The result is recorded: the Job and its pod have done their work (and
     // count against quotas).
-    children::delete_all(ctx, ns, uid).await?;
+    children::delete_job(ctx, ns, uid).await?;
     Ok(Action::await_change())
 }
 
