@@ -170,7 +170,7 @@ suite() {
     exit 1
   fi
 }
-for s in envtest envtest_leader envtest_pod_tokens controller_failover controller_api_restart controller_lossy_api controller_components_down envtest_egress envtest_cilium envtest_traces envtest_sources envtest_catalog gateway_auth gateway_catalog gateway_executor cluster_prepare; do suite "$s"; done
+for s in envtest envtest_leader envtest_pod_tokens envtest_staged controller_failover controller_api_restart controller_lossy_api controller_components_down envtest_egress envtest_cilium envtest_traces envtest_sources envtest_catalog gateway_auth gateway_catalog gateway_executor cluster_prepare; do suite "$s"; done
 bash "$ROOT/tests/chart/cluster_rbac.sh"
 SKILLJOBS="${GATED_BENCH_SKILLJOBS:-100}" cargo bench --locked --bench controller_throughput 2>&1 | tail -n 20
 bash "$ROOT/tests/kind/run.sh"

@@ -239,6 +239,7 @@ fn fetch_opts(env: &Env, ns: &str, uid: &str, d: &PodDirs) -> FetchOptions {
         work_dir: d.work.clone(),
         tools_dir: Some(d.tools.clone()),
         expect_package_digest: None,
+        staged_package: None,
         limits: env.limits,
         patience: Duration::ZERO,
     }
@@ -1305,4 +1306,396 @@ async fn stored_outputs_are_announced_to_the_operator_only() {
     client::upload(&upload_opts(&env, NS, third, &d), &no_stop()).await.unwrap().expect("uploaded");
     let event = tokio::time::timeout(Duration::from_secs(30), stored.next()).await.expect("announced").expect("stream open").unwrap();
     assert_eq!(event.uid, third, "a refused upload was announced");
+}
+
+// -- namespace packages ---------------------------------------------------------
+//
+// A package staged once per (namespace, pinned SkillPackage digest), which
+// every run of the namespace fetches with `--staged-package`.
+
+const NS_B: &str = "team-b";
+
+/// A pinned SkillPackage digest (the endpoint takes the operator's word for it).
+fn pinned(c: char) -> String {
+    format!("sha256:{}", c.to_string().repeat(64))
+}
+
+fn csv_stats_package() -> Vec<u8> {
+    package::build_from_dir(&csv_stats_dir()).unwrap()
+}
+
+fn operator_store(env: &Env) -> skill_operator::artifacts::operator::HttpArtifacts {
+    skill_operator::artifacts::operator::HttpArtifacts::new(&env.base, KEY)
+}
+
+impl Env {
+    /// `/v1/namespaces/<tail>`.
+    async fn ns_send(&self, method: reqwest::Method, tail: &str, auth: Option<&str>, body: Option<Vec<u8>>) -> (u16, Vec<u8>) {
+        self.send(method, &format!("../namespaces/{tail}"), auth, body).await
+    }
+
+    async fn stage_for(&self, ns: &str, digest: &str, pkg: &[u8]) -> Value {
+        let (s, body) = self.ns_send(reqwest::Method::PUT, &format!("{ns}/packages/{digest}"), Some(&op()), Some(pkg.to_vec())).await;
+        assert_eq!(s, 200, "{}", String::from_utf8_lossy(&body));
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    async fn listed(&self) -> Vec<artifacts::NamespacePackage> {
+        let (s, body) = self.ns_send(reqwest::Method::GET, "packages", Some(&op()), None).await;
+        assert_eq!(s, 200, "{}", String::from_utf8_lossy(&body));
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    /// The repository behind the endpoint and a client that writes it as the endpoint does.
+    fn backing(&self) -> (String, skill_operator::oci::Registry) {
+        match (&self.reg, &self.store) {
+            (Some(reg), _) => (format!("{}/jobs", reg.addr), reg.registry()),
+            (None, Some(_)) => {
+                let mut o = skill_operator::oci::RegistryOptions::plain_http(self.addr.to_string());
+                o.auth = skill_operator::oci::Auth::Bearer(format!("operator:{}", artifacts::operator_token(KEY)));
+                (format!("{}/{}", self.addr, server::STORE_JOBS_REPO), skill_operator::oci::Registry::new(o).unwrap())
+            }
+            (None, None) => panic!("this endpoint has no backing"),
+        }
+    }
+}
+
+fn staged_fetch_opts(env: &Env, ns: &str, uid: &str, d: &PodDirs, digest: &str) -> FetchOptions {
+    FetchOptions { staged_package: Some(digest.to_string()), ..fetch_opts(env, ns, uid, d) }
+}
+
+fn ns_package(ns: &str, digest: &str) -> artifacts::NamespacePackage {
+    artifacts::NamespacePackage { namespace: ns.into(), digest: digest.into() }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_package_staged_once_is_fetched_by_every_job_of_the_namespace() {
+    use skill_operator::artifacts::operator::ArtifactStore;
+    let env = start().await;
+    let pkg = csv_stats_package();
+    let sha = package::digest(&pkg);
+    let digest = pinned('1');
+    // As the controller stages it (the digest's `:` as is in the path).
+    operator_store(&env).stage_namespace_package(NS, &digest, pkg.clone()).await.unwrap();
+    assert_eq!(operator_store(&env).namespace_packages().await.unwrap(), [ns_package(NS, &digest)]);
+
+    // Job one: the library fetch. Nothing is staged for the job itself.
+    assert_eq!(env.get(&format!("{NS}/{UID}/package"), &job(NS, UID)).await.0, 404);
+    let d1 = pod_dirs(NS, UID);
+    let mut o = staged_fetch_opts(&env, NS, UID, &d1, &digest);
+    o.expect_package_digest = Some(sha.clone());
+    let r = client::fetch(&o).await.unwrap();
+    assert_eq!(r.package_digest.as_deref(), Some(sha.as_str()), "the bytes' sha256, verified");
+    assert_eq!(
+        std::fs::read(d1.package.join("scripts/stats.py")).unwrap(),
+        std::fs::read(csv_stats_dir().join("scripts/stats.py")).unwrap()
+    );
+
+    // Job two: the real binary, as the init container runs it.
+    let d2 = pod_dirs(NS, OTHER_UID);
+    let out = tokio::process::Command::new(BIN)
+        .args(["fetch", "--endpoint", &env.base, "--namespace", NS, "--job", OTHER_UID])
+        .arg("--package")
+        .arg(&d2.package)
+        .arg("--work")
+        .arg(&d2.work)
+        .arg("--tools")
+        .arg(&d2.tools)
+        .arg("--token-file")
+        .arg(&d2.token)
+        .arg("--termination-log")
+        .arg(&d2.termination_log)
+        .args(["--staged-package", &digest, "--package-digest", &sha])
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "fetch failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&sha), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read(d2.package.join("SKILL.md")).unwrap(), std::fs::read(csv_stats_dir().join("SKILL.md")).unwrap());
+
+    // `--package-digest` still refuses other bytes, `--staged-package` or not.
+    let d3 = pod_dirs(NS, UID);
+    let mut o = staged_fetch_opts(&env, NS, UID, &d3, &digest);
+    o.expect_package_digest = Some(format!("sha256:{}", "0".repeat(64)));
+    let err = client::fetch(&o).await.unwrap_err();
+    assert!(matches!(err, ClientError::DigestMismatch { .. }), "{err}");
+    assert!(std::fs::read_dir(&d3.package).unwrap().next().is_none(), "nothing unpacked");
+
+    // Another pinned digest of the namespace was never staged.
+    let d4 = pod_dirs(NS, UID);
+    let err = client::fetch(&staged_fetch_opts(&env, NS, UID, &d4, &pinned('2'))).await.unwrap_err();
+    match &err {
+        ClientError::Endpoint { status: 404, code, message, .. } => {
+            assert_eq!(code, "not_found");
+            assert!(message.contains("not staged for namespace team-a"), "{message}");
+        }
+        other => panic!("expected a 404, got {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn staging_a_namespace_package_again_is_idempotent_and_each_namespace_keeps_its_own_copy() {
+    let env = start().await;
+    let pkg = csv_stats_package();
+    let digest = pinned('a');
+    let first = env.stage_for(NS, &digest, &pkg).await;
+    // Again: answered from the validation memo, blobs looked for first.
+    let again = env.stage_for(NS, &digest, &pkg).await;
+    assert_eq!(first, again, "the same manifest, the same answer");
+    assert_eq!(first["packageDigest"], package::digest(&pkg));
+    assert!(first["files"].as_u64().unwrap() > 0);
+    assert_eq!(env.listed().await, [ns_package(NS, &digest)]);
+    // The same bytes for another namespace, or another digest: another manifest.
+    let other_ns = env.stage_for(NS_B, &digest, &pkg).await;
+    let other_digest = env.stage_for(NS, &pinned('b'), &pkg).await;
+    assert_ne!(other_ns["digest"], first["digest"]);
+    assert_ne!(other_digest["digest"], first["digest"]);
+    assert_eq!(env.listed().await, [ns_package(NS, &digest), ns_package(NS, &pinned('b')), ns_package(NS_B, &digest)]);
+    // Deleting one copy leaves the others whole.
+    let (s, body) = env.ns_send(reqwest::Method::DELETE, &format!("{NS}/packages/{digest}"), Some(&op()), None).await;
+    assert_eq!((s, serde_json::from_slice::<Value>(&body).unwrap()), (200, serde_json::json!({ "deleted": true })));
+    let (s, body) = env.get(&format!("{NS_B}/{UID}/package?digest={digest}"), &job(NS_B, UID)).await;
+    assert_eq!((s, body), (200, pkg.clone()));
+    let (s, body) = env.get(&format!("{NS}/{UID}/package?digest={}", pinned('b')), &job(NS, UID)).await;
+    assert_eq!((s, body), (200, pkg.clone()));
+}
+
+/// The attack: a job of team-a asks for team-b's package. It must fail if
+/// `admit` were skipped on the package route with `?digest=`, or if the tag
+/// were built from anything but the route's namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_of_another_namespace_never_gets_the_namespace_package() {
+    let env = start().await;
+    let pkg = csv_stats_package();
+    let digest = pinned('c');
+    env.stage_for(NS_B, &digest, &pkg).await;
+    // It is there: team-b's jobs (and the operator) read it.
+    assert_eq!(env.get(&format!("{NS_B}/{UID}/package?digest={digest}"), &job(NS_B, UID)).await, (200, pkg.clone()));
+    assert_eq!(env.get(&format!("{NS_B}/{UID}/package?digest={digest}"), &op()).await, (200, pkg.clone()));
+
+    let mine = job(NS, UID);
+    // team-a's token on team-b's route: 403, whichever job of team-b is named.
+    for uid in [UID, OTHER_UID] {
+        let (s, body) = env.get(&format!("{NS_B}/{uid}/package?digest={digest}"), &mine).await;
+        assert_eq!((s, error_code(&body).as_str()), (403, "forbidden"), "{uid}");
+    }
+    // The bare token, or none: 401.
+    let (s, body) = env.get(&format!("{NS_B}/{UID}/package?digest={digest}"), &format!("Bearer {}", job_token(KEY, NS, UID))).await;
+    assert_eq!((s, error_code(&body).as_str()), (401, "unauthorized"));
+    let (s, _) = env.send(reqwest::Method::GET, &format!("{NS_B}/{UID}/package?digest={digest}"), None, None).await;
+    assert_eq!(s, 401);
+    // Its own namespace's route: the tag is team-a's, where nothing is staged.
+    let (s, body) = env.get(&format!("{NS}/{UID}/package?digest={digest}"), &mine).await;
+    assert_eq!((s, error_code(&body).as_str()), (404, "not_found"), "{}", String::from_utf8_lossy(&body));
+    assert!(String::from_utf8_lossy(&body).contains("not staged for namespace team-a"));
+    // The fetch client of a team-a job, however it is pointed.
+    let d = pod_dirs(NS, UID);
+    let err = client::fetch(&staged_fetch_opts(&env, NS, UID, &d, &digest)).await.unwrap_err();
+    assert!(matches!(&err, ClientError::Endpoint { status: 404, .. }), "{err}");
+    let mut o = staged_fetch_opts(&env, NS, UID, &d, &digest);
+    o.endpoint = Endpoint::new(&env.base, NS_B, UID, job_token(KEY, NS, UID)).unwrap();
+    let err = client::fetch(&o).await.unwrap_err();
+    assert!(matches!(&err, ClientError::Endpoint { status: 401 | 403, .. }), "{err}");
+    assert!(std::fs::read_dir(&d.package).unwrap().next().is_none(), "nothing of team-b's package reached team-a's pod");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_token_cannot_stage_list_or_delete_namespace_packages() {
+    let env = start().await;
+    let pkg = csv_stats_package();
+    let digest = pinned('d');
+    env.stage_for(NS, &digest, &pkg).await;
+    let route = format!("{NS}/packages/{digest}");
+    let other = format!("{NS}/packages/{}", pinned('e'));
+    let bare = format!("Bearer {}", job_token(KEY, NS, UID));
+    let forged = format!("Bearer operator:{}", "0".repeat(64));
+    for (method, tail, body) in [
+        (reqwest::Method::PUT, other.as_str(), Some(pkg.clone())),
+        (reqwest::Method::PUT, route.as_str(), Some(b"not a package".to_vec())),
+        (reqwest::Method::DELETE, route.as_str(), None),
+        (reqwest::Method::GET, "packages", None),
+    ] {
+        let (s, b) = env.ns_send(method.clone(), tail, Some(&job(NS, UID)), body.clone()).await;
+        assert_eq!((s, error_code(&b).as_str()), (403, "forbidden"), "{method} {tail}: {}", String::from_utf8_lossy(&b));
+        for auth in [Some(bare.as_str()), Some(forged.as_str()), None] {
+            let (s, b) = env.ns_send(method.clone(), tail, auth, body.clone()).await;
+            assert_eq!((s, error_code(&b).as_str()), (401, "unauthorized"), "{method} {tail} {auth:?}");
+        }
+    }
+    // Nothing changed: the staged one is still there, the other never was.
+    assert_eq!(env.listed().await, [ns_package(NS, &digest)]);
+    assert_eq!(env.get(&format!("{NS}/{UID}/package?digest={digest}"), &job(NS, UID)).await, (200, pkg));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_package_digests_and_namespaces_are_400_before_any_registry_access() {
+    // The registry is a closed port: reaching it would answer 503.
+    let env = start_without_registry().await;
+    let good = pinned('f');
+    let (s, _) = env.ns_send(reqwest::Method::PUT, &format!("{NS}/packages/{good}"), Some(&op()), Some(csv_stats_package())).await;
+    assert_eq!(s, 503, "a good route does reach the (absent) registry");
+    // Percent-encoded `:` is the same digest.
+    let encoded = good.replace(':', "%3A");
+    let (s, _) = env.ns_send(reqwest::Method::DELETE, &format!("{NS}/packages/{encoded}"), Some(&op()), None).await;
+    assert_eq!(s, 503);
+    let bad_digests = [
+        format!("sha256:{}", "F".repeat(64)),
+        format!("sha256:{}", "f".repeat(63)),
+        format!("sha256:{}", "f".repeat(65)),
+        format!("sha512:{}", "f".repeat(64)),
+        "f".repeat(64),
+        "sha256:".to_string(),
+        "latest".to_string(),
+        format!("sha256%3A{}%2E", "f".repeat(64)),
+    ];
+    for bad in &bad_digests {
+        for method in [reqwest::Method::PUT, reqwest::Method::DELETE] {
+            let (s, body) = env.ns_send(method.clone(), &format!("{NS}/packages/{bad}"), Some(&op()), Some(b"x".to_vec())).await;
+            assert_eq!((s, error_code(&body).as_str()), (400, "bad_digest"), "{method} {bad}: {}", String::from_utf8_lossy(&body));
+        }
+        let (s, body) = env.get(&format!("{NS}/{UID}/package?digest={bad}"), &job(NS, UID)).await;
+        assert_eq!((s, error_code(&body).as_str()), (400, "bad_digest"), "GET ?digest={bad}");
+    }
+    let (s, body) = env.get(&format!("{NS}/{UID}/package?digest="), &job(NS, UID)).await;
+    assert_eq!((s, error_code(&body).as_str()), (400, "bad_digest"), "an empty ?digest=");
+    let long = "a".repeat(64);
+    for ns in ["Team-A", "team_a", "team.a", "-team", long.as_str()] {
+        let (s, body) = env.ns_send(reqwest::Method::PUT, &format!("{ns}/packages/{good}"), Some(&op()), Some(b"x".to_vec())).await;
+        assert_eq!((s, error_code(&body).as_str()), (400, "bad_job"), "{ns}");
+    }
+    // A good digest still refuses a body that is no package (the store is not touched first).
+    let env = start().await;
+    let (s, body) = env.ns_send(reqwest::Method::PUT, &format!("{NS}/packages/{good}"), Some(&op()), Some(b"not a package".to_vec())).await;
+    assert_eq!((s, error_code(&body).as_str()), (400, "bad_package"));
+    assert!(env.listed().await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_listing_shows_exactly_the_namespace_packages() {
+    use skill_operator::artifacts::operator::ArtifactStore;
+    let env = start().await;
+    // Nothing pushed yet (distribution: 404 NAME_UNKNOWN): an empty list.
+    assert!(env.listed().await.is_empty());
+    assert!(operator_store(&env).namespace_packages().await.unwrap().is_empty());
+    // Job tags are not namespace packages.
+    env.stage_package(NS, UID).await;
+    assert_eq!(env.put_input(NS, UID, "a.txt", b"a".to_vec()).await.0, 200);
+    assert!(env.listed().await.is_empty());
+    let pkg = csv_stats_package();
+    env.stage_for(NS_B, &pinned('2'), &pkg).await;
+    env.stage_for(NS, &pinned('3'), &pkg).await;
+    env.stage_for(NS, &pinned('1'), &pkg).await;
+    let want = [ns_package(NS, &pinned('1')), ns_package(NS, &pinned('3')), ns_package(NS_B, &pinned('2'))];
+    assert_eq!(env.listed().await, want);
+    assert_eq!(operator_store(&env).namespace_packages().await.unwrap(), want);
+    // A tag that merely looks close is not listed.
+    let (repo, registry) = env.backing();
+    let config = skill_operator::oci::SkillConfig::for_package(&pkg, "planted", "", None).unwrap();
+    for tag in [format!("{NS}.{}", "A".repeat(64)), format!("{NS}_{}", "a".repeat(64))] {
+        registry.push(&format!("{repo}:{tag}"), &pkg, &config).await.unwrap();
+    }
+    assert_eq!(env.listed().await, want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_namespace_package_removes_it_and_a_later_fetch_is_404() {
+    use skill_operator::artifacts::operator::ArtifactStore;
+    let env = start().await;
+    let store = operator_store(&env);
+    let pkg = csv_stats_package();
+    let digest = pinned('4');
+    assert!(!store.delete_namespace_package(NS, &digest).await.unwrap(), "nothing to delete yet");
+    store.stage_namespace_package(NS, &digest, pkg.clone()).await.unwrap();
+    store.stage_namespace_package(NS, &pinned('5'), pkg.clone()).await.unwrap();
+    let d = pod_dirs(NS, UID);
+    client::fetch(&staged_fetch_opts(&env, NS, UID, &d, &digest)).await.unwrap();
+    assert!(store.delete_namespace_package(NS, &digest).await.unwrap());
+    assert!(!store.delete_namespace_package(NS, &digest).await.unwrap(), "deleted already");
+    assert_eq!(store.namespace_packages().await.unwrap(), [ns_package(NS, &pinned('5'))]);
+    let d = pod_dirs(NS, OTHER_UID);
+    let err = client::fetch(&staged_fetch_opts(&env, NS, OTHER_UID, &d, &digest)).await.unwrap_err();
+    match &err {
+        ClientError::Endpoint { status: 404, message, .. } => assert!(message.contains("not staged for namespace"), "{message}"),
+        other => panic!("expected a 404, got {other}"),
+    }
+    // The other digest's copy (same blobs) is still whole.
+    client::fetch(&staged_fetch_opts(&env, NS, OTHER_UID, &pod_dirs(NS, OTHER_UID), &pinned('5'))).await.unwrap();
+    // Staged again after a delete, it is served again.
+    store.stage_namespace_package(NS, &digest, pkg.clone()).await.unwrap();
+    assert_eq!(env.get(&format!("{NS}/{UID}/package?digest={digest}"), &job(NS, UID)).await, (200, pkg));
+}
+
+/// A tag of team-a holding team-b's copy (or a job's package) is refused,
+/// on read and on delete, and the delete removes nothing of the other's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_tag_holding_another_copy_is_refused_as_the_wrong_artifact() {
+    let env = start().await;
+    let pkg = csv_stats_package();
+    let digest = pinned('6');
+    let b_copy = env.stage_for(NS_B, &digest, &pkg).await;
+    let (repo, registry) = env.backing();
+    let tag = artifacts::namespace_package_tag(NS, &digest).unwrap();
+    let config = skill_operator::oci::SkillConfig::for_package(&pkg, "staged-package", "", None).unwrap();
+    // Byte for byte team-b's manifest, at team-a's tag.
+    let planted = registry
+        .push_annotated(
+            &format!("{repo}:{tag}"),
+            &pkg,
+            &config,
+            std::collections::BTreeMap::from([(artifacts::ANNOTATION_PACKAGE.to_string(), format!("{NS_B}/{digest}"))]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(b_copy["digest"], planted, "the same manifest as team-b's");
+    let (s, body) = env.get(&format!("{NS}/{UID}/package?digest={digest}"), &job(NS, UID)).await;
+    assert_eq!((s, error_code(&body).as_str()), (502, "wrong_artifact"), "{}", String::from_utf8_lossy(&body));
+    let d = pod_dirs(NS, UID);
+    let err = client::fetch(&staged_fetch_opts(&env, NS, UID, &d, &digest)).await.unwrap_err();
+    assert!(matches!(&err, ClientError::Endpoint { status: 502, code, .. } if code == "wrong_artifact"), "{err}");
+    // Deleting team-a's would delete that manifest, team-b's tag with it: refused.
+    let (s, body) = env.ns_send(reqwest::Method::DELETE, &format!("{NS}/packages/{digest}"), Some(&op()), None).await;
+    assert_eq!((s, error_code(&body).as_str()), (502, "wrong_artifact"));
+    assert_eq!(env.get(&format!("{NS_B}/{UID}/package?digest={digest}"), &job(NS_B, UID)).await, (200, pkg.clone()));
+    // A job's package at the tag: refused the same way.
+    let job_annotation = std::collections::BTreeMap::from([(artifacts::ANNOTATION_JOB.to_string(), format!("{NS}/{UID}"))]);
+    registry.push_annotated(&format!("{repo}:{tag}"), &pkg, &config, job_annotation).await.unwrap();
+    let (s, body) = env.get(&format!("{NS}/{UID}/package?digest={digest}"), &job(NS, UID)).await;
+    assert_eq!((s, error_code(&body).as_str()), (502, "wrong_artifact"));
+    // Staging it properly replaces the tag; then it reads and deletes.
+    env.stage_for(NS, &digest, &pkg).await;
+    assert_eq!(env.get(&format!("{NS}/{UID}/package?digest={digest}"), &job(NS, UID)).await, (200, pkg.clone()));
+    let (s, body) = env.ns_send(reqwest::Method::DELETE, &format!("{NS}/packages/{digest}"), Some(&op()), None).await;
+    assert_eq!((s, serde_json::from_slice::<Value>(&body).unwrap()), (200, serde_json::json!({ "deleted": true })));
+    assert_eq!(env.get(&format!("{NS_B}/{UID}/package?digest={digest}"), &job(NS_B, UID)).await, (200, pkg));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_staged_package_digest_fails_fetch_before_any_request() {
+    let env = start().await;
+    let d = pod_dirs(NS, UID);
+    let mut o = staged_fetch_opts(&env, NS, UID, &d, "sha256:NOTHEX");
+    // A closed port: any request would be an unreachable endpoint instead.
+    o.endpoint = Endpoint::new("http://127.0.0.1:1/v1", NS, UID, job_token(KEY, NS, UID)).unwrap();
+    let err = client::fetch(&o).await.unwrap_err();
+    assert!(matches!(&err, ClientError::Config(m) if m.contains("--staged-package")), "{err}");
+    // The binary says so in the termination log.
+    let out = tokio::process::Command::new(BIN)
+        .args(["fetch", "--endpoint", "http://127.0.0.1:1/v1", "--namespace", NS, "--job", UID])
+        .arg("--package")
+        .arg(&d.package)
+        .arg("--work")
+        .arg(&d.work)
+        .arg("--tools")
+        .arg(&d.tools)
+        .arg("--token-file")
+        .arg(&d.token)
+        .arg("--termination-log")
+        .arg(&d.termination_log)
+        .args(["--staged-package", "md5:abc"])
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let line = std::fs::read_to_string(&d.termination_log).unwrap();
+    assert!(line.contains("--staged-package") && line.contains("md5:abc"), "{line}");
 }

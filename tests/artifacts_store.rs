@@ -481,3 +481,42 @@ async fn the_controllers_resolver_reads_the_store_with_the_credential_derived_fr
     let err = without.fetch(&source).await.unwrap_err();
     assert!(err.to_string().contains("refused access"), "{err}");
 }
+
+/// `Registry::list_tags` against the built-in store: the same answers as
+/// distribution's (tests/registry.rs), pages with `?n=&last=` and a `Link`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_lists_tags_in_pages_and_an_unknown_repository_has_none() {
+    let s = start_store().await;
+    let client = operator_client(&s);
+    let repo = format!("{}/jobs", s.addr);
+    assert_eq!(client.list_tags(&repo).await.unwrap(), Vec::<String>::new());
+    let mut want: Vec<String> = (0..7).map(|i| format!("t{i}")).collect();
+    want.push(format!("team-a.{}", "a".repeat(64)));
+    for tag in &want {
+        client.push_blob_set(&format!("{repo}:{tag}"), vec![("f".into(), tag.as_bytes().to_vec())]).await.unwrap();
+    }
+    want.sort();
+    for page in [1, 2, 3, 8, 9, skill_operator::oci::TAGS_PAGE] {
+        assert_eq!(client.list_tags_paged(&repo, page).await.unwrap(), want, "pages of {page}");
+    }
+    // The raw pages.
+    let (st, head, body) = raw(s.addr, "GET", "/v2/jobs/tags/list?n=3", Some(&operator_bearer()), b"").await;
+    assert_eq!(st, 200);
+    let page: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(page["tags"], serde_json::json!(["t0", "t1", "t2"]));
+    assert_eq!(header(&head, "link"), Some("</v2/jobs/tags/list?last=t2&n=3>; rel=\"next\""));
+    let (_, head, body) = raw(s.addr, "GET", "/v2/jobs/tags/list?last=t5&n=3", Some(&operator_bearer()), b"").await;
+    let page: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(page["tags"], serde_json::json!(["t6", format!("team-a.{}", "a".repeat(64))]));
+    assert_eq!(header(&head, "link"), None, "the last page");
+    let (_, head, body) = raw(s.addr, "GET", "/v2/jobs/tags/list", Some(&operator_bearer()), b"").await;
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&body).unwrap()["tags"].as_array().unwrap().len(), want.len());
+    assert_eq!(header(&head, "link"), None, "no n: everything at once");
+    // A job token lists nothing.
+    let (st, _, _) = raw(s.addr, "GET", "/v2/jobs/tags/list", Some(&job_bearer("team-a", "uid")), b"").await;
+    assert_eq!(st, 403);
+    // Deleting takes the tag out.
+    client.delete(&format!("{repo}:t3")).await.unwrap();
+    want.retain(|t| t != "t3");
+    assert_eq!(client.list_tags_paged(&repo, 2).await.unwrap(), want);
+}

@@ -810,3 +810,44 @@ fn validate_error_messages_say_what_to_fix() {
     let msg = err(JobParams { artifact_endpoint: "http://svc:80".into(), ..params() }).to_string();
     assert!(msg.contains("host_aliases") && msg.contains("ClusterIP"), "{msg}");
 }
+
+// ---------------------------------------------------------------- staged package
+
+const STAGED: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+#[test]
+fn a_namespace_staged_package_is_what_fetch_asks_for_and_what_the_job_names() {
+    let p = JobParams { staged_package: Some(STAGED.into()), ..params() };
+    p.validate().unwrap();
+    let job = build_job(&p);
+    let fetch = container(pod(&job), "fetch");
+    let argv: Vec<&str> = fetch.command.iter().chain(fetch.args.iter()).flatten().map(String::as_str).collect();
+    assert!(argv.windows(2).any(|w| w == ["--staged-package", STAGED]), "{argv:?}");
+    assert_eq!(job.metadata.annotations.as_ref().unwrap()[ANNOTATION_PACKAGE_DIGEST], STAGED);
+    // The run container never gets it: only fetch talks to the endpoint.
+    let run = container(pod(&job), "run");
+    assert!(!run.command.iter().chain(run.args.iter()).flatten().any(|a| a.contains(STAGED)));
+    // Without one, the job's own copy: no flag, no annotation.
+    let own = build_job(&params());
+    assert!(own.metadata.annotations.is_none());
+    let fetch = container(pod(&own), "fetch");
+    assert!(!fetch.command.iter().flatten().any(|a| a == "--staged-package"));
+}
+
+#[test]
+fn a_staged_package_must_be_a_sha256_digest_of_a_fetched_run() {
+    for bad in [
+        "sha256:abc",
+        "sha512:0123",
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        "",
+        STAGED.to_uppercase().as_str(),
+    ] {
+        let err = JobParams { staged_package: Some(bad.into()), ..params() }.validate().unwrap_err();
+        assert!(matches!(err, Error::InvalidStagedPackage { .. }), "{bad:?}: {err}");
+        assert!(err.to_string().contains("sha256:<64 lowercase hex>"), "{err}");
+    }
+    let err = JobParams { staged_package: Some(STAGED.into()), ..params_prepared() }.validate().unwrap_err();
+    assert!(matches!(err, Error::InvalidStagedPackage { .. }), "{err}");
+    assert!(err.to_string().contains("prepared image holds its package"), "{err}");
+}

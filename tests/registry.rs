@@ -543,3 +543,53 @@ async fn basic_auth_registry() {
     let err = with(Auth::Anonymous).pull(&reference).await.unwrap_err();
     assert!(matches!(err, OciError::Auth { .. }), "{err}");
 }
+
+/// `Registry::list_tags` against distribution: a repository never pushed
+/// to (404 NAME_UNKNOWN) has no tags; pages are followed by their `Link`
+/// until every tag is in, whatever the page size.
+#[tokio::test]
+async fn list_tags_follows_pages_and_an_unknown_repository_has_none() {
+    let reg = TestRegistry::start().await;
+    let client = reg.registry();
+    let repo = reg.reference("jobs");
+    assert_eq!(client.list_tags(&repo).await.unwrap(), Vec::<String>::new());
+    // distribution's own answer for it.
+    let resp = reqwest::get(format!("http://{}/v2/jobs/tags/list", reg.addr)).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 404);
+    assert!(resp.text().await.unwrap().contains("NAME_UNKNOWN"));
+
+    let (pkg, cfg) = build("tagged");
+    let mut want: Vec<String> = (0..7).map(|i| format!("t{i}")).collect();
+    want.push(format!("team-a.{}", "a".repeat(64)));
+    want.push("job_team-a_uid_package".into());
+    for tag in &want {
+        // One manifest per tag (deleting one below must not untag the others).
+        let one = BTreeMap::from([("test.tag".to_string(), tag.clone())]);
+        client.push_annotated(&format!("{repo}:{tag}"), &pkg, &cfg, one).await.unwrap();
+    }
+    want.sort();
+    // (distribution 2.8 answers every tag at once, unsorted, `n` or not; v3 pages.)
+    for page in [1, 2, 3, 9, 10, skill_operator::oci::TAGS_PAGE] {
+        assert_eq!(client.list_tags_paged(&repo, page).await.unwrap(), want, "pages of {page}");
+    }
+    // Another repository's tags are not this one's.
+    assert!(client.list_tags(&reg.reference("other")).await.unwrap().is_empty());
+    // Deleting a manifest takes its tag out of the list.
+    client.delete(&format!("{repo}:t3")).await.unwrap();
+    want.retain(|t| t != "t3");
+    assert_eq!(client.list_tags_paged(&repo, 4).await.unwrap(), want);
+    // A tag or digest is no repository.
+    for bad in [format!("{repo}:t1"), format!("{repo}@sha256:{}", "a".repeat(64))] {
+        assert!(matches!(client.list_tags(&bad).await.unwrap_err(), OciError::InvalidReference { .. }), "{bad}");
+    }
+}
+
+#[tokio::test]
+async fn list_tags_of_a_registry_that_is_down_is_a_clear_error() {
+    let mut reg = TestRegistry::start().await;
+    let client = reg.registry();
+    let repo = reg.reference("jobs");
+    reg.stop();
+    let err = client.list_tags(&repo).await.unwrap_err();
+    assert!(matches!(err, OciError::Unreachable { .. }), "{err}");
+}

@@ -70,12 +70,20 @@
 //!
 //! | route                                       | own job token | operator |
 //! |---------------------------------------------|:-------------:|:--------:|
-//! | `GET /v1/jobs/{ns}/{uid}/package`           | yes           | yes      |
+//! | `GET /v1/jobs/{ns}/{uid}/package[?digest=]` | yes           | yes      |
 //! | `GET .../inputs`, `GET .../inputs/{*path}`  | yes           | yes      |
 //! | `PUT .../outputs`                           | yes           | no       |
 //! | `PUT .../package`, `PUT .../inputs[/{*path}]` | no          | yes      |
 //! | `GET .../outputs`, `GET .../outputs/{*path}`| no            | yes      |
 //! | `DELETE /v1/jobs/{ns}/{uid}`                | no            | yes      |
+//! | `PUT`/`DELETE /v1/namespaces/{ns}/packages/{digest}` | no   | yes      |
+//! | `GET /v1/namespaces/packages`               | no            | yes      |
+//!
+//! `GET .../package?digest=<d>` serves the namespace package of the route's
+//! `{ns}` pinned at `d` (below) to a job of that namespace: the job token is
+//! checked against the route's namespace and UID as on every job route, and
+//! the tag is built from the route's namespace, so a job of one namespace
+//! can never read another namespace's package.
 //!
 //! # Storage
 //! One registry repository (`--registry HOST/REPO`), three tags per job:
@@ -88,7 +96,20 @@
 //! jobs with identical files still get distinct manifests, deleting one never
 //! untags the other, and a tag pointing at another job's manifest is refused
 //! (502 `wrong_artifact`). `_` cannot occur in a namespace or
-//! UID, so tags never collide. Every pull is verified by `oci::Registry`:
+//! UID, so tags never collide.
+//!
+//! Namespace packages: a package the controller stages once for every run
+//! of a namespace that pins the same SkillPackage digest (`PUT
+//! /v1/namespaces/{ns}/packages/{digest}`), tagged `<ns>.<hex>`
+//! ([`namespace_package_tag`]; `.` occurs in no namespace and in no job
+//! tag) and annotated [`ANNOTATION_PACKAGE`] = `<ns>/<digest>`: a thousand
+//! runs of one package push one manifest, not one each. `{digest}` is the
+//! SkillPackage's pinned OCI manifest digest, taken on the operator
+//! credential's word (the endpoint cannot tie it to the archive bytes); the
+//! archive's own sha256 is announced on every GET and checked by `fetch`.
+//! `GET /v1/namespaces/packages` lists them from the repository's tags
+//! and `DELETE` removes one (its blobs go with garbage collection, unless
+//! another manifest still names them). Every pull is verified by `oci::Registry`:
 //! manifest digests, blob sizes and sha256 against the descriptors; a blob
 //! changed in the registry's storage fails the request with 502
 //! `digest_mismatch`. Deleting removes the manifests; blobs go with the
@@ -316,6 +337,51 @@ pub fn tag(namespace: &str, uid: &str, kind: ArtifactKind) -> String {
 
 /// Annotation on job file sets naming their job (`<ns>/<uid>`).
 pub const ANNOTATION_JOB: &str = "dev.skill-operator.job";
+/// Annotation on namespace packages naming what they are staged for
+/// (`<ns>/<digest>`): as [`ANNOTATION_JOB`] does for job sets, it keeps two
+/// namespaces' copies of the same bytes from sharing one manifest (and one
+/// fate on delete), and a tag pointing at another namespace's copy is refused.
+pub const ANNOTATION_PACKAGE: &str = "dev.skill-operator.package";
+
+/// `sha256:` and 64 lowercase hex digits (the only digest form staged
+/// packages are named by); `Some(hex)` when `digest` is one.
+pub fn sha256_hex(digest: &str) -> Option<&str> {
+    digest.strip_prefix("sha256:").filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+}
+
+/// The tag of a namespace package: `<namespace>.<hex>` for the package
+/// pinned at `digest` (`sha256:<hex>`), staged once for every run of the
+/// namespace. `None` unless the namespace is a namespace name (a DNS label:
+/// no `.` or `_`, so the tag splits back unambiguously and never looks like
+/// a job's `job_..._` tag) and the digest is `sha256:` + 64 lowercase hex.
+/// At most 63 + 1 + 64 = 128 characters, the OCI tag maximum.
+///
+/// `digest` is the SkillPackage's pinned OCI manifest digest (what the
+/// controller pins), not the sha256 of the archive bytes: the endpoint takes
+/// the operator's word for that link. The archive's own sha256 is what `GET
+/// .../package` announces and `fetch` verifies.
+pub fn namespace_package_tag(namespace: &str, digest: &str) -> Option<String> {
+    check_namespace(namespace).ok()?;
+    let hex = sha256_hex(digest)?;
+    Some(format!("{namespace}.{hex}"))
+}
+
+/// The inverse of [`namespace_package_tag`]: `(namespace, "sha256:<hex>")`;
+/// `None` for every other tag (a job's `job_<ns>_<uid>_<kind>` never parses).
+pub fn parse_namespace_package_tag(tag: &str) -> Option<(String, String)> {
+    let (namespace, hex) = tag.split_once('.')?;
+    let digest = format!("sha256:{hex}");
+    (namespace_package_tag(namespace, &digest)?.as_str() == tag).then(|| (namespace.to_string(), digest))
+}
+
+/// One line of `GET /v1/namespaces/packages`: a package staged for every
+/// run of `namespace` that pins `digest` (the SkillPackage's OCI manifest
+/// digest, `sha256:<hex>`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespacePackage {
+    pub namespace: String,
+    pub digest: String,
+}
 /// Annotation on job file sets naming their kind (`inputs`, `outputs`).
 pub const ANNOTATION_KIND: &str = "dev.skill-operator.kind";
 
@@ -420,6 +486,9 @@ pub struct ErrorBody {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorCode {
     BadBody,
+    /// A package digest that is not `sha256:<64 lowercase hex>` (a namespace
+    /// package's route or `?digest=`).
+    BadDigest,
     BadJob,
     BadManifest,
     BadPackage,
@@ -458,6 +527,7 @@ pub enum ErrorCode {
 impl ErrorCode {
     pub const ALL: &'static [ErrorCode] = &[
         ErrorCode::BadBody,
+        ErrorCode::BadDigest,
         ErrorCode::BadJob,
         ErrorCode::BadManifest,
         ErrorCode::BadPackage,
@@ -490,6 +560,7 @@ impl ErrorCode {
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorCode::BadBody => "bad_body",
+            ErrorCode::BadDigest => "bad_digest",
             ErrorCode::BadJob => "bad_job",
             ErrorCode::BadManifest => "bad_manifest",
             ErrorCode::BadPackage => "bad_package",
@@ -524,6 +595,7 @@ impl ErrorCode {
     pub fn status(self) -> u16 {
         match self {
             ErrorCode::BadBody => 400,
+            ErrorCode::BadDigest => 400,
             ErrorCode::BadJob => 400,
             ErrorCode::BadManifest => 400,
             ErrorCode::BadPackage => 400,
@@ -594,4 +666,91 @@ pub fn termination_error(message: &str) -> String {
         s.push_str("...");
     }
     s.replace('\n', " ")
+}
+
+#[cfg(test)]
+mod namespace_package_tests {
+    use super::*;
+
+    fn digest(c: char) -> String {
+        format!("sha256:{}", c.to_string().repeat(64))
+    }
+
+    #[test]
+    fn a_namespace_package_tag_is_namespace_dot_hex_and_parses_back() {
+        let d = format!("sha256:{}", "0123456789abcdef".repeat(4));
+        let tag = namespace_package_tag("team-a", &d).unwrap();
+        assert_eq!(tag, format!("team-a.{}", "0123456789abcdef".repeat(4)));
+        assert_eq!(parse_namespace_package_tag(&tag), Some(("team-a".to_string(), d.clone())));
+        for ns in ["a", "0", "a-b", "default", "kube-system"] {
+            let tag = namespace_package_tag(ns, &d).unwrap();
+            assert_eq!(parse_namespace_package_tag(&tag), Some((ns.to_string(), d.clone())), "{ns}");
+        }
+    }
+
+    #[test]
+    fn a_63_character_namespace_makes_a_128_character_tag() {
+        let ns = format!("a{}", "b".repeat(61) + "c");
+        assert_eq!(ns.len(), 63);
+        let tag = namespace_package_tag(&ns, &digest('f')).unwrap();
+        assert_eq!(tag.len(), 128, "the OCI tag maximum");
+        assert_eq!(parse_namespace_package_tag(&tag), Some((ns.clone(), digest('f'))));
+        let long = format!("{ns}d");
+        assert_eq!(namespace_package_tag(&long, &digest('f')), None, "64 characters is no namespace");
+        assert_eq!(parse_namespace_package_tag(&format!("{long}.{}", "f".repeat(64))), None);
+    }
+
+    #[test]
+    fn bad_namespaces_and_digests_make_no_tag() {
+        let d = digest('a');
+        for ns in ["", "Team", "team_a", "team.a", "-a", "a-", "a/b", "a:b", "ä"] {
+            assert_eq!(namespace_package_tag(ns, &d), None, "{ns:?}");
+        }
+        for bad in [
+            String::new(),
+            "sha256:".into(),
+            format!("sha256:{}", "a".repeat(63)),
+            format!("sha256:{}", "a".repeat(65)),
+            format!("sha256:{}", "A".repeat(64)),
+            format!("sha256:{}g", "a".repeat(63)),
+            format!("sha512:{}", "a".repeat(64)),
+            format!("SHA256:{}", "a".repeat(64)),
+            format!("sha256-{}", "a".repeat(64)),
+            "a".repeat(64),
+            format!(" sha256:{}", "a".repeat(64)),
+            format!("sha256:{}\n", "a".repeat(64)),
+        ] {
+            assert_eq!(namespace_package_tag("team", &bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn other_tags_never_parse() {
+        let hex = "a".repeat(64);
+        for tag in [
+            tag("team-a", "3f1c2b9e-0d4a-4c55-9a7e-1b2c3d4e5f60", ArtifactKind::Package),
+            tag("team-a", "uid", ArtifactKind::Inputs),
+            format!("job_team-a.{hex}"),
+            "latest".into(),
+            "readyz-probe".into(),
+            format!("team-a.{}", "A".repeat(64)),
+            format!("team-a.{}", &hex[1..]),
+            format!("team-a.{hex}.x"),
+            format!("team-a..{hex}"),
+            format!(".{hex}"),
+            format!("Team.{hex}"),
+            "team-a.".into(),
+            "team-a".into(),
+        ] {
+            assert_eq!(parse_namespace_package_tag(&tag), None, "{tag}");
+        }
+    }
+
+    #[test]
+    fn namespace_packages_serialize_as_namespace_and_digest() {
+        let p = NamespacePackage { namespace: "team".into(), digest: digest('b') };
+        let v = serde_json::to_value(&p).unwrap();
+        assert_eq!(v, serde_json::json!({ "namespace": "team", "digest": digest('b') }));
+        assert_eq!(serde_json::from_value::<NamespacePackage>(v).unwrap(), p);
+    }
 }

@@ -1,6 +1,7 @@
 //! The artifact endpoint as the operator sees it: the operator credential's
 //! client ([`HttpArtifacts`]), shared by the controller (stage a package,
-//! read outputs back, delete a job's artifacts) and the gateway (stage a
+//! once per namespace and pinned digest or per job, read outputs back,
+//! delete a job's artifacts) and the gateway (stage a
 //! run's inputs, read its streams and files), and the [`ArtifactStore`]
 //! seam the controller's reconcilers call through.
 
@@ -63,6 +64,28 @@ pub trait ArtifactStore: Send + Sync {
     /// cannot tell says [`ArtifactError::Unsupported`].
     fn follow_stored(&self) -> BoxFuture<'_, Result<StoredStream, ArtifactError>> {
         Box::pin(async { Err(ArtifactError::Unsupported("follow stored outputs".into())) })
+    }
+    /// Stages `archive` once for every run of `namespace` that pins `digest`. Idempotent.
+    ///
+    /// `digest` is the SkillPackage's pinned OCI manifest digest
+    /// (`sha256:<64 hex>`), not the archive's sha256: the endpoint takes the
+    /// operator's word for that link. A run's pod then reads it with `fetch
+    /// --staged-package <digest>`.
+    fn stage_namespace_package<'a>(
+        &'a self,
+        _namespace: &'a str,
+        _digest: &'a str,
+        _archive: Vec<u8>,
+    ) -> BoxFuture<'a, Result<(), ArtifactError>> {
+        Box::pin(async { Err(ArtifactError::Unsupported("stage namespace packages".into())) })
+    }
+    /// Every namespace package the endpoint holds.
+    fn namespace_packages(&self) -> BoxFuture<'_, Result<Vec<crate::artifacts::NamespacePackage>, ArtifactError>> {
+        Box::pin(async { Err(ArtifactError::Unsupported("list namespace packages".into())) })
+    }
+    /// `Ok(false)`: there was none.
+    fn delete_namespace_package<'a>(&'a self, _namespace: &'a str, _digest: &'a str) -> BoxFuture<'a, Result<bool, ArtifactError>> {
+        Box::pin(async { Err(ArtifactError::Unsupported("delete namespace packages".into())) })
     }
 }
 
@@ -137,6 +160,18 @@ impl HttpArtifacts {
             .pop_if_empty()
             .extend(["jobs", namespace, uid, kind])
             .extend(path.split('/'));
+        Ok(url)
+    }
+
+    /// The URL of `/namespaces/{namespace}/packages/{digest}` (each segment
+    /// escaped as a path segment needs; the digest's `:` stays as it is).
+    fn namespace_package_url(&self, namespace: &str, digest: &str) -> Result<reqwest::Url, ArtifactError> {
+        let invalid = |detail: String| ArtifactError::Invalid { what: format!("address the package {namespace}/{digest}"), detail };
+        let mut url = reqwest::Url::parse(&self.base).map_err(|e| invalid(format!("the endpoint URL {} is not a URL: {e}", self.base)))?;
+        url.path_segments_mut()
+            .map_err(|()| invalid(format!("the endpoint URL {} cannot take a path", self.base)))?
+            .pop_if_empty()
+            .extend(["namespaces", namespace, "packages", digest]);
         Ok(url)
     }
 
@@ -275,6 +310,57 @@ impl ArtifactStore for HttpArtifacts {
         })
     }
 
+    fn stage_namespace_package<'a>(
+        &'a self,
+        namespace: &'a str,
+        digest: &'a str,
+        archive: Vec<u8>,
+    ) -> BoxFuture<'a, Result<(), ArtifactError>> {
+        Box::pin(async move {
+            let url = self.namespace_package_url(namespace, digest)?;
+            let what = format!("stage the package {digest} for namespace {namespace}");
+            let response = self
+                .http
+                .put(url)
+                .header("Authorization", &self.bearer)
+                .header(reqwest::header::CONTENT_TYPE, "application/gzip")
+                .header(crate::artifacts::HEADER_CONTENT_DIGEST, crate::artifacts::sha256_digest(&archive))
+                .body(archive)
+                .send()
+                .await;
+            Self::answer(response, &what).await.map(drop)
+        })
+    }
+
+    fn namespace_packages(&self) -> BoxFuture<'_, Result<Vec<crate::artifacts::NamespacePackage>, ArtifactError>> {
+        Box::pin(async move {
+            const WHAT: &str = "list the namespace packages";
+            let url = format!("{}/namespaces/packages", self.base);
+            let response = Self::answer(self.http.get(url).header("Authorization", &self.bearer).send().await, WHAT).await?;
+            let body = response.bytes().await.map_err(|e| unreachable(WHAT, &e))?;
+            serde_json::from_slice(&body).map_err(|e| ArtifactError::Invalid {
+                what: WHAT.into(),
+                detail: format!("the endpoint's answer is not a package list: {e}"),
+            })
+        })
+    }
+
+    fn delete_namespace_package<'a>(&'a self, namespace: &'a str, digest: &'a str) -> BoxFuture<'a, Result<bool, ArtifactError>> {
+        Box::pin(async move {
+            let what = format!("delete the package {digest} of namespace {namespace}");
+            let url = self.namespace_package_url(namespace, digest)?;
+            let response = Self::answer(self.http.delete(url).header("Authorization", &self.bearer).send().await, &what).await?;
+            #[derive(serde::Deserialize)]
+            struct Deleted {
+                deleted: bool,
+            }
+            let body = response.bytes().await.map_err(|e| unreachable(&what, &e))?;
+            serde_json::from_slice::<Deleted>(&body)
+                .map(|d| d.deleted)
+                .map_err(|e| ArtifactError::Invalid { what, detail: format!("the endpoint's answer is not a deletion: {e}") })
+        })
+    }
+
     fn follow_stored(&self) -> BoxFuture<'_, Result<StoredStream, ArtifactError>> {
         Box::pin(async move {
             use futures::StreamExt;
@@ -325,6 +411,15 @@ impl ArtifactStore for NoArtifacts {
     }
     fn delete<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<(), ArtifactError>> {
         Box::pin(async { Ok(()) })
+    }
+    fn stage_namespace_package<'a>(&'a self, _: &'a str, _: &'a str, _: Vec<u8>) -> BoxFuture<'a, Result<(), ArtifactError>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn namespace_packages(&self) -> BoxFuture<'_, Result<Vec<crate::artifacts::NamespacePackage>, ArtifactError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    fn delete_namespace_package<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<bool, ArtifactError>> {
+        Box::pin(async { Ok(false) })
     }
 }
 

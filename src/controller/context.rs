@@ -163,6 +163,8 @@ pub struct Context {
     pub sources: Option<Arc<SourceTarget>>,
     /// Whether this replica may write (every reconciler asks first).
     pub leadership: super::leader::Leadership,
+    /// Packages staged per namespace, and the gate their sweep shares with runs.
+    pub staged: Arc<super::staged::StagedPackages>,
 }
 
 impl Context {
@@ -193,6 +195,7 @@ impl Context {
             cilium: Default::default(),
             audit: Default::default(),
             sources: None,
+            staged: Default::default(),
         }
     }
 

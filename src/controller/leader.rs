@@ -111,17 +111,20 @@ pub fn identity() -> String {
 #[derive(Clone, Debug)]
 pub struct Leadership {
     tx: Arc<watch::Sender<bool>>,
+    /// How many times this replica has started leading: what it learnt
+    /// while leading before may have been undone by another leader since.
+    term: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Leadership {
     /// Leading from the start: one replica, no election.
     pub fn always() -> Leadership {
-        Leadership { tx: Arc::new(watch::Sender::new(true)) }
+        Leadership { tx: Arc::new(watch::Sender::new(true)), term: Arc::new(1.into()) }
     }
 
     /// A standby until an [`Elector`] made with it wins the lease.
     pub fn standby() -> Leadership {
-        Leadership { tx: Arc::new(watch::Sender::new(false)) }
+        Leadership { tx: Arc::new(watch::Sender::new(false)), term: Default::default() }
     }
 
     pub fn is_leading(&self) -> bool {
@@ -150,7 +153,18 @@ impl Leadership {
         Some(Action::requeue(Duration::ZERO))
     }
 
+    /// Which stretch of leading this is (0: never led). Memories a
+    /// reconciler keeps of what it wrote are good for one term only.
+    pub fn term(&self) -> u64 {
+        self.term.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     fn set(&self, leading: bool) {
+        // The term moves before anyone hears of the lead, so nothing kept
+        // from an earlier term is trusted in the new one.
+        if leading && !self.is_leading() {
+            self.term.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
         self.tx.send_replace(leading);
     }
 }
@@ -416,5 +430,20 @@ mod tests {
         leadership.set(true);
         assert_eq!(waiting.await.unwrap(), Some(Action::requeue(Duration::ZERO)));
         assert_eq!(Leadership::always().wait_turn().await, None);
+    }
+
+    #[test]
+    fn each_stretch_of_leading_is_a_new_term() {
+        let l = Leadership::standby();
+        assert_eq!(l.term(), 0);
+        l.set(true);
+        assert_eq!(l.term(), 1);
+        l.set(true);
+        assert_eq!(l.term(), 1, "a renewal is the same term");
+        l.set(false);
+        assert_eq!(l.term(), 1);
+        l.set(true);
+        assert_eq!(l.term(), 2, "leading again after a loss must not trust the first term's memories");
+        assert_eq!(Leadership::always().term(), 1);
     }
 }

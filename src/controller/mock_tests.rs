@@ -29,11 +29,15 @@ impl PackageResolver for NoPackages {
         &'a self,
         _: &'a crate::api::package::OciSource,
     ) -> futures::future::BoxFuture<'a, Result<FetchedPackage, super::context::ResolveError>> {
-        Box::pin(async { Ok(FetchedPackage { digest: "sha256:abc".into(), archive: vec![1, 2, 3] }) })
+        Box::pin(async { Ok(FetchedPackage { digest: PACKAGE_DIGEST.into(), archive: vec![1, 2, 3] }) })
     }
 }
 
 fn context() -> (Arc<Context>, Handle) {
+    context_with(Arc::new(super::context::NoArtifacts))
+}
+
+fn context_with(artifacts: Arc<dyn super::context::ArtifactStore>) -> (Arc<Context>, Handle) {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = Client::new(service, "default");
     let config = OperatorConfig {
@@ -52,13 +56,12 @@ fn context() -> (Arc<Context>, Handle) {
         network_policy: Default::default(),
         leader_election: None,
     };
-    (
-        Arc::new(Context::new(client, Arc::new(Metrics::default()), config, Arc::new(NoPackages), Arc::new(super::context::NoArtifacts))),
-        handle,
-    )
+    (Arc::new(Context::new(client, Arc::new(Metrics::default()), config, Arc::new(NoPackages), artifacts)), handle)
 }
 
 const UID: &str = "0f0e0d0c-0b0a-0908-0706-050403020100";
+/// The package every run here pins (the Job builder takes only sha256 digests).
+const PACKAGE_DIGEST: &str = "sha256:abcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabca";
 
 fn skilljob() -> SkillJob {
     let mut j = SkillJob::new(
@@ -108,9 +111,9 @@ fn package() -> Value {
     json!({
         "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillPackage",
         "metadata": { "name": "weather-1" },
-        "spec": { "source": { "oci": { "reference": "r/weather@sha256:abc" } },
+        "spec": { "source": { "oci": { "reference": format!("r/weather@{PACKAGE_DIGEST}") } },
                   "runtime": { "interpreter": "python", "image": "python@sha256:1111111111111111111111111111111111111111111111111111111111111111", "allowedScripts": ["scripts/forecast.py"], "timeoutSeconds": 60 } },
-        "status": { "digest": "sha256:abc", "skillName": "weather", "files": 2, "bytes": 10, "requirements": "unknown",
+        "status": { "digest": PACKAGE_DIGEST, "skillName": "weather", "files": 2, "bytes": 10, "requirements": "unknown",
                     "scripts": [{ "script": "scripts/forecast.py", "interpreter": "python", "env": [], "timeoutSeconds": 30, "allowed": true }],
                     "problems": [], "conditions": ready("Ready") }
     })
@@ -239,6 +242,12 @@ async fn first_reconcile_admits_and_creates_children_then_the_job() {
         assert!(super::builders::pod_security::restricted_violations(&pod).is_empty());
         let run = pod.containers.iter().find(|c| c.name == "run").unwrap();
         assert!(run.command.iter().chain(run.args.iter()).flatten().any(|a| a == "; rm -rf /"), "args travel as one argv entry");
+        // The pod fetches the namespace's copy of the pinned package, and the
+        // Job names it so the sweep of staged packages keeps it.
+        let fetch = pod.init_containers.as_ref().unwrap().iter().find(|c| c.name == "fetch").unwrap();
+        let argv: Vec<&str> = fetch.command.iter().chain(fetch.args.iter()).flatten().map(String::as_str).collect();
+        assert!(argv.windows(2).any(|w| w == ["--staged-package", PACKAGE_DIGEST]), "{argv:?}");
+        assert_eq!(job.metadata.annotations.unwrap()[super::builders::job::ANNOTATION_PACKAGE_DIGEST], PACKAGE_DIGEST);
         // No Event: the status alone says it.
         let status =
             expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
@@ -249,6 +258,83 @@ async fn first_reconcile_admits_and_creates_children_then_the_job() {
     });
     skilljob::reconcile(job, ctx).await.expect("reconcile");
     tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
+}
+
+/// Records what is staged where.
+#[derive(Default)]
+struct RecordedStaging(std::sync::Mutex<Vec<String>>);
+impl super::context::ArtifactStore for RecordedStaging {
+    fn stage_package<'a>(
+        &'a self,
+        ns: &'a str,
+        uid: &'a str,
+        _: Vec<u8>,
+    ) -> futures::future::BoxFuture<'a, Result<(), super::context::ArtifactError>> {
+        self.0.lock().unwrap().push(format!("job {ns}/{uid}"));
+        Box::pin(async { Ok(()) })
+    }
+    fn stage_namespace_package<'a>(
+        &'a self,
+        ns: &'a str,
+        digest: &'a str,
+        _: Vec<u8>,
+    ) -> futures::future::BoxFuture<'a, Result<(), super::context::ArtifactError>> {
+        self.0.lock().unwrap().push(format!("namespace {ns} {digest}"));
+        Box::pin(async { Ok(()) })
+    }
+    fn delete<'a>(&'a self, _: &'a str, _: &'a str) -> futures::future::BoxFuture<'a, Result<(), super::context::ArtifactError>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn outputs<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Option<crate::artifacts::OutputManifest>, super::context::ArtifactError>> {
+        Box::pin(async { Ok(None) })
+    }
+    fn output_file<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        _: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Vec<u8>, super::context::ArtifactError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+}
+
+/// Two runs of one package in a namespace: one staging, never one per run.
+#[tokio::test]
+async fn a_namespace_stages_a_package_once_for_its_runs() {
+    let artifacts = Arc::new(RecordedStaging::default());
+    let (ctx, mut handle) = context_with(artifacts.clone());
+    const SECOND: &str = "1f0e0d0c-0b0a-0908-0706-050403020100";
+    let second = || {
+        let mut sj = skilljob();
+        sj.metadata.uid = Some(SECOND.into());
+        sj
+    };
+    let server = tokio::spawn(async move {
+        expect_admission_reads(&mut handle).await;
+        expect(&mut handle, "GET", "/api/v1/namespaces/team", |_| {
+            ok(json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "team", "labels": { "pod-security.kubernetes.io/enforce": "restricted" } } }))
+        })
+        .await;
+        expect_skilljob_read(&mut handle, newer_unstarted_copy()).await;
+        expect(&mut handle, "PATCH", "/api/v1/namespaces/team/serviceaccounts/skill-operator-run", ok).await;
+        expect_run_policies(&mut handle).await;
+        expect(&mut handle, "POST", "/apis/batch/v1/namespaces/team/jobs", ok).await;
+        expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        // The second run: the namespace's children and its package are remembered.
+        expect_admission_reads(&mut handle).await;
+        expect_skilljob_read(&mut handle, second()).await;
+        let created = expect(&mut handle, "POST", "/apis/batch/v1/namespaces/team/jobs", ok).await;
+        assert_eq!(created["metadata"]["annotations"][super::builders::job::ANNOTATION_PACKAGE_DIGEST], PACKAGE_DIGEST);
+        expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+    });
+    skilljob::reconcile(Arc::new(skilljob()), ctx.clone()).await.expect("first reconcile");
+    skilljob::reconcile(Arc::new(second()), ctx).await.expect("second reconcile");
+    tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
+    assert_eq!(artifacts.0.lock().unwrap().clone(), vec![format!("namespace team {PACKAGE_DIGEST}")]);
 }
 
 /// The cached copy predates the run's recorded start (and its verdict,

@@ -16,6 +16,7 @@ pub mod prepare;
 pub mod run;
 pub mod skilljob;
 pub mod source;
+pub mod staged;
 
 #[cfg(test)]
 mod mock_tests;

@@ -72,6 +72,10 @@ impl ArtifactStore for FakeArtifacts {
         self.staged.lock().unwrap().push(format!("{ns}/{uid}"));
         Box::pin(async { Ok(()) })
     }
+    fn stage_namespace_package<'a>(&'a self, ns: &'a str, digest: &'a str, _: Vec<u8>) -> BoxFuture<'a, Result<(), ArtifactError>> {
+        self.staged.lock().unwrap().push(format!("{ns} {digest}"));
+        Box::pin(async { Ok(()) })
+    }
     fn delete<'a>(&'a self, ns: &'a str, uid: &'a str) -> BoxFuture<'a, Result<(), ArtifactError>> {
         self.deleted.lock().unwrap().push(format!("{ns}/{uid}"));
         Box::pin(async { Ok(()) })
@@ -415,7 +419,7 @@ fn prepared_package_value() -> Value {
     s["imageMode"] = json!("composed");
     s["baseImage"] = json!(BASE_PINNED);
     s["preparation"] =
-        json!({ "key": "sha256:k", "preparedKey": "sha256:k", "packageDigest": "sha256:abc", "env": ["PYTHONPATH=/deps/python"] });
+        json!({ "key": "sha256:k", "preparedKey": "sha256:k", "packageDigest": PACKAGE_DIGEST, "env": ["PYTHONPATH=/deps/python"] });
     s["conditions"] = json!([
         { "type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1 },
         { "type": "Prepared", "status": "True", "reason": "Prepared", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1 }

@@ -633,6 +633,8 @@ pub async fn run_elected(
             }
         })
     };
+    // Staged packages no run names any more, swept by the leader.
+    let sweeps = super::staged::sweep_every(ctx.clone(), shutdown.wait_owned());
     let owners = ctx.lookups.clone();
     let jobs = Controller::new(Api::<SkillJob>::all(client.clone()), ours())
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.config.reconcile_concurrency))
@@ -696,7 +698,7 @@ pub async fn run_elected(
     let listener = crate::listener::bind(listen)?;
     tracing::info!(%listen, "metrics and health endpoints up");
     let server = serve_web(listener, ctx.metrics.clone(), bounds, shutdown.wait_owned());
-    let everything = async { tokio::join!(packages, bindings, jobs, repairs, cilium, sources, server) };
+    let everything = async { tokio::join!(packages, bindings, jobs, repairs, sweeps, cilium, sources, server) };
     // Only a lost lease sends: with no election, or a stopped one, this waits forever.
     let lost = async {
         match lost.await {
@@ -705,7 +707,7 @@ pub async fn run_elected(
         }
     };
     let served = tokio::select! {
-        (_, _, _, _, _, _, served) = everything => served,
+        (_, _, _, _, _, _, _, served) = everything => served,
         err = lost => {
             // Dropping the controllers cancels every reconcile in flight;
             // the caller exits (the pod restarts as a standby).

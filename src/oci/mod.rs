@@ -52,12 +52,14 @@ mod blob_set;
 mod media;
 pub mod publish;
 mod skill;
+mod tags;
 mod wire;
 
 pub use auth::*;
 pub use blob_set::*;
 pub use media::*;
 pub use skill::*;
+pub use tags::{MAX_TAGS, TAGS_PAGE};
 use wire::*;
 pub(crate) use wire::{error_chain, map_oci_error, map_reqwest_error};
 

@@ -40,6 +40,9 @@ pub(crate) async fn wait_http(url: &str) {
     panic!("{url} did not answer in 10 s");
 }
 
+/// The key the endpoint and the controllers share (operator and job tokens).
+pub(crate) const TOKEN_KEY: [u8; 32] = [7u8; 32];
+
 pub(crate) struct Stack {
     pub env: Envtest,
     pub client: kube::Client,
@@ -72,7 +75,7 @@ impl Stack {
 
         let work = tempfile::tempdir().unwrap();
         let key = work.path().join("token-key");
-        std::fs::write(&key, [7u8; 32]).unwrap();
+        std::fs::write(&key, TOKEN_KEY).unwrap();
         let mut stack = Stack { env, client, registry, bin, artifacts_port: free_port(), key, _work: work, artifacts: None };
         stack.start_artifacts().await;
         stack

@@ -28,6 +28,12 @@ pub struct FetchOptions {
     pub tools_dir: Option<PathBuf>,
     /// Refuse a package whose sha256 differs (`--package-digest`).
     pub expect_package_digest: Option<String>,
+    /// Fetch the package staged for the job's namespace at this digest (the
+    /// SkillPackage's pinned manifest digest, `sha256:<64 hex>`) instead of
+    /// the job's own (`--staged-package`): `GET .../package?digest=`. The
+    /// bytes are still checked against the announced sha256 (and
+    /// `expect_package_digest`). Ignored without a `package_dir`.
+    pub staged_package: Option<String>,
     pub limits: ArtifactLimits,
     /// How long an endpoint that cannot be reached is waited out, per
     /// request ([`super::ENDPOINT_PATIENCE`] in the pod).
@@ -49,6 +55,11 @@ pub struct FetchReport {
 
 /// The init container's work; see the module docs.
 pub async fn fetch(opts: &FetchOptions) -> Result<FetchReport, ClientError> {
+    if let Some(d) = &opts.staged_package {
+        check_digest(d).map_err(|e| {
+            ClientError::Config(format!("--staged-package: {e} (give the SkillPackage's pinned digest, sha256:<64 lowercase hex>)"))
+        })?;
+    }
     let http = http_client()?;
     let ep = &opts.endpoint;
     let l = opts.limits;
@@ -89,7 +100,10 @@ pub async fn fetch(opts: &FetchOptions) -> Result<FetchReport, ClientError> {
 async fn fetch_package(http: &reqwest::Client, opts: &FetchOptions, dest: &Path) -> Result<(String, usize), ClientError> {
     let ep = &opts.endpoint;
     let l = opts.limits;
-    let url = ep.url("package");
+    let url = match &opts.staged_package {
+        Some(digest) => format!("{}?digest={}", ep.url("package"), utf8_percent_encode(digest, SEGMENT)),
+        None => ep.url("package"),
+    };
     let resp = get(http, ep, &url, opts.patience).await?;
     let announced = announced_digest(&resp, "package")?;
     if let Some(want) = &opts.expect_package_digest {

@@ -13,7 +13,9 @@
 //!
 //! # fetch
 //! 1. `GET .../package` (skipped without `--package`: a prepared image
-//!    holds the package): at most [`ArtifactLimits::max_package_bytes`]
+//!    holds the package; with `--staged-package <digest>`, `GET
+//!    .../package?digest=<digest>`: the copy staged once for the job's
+//!    namespace): at most [`ArtifactLimits::max_package_bytes`]
 //!    (checked against Content-Length, then while reading), sha256 compared
 //!    with the `X-Content-Digest` the endpoint announces (and with
 //!    `--package-digest` when given), then `package::unpack` into the
@@ -361,6 +363,12 @@ pub struct FetchArgs {
     /// Refuse a package whose sha256 differs (sha256:<hex>).
     #[arg(long, value_name = "DIGEST")]
     pub package_digest: Option<String>,
+    /// Fetch the package staged once for the job's namespace at this digest
+    /// (the SkillPackage's pinned manifest digest, sha256:<hex>) instead of
+    /// the job's own. The bytes are verified as without it. Checked before
+    /// any request (a malformed one fails with its reason in the termination log).
+    #[arg(long, value_name = "DIGEST")]
+    pub staged_package: Option<String>,
     /// Where a failure's one-line reason goes (the controller puts it in the SkillJob's message).
     #[arg(long, value_name = "FILE", default_value = "/dev/termination-log")]
     pub termination_log: PathBuf,
@@ -391,6 +399,7 @@ pub async fn fetch_command(a: FetchArgs) -> Result<(), ClientError> {
         work_dir: a.work,
         tools_dir: Some(a.tools.clone()),
         expect_package_digest: a.package_digest,
+        staged_package: a.staged_package,
         limits: ArtifactLimits::DEFAULT,
         patience: ENDPOINT_PATIENCE,
     };

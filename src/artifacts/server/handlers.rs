@@ -33,12 +33,38 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
+/// `?digest=` of `GET .../package`: the namespace package pinned at that
+/// digest instead of the job's own.
+#[derive(Debug, Deserialize)]
+pub(super) struct PackageQuery {
+    pub(super) digest: Option<String>,
+}
+
+/// `?digest=` with the JSON error shape.
+pub(super) struct PackagePin(pub(super) PackageQuery);
+
+impl<S: Send + Sync> FromRequestParts<S> for PackagePin {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match Query::<PackageQuery>::from_request_parts(parts, state).await {
+            Ok(Query(q)) => Ok(PackagePin(q)),
+            Err(e) => Err(ApiError::bad(ErrorCode::BadQuery, e.body_text())),
+        }
+    }
+}
+
 pub(super) async fn get_package(
     State(state): State<AppState>,
     JobPath((ns, uid)): JobPath<(String, String)>,
+    PackagePin(q): PackagePin,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     admit(&state, &headers, &ns, &uid, Access::ReadStaged).await?;
+    if let Some(digest) = &q.digest {
+        // The route's namespace, checked against the credential by `admit`:
+        // a job reads its own namespace's package, never another's.
+        return super::namespace_packages::get_namespace_package(&state, &ns, digest).await;
+    }
     let _held = state.hold(state.0.limits.max_package_bytes).await;
     let reference = state.reference(&ns, &uid, ArtifactKind::Package);
     let pulled = state.0.packages.pull(&reference).await.map_err(oci_error)?;
@@ -55,10 +81,27 @@ pub(super) async fn put_package(
     req: Request,
 ) -> Result<Response, ApiError> {
     admit(&state, req.headers(), &ns, &uid, Access::Stage).await?;
+    let reference = state.reference(&ns, &uid, ArtifactKind::Package);
+    let job = BTreeMap::from([(ANNOTATION_JOB.to_string(), format!("{ns}/{uid}"))]);
+    stage_archive(&state, req, (&ns, &uid), &reference, job).await
+}
+
+/// The work of both package PUTs: spools the body (the package cap),
+/// checks it is a package (once per sha256: the validation memo), and
+/// pushes it to `reference` with `annotations`, blobs only when missing.
+/// Writes under one `lock` key are serialised. Answers `{digest,
+/// packageDigest, files, totalBytes}`.
+pub(super) async fn stage_archive(
+    state: &AppState,
+    req: Request,
+    lock: (&str, &str),
+    reference: &str,
+    annotations: BTreeMap<String, String>,
+) -> Result<Response, ApiError> {
     let limit = state.0.limits.max_package_bytes;
-    let sp = spool(&state, req, limit, "package").await?;
+    let sp = spool(state, req, limit, "package").await?;
     let _held = state.hold(sp.len).await;
-    let _lock = state.lock(&ns, &uid).lock().await;
+    let _lock = state.lock(lock.0, lock.1).lock().await;
     let file = sp.file.clone();
     let len = sp.len;
     let known = state.0.validated.lock().expect("lock poisoned").get(&sp.digest).cloned();
@@ -81,12 +124,10 @@ pub(super) async fn put_package(
         }
         memo.insert(sp.digest.clone(), config.clone());
     }
-    let reference = state.reference(&ns, &uid, ArtifactKind::Package);
-    let job = BTreeMap::from([(ANNOTATION_JOB.to_string(), format!("{ns}/{uid}"))]);
     let pushed = if checked {
-        state.0.packages.push_checked(&reference, &bytes, &config, job, crate::oci::Upload::IfMissing).await
+        state.0.packages.push_checked(reference, &bytes, &config, annotations, crate::oci::Upload::IfMissing).await
     } else {
-        state.0.packages.push_annotated(&reference, &bytes, &config, job).await
+        state.0.packages.push_annotated(reference, &bytes, &config, annotations).await
     };
     let digest = pushed.map_err(oci_error)?;
     Ok(Json(json!({
@@ -117,7 +158,7 @@ pub(super) struct SetQuery {
 }
 
 /// `Path` with the JSON error shape (a path that does not decode is 400 `bad_path`).
-pub(super) struct JobPath<T>(T);
+pub(super) struct JobPath<T>(pub(super) T);
 
 impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> FromRequestParts<S> for JobPath<T> {
     type Rejection = ApiError;

@@ -10,6 +10,7 @@
 //!                                                  sample SkillPackages are applied)
 //! GET    /metrics                                  the listener's counters (src/listener)
 //! GET    /v1/jobs/{ns}/{uid}/package               job|operator  package bytes (.tar.gz)
+//!                                                  ?digest=<d>: the namespace package of {ns} pinned at d
 //! PUT    /v1/jobs/{ns}/{uid}/package               operator      body: package bytes
 //! GET    /v1/jobs/{ns}/{uid}/inputs                job|operator  InputsManifest JSON
 //! PUT    /v1/jobs/{ns}/{uid}/inputs                operator      body: tar of input files (replaces the set)
@@ -20,13 +21,23 @@
 //! GET    /v1/jobs/{ns}/{uid}/outputs/{*path}       operator      file bytes (result/..., work/..., manifest.json)
 //! DELETE /v1/jobs/{ns}/{uid}                       operator      removes the three tags
 //! GET    /v1/outputs/stored                        operator      NDJSON stream: each job's outputs as they are stored
+//! PUT    /v1/namespaces/{ns}/packages/{digest}     operator      body: package bytes, staged once for every run of
+//!                                                  {ns} pinning digest (idempotent)
+//! DELETE /v1/namespaces/{ns}/packages/{digest}     operator      {"deleted": true|false}
+//! GET    /v1/namespaces/packages                   operator      [{"namespace","digest"}] of every namespace package
 //! ```
+//!
+//! Namespace packages (src/artifacts/server/namespace_packages.rs): staged
+//! once per namespace and pinned SkillPackage digest, read by every run of
+//! the namespace with `?digest=`. Their routes check the namespace (400
+//! `bad_job`) and the digest (400 `bad_digest`) as names, then the operator
+//! credential (any job credential is 403).
 //!
 //! Order of checks on every job route: namespace and UID as names (400
 //! `bad_job`), then the credential (401 `unauthorized`, 403 `forbidden`;
 //! 503 `unavailable` when a pod token's TokenReview cannot be made),
-//! then `{*path}` with `RelPath::parse` (400 `bad_path`); the registry is
-//! touched only after all three.
+//! then `{*path}` with `RelPath::parse` (400 `bad_path`) or `?digest=`
+//! (400 `bad_digest`); the registry is touched only after all three.
 //!
 //! Bodies: every PUT streams its body into an unnamed temporary file (the
 //! spool directory) while counting and hashing, under an explicit limit:
@@ -48,6 +59,7 @@
 mod auth;
 mod events;
 mod handlers;
+mod namespace_packages;
 pub mod pod_tokens;
 mod spool;
 
@@ -437,6 +449,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/jobs/{ns}/{uid}/outputs", put(put_outputs).layer(batch))
         .route("/v1/jobs/{ns}/{uid}/outputs/{*path}", get(get_output_file))
         .route("/v1/outputs/stored", get(events::stored_outputs))
+        .route("/v1/namespaces/packages", get(namespace_packages::list_namespace_packages))
+        .route("/v1/namespaces/{ns}/packages/{digest}", put(namespace_packages::put_namespace_package).layer(pkg))
+        .route("/v1/namespaces/{ns}/packages/{digest}", delete(namespace_packages::delete_namespace_package))
         .fallback(|| async { ApiError::new(ErrorCode::NotFound, "no such route") })
         .layer(DefaultBodyLimit::max(64 * 1024))
         .with_state(state.clone());

@@ -15,7 +15,7 @@
 //! GET    /v2/<name>/manifests/<tag|digest>      the manifest
 //! PUT    /v2/<name>/manifests/<tag|digest>      201 (every blob it names must be present)
 //! DELETE /v2/<name>/manifests/<tag|digest>      202 (by digest: the manifest and its tags)
-//! GET    /v2/<name>/tags/list                   {"name","tags"}
+//! GET    /v2/<name>/tags/list                   {"name","tags"}  (?n=&last=: pages, with a Link to the next)
 //! ```
 //!
 //! # Who may call
@@ -204,6 +204,10 @@ fn parse_target(rest: &str) -> Option<Target<'_>> {
 struct V2Query {
     digest: Option<String>,
     mount: Option<String>,
+    /// `tags/list`: at most this many tags (then a `Link` to the next page).
+    n: Option<usize>,
+    /// `tags/list`: only tags after this one.
+    last: Option<String>,
 }
 
 async fn dispatch(
@@ -247,8 +251,22 @@ async fn dispatch(
         }
         (Target::Tags(name), Method::GET) => {
             let (store, owned) = (state.store.clone(), name.to_string());
-            let tags = blocking(move || store.tags(&owned)).await?;
-            Ok(axum::Json(serde_json::json!({ "name": name, "tags": tags })).into_response())
+            let mut tags = blocking(move || store.tags(&owned)).await?;
+            // distribution's pagination: sorted, after `last`, `n` at most,
+            // and a `Link` to the next page when there is more.
+            if let Some(last) = &q.last {
+                tags.retain(|t| t.as_str() > last.as_str());
+            }
+            let mut next = None;
+            if let Some(n) = q.n.filter(|n| tags.len() > *n) {
+                tags.truncate(n);
+                next = tags.last().map(|l| format!("</v2/{name}/tags/list?last={l}&n={n}>; rel=\"next\""));
+            }
+            let mut resp = axum::Json(serde_json::json!({ "name": name, "tags": tags })).into_response();
+            if let Some(link) = next.and_then(|l| HeaderValue::from_str(&l).ok()) {
+                resp.headers_mut().insert(header::LINK, link);
+            }
+            Ok(resp)
         }
         (_, m) => Err(V2Error::new(StatusCode::METHOD_NOT_ALLOWED, "UNSUPPORTED", format!("{m} is not served on /v2/{rest}"))),
     }

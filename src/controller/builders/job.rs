@@ -281,7 +281,15 @@ pub struct JobParams {
     pub image_pull_secrets: Vec<String>,
     /// Fetched at every run (default), or prepared.
     pub delivery: PackageDelivery,
+    /// A fetched package staged once for the whole namespace, by its pinned
+    /// digest (`sha256:<hex>`): fetch asks for that copy, and the Job says
+    /// which it is ([`ANNOTATION_PACKAGE_DIGEST`]) so the sweep of staged
+    /// packages keeps it while the Job lives. `None`: the job's own copy.
+    pub staged_package: Option<String>,
 }
+
+/// On a run Job: the namespace's staged package its pod fetches.
+pub const ANNOTATION_PACKAGE_DIGEST: &str = "skill-operator.dev/package-digest";
 
 impl Default for JobParams {
     /// Defaults for the optional knobs; the identifying fields are empty and
@@ -310,6 +318,7 @@ impl Default for JobParams {
             host_aliases: BTreeMap::new(),
             image_pull_secrets: Vec::new(),
             delivery: PackageDelivery::Fetched,
+            staged_package: None,
         }
     }
 }
@@ -420,6 +429,18 @@ impl JobParams {
             }
         };
         let known = |name: &str| PREPARED_ENV.iter().any(|(n, _)| *n == name);
+        if let Some(digest) = &self.staged_package {
+            if self.delivery != PackageDelivery::Fetched {
+                let problem = "a prepared image holds its package: nothing is staged for it";
+                return Err(Error::InvalidStagedPackage { value: digest.clone(), problem });
+            }
+            if crate::artifacts::namespace_package_tag(&self.namespace, digest).is_none() {
+                return Err(Error::InvalidStagedPackage {
+                    value: digest.clone(),
+                    problem: "must be a package digest, sha256:<64 lowercase hex>",
+                });
+            }
+        }
         match &self.delivery {
             PackageDelivery::Fetched => Ok(()),
             PackageDelivery::InImage { env } => {
@@ -542,6 +563,7 @@ pub fn build_job(p: &JobParams) -> Job {
             namespace: Some(p.namespace.clone()),
             labels: Some(labels),
             owner_references: Some(vec![controller_owner(&p.owner)]),
+            annotations: p.staged_package.as_ref().map(|d| BTreeMap::from([(ANNOTATION_PACKAGE_DIGEST.to_string(), d.clone())])),
             ..Default::default()
         },
         spec: Some(JobSpec {
@@ -731,7 +753,9 @@ fn fetch_container(p: &JobParams) -> Container {
     let fetched = p.delivery == PackageDelivery::Fetched;
     // A prepared package is in the image: fetch brings only the inputs and the launcher.
     let package: &[&str] = if fetched { &["--package", PACKAGE_DIR] } else { &[] };
-    let rest: Vec<&str> = package.iter().copied().chain(["--work", WORK_DIR, "--token-file", TOKEN_FILE, "--tools", TOOLS_DIR]).collect();
+    let staged: Vec<&str> = p.staged_package.iter().flat_map(|d| ["--staged-package", d.as_str()]).collect();
+    let rest: Vec<&str> =
+        package.iter().copied().chain(staged).chain(["--work", WORK_DIR, "--token-file", TOKEN_FILE, "--tools", TOOLS_DIR]).collect();
     let command = helper_command(p, "fetch", &rest);
     let mut mounts = Vec::new();
     if fetched {

@@ -109,6 +109,10 @@ pub enum Error {
     /// An endpoint host would need DNS, which the job's pod does not get.
     #[error("{field} host {host:?} needs DNS, which job pods do not get unless egress with DNS is granted: use an IP literal (the Service's ClusterIP) or add it to host_aliases")]
     NeedsDns { field: &'static str, host: String },
+    /// The namespace's staged package is not a sha256 digest, or is given
+    /// for a run whose image holds its package.
+    #[error("staged_package {value:?}: {problem}")]
+    InvalidStagedPackage { value: String, problem: &'static str },
     /// A NetworkPolicy peer has an empty selector (which would match everything).
     #[error("{field}: {problem}")]
     InvalidPeer { field: &'static str, problem: &'static str },

@@ -12,7 +12,7 @@ use kube::{Resource, ResourceExt};
 
 use super::RUN_SERVICE_ACCOUNT;
 use crate::api::job::SkillJob;
-use crate::controller::builders::job::{job_name, pod_selector_labels, EnvGrant, JobParams, RunResources};
+use crate::controller::builders::job::{job_name, pod_selector_labels, EnvGrant, JobParams, PackageDelivery, RunResources};
 use crate::controller::builders::network_policy::ANNOTATION_POLICY_DIGEST;
 use crate::controller::builders::network_policy::{build_network_policies, build_service_account, NetPolParams, Peer};
 use crate::controller::builders::{RUNS_EGRESS_POLICY, RUNS_POLICY};
@@ -139,6 +139,7 @@ pub(super) fn job_params(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, a: &
         host_aliases: ctx.config.host_aliases.clone(),
         image_pull_secrets: Vec::new(),
         delivery: a.delivery.clone(),
+        staged_package: (a.delivery == PackageDelivery::Fetched).then(|| a.digest.clone()),
     }
 }
 

@@ -14,6 +14,7 @@ use crate::controller::builders::job::PackageDelivery;
 use crate::controller::builders::job::{build_job, job_name};
 use crate::controller::context::{Context, Error, Result};
 use crate::controller::decide::{is_final, Admission};
+use crate::controller::staged;
 use k8s_openapi::api::batch::v1::Job;
 
 /// How soon a reconcile that found its view older than the API server's
@@ -49,16 +50,17 @@ pub(super) async fn start(
     if !egress.is_empty() || !admission.egress_proposed.is_empty() {
         status.egress = Some(JobEgress { proposed: admission.egress_proposed.clone(), allowed: egress.clone(), pod_ip: None, seal: None });
     }
-    // The package the pod fetches: exactly the pinned digest, staged for
-    // this job, while the children are made (independent round trips). A
-    // prepared package is in its image (or image volume), pinned by digest:
-    // nothing is staged, and the image must say it holds this package.
+    // The package the pod fetches: exactly the pinned digest, staged once
+    // for the namespace (see `staged`), while the children are made
+    // (independent round trips). The gate is held until the Job exists, so
+    // the sweep of staged packages sees the Job before it looks for
+    // copies no Job names. A prepared package is in its image (or image
+    // volume), pinned by digest: nothing is staged, and the image must say
+    // it holds this package.
+    let _staging = ctx.staged.gate().await;
     let stage = async {
         match &admission.delivery {
-            PackageDelivery::Fetched => {
-                let fetched = ctx.resolver.fetch(&admission.source).await?;
-                ctx.artifacts.stage_package(ns, uid, fetched.archive).await?;
-            }
+            PackageDelivery::Fetched => staged::ensure(ctx, ns, &admission.digest, &admission.source).await?,
             PackageDelivery::InImage { .. } => check_prepared(ctx, &admission.image, &admission.digest).await?,
             PackageDelivery::ImageVolume { reference, .. } => check_prepared(ctx, reference, &admission.digest).await?,
         }

@@ -1,0 +1,212 @@
+//! Packages staged once per namespace, not once per run.
+//!
+//! A fetched package used to be uploaded to the artifact endpoint for every
+//! SkillJob (its own tag in the endpoint's registry): in a backlog the
+//! registry then worked as hard as the API server. Now a package is staged
+//! once for a namespace, under its pinned digest, and every run of that
+//! namespace fetches that copy (`fetch --staged-package`; the endpoint
+//! serves it only to a run of that namespace, and the pod checks the bytes).
+//!
+//! Two rules keep a run from ever being sent to fetch a copy that is gone:
+//!
+//! - what this process staged is remembered for [`REMEMBER_FOR`] and for
+//!   one leadership term only (another leader may have swept it since), so
+//!   a copy deleted behind its back is staged again within that time;
+//! - the sweep deletes a copy only when no Job of that namespace names it
+//!   ([`ANNOTATION_PACKAGE_DIGEST`]), both now and at the sweep before
+//!   ([`SWEEP_EVERY`] earlier, far beyond any remembered staging of another
+//!   process), and it holds [`StagedPackages::gate`] alone while it does:
+//!   a run holds it shared from trusting (or making) the copy until its Job
+//!   exists, so the sweep's list of Jobs always includes it.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Api, ListParams};
+
+use super::builders::job::ANNOTATION_PACKAGE_DIGEST;
+use super::builders::{LABEL_MANAGED_BY, MANAGED_BY};
+use super::context::{Context, Result};
+use crate::api::package::OciSource;
+use crate::artifacts::NamespacePackage;
+
+/// How long a staging this process made is trusted without staging again.
+pub const REMEMBER_FOR: Duration = super::lookups::REMEMBER_FOR;
+/// How often the leader sweeps copies no Job names.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(600);
+/// How many remembered stagings make the map drop its stale ones.
+const REMEMBERED_MAX: usize = 4096;
+
+/// `(namespace, digest)`.
+type Key = (String, String);
+
+#[derive(Default)]
+pub struct StagedPackages {
+    /// Staged by this process: when, in which leadership term.
+    remembered: Mutex<HashMap<Key, (Instant, u64)>>,
+    /// Shared from a run's staging to its Job's creation; the sweep's alone.
+    gate: tokio::sync::RwLock<()>,
+}
+
+impl StagedPackages {
+    /// Held by a run from its staging until its Job exists (or it gave up).
+    pub async fn gate(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
+        self.gate.read().await
+    }
+
+    fn fresh(&self, key: &Key, term: u64) -> bool {
+        let map = self.remembered.lock().expect("lock poisoned");
+        map.get(key).is_some_and(|(at, t)| *t == term && at.elapsed() < REMEMBER_FOR)
+    }
+
+    fn remember(&self, key: Key, term: u64) {
+        let mut map = self.remembered.lock().expect("lock poisoned");
+        if map.len() >= REMEMBERED_MAX {
+            map.retain(|_, (at, _)| at.elapsed() < REMEMBER_FOR);
+        }
+        map.insert(key, (Instant::now(), term));
+    }
+
+    fn forget(&self, key: &Key) {
+        self.remembered.lock().expect("lock poisoned").remove(key);
+    }
+}
+
+/// Makes sure the namespace holds the package pinned to `digest`: staged
+/// now unless this process staged it a moment ago in this term. Call it
+/// holding [`StagedPackages::gate`], and keep holding it until the Job exists.
+pub async fn ensure(ctx: &Context, ns: &str, digest: &str, source: &OciSource) -> Result<()> {
+    let key = (ns.to_string(), digest.to_string());
+    let term = ctx.leadership.term();
+    if ctx.staged.fresh(&key, term) {
+        return Ok(());
+    }
+    let fetched = ctx.resolver.fetch(source).await?;
+    ctx.artifacts.stage_namespace_package(ns, digest, fetched.archive).await?;
+    ctx.staged.remember(key, term);
+    Ok(())
+}
+
+/// What one sweep deletes, and what it remembers for the next: a copy goes
+/// when no Job names it now and none did at the sweep before.
+pub fn doomed(staged: &[NamespacePackage], named: &BTreeSet<Key>, unnamed_before: &BTreeSet<Key>) -> (Vec<Key>, BTreeSet<Key>) {
+    let unnamed: BTreeSet<Key> = staged.iter().map(|p| (p.namespace.clone(), p.digest.clone())).filter(|k| !named.contains(k)).collect();
+    let delete = unnamed.intersection(unnamed_before).cloned().collect();
+    (delete, unnamed)
+}
+
+/// The `(namespace, digest)` every run Job names, from the API server (not
+/// a cache: a Job created a moment ago must count).
+async fn named_by_jobs(ctx: &Context) -> Result<BTreeSet<Key>> {
+    let jobs: Api<Job> = Api::all(ctx.client.clone());
+    let list = jobs.list_metadata(&ListParams::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"))).await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter_map(|j| {
+            let digest = j.metadata.annotations.as_ref()?.get(ANNOTATION_PACKAGE_DIGEST)?.clone();
+            Some((j.metadata.namespace?, digest))
+        })
+        .collect())
+}
+
+/// One sweep: deletes the copies no Job named now nor at the last sweep,
+/// returns how many went and the unnamed ones to pass to the next sweep.
+pub async fn sweep(ctx: &Context, unnamed_before: &BTreeSet<Key>) -> Result<(usize, BTreeSet<Key>)> {
+    let _alone = ctx.staged.gate.write().await;
+    let staged = ctx.artifacts.namespace_packages().await?;
+    let named = named_by_jobs(ctx).await?;
+    let (delete, unnamed) = doomed(&staged, &named, unnamed_before);
+    let mut gone = 0;
+    for key in &delete {
+        ctx.staged.forget(key);
+        if ctx.artifacts.delete_namespace_package(&key.0, &key.1).await? {
+            gone += 1;
+        }
+    }
+    Ok((gone, unnamed))
+}
+
+/// Sweeps every [`SWEEP_EVERY`] while this replica leads, until `stop`.
+/// A failed sweep is logged and tried at the next tick (nothing is lost by
+/// waiting: a copy only costs space).
+pub async fn sweep_every(ctx: std::sync::Arc<Context>, stop: impl std::future::Future<Output = ()>) {
+    let mut stop = std::pin::pin!(stop);
+    let mut unnamed = BTreeSet::new();
+    let mut tick = tokio::time::interval(SWEEP_EVERY);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = tick.tick() => {}
+        }
+        if !ctx.leadership.is_leading() {
+            // A new leader starts its grace from nothing.
+            unnamed.clear();
+            continue;
+        }
+        match sweep(&ctx, &unnamed).await {
+            Ok((gone, next)) => {
+                if gone > 0 {
+                    tracing::info!(gone, "staged packages no run names deleted");
+                }
+                unnamed = next;
+            }
+            Err(err) => tracing::warn!(error = %err, "sweeping staged packages failed; trying again at the next sweep"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(ns: &str, d: &str) -> Key {
+        (ns.to_string(), d.to_string())
+    }
+
+    fn staged(keys: &[Key]) -> Vec<NamespacePackage> {
+        keys.iter().map(|(n, d)| NamespacePackage { namespace: n.clone(), digest: d.clone() }).collect()
+    }
+
+    #[test]
+    fn a_copy_goes_only_when_unnamed_at_two_sweeps_in_a_row() {
+        let (a, b, c) = (key("team", "sha256:a"), key("team", "sha256:b"), key("other", "sha256:a"));
+        let all = staged(&[a.clone(), b.clone(), c.clone()]);
+        let named = BTreeSet::from([b.clone()]);
+        // First sweep: nothing was seen unnamed before, so nothing goes.
+        let (delete, unnamed) = doomed(&all, &named, &BTreeSet::new());
+        assert!(delete.is_empty(), "a copy went at its first unnamed sweep: {delete:?}");
+        assert_eq!(unnamed, BTreeSet::from([a.clone(), c.clone()]));
+        // Second sweep: `a` of `other` is named now (a run started meanwhile).
+        let named = BTreeSet::from([c.clone()]);
+        let (delete, unnamed) = doomed(&all, &named, &unnamed);
+        assert_eq!(delete, vec![a.clone()], "the namespace is part of the key: another namespace's run keeps only its own copy");
+        assert_eq!(unnamed, BTreeSet::from([a, b]));
+    }
+
+    #[test]
+    fn a_staging_is_trusted_for_one_term_and_a_while() {
+        let s = StagedPackages::default();
+        let k = key("team", "sha256:a");
+        assert!(!s.fresh(&k, 1));
+        s.remember(k.clone(), 1);
+        assert!(s.fresh(&k, 1));
+        assert!(!s.fresh(&k, 2), "a staging of an earlier term was trusted (another leader may have swept it)");
+        s.remembered.lock().unwrap().insert(k.clone(), (Instant::now() - REMEMBER_FOR, 1));
+        assert!(!s.fresh(&k, 1), "a staging older than REMEMBER_FOR was trusted");
+        s.remember(k.clone(), 1);
+        s.forget(&k);
+        assert!(!s.fresh(&k, 1), "a swept copy was still trusted");
+    }
+
+    #[tokio::test]
+    async fn the_sweep_waits_for_runs_between_staging_and_their_job() {
+        let s = StagedPackages::default();
+        let run = s.gate().await;
+        assert!(s.gate.try_write().is_err(), "the sweep could run while a run was between its staging and its Job");
+        drop(run);
+        assert!(s.gate.try_write().is_ok());
+    }
+}
