@@ -112,8 +112,17 @@ impl Stack {
     /// [`Stack::controller`], reaching the API server through `kubeconfig`
     /// (a fault-injecting proxy's, say).
     pub(crate) fn controller_via(&self, kubeconfig: &Path, metrics_port: u16, extra: &[&str], pod_name: &str) -> Process {
+        // `CONTROLLER_WRAPPER` (a profiler such as heaptrack) runs the binary under it.
+        let mut command = match std::env::var("CONTROLLER_WRAPPER") {
+            Ok(wrapper) => {
+                let mut c = Command::new(wrapper);
+                c.arg(self.bin);
+                c
+            }
+            Err(_) => Command::new(self.bin),
+        };
         Process(
-            Command::new(self.bin)
+            command
                 .args(["controller", "--listen", &format!("127.0.0.1:{metrics_port}")])
                 .args([
                     "--operator-image",
