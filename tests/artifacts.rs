@@ -232,6 +232,21 @@ fn pod_dirs(ns: &str, uid: &str) -> PodDirs {
     }
 }
 
+/// `skill-operator fetch` as the init container runs it, into `d`.
+fn fetch_command(endpoint: &str, ns: &str, uid: &str, d: &PodDirs) -> tokio::process::Command {
+    let mut c = tokio::process::Command::new(BIN);
+    c.args(["fetch", "--endpoint", endpoint, "--namespace", ns, "--job", uid])
+        .arg("--package")
+        .arg(&d.package)
+        .arg("--work")
+        .arg(&d.work)
+        .arg("--tools")
+        .arg(&d.tools)
+        .arg("--token-file")
+        .arg(&d.token);
+    c
+}
+
 fn fetch_opts(env: &Env, ns: &str, uid: &str, d: &PodDirs) -> FetchOptions {
     FetchOptions {
         endpoint: env.endpoint(ns, uid),
@@ -358,21 +373,7 @@ async fn round_trip_stage_fetch_run_upload_read_back() {
 
     // fetch: the real binary, as the init container runs it.
     let d = pod_dirs(NS, UID);
-    let out = tokio::process::Command::new(BIN)
-        .args(["fetch", "--endpoint", &env.base, "--namespace", NS, "--job", UID])
-        .arg("--package")
-        .arg(&d.package)
-        .arg("--work")
-        .arg(&d.work)
-        .arg("--tools")
-        .arg(&d.tools)
-        .arg("--token-file")
-        .arg(&d.token)
-        .arg("--package-digest")
-        .arg(package::digest(&pkg))
-        .output()
-        .await
-        .unwrap();
+    let out = fetch_command(&env.base, NS, UID, &d).arg("--package-digest").arg(package::digest(&pkg)).output().await.unwrap();
     assert!(out.status.success(), "fetch failed: {}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(std::fs::read(d.work.join("data/input.csv")).unwrap(), csv);
     assert_eq!(
@@ -1393,16 +1394,7 @@ async fn a_namespace_package_staged_once_is_fetched_by_every_job_of_the_namespac
 
     // Job two: the real binary, as the init container runs it.
     let d2 = pod_dirs(NS, OTHER_UID);
-    let out = tokio::process::Command::new(BIN)
-        .args(["fetch", "--endpoint", &env.base, "--namespace", NS, "--job", OTHER_UID])
-        .arg("--package")
-        .arg(&d2.package)
-        .arg("--work")
-        .arg(&d2.work)
-        .arg("--tools")
-        .arg(&d2.tools)
-        .arg("--token-file")
-        .arg(&d2.token)
+    let out = fetch_command(&env.base, NS, OTHER_UID, &d2)
         .arg("--termination-log")
         .arg(&d2.termination_log)
         .args(["--staged-package", &digest, "--package-digest", &sha])
@@ -1679,16 +1671,7 @@ async fn a_malformed_staged_package_digest_fails_fetch_before_any_request() {
     let err = client::fetch(&o).await.unwrap_err();
     assert!(matches!(&err, ClientError::Config(m) if m.contains("--staged-package")), "{err}");
     // The binary says so in the termination log.
-    let out = tokio::process::Command::new(BIN)
-        .args(["fetch", "--endpoint", "http://127.0.0.1:1/v1", "--namespace", NS, "--job", UID])
-        .arg("--package")
-        .arg(&d.package)
-        .arg("--work")
-        .arg(&d.work)
-        .arg("--tools")
-        .arg(&d.tools)
-        .arg("--token-file")
-        .arg(&d.token)
+    let out = fetch_command("http://127.0.0.1:1/v1", NS, UID, &d)
         .arg("--termination-log")
         .arg(&d.termination_log)
         .args(["--staged-package", "md5:abc"])

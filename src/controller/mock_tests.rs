@@ -260,52 +260,10 @@ async fn first_reconcile_admits_and_creates_children_then_the_job() {
     tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
 }
 
-/// Records what is staged where.
-#[derive(Default)]
-struct RecordedStaging(std::sync::Mutex<Vec<String>>);
-impl super::context::ArtifactStore for RecordedStaging {
-    fn stage_package<'a>(
-        &'a self,
-        ns: &'a str,
-        uid: &'a str,
-        _: Vec<u8>,
-    ) -> futures::future::BoxFuture<'a, Result<(), super::context::ArtifactError>> {
-        self.0.lock().unwrap().push(format!("job {ns}/{uid}"));
-        Box::pin(async { Ok(()) })
-    }
-    fn stage_namespace_package<'a>(
-        &'a self,
-        ns: &'a str,
-        digest: &'a str,
-        _: Vec<u8>,
-    ) -> futures::future::BoxFuture<'a, Result<(), super::context::ArtifactError>> {
-        self.0.lock().unwrap().push(format!("namespace {ns} {digest}"));
-        Box::pin(async { Ok(()) })
-    }
-    fn delete<'a>(&'a self, _: &'a str, _: &'a str) -> futures::future::BoxFuture<'a, Result<(), super::context::ArtifactError>> {
-        Box::pin(async { Ok(()) })
-    }
-    fn outputs<'a>(
-        &'a self,
-        _: &'a str,
-        _: &'a str,
-    ) -> futures::future::BoxFuture<'a, Result<Option<crate::artifacts::OutputManifest>, super::context::ArtifactError>> {
-        Box::pin(async { Ok(None) })
-    }
-    fn output_file<'a>(
-        &'a self,
-        _: &'a str,
-        _: &'a str,
-        _: &'a str,
-    ) -> futures::future::BoxFuture<'a, Result<Vec<u8>, super::context::ArtifactError>> {
-        Box::pin(async { Ok(Vec::new()) })
-    }
-}
-
 /// Two runs of one package in a namespace: one staging, never one per run.
 #[tokio::test]
 async fn a_namespace_stages_a_package_once_for_its_runs() {
-    let artifacts = Arc::new(RecordedStaging::default());
+    let artifacts = Arc::new(StoredOutputs::default());
     let (ctx, mut handle) = context_with(artifacts.clone());
     const SECOND: &str = "1f0e0d0c-0b0a-0908-0706-050403020100";
     let second = || {
@@ -334,7 +292,7 @@ async fn a_namespace_stages_a_package_once_for_its_runs() {
     skilljob::reconcile(Arc::new(skilljob()), ctx.clone()).await.expect("first reconcile");
     skilljob::reconcile(Arc::new(second()), ctx).await.expect("second reconcile");
     tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
-    assert_eq!(artifacts.0.lock().unwrap().clone(), vec![format!("namespace team {PACKAGE_DIGEST}")]);
+    assert_eq!(artifacts.staged.lock().unwrap().clone(), vec![format!("namespace team {PACKAGE_DIGEST}")]);
 }
 
 /// The cached copy predates the run's recorded start (and its verdict,
@@ -455,14 +413,26 @@ struct StoredOutputs {
     announced: Vec<crate::artifacts::OutputsStored>,
     /// The endpoint is down: reading the outputs finds it unreachable.
     down: bool,
+    /// What was staged where.
+    staged: std::sync::Mutex<Vec<String>>,
 }
 impl super::context::ArtifactStore for StoredOutputs {
     fn stage_package<'a>(
         &'a self,
-        _: &'a str,
-        _: &'a str,
+        ns: &'a str,
+        uid: &'a str,
         _: Vec<u8>,
     ) -> futures::future::BoxFuture<'a, Result<(), super::context::ArtifactError>> {
+        self.staged.lock().unwrap().push(format!("job {ns}/{uid}"));
+        Box::pin(async { Ok(()) })
+    }
+    fn stage_namespace_package<'a>(
+        &'a self,
+        ns: &'a str,
+        digest: &'a str,
+        _: Vec<u8>,
+    ) -> futures::future::BoxFuture<'a, Result<(), super::context::ArtifactError>> {
+        self.staged.lock().unwrap().push(format!("namespace {ns} {digest}"));
         Box::pin(async { Ok(()) })
     }
     fn delete<'a>(&'a self, _: &'a str, _: &'a str) -> futures::future::BoxFuture<'a, Result<(), super::context::ArtifactError>> {
@@ -1023,7 +993,7 @@ async fn announced_runs_wake_their_own_skilljob_only() {
         stored("team", LOOK_ALIKE_UID),
         stored("team", UID),
     ];
-    let ctx = Arc::new(Context { artifacts: Arc::new(StoredOutputs { announced, down: false }), ..(*plain).clone() });
+    let ctx = Arc::new(Context { artifacts: Arc::new(StoredOutputs { announced, ..Default::default() }), ..(*plain).clone() });
     drop(plain);
     caches_with(&ctx, pod_still_running(JOB_UID));
     let mut wakes = Box::pin(skilljob::follow_stored(ctx.clone()));

@@ -195,12 +195,7 @@ impl Registry {
         let registry = r.resolve_registry().to_string();
         let scheme = if self.opts.plain_http.iter().any(|h| h == &registry) { "http" } else { "https" };
         let url = format!("{scheme}://{registry}/v2/{}/manifests/{digest}", r.repository());
-        let mut req = self.http.delete(&url);
-        match (token.as_deref(), self.auth_for(&r)) {
-            (Some(t), _) => req = req.bearer_auth(t),
-            (None, Auth::Basic { username, password }) => req = req.basic_auth(username, Some(password)),
-            (None, _) => {}
-        }
+        let req = self.signed(self.http.delete(&url), token.as_deref(), &r);
         let resp = req.send().await.map_err(|e| map_reqwest_error(&r, e))?;
         let status = resp.status();
         match status {

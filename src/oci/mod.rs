@@ -243,6 +243,16 @@ impl Registry {
         let registry = r.resolve_registry();
         self.opts.credentials.iter().find(|(host, _)| host == registry).map(|(_, a)| a).unwrap_or(&self.opts.auth)
     }
+
+    /// A request of ours to the registry `r` names, signed: the bearer
+    /// token `authenticate` got wins; else basic credentials; else anonymous.
+    pub(crate) fn signed(&self, req: reqwest::RequestBuilder, token: Option<&str>, r: &oci_client::Reference) -> reqwest::RequestBuilder {
+        match (token, self.auth_for(r)) {
+            (Some(t), _) => req.bearer_auth(t),
+            (None, Auth::Basic { username, password }) => req.basic_auth(username, Some(password)),
+            (None, _) => req,
+        }
+    }
 }
 
 /// The registry (`host[:port]`) a reference points at, as used for

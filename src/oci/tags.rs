@@ -56,12 +56,7 @@ impl Registry {
         let mut url = origin.clone();
         let mut tags: Vec<String> = Vec::new();
         for _ in 0..MAX_TAG_PAGES {
-            let mut req = self.http.get(url.clone());
-            match (token.as_deref(), self.auth_for(&r)) {
-                (Some(t), _) => req = req.bearer_auth(t),
-                (None, Auth::Basic { username, password }) => req = req.basic_auth(username, Some(password)),
-                (None, _) => {}
-            }
+            let req = self.signed(self.http.get(url.clone()), token.as_deref(), &r);
             let resp = req.send().await.map_err(|e| map_reqwest_error(&r, e))?;
             let status = resp.status();
             match status {

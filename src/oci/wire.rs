@@ -120,14 +120,7 @@ impl Registry {
         }
         let url = format!("{scheme}://{registry}/v2/{}/manifests/{target}", r.repository());
         let accept = [OCI_MANIFEST_MEDIA_TYPE, OCI_INDEX_MEDIA_TYPE, DOCKER_MANIFEST_MEDIA_TYPE, DOCKER_LIST_MEDIA_TYPE].join(", ");
-        let mut req = self.http.get(&url).header(reqwest::header::ACCEPT, accept);
-        // The bearer token `authenticate` got wins; else basic credentials;
-        // else anonymous.
-        match (token, self.auth_for(r)) {
-            (Some(t), _) => req = req.bearer_auth(t),
-            (None, Auth::Basic { username, password }) => req = req.basic_auth(username, Some(password)),
-            (None, _) => {}
-        }
+        let req = self.signed(self.http.get(&url).header(reqwest::header::ACCEPT, accept), token, r);
         let resp = req.send().await.map_err(|e| map_reqwest_error(r, e))?;
         let status = resp.status();
         if status == reqwest::StatusCode::NOT_FOUND {
