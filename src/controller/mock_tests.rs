@@ -163,6 +163,14 @@ async fn expect_run_policies(handle: &mut Handle) -> Value {
     expect(handle, "PATCH", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies/skill-operator-runs", ok).await
 }
 
+/// Admission reads the namespace, which enforces `restricted`.
+pub(super) async fn expect_restricted_namespace(handle: &mut Handle) {
+    expect(handle, "GET", "/api/v1/namespaces/team", |_| {
+        ok(json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "team", "labels": { "pod-security.kubernetes.io/enforce": "restricted" } } }))
+    })
+    .await;
+}
+
 /// Admission reads the binding, then its package.
 async fn expect_admission_reads(handle: &mut Handle) {
     expect(handle, "GET", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skillbindings/weather", |_| ok(binding())).await;
@@ -225,10 +233,7 @@ async fn first_reconcile_admits_and_creates_children_then_the_job() {
     let server = tokio::spawn(async move {
         // No Job recorded yet: no GET of it; a Job that exists would answer the POST with 409.
         expect_admission_reads(&mut handle).await;
-        expect(&mut handle, "GET", "/api/v1/namespaces/team", |_| {
-            ok(json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "team", "labels": { "pod-security.kubernetes.io/enforce": "restricted" } } }))
-        })
-        .await;
+        expect_restricted_namespace(&mut handle).await;
         expect_skilljob_read(&mut handle, newer_unstarted_copy()).await;
         let sa = expect(&mut handle, "PATCH", "/api/v1/namespaces/team/serviceaccounts/skill-operator-run", ok).await;
         assert_eq!(sa["automountServiceAccountToken"], false);
@@ -273,10 +278,7 @@ async fn a_namespace_stages_a_package_once_for_its_runs() {
     };
     let server = tokio::spawn(async move {
         expect_admission_reads(&mut handle).await;
-        expect(&mut handle, "GET", "/api/v1/namespaces/team", |_| {
-            ok(json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "team", "labels": { "pod-security.kubernetes.io/enforce": "restricted" } } }))
-        })
-        .await;
+        expect_restricted_namespace(&mut handle).await;
         expect_skilljob_read(&mut handle, newer_unstarted_copy()).await;
         expect(&mut handle, "PATCH", "/api/v1/namespaces/team/serviceaccounts/skill-operator-run", ok).await;
         expect_run_policies(&mut handle).await;
@@ -303,10 +305,7 @@ async fn a_cached_copy_behind_a_finished_run_creates_nothing() {
     let (ctx, mut handle) = context();
     let server = tokio::spawn(async move {
         expect_admission_reads(&mut handle).await;
-        expect(&mut handle, "GET", "/api/v1/namespaces/team", |_| {
-            ok(json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "team", "labels": { "pod-security.kubernetes.io/enforce": "restricted" } } }))
-        })
-        .await;
+        expect_restricted_namespace(&mut handle).await;
         let mut finished = newer_unstarted_copy();
         finished.status = Some(crate::api::job::SkillJobStatus {
             phase: Some(crate::api::job::SkillJobPhase::Failed),
@@ -619,10 +618,7 @@ async fn an_old_unrecorded_job_gets_its_status_rebuilt() {
     ctx.lookups.set_child_stores(jobs, policies);
     let server = tokio::spawn(async move {
         expect(&mut handle, "GET", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skillbindings/weather", |_| ok(binding())).await;
-        expect(&mut handle, "GET", "/api/v1/namespaces/team", |_| {
-            ok(json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "team", "labels": { "pod-security.kubernetes.io/enforce": "restricted" } } }))
-        })
-        .await;
+        expect_restricted_namespace(&mut handle).await;
         expect_run_policies(&mut handle).await;
         let status =
             expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;

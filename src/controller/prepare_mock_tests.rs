@@ -434,10 +434,7 @@ async fn a_skilljob_of_a_prepared_package_runs_from_its_image_and_stages_no_pack
     let server = tokio::spawn(async move {
         expect(&mut handle, "GET", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skillbindings/weather", |_| ok(binding())).await;
         expect(&mut handle, "GET", "/apis/skill-operator.dev/v1alpha1/skillpackages/weather-1", |_| ok(prepared_package_value())).await;
-        expect(&mut handle, "GET", "/api/v1/namespaces/team", |_| {
-            ok(json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "team", "labels": { "pod-security.kubernetes.io/enforce": "restricted" } } }))
-        })
-        .await;
+        expect_restricted_namespace(&mut handle).await;
         expect_skilljob_read(&mut handle, newer_unstarted_copy()).await;
         expect(&mut handle, "PATCH", "/api/v1/namespaces/team/serviceaccounts/skill-operator-run", ok).await;
         expect(&mut handle, "PATCH", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies/skill-operator-runs", ok).await;
