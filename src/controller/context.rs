@@ -164,7 +164,7 @@ pub struct Context {
     /// Whether this replica may write (every reconciler asks first).
     pub leadership: super::leader::Leadership,
     /// Packages staged per namespace, and the gate their sweep shares with runs.
-    pub staged: Arc<super::staged::StagedPackages>,
+    pub staged: Arc<super::staged::memory::StagedPackages>,
 }
 
 impl Context {

@@ -4,7 +4,6 @@ use super::super::{
     ArtifactKind, ArtifactLimits, InputsManifest, OutputManifest, SetFile, ANNOTATION_JOB, ANNOTATION_KIND, MANIFEST_PATH, RESULT_PREFIX,
     WORK_PREFIX,
 };
-use crate::core::package::{self};
 use crate::core::paths::RelPath;
 use crate::oci::{OciError, SkillConfig};
 use axum::extract::{FromRequestParts, Path, Query, Request, State};
@@ -31,48 +30,6 @@ pub(super) async fn readyz(State(state): State<AppState>) -> Response {
         Ok(_) | Err(OciError::NotFound { .. }) => "ok".into_response(),
         Err(e) => ApiError::new(ErrorCode::RegistryUnavailable, e.to_string()).into_response(),
     }
-}
-
-/// `?digest=` of `GET .../package`: the namespace package pinned at that
-/// digest instead of the job's own.
-#[derive(Debug, Deserialize)]
-pub(super) struct PackageQuery {
-    pub(super) digest: Option<String>,
-}
-
-/// `?digest=` with the JSON error shape.
-pub(super) struct PackagePin(pub(super) PackageQuery);
-
-impl<S: Send + Sync> FromRequestParts<S> for PackagePin {
-    type Rejection = ApiError;
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        match Query::<PackageQuery>::from_request_parts(parts, state).await {
-            Ok(Query(q)) => Ok(PackagePin(q)),
-            Err(e) => Err(ApiError::bad(ErrorCode::BadQuery, e.body_text())),
-        }
-    }
-}
-
-pub(super) async fn get_package(
-    State(state): State<AppState>,
-    JobPath((ns, uid)): JobPath<(String, String)>,
-    PackagePin(q): PackagePin,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    admit(&state, &headers, &ns, &uid, Access::ReadStaged).await?;
-    if let Some(digest) = &q.digest {
-        // The route's namespace, checked against the credential by `admit`:
-        // a job reads its own namespace's package, never another's.
-        return super::namespace_packages::get_namespace_package(&state, &ns, digest).await;
-    }
-    let _held = state.hold(state.0.limits.max_package_bytes).await;
-    let reference = state.reference(&ns, &uid, ArtifactKind::Package);
-    let pulled = state.0.packages.pull(&reference).await.map_err(oci_error)?;
-    if pulled.annotations.get(ANNOTATION_JOB) != Some(&format!("{ns}/{uid}")) {
-        return Err(ApiError::new(ErrorCode::WrongArtifact, format!("{reference} is not this job's package")));
-    }
-    let digest = package::digest(&pulled.package);
-    Ok(bytes_response(pulled.package, "application/gzip", &digest, Some(&pulled.digest)))
 }
 
 pub(super) async fn put_package(

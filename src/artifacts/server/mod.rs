@@ -439,7 +439,7 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(move || std::future::ready(listener_metrics.render())))
         .route("/v1/jobs/{ns}/{uid}", delete(delete_job))
-        .route("/v1/jobs/{ns}/{uid}/package", get(get_package))
+        .route("/v1/jobs/{ns}/{uid}/package", get(namespace_packages::get_package))
         .route("/v1/jobs/{ns}/{uid}/package", put(put_package).layer(pkg))
         .route("/v1/jobs/{ns}/{uid}/inputs", get(get_inputs))
         .route("/v1/jobs/{ns}/{uid}/inputs", put(put_inputs).layer(batch))

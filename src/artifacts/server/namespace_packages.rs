@@ -25,17 +25,20 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::{Request, State};
+use axum::extract::{FromRequestParts, Query, Request, State};
+use axum::http::request::Parts;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use serde::Deserialize;
 use serde_json::json;
 
-use super::auth::{authenticate, Caller};
+use super::auth::{admit, authenticate, Access, Caller};
 use super::handlers::{stage_archive, JobPath};
 use super::{bytes_response, oci_error, ApiError, AppState};
 use crate::artifacts::{
-    check_namespace, namespace_package_tag, parse_namespace_package_tag, sha256_hex, ErrorCode, NamespacePackage, ANNOTATION_PACKAGE,
+    check_namespace, namespace_package_tag, parse_namespace_package_tag, sha256_hex, ArtifactKind, ErrorCode, NamespacePackage,
+    ANNOTATION_JOB, ANNOTATION_PACKAGE,
 };
 use crate::core::package;
 use crate::oci::OciError;
@@ -160,4 +163,48 @@ pub(super) async fn get_namespace_package(state: &AppState, ns: &str, digest: &s
     }
     let sha = package::digest(&pulled.package);
     Ok(bytes_response(pulled.package, "application/gzip", &sha, Some(&pulled.digest)))
+}
+
+/// `?digest=` of `GET .../package`: the namespace package pinned at that
+/// digest instead of the job's own.
+#[derive(Debug, Deserialize)]
+pub(super) struct PackageQuery {
+    pub(super) digest: Option<String>,
+}
+
+/// `?digest=` with the JSON error shape.
+pub(super) struct PackagePin(pub(super) PackageQuery);
+
+impl<S: Send + Sync> FromRequestParts<S> for PackagePin {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match Query::<PackageQuery>::from_request_parts(parts, state).await {
+            Ok(Query(q)) => Ok(PackagePin(q)),
+            Err(e) => Err(ApiError::bad(ErrorCode::BadQuery, e.body_text())),
+        }
+    }
+}
+
+/// `GET /v1/jobs/{ns}/{uid}/package[?digest=]`: the job's own staged
+/// package, or with `?digest=` its namespace's copy.
+pub(super) async fn get_package(
+    State(state): State<AppState>,
+    JobPath((ns, uid)): JobPath<(String, String)>,
+    PackagePin(q): PackagePin,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    admit(&state, &headers, &ns, &uid, Access::ReadStaged).await?;
+    if let Some(digest) = &q.digest {
+        // The route's namespace, checked against the credential by `admit`:
+        // a job reads its own namespace's package, never another's.
+        return get_namespace_package(&state, &ns, digest).await;
+    }
+    let _held = state.hold(state.0.limits.max_package_bytes).await;
+    let reference = state.reference(&ns, &uid, ArtifactKind::Package);
+    let pulled = state.0.packages.pull(&reference).await.map_err(oci_error)?;
+    if pulled.annotations.get(ANNOTATION_JOB) != Some(&format!("{ns}/{uid}")) {
+        return Err(ApiError::new(ErrorCode::WrongArtifact, format!("{reference} is not this job's package")));
+    }
+    let digest = package::digest(&pulled.package);
+    Ok(bytes_response(pulled.package, "application/gzip", &digest, Some(&pulled.digest)))
 }
