@@ -127,14 +127,15 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> FromRequestParts<S> 
     }
 }
 
-/// `?set=<digest>` with the JSON error shape.
-pub(super) struct SetPin(pub(super) SetQuery);
+/// `Query` with the JSON error shape (`?set=`, `?digest=`; a query that
+/// does not decode is 400 `bad_query`).
+pub(super) struct QueryOf<T>(pub(super) T);
 
-impl<S: Send + Sync> FromRequestParts<S> for SetPin {
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequestParts<S> for QueryOf<T> {
     type Rejection = ApiError;
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        match Query::<SetQuery>::from_request_parts(parts, state).await {
-            Ok(Query(q)) => Ok(SetPin(q)),
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(q)) => Ok(QueryOf(q)),
             Err(e) => Err(ApiError::bad(ErrorCode::BadQuery, e.body_text())),
         }
     }
@@ -165,7 +166,7 @@ pub(super) async fn get_file(
 pub(super) async fn get_input_file(
     State(state): State<AppState>,
     JobPath((ns, uid, path)): JobPath<(String, String, String)>,
-    SetPin(q): SetPin,
+    QueryOf(q): QueryOf<SetQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     admit(&state, &headers, &ns, &uid, Access::ReadStaged).await?;
@@ -345,7 +346,7 @@ pub(super) async fn get_outputs(
 pub(super) async fn get_output_file(
     State(state): State<AppState>,
     JobPath((ns, uid, path)): JobPath<(String, String, String)>,
-    SetPin(q): SetPin,
+    QueryOf(q): QueryOf<SetQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     admit(&state, &headers, &ns, &uid, Access::ReadOutputs).await?;

@@ -25,8 +25,7 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::{FromRequestParts, Query, Request, State};
-use axum::http::request::Parts;
+use axum::extract::{Request, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -34,7 +33,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::auth::{admit, authenticate, Access, Caller};
-use super::handlers::{stage_archive, JobPath};
+use super::handlers::{stage_archive, JobPath, QueryOf};
 use super::{bytes_response, oci_error, ApiError, AppState};
 use crate::artifacts::{
     check_namespace, namespace_package_tag, parse_namespace_package_tag, sha256_hex, ArtifactKind, ErrorCode, NamespacePackage,
@@ -172,25 +171,12 @@ pub(super) struct PackageQuery {
     pub(super) digest: Option<String>,
 }
 
-/// `?digest=` with the JSON error shape.
-pub(super) struct PackagePin(pub(super) PackageQuery);
-
-impl<S: Send + Sync> FromRequestParts<S> for PackagePin {
-    type Rejection = ApiError;
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        match Query::<PackageQuery>::from_request_parts(parts, state).await {
-            Ok(Query(q)) => Ok(PackagePin(q)),
-            Err(e) => Err(ApiError::bad(ErrorCode::BadQuery, e.body_text())),
-        }
-    }
-}
-
 /// `GET /v1/jobs/{ns}/{uid}/package[?digest=]`: the job's own staged
 /// package, or with `?digest=` its namespace's copy.
 pub(super) async fn get_package(
     State(state): State<AppState>,
     JobPath((ns, uid)): JobPath<(String, String)>,
-    PackagePin(q): PackagePin,
+    QueryOf(q): QueryOf<PackageQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     admit(&state, &headers, &ns, &uid, Access::ReadStaged).await?;
