@@ -6,6 +6,10 @@
 //! by `tests/kind/run.sh` when `BENCH_RUNS` is set, which then runs this).
 //! Prints SKIPPED otherwise.
 //!
+//! Then the same runs on warm pods (the binding given `spec.warm` for the
+//! time: a pool of one, each run started once a pod waits for it), and
+//! the two medians side by side.
+//!
 //! For each interpreter it runs `BENCH_RUNS` (default 20) SkillJobs one at a
 //! time and stamps, on this machine's clock, when each step became visible
 //! through the API (watch events: the pod created, scheduled, the fetch
@@ -155,6 +159,7 @@ async fn main() {
     let api: Api<SkillJob> = Api::namespaced(client.clone(), &ns);
     println!("SkillJob created → Succeeded on the real node, {runs} runs each, one at a time (ms on this machine's clock)\n");
     println!("| interpreter | step | median | p90 |\n|---|---|---:|---:|");
+    let mut summary = Vec::new();
     for (interpreter, binding, script) in [
         ("python", "e2e-noop-py", "scripts/noop.py"),
         ("node", "e2e-noop-js", "scripts/noop.js"),
@@ -242,7 +247,83 @@ async fn main() {
         println!(
             "| **{interpreter}** | **created → Succeeded** | **{:.0}** | **{:.0}** |",
             quantile(totals.clone(), 0.5),
-            quantile(totals, 0.9)
+            quantile(totals.clone(), 0.9)
         );
+        let warm = warm_runs(&client, &ns, binding, script, runs, &stamps).await;
+        println!(
+            "| **{interpreter}** | **warm: created → Succeeded** | **{:.0}** | **{:.0}** |",
+            quantile(warm.clone(), 0.5),
+            quantile(warm.clone(), 0.9)
+        );
+        summary.push((interpreter, quantile(totals, 0.5), quantile(warm, 0.5)));
     }
+    println!("\n| interpreter | cold median | warm median | warm / cold |\n|---|---:|---:|---:|");
+    for (interpreter, cold, warm) in summary {
+        println!("| {interpreter} | {cold:.0} ms | {warm:.0} ms | {:.3} |", warm / cold);
+    }
+}
+
+/// The same runs on warm pods: the binding keeps a pool of one (`spec.warm`),
+/// and each run starts once a pod waits for it (untimed: the pool refills
+/// after a claim). Run 0 is not counted. `spec.warm` is removed afterwards.
+async fn warm_runs(client: &Client, ns: &str, binding: &str, script: &str, runs: usize, stamps: &Stamps) -> Vec<f64> {
+    use kube::api::{ListParams, Patch, PatchParams};
+    let bindings: Api<skill_operator::api::SkillBinding> = Api::namespaced(client.clone(), ns);
+    let patch = json!({ "spec": { "warm": { "min": 1, "max": 1, "idleTimeoutSeconds": 600 } } });
+    bindings.patch(binding, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("give the binding a warm pool");
+    let binding_uid = bindings.get(binding).await.expect("read the binding").uid().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let waiting =
+        ListParams::default().labels(&format!("skill-operator.dev/warm-binding={binding_uid},skill-operator.dev/warm-state=idle"));
+    let api: Api<SkillJob> = Api::namespaced(client.clone(), ns);
+    let mut totals = Vec::new();
+    for i in 0..=runs {
+        let ready_by = Instant::now() + Duration::from_secs(180);
+        loop {
+            let list = pods.list(&waiting).await.expect("list the pool");
+            let ready = list.items.iter().any(|p| {
+                p.metadata.deletion_timestamp.is_none()
+                    && p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            });
+            if ready {
+                break;
+            }
+            assert!(Instant::now() < ready_by, "no warm pod of {binding} was ready within 180 s");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let name = format!("bench-warm-{binding}-{i}");
+        let sj: SkillJob = serde_json::from_value(json!({
+            "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillJob",
+            "metadata": { "name": name }, "spec": { "binding": binding, "script": script }
+        }))
+        .unwrap();
+        let start = Instant::now();
+        let created = api.create(&PostParams::default(), &sj).await.expect("create the SkillJob");
+        let uid = created.uid().unwrap_or_default();
+        let deadline = start + Duration::from_secs(120);
+        loop {
+            if stamps.lock().unwrap().get(&uid).is_some_and(|s| s.contains_key("Succeeded")) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{name} did not succeed within 120 s");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let done = stamps.lock().unwrap().get(&uid).and_then(|s| s.get("Succeeded").copied()).unwrap_or_else(Instant::now);
+        let got = api.get(&name).await.expect("read the SkillJob");
+        assert!(
+            got.status.as_ref().and_then(|s| s.warm_pod.as_ref()).is_some(),
+            "{name} did not run on a warm pod: {:?}",
+            got.status.as_ref().and_then(|s| s.message.clone())
+        );
+        let _ = api.delete(&name, &DeleteParams::default()).await;
+        if i > 0 {
+            totals.push(done.duration_since(start).as_secs_f64() * 1e3);
+        }
+    }
+    let patch = json!({ "spec": { "warm": null } });
+    bindings.patch(binding, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("remove the warm pool");
+    totals
 }

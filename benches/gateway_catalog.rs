@@ -56,7 +56,13 @@ fn main() {
             .map(|i| {
                 let mut b = SkillBinding::new(
                     &format!("binding-{i:03}"),
-                    SkillBindingSpec { package: format!("skill-{:03}-1", i % over), env: vec![], egress: false, egress_hosts: None },
+                    SkillBindingSpec {
+                        package: format!("skill-{:03}-1", i % over),
+                        env: vec![],
+                        egress: false,
+                        egress_hosts: None,
+                        warm: None,
+                    },
                 );
                 // The gateway serves only bindings the controller called Ready.
                 let mut status = SkillBindingStatus::default();

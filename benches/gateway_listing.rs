@@ -152,7 +152,7 @@ fn bindings(skills: impl Iterator<Item = usize>) -> Vec<SkillBinding> {
         .map(|i| {
             let mut b = SkillBinding::new(
                 &format!("binding-{i:03}"),
-                SkillBindingSpec { package: format!("{}-1", skill_name(i)), env: vec![], egress: false, egress_hosts: None },
+                SkillBindingSpec { package: format!("{}-1", skill_name(i)), env: vec![], egress: false, egress_hosts: None, warm: None },
             );
             // The gateway serves only bindings the controller called Ready.
             let mut status = SkillBindingStatus::default();

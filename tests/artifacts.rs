@@ -52,26 +52,32 @@ async fn start() -> Env {
 }
 
 async fn start_with(limits: ArtifactLimits) -> Env {
+    start_tuned(move |cfg| cfg.limits = limits).await
+}
+
+/// The endpoint with its configuration changed by `tune`.
+async fn start_tuned(tune: impl FnOnce(&mut ServerConfig)) -> Env {
     if crate::ON_BUILTIN_STORE {
-        return serve_on_store(limits).await;
+        return serve_on_store(tune).await;
     }
     let reg = TestRegistry::start().await;
     let registry = format!("{}/jobs", reg.addr);
-    serve(Some(reg), registry, limits).await
+    serve(Some(reg), registry, tune).await
 }
 
 /// An endpoint whose registry is a closed port: any registry access is a 503.
 async fn start_without_registry() -> Env {
-    serve(None, "127.0.0.1:1/jobs".into(), ArtifactLimits::DEFAULT).await
+    serve(None, "127.0.0.1:1/jobs".into(), |_| {}).await
 }
 
-async fn serve(reg: Option<TestRegistry>, registry: String, limits: ArtifactLimits) -> Env {
+async fn serve(reg: Option<TestRegistry>, registry: String, tune: impl FnOnce(&mut ServerConfig)) -> Env {
     skill_operator::tls::install_crypto_provider();
     let spool = tempfile::tempdir().unwrap();
     let mut cfg = ServerConfig::new(registry, KEY.to_vec());
     cfg.plain_http = true;
-    cfg.limits = limits;
+    tune(&mut cfg);
     cfg.spool_dir = Some(spool.path().into());
+    let limits = cfg.limits;
     let state = AppState::new(cfg).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -81,17 +87,18 @@ async fn serve(reg: Option<TestRegistry>, registry: String, limits: ArtifactLimi
 }
 
 /// The endpoint on its built-in store, as `artifacts --store DIR` runs it.
-async fn serve_on_store(limits: ArtifactLimits) -> Env {
+async fn serve_on_store(tune: impl FnOnce(&mut ServerConfig)) -> Env {
     skill_operator::tls::install_crypto_provider();
     let spool = tempfile::tempdir().unwrap();
     let store = tempfile::tempdir().unwrap();
     let mut cfg = ServerConfig::with_store(store.path(), KEY.to_vec());
     cfg.seed_samples = false;
-    cfg.limits = limits;
+    tune(&mut cfg);
     cfg.spool_dir = Some(spool.path().into());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     cfg.use_store(addr);
+    let limits = cfg.limits;
     let state = AppState::new(cfg).unwrap();
     tokio::spawn(server::serve(listener, state.clone(), std::future::pending()));
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
@@ -255,6 +262,7 @@ fn fetch_opts(env: &Env, ns: &str, uid: &str, d: &PodDirs) -> FetchOptions {
         tools_dir: Some(d.tools.clone()),
         expect_package_digest: None,
         staged_package: None,
+        skip_inputs: false,
         limits: env.limits,
         patience: Duration::ZERO,
     }
@@ -1681,4 +1689,549 @@ async fn a_malformed_staged_package_digest_fails_fetch_before_any_request() {
     assert!(!out.status.success());
     let line = std::fs::read_to_string(&d.termination_log).unwrap();
     assert!(line.contains("--staged-package") && line.contains("md5:abc"), "{line}");
+}
+
+// -- warm pods' claims ----------------------------------------------------------
+
+use skill_operator::artifacts::client::warm::{self, WarmEnd, WarmOptions};
+use skill_operator::artifacts::operator::ArtifactStore as _;
+use skill_operator::artifacts::{Claim, ClaimInput, CLAIM_FILE, CLAIM_HEADER};
+use skill_operator::core::limits::{MAX_ARGS, MAX_ARG_BYTES, MAX_TIMEOUT_SECS};
+
+const WARM: &str = "warm-0123456789abcdef0123456789abcdef";
+const OTHER_WARM: &str = "warm-fedcba9876543210fedcba9876543210";
+
+/// The `n`th warm uid of a test (each takes one claim only).
+fn warm_uid(n: u32) -> String {
+    format!("warm-{n:032x}")
+}
+
+fn a_claim(uid: &str) -> Claim {
+    Claim {
+        skilljob_uid: uid.into(),
+        interpreter: "/usr/bin/python3".into(),
+        script: "/package/scripts/stats.py".into(),
+        args: vec!["data/input.csv".into()],
+        timeout_secs: 60,
+        inputs: vec![],
+    }
+}
+
+impl Env {
+    async fn put_claim(&self, ns: &str, warm: &str, auth: Option<&str>, body: Vec<u8>) -> (u16, Vec<u8>) {
+        self.send(reqwest::Method::PUT, &format!("{ns}/{warm}/claim"), auth, Some(body)).await
+    }
+
+    async fn get_claim(&self, ns: &str, warm: &str, auth: &str, query: &str) -> (u16, Vec<u8>) {
+        self.get(&format!("{ns}/{warm}/claim{query}"), auth).await
+    }
+
+    /// A request on a job's route with the claim header naming `warm`.
+    async fn claimed(&self, method: reqwest::Method, tail: &str, auth: &str, warm: &str, body: Option<Vec<u8>>) -> (u16, Vec<u8>) {
+        let mut req = self.http.request(method, self.url(tail)).header("authorization", auth).header(CLAIM_HEADER, warm);
+        if let Some(b) = body {
+            req = req.body(b);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.bytes().await.unwrap().to_vec())
+    }
+
+    /// Another endpoint replica on this one's backing store: its base URL.
+    async fn replica(&self) -> (String, tempfile::TempDir) {
+        let (repo, _) = self.backing();
+        let spool = tempfile::tempdir().unwrap();
+        let mut cfg = ServerConfig::new(repo, KEY.to_vec());
+        cfg.plain_http = true;
+        if self.store.is_some() {
+            cfg.registry_auth = skill_operator::oci::Auth::Bearer(format!("operator:{}", artifacts::operator_token(KEY)));
+        }
+        cfg.spool_dir = Some(spool.path().into());
+        let state = AppState::new(cfg).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(server::serve(listener, state, std::future::pending()));
+        (format!("http://{addr}/v1"), spool)
+    }
+
+    /// A `GET .../claim?wait=<secs>` of `warm`'s own, running on its own.
+    fn waiting_claim(&self, base: &str, warm: &str, secs: u64) -> tokio::task::JoinHandle<(u16, Vec<u8>)> {
+        let req = self.http.get(format!("{base}/jobs/{NS}/{warm}/claim?wait={secs}")).header("authorization", job(NS, warm));
+        tokio::spawn(async move {
+            let resp = req.send().await.unwrap();
+            (resp.status().as_u16(), resp.bytes().await.unwrap().to_vec())
+        })
+    }
+
+    /// Until this replica has a request waiting for a claim (its own sign, not a fixed sleep).
+    async fn until_a_claim_is_awaited(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.state.claim_waiters() == 0 {
+            assert!(Instant::now() < deadline, "no request ever waited for the claim");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
+
+fn parsed_claim(body: &[u8]) -> Claim {
+    serde_json::from_slice(body).unwrap_or_else(|e| panic!("not a claim ({e}): {}", String::from_utf8_lossy(body)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_claims_a_warm_pod_once_and_the_pod_reads_its_claim() {
+    let env = start().await;
+    let store = operator_store(&env);
+    let mine = job(NS, WARM);
+    assert_eq!(env.get_claim(NS, WARM, &mine, "").await.0, 204, "nothing claimed yet");
+    let claim = Claim { inputs: vec![ClaimInput { path: "data/input.csv".into(), digest: pinned('a') }], ..a_claim(UID) };
+    store.claim(NS, WARM, &claim).await.unwrap();
+    let (s, body) = env.get_claim(NS, WARM, &mine, "").await;
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(parsed_claim(&body), claim);
+    // The controller retries: the same claim again is fine and changes nothing.
+    store.claim(NS, WARM, &claim).await.unwrap();
+    let (s, body) = env.put_claim(NS, WARM, Some(&op()), serde_json::to_vec(&claim).unwrap()).await;
+    assert_eq!((s, serde_json::from_slice::<Value>(&body).unwrap()), (200, serde_json::json!({ "created": false })));
+    // Another claim (another run, or another command for the same run): 409.
+    for other in [a_claim(OTHER_UID), Claim { args: vec!["other.csv".into()], ..claim.clone() }] {
+        let err = store.claim(NS, WARM, &other).await.unwrap_err();
+        assert!(err.is_already_claimed(), "{err}");
+        assert!(!err.is_outage());
+        let (s, body) = env.put_claim(NS, WARM, Some(&op()), serde_json::to_vec(&other).unwrap()).await;
+        assert_eq!((s, error_code(&body).as_str()), (409, "already_claimed"));
+    }
+    assert_eq!(parsed_claim(&env.get_claim(NS, WARM, &mine, "?wait=0").await.1), claim, "the first claim stands");
+    // Another warm pod is another claim.
+    let (s, body) = env.put_claim(NS, OTHER_WARM, Some(&op()), serde_json::to_vec(&a_claim(OTHER_UID)).unwrap()).await;
+    assert_eq!((s, serde_json::from_slice::<Value>(&body).unwrap()), (200, serde_json::json!({ "created": true })));
+}
+
+/// A claim stored on this replica answers a waiting request at once. The
+/// store is read again only once an hour here, so nothing but the wake-up
+/// can answer it within the test's bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_claim_request_is_answered_the_moment_the_claim_is_stored() {
+    let env = start_tuned(|cfg| cfg.claim_recheck = Duration::from_secs(3600)).await;
+    let waiting = env.waiting_claim(&env.base, WARM, 60);
+    env.until_a_claim_is_awaited().await;
+    assert!(!waiting.is_finished(), "it waits");
+    operator_store(&env).claim(NS, WARM, &a_claim(UID)).await.unwrap();
+    let (s, body) = tokio::time::timeout(Duration::from_secs(20), waiting).await.expect("the stored claim woke the wait").unwrap();
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(parsed_claim(&body), a_claim(UID));
+    assert_eq!(env.state.claim_waiters(), 0, "the waiter is gone with its request");
+}
+
+/// A claim another replica stored is found by the store's reread (every
+/// second), well within the wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_stored_by_another_replica_answers_a_wait_within_the_recheck() {
+    let env = start().await;
+    let (other, _spool) = env.replica().await;
+    let waiting = env.waiting_claim(&env.base, WARM, 60);
+    env.until_a_claim_is_awaited().await;
+    let stored = Instant::now();
+    skill_operator::artifacts::operator::HttpArtifacts::new(&other, KEY).claim(NS, WARM, &a_claim(UID)).await.unwrap();
+    let (s, body) = tokio::time::timeout(Duration::from_secs(20), waiting).await.unwrap().unwrap();
+    assert_eq!((s, parsed_claim(&body)), (200, a_claim(UID)));
+    assert!(stored.elapsed() < Duration::from_secs(5), "found after {:?}", stored.elapsed());
+    // The other replica reads it too (from the store).
+    let resp = env.http.get(format!("{other}/jobs/{NS}/{WARM}/claim")).header("authorization", job(NS, WARM)).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_claim_within_the_wait_is_204_and_the_wait_is_at_most_60_seconds() {
+    let env = start().await;
+    let mine = job(NS, WARM);
+    let asked = Instant::now();
+    assert_eq!(env.get_claim(NS, WARM, &mine, "?wait=1").await.0, 204);
+    let took = asked.elapsed();
+    assert!(took >= Duration::from_secs(1) && took < Duration::from_secs(10), "{took:?}");
+    for query in ["?wait=61", "?wait=3600", "?wait=-1", "?wait=x", "?wait=1.5"] {
+        let (s, body) = env.get_claim(NS, WARM, &mine, query).await;
+        assert_eq!((s, error_code(&body).as_str()), (400, "bad_query"), "{query}");
+    }
+    assert_eq!(env.state.claim_waiters(), 0, "a refused wait never waited");
+    operator_store(&env).claim(NS, WARM, &a_claim(UID)).await.unwrap();
+    let asked = Instant::now();
+    assert_eq!(env.get_claim(NS, WARM, &mine, "?wait=60").await.0, 200);
+    assert!(asked.elapsed() < Duration::from_secs(5), "a stored claim is answered at once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_operator_claims_and_only_the_warm_pod_itself_reads_its_claim() {
+    let env = start().await;
+    let body = serde_json::to_vec(&a_claim(UID)).unwrap();
+    let bare = format!("Bearer {}", job_token(KEY, NS, WARM));
+    // Job tokens (the warm pod's own, a run's, another namespace's) cannot claim: 403.
+    for auth in [job(NS, WARM), job(NS, UID), job(NS, OTHER_WARM), job(NS_B, WARM)] {
+        let (s, b) = env.put_claim(NS, WARM, Some(&auth), body.clone()).await;
+        assert_eq!((s, error_code(&b).as_str()), (403, "forbidden"), "{auth}");
+    }
+    // A bare token is that route's job (403 for claiming); none, or a forged one, is 401.
+    assert_eq!(env.put_claim(NS, WARM, Some(&bare), body.clone()).await.0, 403);
+    assert_eq!(env.put_claim(NS, WARM, None, body.clone()).await.0, 401);
+    assert_eq!(env.put_claim(NS, WARM, Some(&format!("Bearer operator:{}", "0".repeat(64))), body.clone()).await.0, 401);
+    assert_eq!(env.get_claim(NS, WARM, &job(NS, WARM), "").await.0, 204, "nothing was stored by the refused ones");
+
+    operator_store(&env).claim(NS, WARM, &a_claim(UID)).await.unwrap();
+    assert_eq!(env.get_claim(NS, WARM, &job(NS, WARM), "").await.0, 200);
+    assert_eq!(env.get_claim(NS, WARM, &bare, "").await.0, 200);
+    // Another warm pod's token, a run's, another namespace's, the operator's: 403.
+    for auth in [job(NS, OTHER_WARM), job(NS, UID), job(NS_B, WARM), op()] {
+        let (s, b) = env.get_claim(NS, WARM, &auth, "").await;
+        assert_eq!((s, error_code(&b).as_str()), (403, "forbidden"), "{auth}");
+    }
+    // Another namespace's route, with its own token, holds no claim.
+    assert_eq!(env.get_claim(NS_B, WARM, &job(NS_B, WARM), "").await.0, 204);
+    // A route that is no warm uid: 400 before the credential counts.
+    for (ns, uid) in [(NS, UID), (NS, "warm-ABC"), ("Team", WARM)] {
+        let (s, b) = env.put_claim(ns, uid, Some(&op()), body.clone()).await;
+        assert_eq!((s, error_code(&b).as_str()), (400, "bad_job"), "PUT {ns}/{uid}");
+        let (s, b) = env.get_claim(ns, uid, &job(NS, UID), "").await;
+        assert_eq!((s, error_code(&b).as_str()), (400, "bad_job"), "GET {ns}/{uid}");
+    }
+}
+
+/// Each rule of a claim at its edge: exactly allowed is stored, one over is
+/// 400 `bad_claim` and stores nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_claims_are_400_at_each_rules_edge() {
+    let env = start().await;
+    let base = a_claim(UID);
+    let allowed = [
+        Claim { args: vec!["a".into(); MAX_ARGS], ..base.clone() },
+        Claim { args: vec!["x".repeat(MAX_ARG_BYTES)], ..base.clone() },
+        Claim { timeout_secs: 1, ..base.clone() },
+        Claim { timeout_secs: MAX_TIMEOUT_SECS as u32, ..base.clone() },
+    ];
+    for (n, claim) in allowed.iter().enumerate() {
+        let (s, b) = env.put_claim(NS, &warm_uid(n as u32), Some(&op()), serde_json::to_vec(claim).unwrap()).await;
+        assert_eq!(s, 200, "{n}: {}", String::from_utf8_lossy(&b));
+    }
+    let digest = pinned('d');
+    let refused = [
+        ("too many args", Claim { args: vec!["a".into(); MAX_ARGS + 1], ..base.clone() }),
+        ("args too large", Claim { args: vec!["x".repeat(MAX_ARG_BYTES + 1)], ..base.clone() }),
+        ("timeout 0", Claim { timeout_secs: 0, ..base.clone() }),
+        ("timeout over", Claim { timeout_secs: MAX_TIMEOUT_SECS as u32 + 1, ..base.clone() }),
+        ("`..` script", Claim { script: "/package/../etc/passwd".into(), ..base.clone() }),
+        ("relative script", Claim { script: "scripts/stats.py".into(), ..base.clone() }),
+        ("relative interpreter", Claim { interpreter: "python3".into(), ..base.clone() }),
+        ("a warm uid as the run", Claim { skilljob_uid: OTHER_WARM.into(), ..base.clone() }),
+        ("a bad run uid", Claim { skilljob_uid: "a/b".into(), ..base.clone() }),
+        ("an input outside /work", Claim { inputs: vec![ClaimInput { path: "../x".into(), digest: digest.clone() }], ..base.clone() }),
+        ("a bad input digest", Claim { inputs: vec![ClaimInput { path: "x".into(), digest: "sha256:abc".into() }], ..base.clone() }),
+    ];
+    let target = warm_uid(100);
+    for (what, claim) in &refused {
+        let (s, b) = env.put_claim(NS, &target, Some(&op()), serde_json::to_vec(claim).unwrap()).await;
+        assert_eq!((s, error_code(&b).as_str()), (400, "bad_claim"), "{what}: {}", String::from_utf8_lossy(&b));
+    }
+    let mut unknown = serde_json::to_value(&base).unwrap();
+    unknown["env"] = serde_json::json!({ "TOKEN": "x" });
+    for (what, body) in [("an unknown field", serde_json::to_vec(&unknown).unwrap()), ("not JSON", b"claim".to_vec()), ("empty", vec![])] {
+        let (s, b) = env.put_claim(NS, &target, Some(&op()), body).await;
+        assert_eq!((s, error_code(&b).as_str()), (400, "bad_claim"), "{what}");
+    }
+    let huge = vec![b' '; artifacts::MAX_CLAIM_BYTES as usize + 1];
+    let (s, b) = env.put_claim(NS, &target, Some(&op()), huge).await;
+    assert_eq!((s, error_code(&b).as_str()), (413, "body_too_large"));
+    assert_eq!(env.get_claim(NS, &target, &job(NS, &target), "").await.0, 204, "nothing refused was stored");
+}
+
+/// With the header and its claim, the warm pod's own token reads the
+/// run's inputs and stores its outputs, announced under the run's uid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimed_warm_pod_reads_its_runs_inputs_and_stores_its_outputs() {
+    use futures::StreamExt;
+    let env = start().await;
+    let data = b"a,b\n1,2\n".to_vec();
+    assert_eq!(env.put_input(NS, UID, "data/input.csv", data.clone()).await.0, 200);
+    let warm = job(NS, WARM);
+    let claim = Claim { inputs: vec![ClaimInput { path: "data/input.csv".into(), digest: sha256_digest(&data) }], ..a_claim(UID) };
+    operator_store(&env).claim(NS, WARM, &claim).await.unwrap();
+    let mut stored = operator_store(&env).follow_stored().await.unwrap();
+
+    let (s, body) = env.claimed(reqwest::Method::GET, &format!("{NS}/{UID}/inputs"), &warm, WARM, None).await;
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&body));
+    let manifest: InputsManifest = serde_json::from_slice(&body).unwrap();
+    assert_eq!(manifest.files.iter().map(|f| f.path.as_str()).collect::<Vec<_>>(), ["data/input.csv"]);
+    let bare = format!("Bearer {}", job_token(KEY, NS, WARM));
+    for auth in [&warm, &bare] {
+        assert_eq!(
+            env.claimed(reqwest::Method::GET, &format!("{NS}/{UID}/inputs/data/input.csv"), auth, WARM, None).await,
+            (200, data.clone())
+        );
+    }
+    let outputs = outputs_tar(NS, UID, &[("work/out.txt".into(), b"out".to_vec())]);
+    let (s, body) = env.claimed(reqwest::Method::PUT, &format!("{NS}/{UID}/outputs"), &warm, WARM, Some(outputs)).await;
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&body));
+    let event = tokio::time::timeout(Duration::from_secs(30), stored.next()).await.expect("announced").expect("open").unwrap();
+    assert_eq!((event.namespace.as_str(), event.uid.as_str()), (NS, UID), "announced as the run's outputs");
+    assert_eq!(env.get(&format!("{NS}/{UID}/outputs/work/out.txt"), &op()).await, (200, b"out".to_vec()));
+    // Without the header, the warm token is another job's on the run's routes, as ever.
+    let (s, _) = env.get(&format!("{NS}/{UID}/inputs"), &warm).await;
+    assert_eq!(s, 403);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claim_header_is_refused_without_the_matching_claim() {
+    let env = start().await;
+    assert_eq!(env.put_input(NS, UID, "in.txt", b"in".to_vec()).await.0, 200);
+    let inputs = format!("{NS}/{UID}/inputs");
+    let outputs = format!("{NS}/{UID}/outputs");
+    let tar = || Some(outputs_tar(NS, UID, &[("work/x".into(), b"x".to_vec())]));
+    let forbidden = |(s, b): (u16, Vec<u8>), what: &str| assert_eq!((s, error_code(&b).as_str()), (403, "forbidden"), "{what}");
+    // No claim at all.
+    forbidden(env.claimed(reqwest::Method::GET, &inputs, &job(NS, WARM), WARM, None).await, "unclaimed: inputs");
+    forbidden(env.claimed(reqwest::Method::PUT, &outputs, &job(NS, WARM), WARM, tar()).await, "unclaimed: outputs");
+    // A claim for another run.
+    operator_store(&env).claim(NS, WARM, &a_claim(OTHER_UID)).await.unwrap();
+    forbidden(env.claimed(reqwest::Method::GET, &inputs, &job(NS, WARM), WARM, None).await, "another run's claim: inputs");
+    forbidden(
+        env.claimed(reqwest::Method::GET, &format!("{inputs}/in.txt"), &job(NS, WARM), WARM, None).await,
+        "another run's claim: file",
+    );
+    forbidden(env.claimed(reqwest::Method::PUT, &outputs, &job(NS, WARM), WARM, tar()).await, "another run's claim: outputs");
+    // A header naming another warm pod (claimed for this run) than the token's.
+    operator_store(&env).claim(NS, OTHER_WARM, &a_claim(UID)).await.unwrap();
+    forbidden(env.claimed(reqwest::Method::GET, &inputs, &job(NS, WARM), OTHER_WARM, None).await, "another warm uid's header");
+    forbidden(env.claimed(reqwest::Method::PUT, &outputs, &job(NS, WARM), OTHER_WARM, tar()).await, "another warm uid's header");
+    // The operator, or the run's own token, with the header: not the warm pod.
+    forbidden(env.claimed(reqwest::Method::GET, &inputs, &op(), OTHER_WARM, None).await, "the operator with the header");
+    forbidden(env.claimed(reqwest::Method::GET, &inputs, &job(NS, UID), OTHER_WARM, None).await, "the run's token with the header");
+    // Another namespace's warm pod of the same uid.
+    forbidden(env.claimed(reqwest::Method::GET, &inputs, &job(NS_B, OTHER_WARM), OTHER_WARM, None).await, "another namespace's");
+    // A header that is no warm uid.
+    let (s, b) = env.claimed(reqwest::Method::GET, &inputs, &job(NS, UID), UID, None).await;
+    assert_eq!((s, error_code(&b).as_str()), (400, "bad_job"));
+    // The matching pair passes (nothing above was refused for another reason).
+    assert_eq!(env.claimed(reqwest::Method::GET, &inputs, &job(NS, OTHER_WARM), OTHER_WARM, None).await.0, 200);
+    assert_eq!(env.claimed(reqwest::Method::PUT, &outputs, &job(NS, OTHER_WARM), OTHER_WARM, tar()).await.0, 200);
+    // The header opens the inputs and outputs only: not the package, nor another job's claim.
+    env.stage_package(NS, UID).await;
+    forbidden(env.claimed(reqwest::Method::GET, &format!("{NS}/{UID}/package"), &job(NS, OTHER_WARM), OTHER_WARM, None).await, "package");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_warm_uid_removes_its_claim() {
+    let env = start().await;
+    operator_store(&env).claim(NS, WARM, &a_claim(UID)).await.unwrap();
+    assert_eq!(env.put_input(NS, UID, "in.txt", b"in".to_vec()).await.0, 200);
+    // Read once: the claimed routes now know the claim from memory.
+    assert_eq!(env.claimed(reqwest::Method::GET, &format!("{NS}/{UID}/inputs"), &job(NS, WARM), WARM, None).await.0, 200);
+    let (s, body) = env.send(reqwest::Method::DELETE, &format!("{NS}/{WARM}"), Some(&op()), None).await;
+    assert_eq!((s, serde_json::from_slice::<Value>(&body).unwrap()["deleted"].clone()), (200, serde_json::json!(["claim"])));
+    assert_eq!(env.get_claim(NS, WARM, &job(NS, WARM), "").await.0, 204);
+    assert_eq!(env.claimed(reqwest::Method::GET, &format!("{NS}/{UID}/inputs"), &job(NS, WARM), WARM, None).await.0, 403);
+    // The run's own artifacts were not the warm uid's.
+    assert_eq!(env.get(&format!("{NS}/{UID}/inputs/in.txt"), &op()).await, (200, b"in".to_vec()));
+}
+
+/// A warm pod's sidecar: waits for its claim, brings the run's inputs,
+/// hands the claim to the launcher, and uploads the run's outputs under the
+/// run's uid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_pods_sidecar_hands_its_claim_over_and_uploads_the_runs_outputs() {
+    let env = start().await;
+    let data = b"a,b\n1,2\n".to_vec();
+    assert_eq!(env.put_input(NS, UID, "data/input.csv", data.clone()).await.0, 200);
+    let d = pod_dirs(NS, WARM);
+    let (claim_dir, proc) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut w = WarmOptions::new(upload_opts(&env, NS, WARM, &d), claim_dir.path().into());
+    (w.proc_root, w.wait_secs) = (proc.path().into(), 5);
+    let stop = no_stop();
+    let sidecar = tokio::spawn({
+        let (stop, w) = (stop.clone(), w.clone());
+        async move { warm::run_warm_upload_sidecar(&w, &stop).await }
+    });
+    let claim = Claim { inputs: vec![ClaimInput { path: "data/input.csv".into(), digest: sha256_digest(&data) }], ..a_claim(UID) };
+    operator_store(&env).claim(NS, WARM, &claim).await.unwrap();
+    wait_for_file(&claim_dir.path().join(CLAIM_FILE), Duration::from_secs(20)).await;
+    assert_eq!(warm::read_claim_file(&claim_dir.path().join(CLAIM_FILE)).unwrap(), claim);
+    assert_eq!(std::fs::read(d.work.join("data/input.csv")).unwrap(), data, "the inputs are in before the claim is handed over");
+    // The launcher's part.
+    std::fs::write(d.work.join("out.txt"), b"out").unwrap();
+    let result = LaunchResult { outcome: RunOutcome { exit_code: Some(0), ..RunOutcome::default() }, error: None, times: None };
+    write_result(&d.result, serde_json::to_vec(&result).unwrap()).unwrap();
+    wait_for_file(&d.termination_log, Duration::from_secs(20)).await;
+    assert!(!sidecar.is_finished(), "it lingers until stopped, as a run's sidecar");
+    stop.trigger();
+    match sidecar.await.unwrap().unwrap() {
+        WarmEnd::Ran { claim: ran, report: Some(report) } => {
+            assert_eq!(*ran, claim);
+            assert_eq!(report.manifest.uid, UID);
+        }
+        other => panic!("{other:?}"),
+    }
+    let (manifest, bytes) = outputs_manifest(&env, NS, UID).await;
+    let paths: Vec<&str> = manifest.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(paths, ["result/result.json", "work/data/input.csv", "work/out.txt"]);
+    assert!(std::fs::read_to_string(&d.termination_log).unwrap().starts_with(&sha256_digest(&bytes)));
+    assert_eq!(env.get(&format!("{NS}/{WARM}/outputs"), &op()).await.0, 404, "nothing under the warm uid");
+    // Restarted after the handover (a native sidecar that exits is), it
+    // carries on as the run's sidecar: no second check, no second fetch.
+    std::fs::remove_file(&d.termination_log).unwrap();
+    let stop = no_stop();
+    let again = tokio::spawn({
+        let stop = stop.clone();
+        async move { warm::run_warm_upload_sidecar(&w, &stop).await }
+    });
+    wait_for_file(&d.termination_log, Duration::from_secs(20)).await;
+    stop.trigger();
+    assert!(matches!(again.await.unwrap().unwrap(), WarmEnd::Ran { report: Some(_), .. }));
+    assert_eq!(outputs_manifest(&env, NS, UID).await.1, bytes, "the same outputs again");
+}
+
+/// Something left in the pod before the claim (a file where the result
+/// goes, a process in the container: here a fake proc directory) makes the
+/// sidecar refuse: the run's stored result says why, nothing ran, and a
+/// restarted sidecar refuses again at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_pods_sidecar_refuses_a_claim_when_something_was_left_in_the_pod() {
+    let env = start().await;
+    for (n, left) in ["a result file", "a process", "a work file"].into_iter().enumerate() {
+        let (warm, run) = (warm_uid(n as u32 + 1), format!("9a8b7c6d-0000-4000-8000-00000000010{n}"));
+        assert_eq!(env.put_input(NS, &run, "in.txt", b"in".to_vec()).await.0, 200);
+        let d = pod_dirs(NS, &warm);
+        let (claim_dir, proc) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let found = match left {
+            "a result file" => {
+                std::fs::write(d.result.join("stdout"), b"planted").unwrap();
+                "stdout"
+            }
+            "a process" => {
+                std::fs::create_dir(proc.path().join("4242")).unwrap();
+                "pid 4242"
+            }
+            _ => {
+                std::fs::write(d.work.join("in.txt"), b"planted").unwrap();
+                "in.txt"
+            }
+        };
+        let mut w = WarmOptions::new(upload_opts(&env, NS, &warm, &d), claim_dir.path().into());
+        (w.proc_root, w.wait_secs) = (proc.path().into(), 5);
+        let claim = Claim { inputs: vec![ClaimInput { path: "in.txt".into(), digest: sha256_digest(b"in") }], ..a_claim(&run) };
+        operator_store(&env).claim(NS, &warm, &claim).await.unwrap();
+        let err = warm::run_warm_upload_sidecar(&w, &no_stop()).await.unwrap_err();
+        let why = match &err {
+            ClientError::Refused(why) => why.clone(),
+            other => panic!("{left}: {other}"),
+        };
+        assert!(why.starts_with(warm::TAMPERED) && why.contains(found), "{left}: {why}");
+        let result: LaunchResult =
+            serde_json::from_slice(&env.get(&format!("{NS}/{run}/outputs/result/result.json"), &op()).await.1).unwrap();
+        assert_eq!(result.error.as_deref(), Some(why.as_str()), "{left}");
+        assert_eq!(result.outcome, RunOutcome::default(), "nothing ran");
+        let (manifest, _) = outputs_manifest(&env, NS, &run).await;
+        assert_eq!(
+            manifest.files.iter().map(|f| f.path.as_str()).collect::<Vec<_>>(),
+            ["result/result.json", "result/stderr", "result/stdout"]
+        );
+        assert_eq!(env.get(&format!("{NS}/{run}/outputs/result/stdout"), &op()).await, (200, vec![]));
+        assert!(!claim_dir.path().join(CLAIM_FILE).exists(), "{left}: the launcher was never handed the claim");
+        if left != "a work file" {
+            assert!(!d.work.join("in.txt").exists(), "{left}: the run's inputs never came into the pod");
+        }
+        assert!(std::fs::read_to_string(&d.termination_log).unwrap().starts_with("sha256:"), "the refusal's upload");
+        // Restarted (a native sidecar that exits is), it never hands the claim
+        // over, and sends the refusal again (should the first upload have failed).
+        assert_eq!(env.send(reqwest::Method::DELETE, &format!("{NS}/{run}"), Some(&op()), None).await.0, 200);
+        let err = warm::run_warm_upload_sidecar(&w, &no_stop()).await.unwrap_err();
+        assert!(matches!(&err, ClientError::Refused(m) if m.contains("refused its claim before")), "{err}");
+        assert!(!claim_dir.path().join(CLAIM_FILE).exists());
+        let again: LaunchResult =
+            serde_json::from_slice(&env.get(&format!("{NS}/{run}/outputs/result/result.json"), &op()).await.1).unwrap();
+        assert_eq!(again.error.as_deref(), Some(why.as_str()), "{left}: the refusal stored again");
+    }
+}
+
+/// A claim whose inputs are not what is staged for the run (the staging
+/// changed, or the claim is wrong) runs nothing either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_pods_sidecar_refuses_a_claim_whose_inputs_are_not_staged() {
+    let env = start().await;
+    assert_eq!(env.put_input(NS, UID, "in.txt", b"staged".to_vec()).await.0, 200);
+    let d = pod_dirs(NS, WARM);
+    let (claim_dir, proc) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut w = WarmOptions::new(upload_opts(&env, NS, WARM, &d), claim_dir.path().into());
+    w.proc_root = proc.path().into();
+    let claim = Claim { inputs: vec![ClaimInput { path: "in.txt".into(), digest: sha256_digest(b"claimed") }], ..a_claim(UID) };
+    operator_store(&env).claim(NS, WARM, &claim).await.unwrap();
+    let err = warm::run_warm_upload_sidecar(&w, &no_stop()).await.unwrap_err();
+    assert!(matches!(&err, ClientError::Refused(m) if m.contains("inputs could not be fetched") && m.contains("not the claim's")), "{err}");
+    assert!(std::fs::read_dir(&d.work).unwrap().next().is_none(), "nothing was fetched");
+    assert!(!claim_dir.path().join(CLAIM_FILE).exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_with_no_inputs_brings_the_package_and_the_launcher_only() {
+    let env = start().await;
+    let digest = pinned('9');
+    env.stage_for(NS, &digest, &csv_stats_package()).await;
+    assert_eq!(env.put_input(NS, WARM, "in.txt", b"not for a warm pod".to_vec()).await.0, 200);
+    let d = pod_dirs(NS, WARM);
+    let out = fetch_command(&env.base, NS, WARM, &d).args(["--staged-package", &digest, "--no-inputs"]).output().await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(d.package.join("SKILL.md").exists());
+    assert!(d.tools.join("skill-operator").exists());
+    assert!(std::fs::read_dir(&d.work).unwrap().next().is_none(), "no inputs");
+    // Without the flag the same fetch brings them.
+    let d = pod_dirs(NS, WARM);
+    let out = fetch_command(&env.base, NS, WARM, &d).args(["--staged-package", &digest]).output().await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(d.work.join("in.txt").exists());
+}
+
+/// An idle warm pod is deleted: its sidecar ends quietly on SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unclaimed_warm_pods_sidecar_exits_0_on_sigterm() {
+    let env = start().await;
+    let d = pod_dirs(NS, WARM);
+    let (claim_dir, proc) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut upload = tokio::process::Command::new(BIN)
+        .args(["upload", "--endpoint", &env.base, "--namespace", NS, "--job", WARM])
+        .arg("--work")
+        .arg(&d.work)
+        .arg("--result")
+        .arg(d.result.join("result.json"))
+        .arg("--token-file")
+        .arg(&d.token)
+        .arg("--termination-log")
+        .arg(&d.termination_log)
+        .arg("--claim-dir")
+        .arg(claim_dir.path())
+        .arg("--proc-root")
+        .arg(proc.path())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    wait_until_waiting(&mut upload).await;
+    env.until_a_claim_is_awaited().await;
+    sigterm(&upload);
+    let status = tokio::time::timeout(Duration::from_secs(15), upload.wait()).await.expect("exits after SIGTERM").unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    assert!(!d.termination_log.exists(), "nothing to say");
+    assert!(std::fs::read_dir(claim_dir.path()).unwrap().next().is_none());
+    // A run uid for --claim-dir is refused, with its reason in the termination log.
+    let out = tokio::process::Command::new(BIN)
+        .args(["upload", "--endpoint", &env.base, "--namespace", NS, "--job", UID])
+        .arg("--work")
+        .arg(&d.work)
+        .arg("--result")
+        .arg(d.result.join("result.json"))
+        .arg("--token-file")
+        .arg(&d.token)
+        .arg("--termination-log")
+        .arg(&d.termination_log)
+        .arg("--claim-dir")
+        .arg(claim_dir.path())
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(std::fs::read_to_string(&d.termination_log).unwrap().contains("warm uid"));
 }

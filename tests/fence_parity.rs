@@ -134,6 +134,7 @@ fn k8s_objects(dir: &std::path::Path, c: &Case, reference: &str, digest: &str) -
                 .collect(),
             egress: c.egress,
             egress_hosts: None,
+            warm: None,
         },
     );
     let mut status = SkillBindingStatus::default();

@@ -141,6 +141,7 @@ fn undecided(name: &str, package: &str, env: &[&str], egress: bool) -> SkillBind
                 .collect(),
             egress,
             egress_hosts: None,
+            warm: None,
         },
     );
     b.metadata.generation = Some(1);

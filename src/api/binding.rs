@@ -40,6 +40,39 @@ pub struct SkillBindingSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 256))]
     pub egress_hosts: Option<Vec<String>>,
+    /// Keep run pods warm for this binding's runs: started ahead of demand with the package fetched, each waiting for one run and then gone. A run that finds none starts cold, as without this. Capped by the namespace's warm-pod budget (the `skill-operator.dev/warm-pods` annotation on the Namespace, else the controller's `--warm-pods-per-namespace`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm: Option<WarmSpec>,
+}
+
+/// How many warm pods a binding keeps, and for how long without a run.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WarmSpec {
+    /// Pods kept waiting while the binding is in use.
+    #[serde(default = "default_warm_min")]
+    #[schemars(range(min = 0, max = 20))]
+    pub min: u32,
+    /// At most this many waiting or starting pods: runs that found the pool empty grow it up to here.
+    #[serde(default = "default_warm_max")]
+    #[schemars(range(min = 1, max = 20))]
+    pub max: u32,
+    /// After this long without a run the pool empties; the next run starts cold and fills it again.
+    #[serde(default = "default_warm_idle")]
+    #[schemars(range(min = 30, max = 86400))]
+    pub idle_timeout_seconds: u32,
+}
+
+fn default_warm_min() -> u32 {
+    1
+}
+
+fn default_warm_max() -> u32 {
+    crate::core::limits::WARM_POOL_DEFAULT_MAX
+}
+
+fn default_warm_idle() -> u32 {
+    crate::core::limits::WARM_IDLE_DEFAULT_SECS
 }
 
 /// One granted variable.

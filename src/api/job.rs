@@ -138,6 +138,9 @@ pub struct SkillJobStatus {
     /// The Kubernetes Job that runs it (named from this SkillJob's UID).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_name: Option<String>,
+    /// The warm pod this run was claimed onto (instead of a Job), when its binding keeps a pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_pod: Option<String>,
     /// The run's network: what the skill proposed, what it may reach, and the pod address the egress proxy accepts its credential from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress: Option<JobEgress>,

@@ -78,6 +78,18 @@
 //! | `DELETE /v1/jobs/{ns}/{uid}`                | no            | yes      |
 //! | `PUT`/`DELETE /v1/namespaces/{ns}/packages/{digest}` | no   | yes      |
 //! | `GET /v1/namespaces/packages`               | no            | yes      |
+//! | `PUT /v1/jobs/{ns}/{warm_uid}/claim`        | no            | yes      |
+//! | `GET /v1/jobs/{ns}/{warm_uid}/claim[?wait=]`| yes           | no       |
+//!
+//! Warm pods ([`Claim`]): a run pod made before its run has a uid of its
+//! own, a warm uid ([`is_warm_uid`]), and so a job credential of its own.
+//! The operator hands it a run by storing a claim under the warm uid
+//! (write-once: a second, different claim is 409 `already_claimed`); the
+//! pod reads it with its own credential, waiting up to
+//! [`CLAIM_WAIT_MAX_SECS`]. From then on it reads the run's inputs (`GET
+//! .../inputs[/{*path}]`) and stores its outputs (`PUT .../outputs`) on the
+//! run's routes with its own credential and [`CLAIM_HEADER`]` = <warm_uid>`:
+//! admitted only while the claim stored for that warm uid names that run.
 //!
 //! `GET .../package?digest=<d>` serves the namespace package of the route's
 //! `{ns}` pinned at `d` (below) to a job of that namespace: the job token is
@@ -86,7 +98,9 @@
 //! can never read another namespace's package.
 //!
 //! # Storage
-//! One registry repository (`--registry HOST/REPO`), three tags per job:
+//! One registry repository (`--registry HOST/REPO`), three tags per job
+//! (and `job_<ns>_<warm_uid>_claim`, a set of one [`CLAIM_FILE`], per
+//! claimed warm pod; `DELETE` of the warm uid removes it):
 //! `job_<ns>_<uid>_package` (a skill artifact as `oci::Registry::push`
 //! writes it, with the job in a manifest annotation: the layer and config
 //! blobs depend on the package alone, so a thousand jobs of one package
@@ -316,16 +330,19 @@ pub enum ArtifactKind {
     Package,
     Inputs,
     Outputs,
+    /// A warm pod's [`Claim`] (`claim.json`, the set's one file), under the warm uid.
+    Claim,
 }
 
 impl ArtifactKind {
-    pub const ALL: [ArtifactKind; 3] = [ArtifactKind::Package, ArtifactKind::Inputs, ArtifactKind::Outputs];
+    pub const ALL: [ArtifactKind; 4] = [ArtifactKind::Package, ArtifactKind::Inputs, ArtifactKind::Outputs, ArtifactKind::Claim];
 
     pub fn as_str(self) -> &'static str {
         match self {
             ArtifactKind::Package => "package",
             ArtifactKind::Inputs => "inputs",
             ArtifactKind::Outputs => "outputs",
+            ArtifactKind::Claim => "claim",
         }
     }
 }
@@ -372,6 +389,135 @@ pub fn parse_namespace_package_tag(tag: &str) -> Option<(String, String)> {
     let (namespace, hex) = tag.split_once('.')?;
     let digest = format!("sha256:{hex}");
     (namespace_package_tag(namespace, &digest)?.as_str() == tag).then(|| (namespace.to_string(), digest))
+}
+
+/// The header naming the warm uid on a claimed job's routes (see [`Claim`]).
+pub const CLAIM_HEADER: &str = "skill-operator-claim";
+
+/// The one file of a stored claim, and the file the sidecar leaves for the
+/// launcher in the claim directory.
+pub const CLAIM_FILE: &str = "claim.json";
+
+/// The most seconds `GET .../claim?wait=` holds a request open: long enough
+/// that an idle warm pod asks about once a minute, short enough for every
+/// proxy's idle timeout.
+pub const CLAIM_WAIT_MAX_SECS: u64 = 60;
+/// What a warm pod's sidecar asks for (`?wait=`): under the maximum, so a
+/// slow answer is never cut by the endpoint's own bound.
+pub const CLAIM_POD_WAIT_SECS: u64 = 30;
+/// How often a waiting `GET .../claim` reads the store again, for a claim
+/// another endpoint replica stored (one stored here answers at once).
+pub const CLAIM_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
+/// The longest a script or interpreter path of a claim may be: a package
+/// root and a package path ([`crate::core::limits::PATH_MAX_BYTES`] each).
+pub const CLAIM_PATH_MAX_BYTES: usize = 2 * crate::core::limits::PATH_MAX_BYTES;
+/// The largest claim body (JSON) a valid [`Claim`] serializes to: every
+/// argument byte escaped (`\u0000`, six bytes), every input path at its
+/// longest with each byte escaped (`\"`, two bytes), plus the field names.
+pub const MAX_CLAIM_BYTES: u64 = {
+    use crate::core::limits::{KIB, MAX_ARGS, MAX_ARG_BYTES, MAX_FILES, PATH_MAX_BYTES};
+    (6 * MAX_ARG_BYTES + 8 * MAX_ARGS + 2 * 6 * CLAIM_PATH_MAX_BYTES + MAX_FILES * (2 * PATH_MAX_BYTES + 128)) as u64 + 4 * KIB
+};
+
+/// What a warm pod is handed when a run claims it.
+///
+/// A warm run pod is started ahead of demand, its package fetched, under an
+/// identity of its own, a warm uid ([`is_warm_uid`]): its projected token's
+/// audience is [`pod_token_audience`]`(ns, warm_uid)`. When a SkillJob takes
+/// it, the operator stores the claim at the endpoint (`PUT
+/// /v1/jobs/{ns}/{warm_uid}/claim`, write-once) and the pod's sidecar reads
+/// it (`GET .../claim?wait=`), then reads the SkillJob's inputs and stores
+/// its outputs on the SkillJob's routes with [`CLAIM_HEADER`] naming the
+/// warm uid: the endpoint lets the warm pod's token there only while the
+/// claim stored for that warm uid names that SkillJob. The claim holds no
+/// secret (the run's command and the digests of its inputs).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Claim {
+    /// The SkillJob's uid: its inputs are read and its outputs stored under it.
+    pub skilljob_uid: String,
+    /// Absolute interpreter path in the run image.
+    pub interpreter: String,
+    /// Absolute script path, under the pod's package dir (`/package/...` or `/skill/...`).
+    pub script: String,
+    pub args: Vec<String>,
+    pub timeout_secs: u32,
+    /// The SkillJob's input files (path inside /work, `sha256:<hex>`), as staged.
+    pub inputs: Vec<ClaimInput>,
+}
+
+/// One input file of a [`Claim`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClaimInput {
+    /// Relative to /work, as the endpoint's input routes take it.
+    pub path: String,
+    /// `sha256:<64 lowercase hex>`.
+    pub digest: String,
+}
+
+impl Claim {
+    /// The rules every claim keeps, checked by the endpoint before it
+    /// stores one and again by the pod before it runs one. The caps are the
+    /// run's own ([`crate::core::fence::check_args`] for the arguments,
+    /// [`crate::core::limits::MAX_TIMEOUT_SECS`]) and the input paths follow
+    /// the endpoint's input routes (the path rules and the file-set caps).
+    pub fn validate(&self) -> Result<(), String> {
+        check_uid(&self.skilljob_uid)?;
+        if is_warm_uid(&self.skilljob_uid) {
+            return Err(format!("skilljobUid {:?} is a warm pod's uid, not a SkillJob's", self.skilljob_uid));
+        }
+        check_absolute("interpreter", &self.interpreter)?;
+        if self.interpreter.chars().any(char::is_whitespace) {
+            return Err(format!("interpreter {:?} contains whitespace", self.interpreter));
+        }
+        check_absolute("script", &self.script)?;
+        crate::core::fence::check_args(&self.args).map_err(|e| e.to_string())?;
+        let max = crate::core::limits::MAX_TIMEOUT_SECS;
+        if self.timeout_secs == 0 || u64::from(self.timeout_secs) > max {
+            return Err(format!("timeoutSecs {} is outside 1..={max}", self.timeout_secs));
+        }
+        let limits = ArtifactLimits::DEFAULT;
+        if self.inputs.len() > limits.max_files {
+            return Err(format!("{} inputs, at most {}", self.inputs.len(), limits.max_files));
+        }
+        for input in &self.inputs {
+            crate::core::paths::RelPath::parse(&input.path).map_err(|e| format!("input path {:?}: {e}", input.path))?;
+            if sha256_hex(&input.digest).is_none() {
+                return Err(format!("input {:?}: digest {:?} is not sha256:<64 lowercase hex>", input.path, input.digest));
+            }
+        }
+        // Duplicates, case and Unicode collisions, depth and directory count:
+        // the rules of a staged input set (sizes are not the claim's to say).
+        crate::core::package::check_file_set(self.inputs.iter().map(|i| (i.path.as_str(), 0)), &limits.file_set())
+            .map_err(|e| format!("inputs: {e}"))?;
+        Ok(())
+    }
+}
+
+/// An absolute path of the run image: no `.` or `..` segment, no control
+/// character, at most [`CLAIM_PATH_MAX_BYTES`].
+fn check_absolute(what: &str, path: &str) -> Result<(), String> {
+    if !path.starts_with('/') {
+        return Err(format!("{what} {path:?} is not an absolute path"));
+    }
+    if path.len() > CLAIM_PATH_MAX_BYTES {
+        return Err(format!("{what} is longer than {CLAIM_PATH_MAX_BYTES} bytes"));
+    }
+    if path.chars().any(char::is_control) {
+        return Err(format!("{what} {path:?} contains a control character"));
+    }
+    if path.split('/').any(|s| s == ".." || s == ".") {
+        return Err(format!("{what} {path:?} has a `.` or `..` segment"));
+    }
+    Ok(())
+}
+
+/// A warm pod's uid: `warm-` and 32 lowercase hex digits. It passes
+/// [`check_uid`] (so its tags and token audience are a job's), and no
+/// Kubernetes UID (a UUID with dashes) has this form.
+pub fn is_warm_uid(uid: &str) -> bool {
+    uid.strip_prefix("warm-").is_some_and(|h| h.len() == 32 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
 }
 
 /// One line of `GET /v1/namespaces/packages`: a package staged for every
@@ -485,7 +631,11 @@ pub struct ErrorBody {
 /// same variant (a client deciding whether to retry matches on it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorCode {
+    /// A warm pod's claim is stored already, and this one differs.
+    AlreadyClaimed,
     BadBody,
+    /// A claim that breaks [`Claim::validate`].
+    BadClaim,
     /// A package digest that is not `sha256:<64 lowercase hex>` (a namespace
     /// package's route or `?digest=`).
     BadDigest,
@@ -526,7 +676,9 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     pub const ALL: &'static [ErrorCode] = &[
+        ErrorCode::AlreadyClaimed,
         ErrorCode::BadBody,
+        ErrorCode::BadClaim,
         ErrorCode::BadDigest,
         ErrorCode::BadJob,
         ErrorCode::BadManifest,
@@ -559,7 +711,9 @@ impl ErrorCode {
 
     pub fn as_str(self) -> &'static str {
         match self {
+            ErrorCode::AlreadyClaimed => "already_claimed",
             ErrorCode::BadBody => "bad_body",
+            ErrorCode::BadClaim => "bad_claim",
             ErrorCode::BadDigest => "bad_digest",
             ErrorCode::BadJob => "bad_job",
             ErrorCode::BadManifest => "bad_manifest",
@@ -594,7 +748,9 @@ impl ErrorCode {
     /// The HTTP status this code is sent with.
     pub fn status(self) -> u16 {
         match self {
+            ErrorCode::AlreadyClaimed => 409,
             ErrorCode::BadBody => 400,
+            ErrorCode::BadClaim => 400,
             ErrorCode::BadDigest => 400,
             ErrorCode::BadJob => 400,
             ErrorCode::BadManifest => 400,
@@ -752,5 +908,131 @@ mod namespace_package_tests {
         let v = serde_json::to_value(&p).unwrap();
         assert_eq!(v, serde_json::json!({ "namespace": "team", "digest": digest('b') }));
         assert_eq!(serde_json::from_value::<NamespacePackage>(v).unwrap(), p);
+    }
+}
+
+#[cfg(test)]
+mod claim_tests {
+    use super::*;
+    use crate::core::limits::{MAX_ARGS, MAX_ARG_BYTES, MAX_FILES, MAX_TIMEOUT_SECS, PATH_MAX_BYTES};
+
+    fn claim() -> Claim {
+        Claim {
+            skilljob_uid: "3f1c2b9e-0d4a-4c55-9a7e-1b2c3d4e5f60".into(),
+            interpreter: "/usr/bin/python3".into(),
+            script: "/package/scripts/stats.py".into(),
+            args: vec!["data.csv".into()],
+            timeout_secs: 60,
+            inputs: vec![ClaimInput { path: "data.csv".into(), digest: format!("sha256:{}", "a".repeat(64)) }],
+        }
+    }
+
+    fn refused(c: Claim, what: &str) {
+        let err = c.validate().expect_err(what);
+        assert!(err.contains(what), "{what}: {err}");
+    }
+
+    #[test]
+    fn warm_uids_are_warm_and_32_lowercase_hex_and_pass_as_job_uids() {
+        let uid = format!("warm-{}", "0123456789abcdef".repeat(2));
+        assert!(is_warm_uid(&uid));
+        assert!(check_uid(&uid).is_ok());
+        assert!(tag("team-a", &uid, ArtifactKind::Claim).len() <= 128);
+        for bad in [
+            "warm-".to_string(),
+            format!("warm-{}", "a".repeat(31)),
+            format!("warm-{}", "a".repeat(33)),
+            format!("warm-{}", "A".repeat(32)),
+            format!("warm-{}g", "a".repeat(31)),
+            format!("Warm-{}", "a".repeat(32)),
+            format!("cold-{}", "a".repeat(32)),
+            "3f1c2b9e-0d4a-4c55-9a7e-1b2c3d4e5f60".into(),
+        ] {
+            assert!(!is_warm_uid(&bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_claim_is_camel_case_json_and_unknown_fields_are_refused() {
+        let v = serde_json::to_value(claim()).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "skilljobUid": "3f1c2b9e-0d4a-4c55-9a7e-1b2c3d4e5f60",
+                "interpreter": "/usr/bin/python3",
+                "script": "/package/scripts/stats.py",
+                "args": ["data.csv"],
+                "timeoutSecs": 60,
+                "inputs": [{"path": "data.csv", "digest": format!("sha256:{}", "a".repeat(64))}],
+            })
+        );
+        let mut extra = v.clone();
+        extra["env"] = serde_json::json!({"A": "b"});
+        assert!(serde_json::from_value::<Claim>(extra).is_err());
+        assert_eq!(serde_json::from_value::<Claim>(v).unwrap(), claim());
+    }
+
+    #[test]
+    fn each_rule_of_a_claim_at_its_edge() {
+        assert_eq!(claim().validate(), Ok(()));
+        // Arguments: the run's own caps, exactly allowed and one over.
+        assert_eq!(Claim { args: vec!["a".into(); MAX_ARGS], ..claim() }.validate(), Ok(()));
+        refused(Claim { args: vec!["a".into(); MAX_ARGS + 1], ..claim() }, "arguments");
+        assert_eq!(Claim { args: vec!["x".repeat(MAX_ARG_BYTES)], ..claim() }.validate(), Ok(()));
+        refused(Claim { args: vec!["x".repeat(MAX_ARG_BYTES + 1)], ..claim() }, "bytes");
+        refused(Claim { args: vec!["a\0b".into()], ..claim() }, "NUL");
+        // The timeout.
+        assert_eq!(Claim { timeout_secs: 1, ..claim() }.validate(), Ok(()));
+        assert_eq!(Claim { timeout_secs: MAX_TIMEOUT_SECS as u32, ..claim() }.validate(), Ok(()));
+        refused(Claim { timeout_secs: 0, ..claim() }, "timeoutSecs 0");
+        refused(Claim { timeout_secs: MAX_TIMEOUT_SECS as u32 + 1, ..claim() }, "timeoutSecs");
+        // The interpreter and the script.
+        refused(Claim { interpreter: "python3".into(), ..claim() }, "not an absolute path");
+        refused(Claim { interpreter: "/usr/bin/python3 -S".into(), ..claim() }, "whitespace");
+        refused(Claim { interpreter: "/usr/bin/../bin/python3".into(), ..claim() }, "`..`");
+        refused(Claim { interpreter: "/usr/bin/py\nthon".into(), ..claim() }, "control");
+        refused(Claim { script: "scripts/stats.py".into(), ..claim() }, "not an absolute path");
+        refused(Claim { script: "/package/../etc/passwd".into(), ..claim() }, "`..`");
+        refused(Claim { script: "/package/./x.py".into(), ..claim() }, "`..`");
+        refused(Claim { script: "/package/x\u{7}.py".into(), ..claim() }, "control");
+        assert_eq!(Claim { script: "/package/my script.py".into(), ..claim() }.validate(), Ok(()), "a space is a name");
+        refused(Claim { script: format!("/package/{}", "a".repeat(CLAIM_PATH_MAX_BYTES)), ..claim() }, "longer than");
+        // The uid.
+        refused(Claim { skilljob_uid: "a/b".into(), ..claim() }, "not a UID");
+        refused(Claim { skilljob_uid: String::new(), ..claim() }, "not a UID");
+        refused(Claim { skilljob_uid: format!("warm-{}", "a".repeat(32)), ..claim() }, "warm pod's uid");
+        // The inputs: the input routes' path rules and caps.
+        let digest = |c: char| format!("sha256:{}", c.to_string().repeat(64));
+        let input = |path: &str| ClaimInput { path: path.into(), digest: digest('b') };
+        for bad in ["../x", "/etc/passwd", "a//b", "./a", "a/", ""] {
+            refused(Claim { inputs: vec![input(bad)], ..claim() }, "input path");
+        }
+        refused(Claim { inputs: vec![input("a.txt"), input("a.txt")], ..claim() }, "inputs");
+        refused(Claim { inputs: vec![input("A.txt"), input("a.txt")], ..claim() }, "inputs");
+        refused(Claim { inputs: vec![ClaimInput { path: "a".into(), digest: "sha256:abc".into() }], ..claim() }, "digest");
+        refused(Claim { inputs: vec![ClaimInput { path: "a".into(), digest: digest('A') }], ..claim() }, "digest");
+        let many = |n: usize| (0..n).map(|i| input(&format!("f{i}"))).collect::<Vec<_>>();
+        assert_eq!(Claim { inputs: many(MAX_FILES), ..claim() }.validate(), Ok(()));
+        refused(Claim { inputs: many(MAX_FILES + 1), ..claim() }, "inputs");
+    }
+
+    /// The endpoint's body limit for a claim is what the largest valid one needs.
+    #[test]
+    fn the_largest_valid_claim_fits_max_claim_bytes() {
+        let path = |i: usize| {
+            let name = format!("{i:04}\"");
+            format!("{}{name}", "\"".repeat(PATH_MAX_BYTES - name.len()))
+        };
+        let big = Claim {
+            skilljob_uid: "a".repeat(48),
+            interpreter: format!("/{}", "\"".repeat(CLAIM_PATH_MAX_BYTES - 1)),
+            script: format!("/{}", "\"".repeat(CLAIM_PATH_MAX_BYTES - 1)),
+            args: (0..MAX_ARGS).map(|_| "\u{1}".repeat(MAX_ARG_BYTES / MAX_ARGS)).collect(),
+            timeout_secs: MAX_TIMEOUT_SECS as u32,
+            inputs: (0..MAX_FILES).map(|i| ClaimInput { path: path(i), digest: format!("sha256:{}", "f".repeat(64)) }).collect(),
+        };
+        assert_eq!(big.validate(), Ok(()));
+        let bytes = serde_json::to_vec(&big).unwrap().len() as u64;
+        assert!(bytes <= MAX_CLAIM_BYTES, "{bytes} > {MAX_CLAIM_BYTES}");
     }
 }

@@ -35,6 +35,13 @@ impl ArtifactError {
     pub fn is_outage(&self) -> bool {
         matches!(self, ArtifactError::Unreachable { .. } | ArtifactError::Refused { status: 500.., .. })
     }
+
+    /// [`ArtifactStore::claim`] was refused because the warm pod holds
+    /// another claim already (409 `already_claimed`): it runs that one, never
+    /// this, and the run must take another pod or start cold.
+    pub fn is_already_claimed(&self) -> bool {
+        matches!(self, ArtifactError::Refused { code: Some(crate::artifacts::ErrorCode::AlreadyClaimed), .. })
+    }
 }
 
 /// Where a run's files live: the controller stages a job's package before
@@ -86,6 +93,19 @@ pub trait ArtifactStore: Send + Sync {
     /// `Ok(false)`: there was none.
     fn delete_namespace_package<'a>(&'a self, _namespace: &'a str, _digest: &'a str) -> BoxFuture<'a, Result<bool, ArtifactError>> {
         Box::pin(async { Err(ArtifactError::Unsupported("delete namespace packages".into())) })
+    }
+    /// Hands `claim` to the warm pod `warm_uid` of `namespace` (`PUT
+    /// /v1/jobs/{ns}/{warm_uid}/claim`). Write-once: storing the same claim
+    /// again is `Ok` (a retry), another one is refused
+    /// ([`ArtifactError::is_already_claimed`]). A store that keeps no
+    /// claims says [`ArtifactError::Unsupported`].
+    fn claim<'a>(
+        &'a self,
+        _namespace: &'a str,
+        _warm_uid: &'a str,
+        _claim: &'a crate::artifacts::Claim,
+    ) -> BoxFuture<'a, Result<(), ArtifactError>> {
+        Box::pin(async { Err(ArtifactError::Unsupported("claim warm pods".into())) })
     }
 }
 
@@ -160,6 +180,17 @@ impl HttpArtifacts {
             .pop_if_empty()
             .extend(["jobs", namespace, uid, kind])
             .extend(path.split('/'));
+        Ok(url)
+    }
+
+    /// The URL of `/jobs/{namespace}/{warm_uid}/claim`.
+    fn claim_url(&self, namespace: &str, warm_uid: &str) -> Result<reqwest::Url, ArtifactError> {
+        let invalid = |detail: String| ArtifactError::Invalid { what: format!("address the claim of {namespace}/{warm_uid}"), detail };
+        let mut url = reqwest::Url::parse(&self.base).map_err(|e| invalid(format!("the endpoint URL {} is not a URL: {e}", self.base)))?;
+        url.path_segments_mut()
+            .map_err(|()| invalid(format!("the endpoint URL {} cannot take a path", self.base)))?
+            .pop_if_empty()
+            .extend(["jobs", namespace, warm_uid, "claim"]);
         Ok(url)
     }
 
@@ -361,6 +392,28 @@ impl ArtifactStore for HttpArtifacts {
         })
     }
 
+    fn claim<'a>(
+        &'a self,
+        namespace: &'a str,
+        warm_uid: &'a str,
+        claim: &'a crate::artifacts::Claim,
+    ) -> BoxFuture<'a, Result<(), ArtifactError>> {
+        Box::pin(async move {
+            let what = format!("claim warm pod {warm_uid} for SkillJob {}", claim.skilljob_uid);
+            let url = self.claim_url(namespace, warm_uid)?;
+            let body = serde_json::to_vec(claim).map_err(|e| ArtifactError::Invalid { what: what.clone(), detail: e.to_string() })?;
+            let response = self
+                .http
+                .put(url)
+                .header("Authorization", &self.bearer)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body)
+                .send()
+                .await;
+            Self::answer(response, &what).await.map(drop)
+        })
+    }
+
     fn follow_stored(&self) -> BoxFuture<'_, Result<StoredStream, ArtifactError>> {
         Box::pin(async move {
             use futures::StreamExt;
@@ -420,6 +473,9 @@ impl ArtifactStore for NoArtifacts {
     }
     fn delete_namespace_package<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<bool, ArtifactError>> {
         Box::pin(async { Ok(false) })
+    }
+    fn claim<'a>(&'a self, _: &'a str, _: &'a str, _: &'a crate::artifacts::Claim) -> BoxFuture<'a, Result<(), ArtifactError>> {
+        Box::pin(async { Ok(()) })
     }
 }
 

@@ -106,6 +106,9 @@ pub struct OperatorConfig {
     /// Several replicas, one writing: the Lease they elect the leader on
     /// (`None`: this replica writes from the start).
     pub leader_election: Option<super::leader::LeaseConfig>,
+    /// Warm run pods a namespace may hold across its bindings' pools, unless
+    /// its `skill-operator.dev/warm-pods` annotation says otherwise.
+    pub warm_budget: u32,
 }
 
 /// Where runs reach the egress proxy.
@@ -165,6 +168,8 @@ pub struct Context {
     pub leadership: super::leader::Leadership,
     /// Packages staged per namespace, and the gate their sweep shares with runs.
     pub staged: Arc<super::staged::memory::StagedPackages>,
+    /// The warm pools' use (when each binding last ran, its misses).
+    pub warm: Arc<super::warm::WarmPools>,
 }
 
 impl Context {
@@ -196,6 +201,7 @@ impl Context {
             audit: Default::default(),
             sources: None,
             staged: Default::default(),
+            warm: Default::default(),
         }
     }
 

@@ -308,6 +308,8 @@ pub struct Admission {
     pub egress_proposed: Vec<String>,
     /// Fetched at the run, or prepared (see [`delivery`]).
     pub delivery: PackageDelivery,
+    /// The binding's warm pool, if it keeps one, and the binding's UID (its pods carry it).
+    pub warm: Option<(crate::api::binding::WarmSpec, String)>,
 }
 
 /// Why a SkillJob may not run (yet).
@@ -428,6 +430,7 @@ pub fn admit(spec: &SkillJobSpec, binding: Option<&SkillBinding>, package: Optio
         memory: profile.resources.memory.clone(),
         ephemeral_storage: profile.resources.ephemeral_storage.clone(),
         egress: decision.egress_granted,
+        warm: binding.spec.warm.clone().map(|w| (w, binding.metadata.uid.clone().unwrap_or_default())),
     })
 }
 

@@ -171,6 +171,7 @@ fn binding(name: &str, grants: &[&str]) -> SkillBinding {
                 .collect(),
             egress: false,
             egress_hosts: None,
+            warm: None,
         },
     );
     b.metadata.namespace = Some("team".into());

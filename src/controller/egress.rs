@@ -169,6 +169,7 @@ mod tests {
                 env: vec![],
                 egress,
                 egress_hosts: hosts.map(|h| h.iter().map(|s| s.to_string()).collect()),
+                warm: None,
             },
         )
     }

@@ -79,6 +79,22 @@ impl Lookups {
         Some(store.state().iter().filter(|p| owned(p)).map(|p| Pod::clone(p)).collect())
     }
 
+    /// The cached pods `keep` chooses (empty without a cache).
+    pub fn cached_pods_where(&self, keep: impl Fn(&Pod) -> bool) -> Vec<std::sync::Arc<Pod>> {
+        let Some(store) = self.pods.get() else { return Vec::new() };
+        store.state().into_iter().filter(|p| keep(p)).collect()
+    }
+
+    /// The cached pod `name` in `ns`, if any.
+    pub fn cached_pod(&self, ns: &str, name: &str) -> Option<Pod> {
+        cached(&self.pods, ObjectRef::new(name).within(ns))
+    }
+
+    /// Every cached binding (empty without a cache).
+    pub fn cached_bindings(&self) -> Vec<std::sync::Arc<SkillBinding>> {
+        self.bindings.get().map(|s| s.state()).unwrap_or_default()
+    }
+
     /// The Job `name` in `ns`: the cached copy, else the API's answer (so
     /// "absent" is always the API server's word, never the cache's).
     pub async fn job(&self, client: &Client, ns: &str, name: &str) -> kube::Result<Option<Job>> {

@@ -54,6 +54,14 @@ pub struct Metrics {
     pub listener: crate::listener::ListenerMetrics,
     /// 1 while this replica leads (always, without leader election), 0 on a standby.
     pub leading: Gauge,
+    /// Warm run pods, by state (`waiting`: ready for a claim; `starting`).
+    pub warm_pods: Family<StateLabel, Gauge>,
+    /// Runs that claimed a warm pod.
+    pub warm_hits: Counter,
+    /// Runs of a binding with a pool that started cold, by why (`empty`, `env`, `egress`, `shape`).
+    pub warm_misses: Family<KindLabel, Counter>,
+    /// From a run's admission to its claim written (the claim's own cost).
+    pub warm_claim_seconds: Histogram,
 }
 
 impl Default for Metrics {
@@ -94,7 +102,19 @@ impl Default for Metrics {
         listener.register(&mut registry);
         let leading = Gauge::default();
         registry.register("controller_leading", "1 while this controller replica leads and writes, 0 on a standby", leading.clone());
+        let warm_pods = Family::<StateLabel, Gauge>::default();
+        let warm_hits = Counter::default();
+        let warm_misses = Family::<KindLabel, Counter>::default();
+        let warm_claim_seconds = Histogram::new([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0]);
+        registry.register("warm_pods", "Warm run pods by state (waiting, starting)", warm_pods.clone());
+        registry.register("warm_hits", "Runs that claimed a warm pod", warm_hits.clone());
+        registry.register("warm_misses", "Runs of a binding with a warm pool that started cold, by why", warm_misses.clone());
+        registry.register("warm_claim_seconds", "From a run's admission to its warm pod claimed", warm_claim_seconds.clone());
         Metrics {
+            warm_pods,
+            warm_hits,
+            warm_misses,
+            warm_claim_seconds,
             leading,
             registry,
             reconciles,

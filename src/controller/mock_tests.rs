@@ -55,6 +55,7 @@ fn context_with(artifacts: Arc<dyn super::context::ArtifactStore>) -> (Arc<Conte
         egress_proxy: None,
         network_policy: Default::default(),
         leader_election: None,
+        warm_budget: crate::core::limits::WARM_NAMESPACE_DEFAULT_BUDGET,
     };
     (Arc::new(Context::new(client, Arc::new(Metrics::default()), config, Arc::new(NoPackages), artifacts)), handle)
 }

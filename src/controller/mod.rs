@@ -17,6 +17,7 @@ pub mod run;
 pub mod skilljob;
 pub mod source;
 pub mod staged;
+pub mod warm;
 
 #[cfg(test)]
 mod mock_tests;

@@ -106,6 +106,9 @@ pub struct ControllerArgs {
     /// SkillJob reconciles at once (0: no limit).
     #[arg(long, default_value_t = 32)]
     pub reconcile_concurrency: u16,
+    /// Warm run pods a namespace may hold across its bindings' pools (SkillBinding `spec.warm`), unless the Namespace's `skill-operator.dev/warm-pods` annotation says otherwise. 0: none.
+    #[arg(long, default_value_t = crate::core::limits::WARM_NAMESPACE_DEFAULT_BUDGET)]
+    pub warm_pods_per_namespace: u32,
     /// Where SkillSource packages are pushed (HOST[:PORT]/REPO). Default: `sources` in the artifact endpoint's built-in store.
     #[arg(long, value_name = "HOST/REPO")]
     pub source_repository: Option<String>,
@@ -422,6 +425,7 @@ pub async fn command(args: ControllerArgs, shutdown: crate::shutdown::Shutdown) 
         egress_proxy,
         network_policy: args.egress.network_policy,
         leader_election,
+        warm_budget: args.warm_pods_per_namespace,
     };
     // Every SkillJob pulls its pinned package: keep up to 64 MiB of them.
     // SkillPackages may name the artifact endpoint's built-in store (the chart's samples do).
@@ -633,6 +637,8 @@ pub async fn run_elected(
     };
     // Staged packages no run names any more, swept by the leader.
     let sweeps = super::staged::sweep_every(ctx.clone(), shutdown.wait_owned());
+    // Warm run pods, kept by the leader.
+    let pools = super::warm::pool::maintain_every(ctx.clone(), shutdown.wait_owned());
     let owners = ctx.lookups.clone();
     // As Controller::new makes it, with the cache holding no managedFields:
     // with 10,000 retained SkillJobs the controller held 147.5 MiB with them, 97.9 without.
@@ -649,6 +655,10 @@ pub async fn run_elected(
         .owns_stream(job_events)
         .watches_stream(run_pods, move |pod: Pod| {
             let ns = pod.namespace()?;
+            // A claimed warm pod: its SkillJob owns it (the claim's patch says so).
+            if let Some(owner) = pod.owner_references().iter().find(|o| o.kind == "SkillJob" && o.controller == Some(true)) {
+                return Some(ObjectRef::<SkillJob>::new(&owner.name).within(&ns));
+            }
             let job = pod.owner_references().iter().find(|o| o.kind == "Job" && o.controller == Some(true))?.name.clone();
             let job = owners.cached_job(&ns, &job)?;
             let owner = job.owner_references().iter().find(|o| o.kind == "SkillJob" && o.controller == Some(true))?.name.clone();
@@ -706,7 +716,7 @@ pub async fn run_elected(
     let listener = crate::listener::bind(listen)?;
     tracing::info!(%listen, "metrics and health endpoints up");
     let server = serve_web(listener, ctx.metrics.clone(), bounds, shutdown.wait_owned());
-    let everything = async { tokio::join!(packages, bindings, jobs, repairs, sweeps, cilium, sources, server) };
+    let everything = async { tokio::join!(packages, bindings, jobs, repairs, sweeps, pools, cilium, sources, server) };
     // Only a lost lease sends: with no election, or a stopped one, this waits forever.
     let lost = async {
         match lost.await {
@@ -715,7 +725,7 @@ pub async fn run_elected(
         }
     };
     let served = tokio::select! {
-        (_, _, _, _, _, _, _, served) = everything => served,
+        (_, _, _, _, _, _, _, _, served) = everything => served,
         err = lost => {
             // Dropping the controllers cancels every reconcile in flight;
             // the caller exits (the pod restarts as a standby).

@@ -104,6 +104,15 @@ pub const MAX_ARG_BYTES: usize = 8 * 1024;
 pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
 /// Hard ceiling on any script timeout (seconds), locally and in a Job.
 pub const MAX_TIMEOUT_SECS: u64 = 300;
+/// Warm run pods: a pool's most (the CRD's bound on `spec.warm.min` and `max`).
+pub const WARM_POOL_MAX: u32 = 20;
+/// A pool's `max` when the binding does not say.
+pub const WARM_POOL_DEFAULT_MAX: u32 = 3;
+/// A pool's idle timeout when the binding does not say (10 minutes).
+pub const WARM_IDLE_DEFAULT_SECS: u32 = 600;
+/// Warm pods a namespace may hold across its pools when neither its
+/// annotation nor the controller's flag says otherwise.
+pub const WARM_NAMESPACE_DEFAULT_BUDGET: u32 = 10;
 /// Bytes of stdout, and of stderr, kept per run; the rest is counted and dropped.
 pub const STREAM_CAP: u64 = MIB;
 /// SIGTERM to the script's process group, then SIGKILL after this.

@@ -4,11 +4,30 @@
 //! allowlist, timeout with process-group kill, 1 MiB per stream) and writes
 //! the result for the upload sidecar. The pod itself is the sandbox: no
 //! network but the artifact endpoint, no credentials, restricted Pod Security.
+//!
+//! Claim mode (`--claim-dir DIR --package-dir DIR [--empty-dir DIR]...`,
+//! no command): the run container of a warm pod, made before its run. The
+//! launcher waits for `DIR/claim.json` (inotify on the directory; a 5 ms
+//! poll where no watch can be made), which the upload sidecar writes once a
+//! run has claimed the pod and its inputs are in `/work`. Before anything
+//! runs it checks that nothing was left in the pod meanwhile
+//! ([`check_claimed_pod`]: no other process in its container, every
+//! `--empty-dir` empty, the work directory (its cwd) holding exactly the
+//! claim's inputs with their digests, the result directory empty, the
+//! script under `--package-dir`); a failed check is a result saying so
+//! ("the warm pod was tampered with before its claim: ...", exit 127,
+//! nothing started). Then it runs `interpreter script args...` as a
+//! command given on the command line runs, under the same fence, with the
+//! timeout the smaller of the claim's and `--timeout`. SIGTERM while it
+//! waits (an idle warm pod deleted) ends it with 0 and no result.
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
+
+use crate::artifacts::client::warm::{check_alone, check_empty, check_work, read_claim_file, tampered};
+use crate::artifacts::{Claim, CLAIM_FILE};
 
 use super::process::{execute, ExecError, ExecSpec, ResourceLimits, RunAs};
 pub use crate::api::outcome::LaunchResult;
@@ -27,8 +46,30 @@ pub struct LaunchArgs {
     /// A variable passed through from the container's environment (repeatable); nothing else is.
     #[arg(long = "allow-env", value_name = "NAME")]
     pub allow_env: Vec<String>,
-    /// The interpreter and its arguments: `-- /usr/bin/python3 /package/scripts/x.py ARGS...`.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    /// A warm pod's launcher: wait for DIR/claim.json (the upload sidecar
+    /// writes it once a run claims the pod) and run the command it names
+    /// instead of one given here. The pod is made before its run, so the
+    /// run's command comes with the claim; before it runs, the launcher
+    /// checks that nothing was left in the pod meanwhile.
+    #[arg(long, value_name = "DIR", requires = "package_dir")]
+    pub claim_dir: Option<PathBuf>,
+    /// With --claim-dir: where the package is (/package, or /skill in a
+    /// prepared image). A claimed script outside it is refused: the claim
+    /// names a script of the pod's own package, nothing else.
+    #[arg(long, value_name = "DIR", requires = "claim_dir", conflicts_with = "command")]
+    pub package_dir: Option<PathBuf>,
+    /// With --claim-dir: a directory that must still be empty when the claim
+    /// comes (repeatable; /tmp): whatever is in it was left before the run,
+    /// and the script would meet it.
+    #[arg(long = "empty-dir", value_name = "DIR", requires = "claim_dir", conflicts_with = "command")]
+    pub empty_dirs: Vec<PathBuf>,
+    /// The proc filesystem whose entries are the container's processes
+    /// (tests without a PID namespace give an empty directory).
+    #[arg(long, value_name = "DIR", default_value = "/proc", hide = true)]
+    pub proc_root: PathBuf,
+    /// The interpreter and its arguments: `-- /usr/bin/python3 /package/scripts/x.py ARGS...`
+    /// (none with --claim-dir: the claim names them).
+    #[arg(last = true, required_unless_present = "claim_dir", conflicts_with = "claim_dir", value_name = "COMMAND")]
     pub command: Vec<OsString>,
 }
 
@@ -37,6 +78,9 @@ pub struct LaunchArgs {
 /// SkillJob is deleted or the Job's deadline passes) stops the script's
 /// whole process group at once and the result says `cancelled`.
 pub async fn command(args: LaunchArgs, shutdown: Shutdown) -> std::io::Result<std::process::ExitCode> {
+    if args.claim_dir.is_some() {
+        return claimed_command(args, shutdown).await;
+    }
     let mut command = args.command.into_iter();
     let program = PathBuf::from(command.next().unwrap_or_default());
     let spec = Launch {
@@ -50,11 +94,144 @@ pub async fn command(args: LaunchArgs, shutdown: Shutdown) -> std::io::Result<st
         fetched: fetch_times(),
     };
     let result = launch(spec, &|k| std::env::var(k).ok()).await?;
+    Ok(finish(&result))
+}
+
+/// Says a result's error, and the exit status of [`exit_status`].
+fn finish(result: &LaunchResult) -> std::process::ExitCode {
     if let Some(error) = &result.error {
         eprintln!("skill-operator launch: {error}");
     }
     // Exit statuses are 0-255; exit_status stays inside that range.
-    Ok(std::process::ExitCode::from(exit_status(&result).clamp(0, 255) as u8))
+    std::process::ExitCode::from(exit_status(result).clamp(0, 255) as u8)
+}
+
+/// The poll for the claim file where no inotify watch can be made.
+pub const CLAIM_POLL: Duration = Duration::from_millis(5);
+
+/// Claim mode (see the module docs).
+async fn claimed_command(args: LaunchArgs, shutdown: Shutdown) -> std::io::Result<std::process::ExitCode> {
+    let claim_dir = args.claim_dir.clone().unwrap_or_default();
+    let claim_file = claim_dir.join(CLAIM_FILE);
+    // The signal handlers are in place (main installs them first): from here
+    // a SIGTERM is an orderly stop, which is what this line tells a watcher.
+    eprintln!("skill-operator launch: waiting for {}", claim_file.display());
+    if !wait_for_claim(&claim_file, &shutdown).await {
+        // An idle warm pod deleted: no run, no result.
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
+    let cwd = std::env::current_dir()?;
+    let result_dir = args.result.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
+    let pod = ClaimedPod {
+        proc_root: &args.proc_root,
+        own_pid: std::process::id(),
+        empty_dirs: &args.empty_dirs,
+        work: &cwd,
+        result_dir: &result_dir,
+        package_dir: args.package_dir.as_deref().unwrap_or(Path::new("/package")),
+    };
+    let claim = read_claim_file(&claim_file)
+        .map_err(|e| format!("the claim cannot be read: {e}"))
+        .and_then(|claim| check_claimed_pod(&claim, &pod).map(|()| claim));
+    let claim = match claim {
+        Ok(claim) => claim,
+        Err(why) => return Ok(finish(&refuse(&args.result, &why)?)),
+    };
+    let spec = claimed_launch(claim, &args, cwd, shutdown);
+    let result = launch(spec, &|k| std::env::var(k).ok()).await?;
+    Ok(finish(&result))
+}
+
+/// The run a claim names, fenced as a command line's: `interpreter script
+/// args...`, the timeout the smaller of the claim's and `--timeout`.
+fn claimed_launch(claim: Claim, args: &LaunchArgs, cwd: PathBuf, shutdown: Shutdown) -> Launch {
+    let timeout = u64::from(claim.timeout_secs).min(args.timeout).clamp(1, crate::core::limits::MAX_TIMEOUT_SECS);
+    Launch {
+        program: PathBuf::from(claim.interpreter),
+        args: std::iter::once(claim.script).chain(claim.args).map(OsString::from).collect(),
+        allow_env: args.allow_env.clone(),
+        timeout: Duration::from_secs(timeout),
+        result: args.result.clone(),
+        cwd,
+        cancel: Some(shutdown),
+        fetched: fetch_times(),
+    }
+}
+
+/// Waits until `file` exists (`true`) or the shutdown comes first (`false`).
+async fn wait_for_claim(file: &Path, shutdown: &Shutdown) -> bool {
+    let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    // Watched before the first look, so a file written in between still wakes it.
+    let (watch, mut woken) = crate::artifacts::client::watch_dir(dir);
+    let poll = if watch.is_some() { Duration::from_secs(1) } else { CLAIM_POLL };
+    loop {
+        if std::fs::symlink_metadata(file).is_ok() {
+            return true;
+        }
+        if shutdown.is_triggered() {
+            return false;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(poll) => {}
+            Some(()) = woken.recv() => {}
+            _ = shutdown.wait() => {}
+        }
+    }
+}
+
+/// What [`check_claimed_pod`] looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimedPod<'a> {
+    /// `/proc` of the run container (its own PID namespace).
+    pub proc_root: &'a Path,
+    pub own_pid: u32,
+    /// `--empty-dir`s.
+    pub empty_dirs: &'a [PathBuf],
+    /// The work directory (the launcher's cwd), where the sidecar put the inputs.
+    pub work: &'a Path,
+    /// Where the result goes (`--result`'s directory).
+    pub result_dir: &'a Path,
+    /// `--package-dir`.
+    pub package_dir: &'a Path,
+}
+
+/// Everything checked before a claimed run starts; the error (the result's
+/// error) names what was found. The cheap checks first, the inputs'
+/// digests last.
+pub fn check_claimed_pod(claim: &Claim, pod: &ClaimedPod<'_>) -> Result<(), String> {
+    check_alone(pod.proc_root, pod.own_pid).map_err(|e| tampered(&e))?;
+    for dir in pod.empty_dirs {
+        check_empty(dir).map_err(|e| tampered(&e))?;
+    }
+    check_empty(pod.result_dir).map_err(|e| tampered(&e))?;
+    check_command(claim, pod.package_dir).map_err(|e| tampered(&e))?;
+    check_work(pod.work, &claim.inputs).map_err(|e| tampered(&e))
+}
+
+/// The interpreter is absolute; the script lies under the package
+/// directory, with no `.` or `..` on the way.
+pub fn check_command(claim: &Claim, package_dir: &Path) -> Result<(), String> {
+    if !claim.interpreter.starts_with('/') {
+        return Err(format!("the interpreter {:?} is not an absolute path", claim.interpreter));
+    }
+    let script = Path::new(&claim.script);
+    let plain = claim.script.split('/').skip(1).all(|s| !s.is_empty() && s != "." && s != "..")
+        && script.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+    if !plain || !script.starts_with(package_dir) || script == package_dir {
+        return Err(format!("the script {} is not under the package directory {}", claim.script, package_dir.display()));
+    }
+    Ok(())
+}
+
+/// The result of a claimed run that never started: `why`, empty streams,
+/// exit status 127.
+fn refuse(result: &Path, why: &str) -> std::io::Result<LaunchResult> {
+    let dir = result.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+    write_atomic(&dir.join("stdout"), b"")?;
+    write_atomic(&dir.join("stderr"), b"")?;
+    let refused = LaunchResult { outcome: RunOutcome::default(), error: Some(why.to_string()), times: None };
+    write_atomic(result, &serde_json::to_vec(&refused).map_err(std::io::Error::other)?)?;
+    Ok(refused)
 }
 
 /// The launcher's inputs.
@@ -163,4 +340,156 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     file.write_all(bytes)?;
     file.sync_all()?;
     std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::artifacts::ClaimInput;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        launch: LaunchArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<LaunchArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("launch").chain(args.iter().copied())).map(|c| c.launch)
+    }
+
+    fn claim(script: &str, inputs: Vec<ClaimInput>) -> Claim {
+        Claim {
+            skilljob_uid: "3f1c2b9e-0d4a-4c55-9a7e-1b2c3d4e5f60".into(),
+            interpreter: "/usr/bin/python3".into(),
+            script: script.into(),
+            args: vec!["a b".into(), "$(id)".into()],
+            timeout_secs: 30,
+            inputs,
+        }
+    }
+
+    #[test]
+    fn a_command_is_needed_unless_a_claim_brings_it() {
+        let base = ["--result", "/result/result.json", "--timeout", "60"];
+        assert!(parse(&base).is_err(), "no command, no claim");
+        let given = parse(&[&base[..], &["--", "/bin/true", "x"]].concat()).unwrap();
+        assert_eq!(given.command, vec![OsString::from("/bin/true"), OsString::from("x")]);
+        let claimed = parse(&[&base[..], &["--claim-dir", "/claim", "--package-dir", "/package", "--empty-dir", "/tmp"]].concat()).unwrap();
+        assert_eq!((claimed.claim_dir.as_deref(), claimed.empty_dirs.len()), (Some(Path::new("/claim")), 1));
+        assert_eq!(claimed.proc_root, Path::new("/proc"));
+        assert!(claimed.command.is_empty());
+        // A claim and a command: which would run? Refused.
+        assert!(parse(&[&base[..], &["--claim-dir", "/claim", "--package-dir", "/package", "--", "/bin/true"]].concat()).is_err());
+        // The package directory goes with the claim, and the claim with it.
+        assert!(parse(&[&base[..], &["--claim-dir", "/claim"]].concat()).is_err());
+        assert!(parse(&[&base[..], &["--package-dir", "/package", "--", "/bin/true"]].concat()).is_err());
+        assert!(parse(&[&base[..], &["--empty-dir", "/tmp", "--", "/bin/true"]].concat()).is_err());
+    }
+
+    #[test]
+    fn the_claimed_run_is_interpreter_script_args_with_the_smaller_timeout() {
+        let args =
+            parse(&["--result", "/r/result.json", "--timeout", "60", "--allow-env", "HOME", "--claim-dir", "/c", "--package-dir", "/p"])
+                .unwrap();
+        let spec = claimed_launch(claim("/p/s.py", vec![]), &args, PathBuf::from("/work"), Shutdown::new());
+        assert_eq!(spec.program, Path::new("/usr/bin/python3"));
+        assert_eq!(spec.args, ["/p/s.py", "a b", "$(id)"].map(OsString::from));
+        assert_eq!(
+            (spec.timeout, spec.allow_env.as_slice(), spec.cwd.as_path()),
+            (Duration::from_secs(30), &["HOME".to_string()][..], Path::new("/work"))
+        );
+        let long = Claim { timeout_secs: 300, ..claim("/p/s.py", vec![]) };
+        assert_eq!(
+            claimed_launch(long, &args, PathBuf::from("/work"), Shutdown::new()).timeout,
+            Duration::from_secs(60),
+            "--timeout caps it"
+        );
+    }
+
+    #[test]
+    fn the_script_must_lie_under_the_package_directory() {
+        let pkg = Path::new("/package");
+        for ok in ["/package/scripts/x.py", "/package/x"] {
+            assert_eq!(check_command(&claim(ok, vec![]), pkg), Ok(()), "{ok}");
+        }
+        for bad in
+            ["/etc/passwd", "/package", "/package/", "/packagex/y.py", "/package/../etc/x", "/package/./x", "/package//x", "/skill/x.py"]
+        {
+            let err = check_command(&claim(bad, vec![]), pkg).unwrap_err();
+            assert!(err.contains("not under the package directory /package"), "{bad}: {err}");
+        }
+        assert_eq!(check_command(&claim("/skill/x.py", vec![]), Path::new("/skill")), Ok(()));
+        let relative = Claim { interpreter: "python3".into(), ..claim("/package/x", vec![]) };
+        assert!(check_command(&relative, pkg).unwrap_err().contains("not an absolute path"));
+    }
+
+    /// The process check over a fake proc directory: a real one needs the
+    /// launcher alone in a PID namespace (tests/launch_claim.rs runs it
+    /// there when bubblewrap is installed).
+    #[test]
+    fn every_check_runs_before_the_claimed_run_and_names_what_it_found() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = |n: &str| {
+            let p = t.path().join(n);
+            std::fs::create_dir_all(&p).unwrap();
+            p
+        };
+        let (proc, tmp, work, result, package) = (dir("proc"), dir("tmp"), dir("work"), dir("result"), dir("package"));
+        std::fs::write(work.join("in.txt"), b"in").unwrap();
+        let c = claim(
+            &format!("{}/x.py", package.display()),
+            vec![ClaimInput { path: "in.txt".into(), digest: crate::artifacts::sha256_digest(b"in") }],
+        );
+        let empty = [tmp.clone()];
+        let pod = ClaimedPod { proc_root: &proc, own_pid: 1, empty_dirs: &empty, work: &work, result_dir: &result, package_dir: &package };
+        assert_eq!(check_claimed_pod(&c, &pod), Ok(()));
+        let refused = |what: &str| {
+            let err = check_claimed_pod(&c, &pod).unwrap_err();
+            assert!(err.starts_with("the warm pod was tampered with before its claim: "), "{err}");
+            assert!(err.contains(what), "{what}: {err}");
+        };
+        std::fs::create_dir(proc.join("77")).unwrap();
+        refused("pid 77");
+        std::fs::remove_dir(proc.join("77")).unwrap();
+        std::fs::write(tmp.join("left"), b"").unwrap();
+        refused("holds left");
+        std::fs::remove_file(tmp.join("left")).unwrap();
+        std::fs::write(result.join("result.json"), b"{}").unwrap();
+        refused("holds result.json");
+        std::fs::remove_file(result.join("result.json")).unwrap();
+        std::fs::write(work.join("in.txt"), b"changed").unwrap();
+        refused("the claim says");
+        std::fs::write(work.join("in.txt"), b"in").unwrap();
+        let outside = Claim { script: "/usr/bin/x.py".into(), ..c.clone() };
+        assert!(check_claimed_pod(&outside, &pod).unwrap_err().contains("not under the package directory"));
+        assert_eq!(check_claimed_pod(&c, &pod), Ok(()), "all clean again");
+    }
+
+    #[tokio::test]
+    async fn a_refused_claim_writes_a_not_started_result() {
+        let t = tempfile::tempdir().unwrap();
+        let result = refuse(&t.path().join("result.json"), "the warm pod was tampered with before its claim: x").unwrap();
+        assert_eq!(exit_status(&result), 127);
+        let read: LaunchResult = serde_json::from_slice(&std::fs::read(t.path().join("result.json")).unwrap()).unwrap();
+        assert_eq!(read, result);
+        assert_eq!(std::fs::read(t.path().join("stdout")).unwrap(), b"");
+        assert_eq!(std::fs::read(t.path().join("stderr")).unwrap(), b"");
+    }
+
+    #[tokio::test]
+    async fn the_wait_for_the_claim_ends_with_the_file_or_the_shutdown() {
+        let t = tempfile::tempdir().unwrap();
+        let file = t.path().join(CLAIM_FILE);
+        let stop = Shutdown::new();
+        let waiting = wait_for_claim(&file, &stop);
+        tokio::pin!(waiting);
+        assert!(futures::poll!(waiting.as_mut()).is_pending());
+        std::fs::write(&file, b"{}").unwrap();
+        assert!(tokio::time::timeout(Duration::from_secs(10), waiting).await.unwrap());
+        let other = t.path().join("never");
+        let stopped = Shutdown::new();
+        stopped.trigger();
+        assert!(!wait_for_claim(&other.join(CLAIM_FILE), &stopped).await);
+    }
 }

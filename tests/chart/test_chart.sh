@@ -218,7 +218,7 @@ check "checks (values-min.yaml)" rendered min \
   --expect rule=controller:skill-operator.dev:skilljobs/status:get+patch+update \
   --expect rule=controller:skill-operator.dev:skilljobs/finalizers:update \
   --expect rule=controller:batch:jobs:get+list+watch+create+delete \
-  --expect rule=controller::pods:get+list+watch \
+  --expect rule=controller::pods:create+delete+get+list+patch+watch \
   --expect rule=controller:networking.k8s.io:networkpolicies:get+list+watch+create+patch+delete \
   --expect rule=controller::serviceaccounts:get+create+patch \
   --expect rule=controller::secrets:create+delete \

@@ -329,6 +329,7 @@ impl Stack {
             egress_proxy: None,
             network_policy: Default::default(),
             leader_election: None,
+            warm_budget: skill_operator::core::limits::WARM_NAMESPACE_DEFAULT_BUDGET,
         };
         let artifacts = Arc::new(HttpArtifacts::new(&endpoint, &key));
         let resolver =

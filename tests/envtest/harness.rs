@@ -285,6 +285,7 @@ pub(crate) fn operator_config() -> OperatorConfig {
         egress_proxy: None,
         network_policy: Default::default(),
         leader_election: None,
+        warm_budget: skill_operator::core::limits::WARM_NAMESPACE_DEFAULT_BUDGET,
     }
 }
 

@@ -25,6 +25,8 @@
 #   - traces (local cluster): the chart's gateway and controller export to an
 #     OTLP collector of the suite on this machine, and one run is one trace
 #     across both processes,
+#   - warm run pods (warm.sh): a pool per binding, claims, isolation between
+#     runs, tampered pods refused, budgets, drains,
 #   - faults: the artifact endpoint scaled to 0 while runs end (a short outage
 #     is waited out, one past the upload's patience is Failed naming it), and
 #     (local cluster) the node's kubelet and containerd stopped and started
@@ -674,6 +676,10 @@ PYEOF
     || { echo "the proxy's own NetworkPolicy is missing"; return 1; }
 }
 check "the namespace's two run policies (every run sealed to the artifact endpoint; the proxy for runs granted egress; no DNS) and the proxy's own were admitted" policies_admitted
+
+# ------------------------------------------------------------ warm run pods
+# shellcheck source=warm.sh
+source "$ROOT/tests/kind/warm.sh"
 
 # ------------------------------------------------ the artifact endpoint down
 # The endpoint's Deployment scaled to 0 while runs end, then back: a short

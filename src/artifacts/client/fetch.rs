@@ -34,6 +34,9 @@ pub struct FetchOptions {
     /// bytes are still checked against the announced sha256 (and
     /// `expect_package_digest`). Ignored without a `package_dir`.
     pub staged_package: Option<String>,
+    /// Fetch no inputs (`--no-inputs`): a warm pod's fetch, before any run
+    /// has claimed it; its sidecar brings the claimed run's inputs later.
+    pub skip_inputs: bool,
     pub limits: ArtifactLimits,
     /// How long an endpoint that cannot be reached is waited out, per
     /// request ([`super::ENDPOINT_PATIENCE`] in the pod).
@@ -74,19 +77,13 @@ pub async fn fetch(opts: &FetchOptions) -> Result<FetchReport, ClientError> {
     };
 
     // 2. The inputs.
-    let url = ep.url("inputs");
-    let resp = get(&http, ep, &url, opts.patience).await?;
-    let body = read_capped(resp, l.max_manifest_bytes).await?;
-    let manifest: InputsManifest = serde_json::from_slice(&body).map_err(|e| ClientError::Protocol(format!("inputs manifest: {e}")))?;
-    check_inputs(&manifest, &l)?;
-    make_parent_dirs(&opts.work_dir, &manifest.files)?;
-    let set = manifest.digest.clone();
-    let results = futures::stream::iter(manifest.files.iter())
-        .map(|f| fetch_input(&http, ep, &opts.work_dir, f, set.as_deref(), opts.patience))
-        .buffer_unordered(4)
-        .collect::<Vec<_>>()
-        .await;
-    results.into_iter().collect::<Result<Vec<()>, _>>()?;
+    let manifest = if opts.skip_inputs {
+        InputsManifest { digest: None, files: Vec::new() }
+    } else {
+        let manifest = read_inputs_manifest(&http, ep, &l, opts.patience).await?;
+        download_inputs(&http, ep, &opts.work_dir, &manifest, opts.patience).await?;
+        manifest
+    };
 
     // 3. The launcher.
     let tools = match &opts.tools_dir {
@@ -94,6 +91,37 @@ pub async fn fetch(opts: &FetchOptions) -> Result<FetchReport, ClientError> {
         None => None,
     };
     Ok(FetchReport { package_digest, package_files, inputs_digest: manifest.digest, inputs: manifest.files, tools })
+}
+
+/// `GET .../inputs`, checked whole against the caps and path rules.
+pub(super) async fn read_inputs_manifest(
+    http: &reqwest::Client,
+    ep: &Endpoint,
+    l: &ArtifactLimits,
+    patience: Duration,
+) -> Result<InputsManifest, ClientError> {
+    let resp = get(http, ep, &ep.url("inputs"), patience).await?;
+    let body = read_capped(resp, l.max_manifest_bytes).await?;
+    let manifest: InputsManifest = serde_json::from_slice(&body).map_err(|e| ClientError::Protocol(format!("inputs manifest: {e}")))?;
+    check_inputs(&manifest, l)?;
+    Ok(manifest)
+}
+
+/// Every file of a checked manifest into `work`, each verified (pinned to the set).
+pub(super) async fn download_inputs(
+    http: &reqwest::Client,
+    ep: &Endpoint,
+    work: &Path,
+    manifest: &InputsManifest,
+    patience: Duration,
+) -> Result<(), ClientError> {
+    make_parent_dirs(work, &manifest.files)?;
+    let set = manifest.digest.as_deref();
+    // The futures made first (not in a `map` over the stream): the whole
+    // future stays `Send`, so the warm sidecar's can be spawned.
+    let fetches: Vec<_> = manifest.files.iter().map(|f| fetch_input(http, ep, work, f, set, patience)).collect();
+    let results = futures::stream::iter(fetches).buffer_unordered(4).collect::<Vec<_>>().await;
+    results.into_iter().collect::<Result<Vec<()>, _>>().map(drop)
 }
 
 /// Downloads, verifies and unpacks the package into `dest`: (sha256, files).

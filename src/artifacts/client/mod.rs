@@ -31,6 +31,9 @@
 //! 3. Copies its own executable to `<tools>/skill-operator` (0755, via a
 //!    temporary name and rename) so the run image needs nothing of ours.
 //!
+//! `--no-inputs` skips step 2: a warm pod's fetch, made before any run has
+//! claimed the pod ([`warm`]).
+//!
 //! # upload
 //! Waits (polling) until the result file exists or the stop signal (SIGTERM:
 //! the kubelet sends it once `run` has exited) arrives, then uploads in one
@@ -45,10 +48,14 @@
 //! read once; its sha256, with counts, is the termination message (< 4 KiB).
 //! After a successful upload the sidecar stays up until stopped: a native
 //! sidecar that exits is restarted by the kubelet while `run` still runs.
+//!
+//! With `--claim-dir` it is a warm pod's sidecar: it waits for the pod's
+//! claim first, then does the above for the run that claimed it ([`warm`]).
 
 mod fetch;
 mod tar_stream;
 mod upload;
+pub mod warm;
 
 pub use fetch::*;
 use tar_stream::*;
@@ -61,7 +68,9 @@ use std::time::Duration;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use reqwest::header::AUTHORIZATION;
 
-use super::{check_namespace, check_uid, job_bearer, termination_error, ArtifactLimits, ErrorBody, ErrorCode, HEADER_CONTENT_DIGEST};
+use super::{
+    check_namespace, check_uid, job_bearer, termination_error, ArtifactLimits, ErrorBody, ErrorCode, CLAIM_HEADER, HEADER_CONTENT_DIGEST,
+};
 use crate::core::package::PackageError;
 
 /// Where the endpoint is and who this pod is.
@@ -77,6 +86,10 @@ pub struct Endpoint {
     /// Where the token came from: read again for every request, because the
     /// kubelet replaces a projected ServiceAccount token before it expires.
     token_file: Option<PathBuf>,
+    /// A claimed warm pod's own uid ([`Endpoint::claimed`]): the credential
+    /// is that uid's and every request names it in [`CLAIM_HEADER`], while
+    /// the routes are `uid`'s (the SkillJob's).
+    claim: Option<String>,
 }
 
 /// The longest token accepted (bytes). An HMAC job token is 64; a projected
@@ -89,6 +102,7 @@ impl std::fmt::Debug for Endpoint {
             .field("base", &self.base)
             .field("namespace", &self.namespace)
             .field("uid", &self.uid)
+            .field("claim", &self.claim)
             .finish_non_exhaustive()
     }
 }
@@ -108,7 +122,7 @@ impl Endpoint {
         check_namespace(&namespace).map_err(ClientError::Config)?;
         check_uid(&uid).map_err(ClientError::Config)?;
         let token = checked_token(token.into())?;
-        Ok(Endpoint { base, namespace, uid, token, token_file: None })
+        Ok(Endpoint { base, namespace, uid, token, token_file: None, claim: None })
     }
 
     /// Reads the token from `token_file` (the mounted token volume), now to
@@ -123,17 +137,40 @@ impl Endpoint {
         Ok(Endpoint { token_file: Some(token_file.to_path_buf()), ..Endpoint::new(base, namespace, uid, token)? })
     }
 
+    /// This warm pod's endpoint for the run that claimed it: the routes of
+    /// `skilljob_uid` (its inputs, its outputs), with this pod's own
+    /// credential and [`CLAIM_HEADER`] naming this pod's warm uid. The
+    /// endpoint admits that while the claim it stored for this warm uid
+    /// names `skilljob_uid`.
+    pub fn claimed(&self, skilljob_uid: &str) -> Result<Endpoint, ClientError> {
+        check_uid(skilljob_uid).map_err(ClientError::Config)?;
+        if self.claim.is_some() {
+            return Err(ClientError::Config("this endpoint is claimed already".into()));
+        }
+        Ok(Endpoint { uid: skilljob_uid.to_string(), claim: Some(self.uid.clone()), ..self.clone() })
+    }
+
     fn url(&self, tail: &str) -> String {
         format!("{}/jobs/{}/{}/{tail}", self.base, self.namespace, self.uid)
     }
 
     /// The credential for the next request, from the token file's current
-    /// content when there is one.
+    /// content when there is one: the warm pod's own when claimed.
     fn bearer(&self) -> Result<String, ClientError> {
+        let uid = self.claim.as_deref().unwrap_or(&self.uid);
         match &self.token_file {
-            Some(path) => Ok(job_bearer(&self.namespace, &self.uid, &read_token_file(path)?)),
-            None => Ok(job_bearer(&self.namespace, &self.uid, &self.token)),
+            Some(path) => Ok(job_bearer(&self.namespace, uid, &read_token_file(path)?)),
+            None => Ok(job_bearer(&self.namespace, uid, &self.token)),
         }
+    }
+
+    /// `req` with the credential and, when claimed, [`CLAIM_HEADER`].
+    fn authorize(&self, req: reqwest::RequestBuilder) -> Result<reqwest::RequestBuilder, ClientError> {
+        let req = req.header(AUTHORIZATION, self.bearer()?);
+        Ok(match &self.claim {
+            Some(warm) => req.header(CLAIM_HEADER, warm),
+            None => req,
+        })
     }
 }
 
@@ -179,6 +216,10 @@ pub enum ClientError {
     TooLarge { what: String, limit: u64 },
     #[error("the endpoint's answer is not usable: {0}")]
     Protocol(String),
+    /// A warm pod refused its claim (it was tampered with, or the claimed
+    /// run's inputs could not be brought in): the result saying so is stored.
+    #[error("{0}")]
+    Refused(String),
     #[error(transparent)]
     Package(#[from] PackageError),
     #[error("{what}: {source}")]
@@ -295,11 +336,11 @@ impl Retry {
 pub(crate) async fn get(http: &reqwest::Client, ep: &Endpoint, url: &str, patience: Duration) -> Result<reqwest::Response, ClientError> {
     let mut retry = Retry::new(patience);
     loop {
-        let failure = match ep.bearer() {
+        let failure = match ep.authorize(http.get(url)) {
             // A token file unreadable for a moment is retried like the network.
             Err(e) if e.is_transient() => e,
             Err(e) => return Err(e),
-            Ok(bearer) => match http.get(url).header(AUTHORIZATION, bearer).send().await {
+            Ok(req) => match req.send().await {
                 Ok(r) if r.status().is_success() => return Ok(r),
                 Ok(r) if matches!(r.status().as_u16(), 502..=504) => endpoint_error(url, r).await,
                 Ok(r) => return Err(endpoint_error(url, r).await),
@@ -369,6 +410,11 @@ pub struct FetchArgs {
     /// any request (a malformed one fails with its reason in the termination log).
     #[arg(long, value_name = "DIGEST")]
     pub staged_package: Option<String>,
+    /// Fetch no inputs: a warm pod's fetch, made before any run has claimed
+    /// the pod (there are no inputs yet). Its upload sidecar (`upload
+    /// --claim-dir`) brings the claimed run's inputs once the claim comes.
+    #[arg(long)]
+    pub no_inputs: bool,
     /// Where a failure's one-line reason goes (the controller puts it in the SkillJob's message).
     #[arg(long, value_name = "FILE", default_value = "/dev/termination-log")]
     pub termination_log: PathBuf,
@@ -387,6 +433,18 @@ pub struct UploadArgs {
     /// Where the digest line goes.
     #[arg(long, value_name = "FILE", default_value = "/dev/termination-log")]
     pub termination_log: PathBuf,
+    /// A warm pod's sidecar (--job is the pod's warm uid): wait for a run to
+    /// claim the pod, check that nothing was left in it meanwhile, bring the
+    /// run's inputs into --work, and hand the claim to the launcher as
+    /// DIR/claim.json (an emptyDir the run container mounts read-only); then
+    /// upload that run's outputs under its SkillJob's uid. The pod is made
+    /// before its run, so the run can only reach it this way.
+    #[arg(long, value_name = "DIR")]
+    pub claim_dir: Option<PathBuf>,
+    /// The proc filesystem whose entries are the container's processes
+    /// (tests without a PID namespace give an empty directory).
+    #[arg(long, value_name = "DIR", default_value = "/proc", hide = true)]
+    pub proc_root: PathBuf,
 }
 
 /// `skill-operator fetch`.
@@ -400,6 +458,7 @@ pub async fn fetch_command(a: FetchArgs) -> Result<(), ClientError> {
         tools_dir: Some(a.tools.clone()),
         expect_package_digest: a.package_digest,
         staged_package: a.staged_package,
+        skip_inputs: a.no_inputs,
         limits: ArtifactLimits::DEFAULT,
         patience: ENDPOINT_PATIENCE,
     };
@@ -434,6 +493,20 @@ pub async fn upload_command(a: UploadArgs, shutdown: crate::shutdown::Shutdown) 
     let endpoint = Endpoint::with_token_file(a.job.endpoint, a.job.namespace, a.job.job, &a.job.token_file)?;
     let mut opts = UploadOptions::new(endpoint, a.work, a.result);
     opts.termination_log = Some(a.termination_log);
+    if let Some(claim_dir) = a.claim_dir {
+        let warm = warm::WarmOptions { proc_root: a.proc_root, ..warm::WarmOptions::new(opts, claim_dir) };
+        eprintln!("skill-operator upload: warm pod {} waiting for a claim", warm.upload.endpoint.uid);
+        match warm::run_warm_upload_sidecar(&warm, &shutdown).await? {
+            warm::WarmEnd::Unclaimed => eprintln!("stopped before any run claimed this warm pod"),
+            warm::WarmEnd::Ran { claim, report: Some(r) } => {
+                eprintln!("uploaded SkillJob {}: {}", claim.skilljob_uid, r.termination_message)
+            }
+            warm::WarmEnd::Ran { claim, report: None } => {
+                eprintln!("nothing uploaded for SkillJob {}: the run was cancelled or stopped before it finished", claim.skilljob_uid)
+            }
+        }
+        return Ok(());
+    }
     // The signal handlers are in place (main installs them first): from here
     // a SIGTERM is an orderly stop, which is what this line tells a watcher.
     eprintln!("skill-operator upload: waiting for {}", opts.result_file.display());

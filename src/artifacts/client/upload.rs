@@ -2,7 +2,7 @@
 
 use super::super::{termination_error, termination_message, ArtifactLimits, OutputManifest, TAR_CONTENT_TYPE};
 use crate::shutdown::Shutdown;
-use reqwest::header::{AUTHORIZATION, CONTENT_TYPE};
+use reqwest::header::CONTENT_TYPE;
 use std::io::{self};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -106,6 +106,12 @@ pub async fn upload(opts: &UploadOptions, stop: &Shutdown) -> Result<Option<Uplo
         write_termination_log(opts, why);
         return Ok(None);
     }
+    send_outputs(opts).await.map(Some)
+}
+
+/// Uploads what is there now (retrying transient failures within the
+/// patience) and writes the termination log either way.
+pub(super) async fn send_outputs(opts: &UploadOptions) -> Result<UploadReport, ClientError> {
     let http = match http_client() {
         Ok(http) => http,
         Err(e) => {
@@ -126,7 +132,7 @@ pub async fn upload(opts: &UploadOptions, stop: &Shutdown) -> Result<Option<Uplo
         Err(e) => termination_error(&e.to_string()),
     };
     write_termination_log(opts, &line);
-    result.map(Some)
+    result
 }
 
 /// An inotify watch on the result's directory whose events wake the
@@ -134,12 +140,17 @@ pub async fn upload(opts: &UploadOptions, stop: &Shutdown) -> Result<Option<Uplo
 /// writes the result a moment before its container ends: a poll alone
 /// added half its interval to every run. `None` watch (the receiver then
 /// never yields) when the watch cannot be made: the poll still finds it.
-type ResultWatch = (Option<notify_debouncer_mini::notify::RecommendedWatcher>, tokio::sync::mpsc::Receiver<()>);
+pub(crate) type DirWatch = (Option<notify_debouncer_mini::notify::RecommendedWatcher>, tokio::sync::mpsc::Receiver<()>);
 
-fn watch_result_dir(result_file: &std::path::Path) -> ResultWatch {
+fn watch_result_dir(result_file: &std::path::Path) -> DirWatch {
+    watch_dir(result_file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new(".")))
+}
+
+/// An inotify watch on `dir` (not recursive): its receiver yields once
+/// per burst of events. The launcher waits on the claim directory with it.
+pub(crate) fn watch_dir(dir: &std::path::Path) -> DirWatch {
     use notify_debouncer_mini::notify::{RecursiveMode, Watcher};
     let (tx, rx) = tokio::sync::mpsc::channel(1);
-    let dir = result_file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
     let watcher = notify_debouncer_mini::notify::recommended_watcher(move |_event| {
         // A full channel already holds a wake-up: the waiter re-checks the file.
         let _ = tx.try_send(());
@@ -148,13 +159,13 @@ fn watch_result_dir(result_file: &std::path::Path) -> ResultWatch {
     match watcher {
         Ok(w) => (Some(w), rx),
         Err(err) => {
-            tracing::warn!(%err, dir = %dir.display(), "cannot watch for the result; polling for it");
+            tracing::warn!(%err, dir = %dir.display(), "cannot watch the directory; polling it");
             (None, rx)
         }
     }
 }
 
-fn write_termination_log(opts: &UploadOptions, line: &str) {
+pub(super) fn write_termination_log(opts: &UploadOptions, line: &str) {
     if let Some(path) = &opts.termination_log {
         if let Err(e) = std::fs::write(path, line.as_bytes()) {
             tracing::warn!(error = %e, path = %path.display(), "cannot write the termination log");
@@ -164,7 +175,7 @@ fn write_termination_log(opts: &UploadOptions, line: &str) {
 
 pub(super) async fn upload_once(http: &reqwest::Client, opts: &UploadOptions) -> Result<UploadReport, ClientError> {
     let ep = &opts.endpoint;
-    let bearer = ep.bearer()?;
+    let request = ep.authorize(http.put(ep.url("outputs")))?;
     let (work, result_file, limits) = (opts.work_dir.clone(), opts.result_file.clone(), opts.limits);
     let plan = tokio::task::spawn_blocking(move || plan_upload(&work, &result_file, &limits))
         .await
@@ -174,13 +185,7 @@ pub(super) async fn upload_once(http: &reqwest::Client, opts: &UploadOptions) ->
     let (ns, uid) = (ep.namespace.clone(), ep.uid.clone());
     let writer = tokio::task::spawn_blocking(move || write_tar(plan, &ns, &uid, tx));
     let url = ep.url("outputs");
-    let sent = http
-        .put(&url)
-        .header(AUTHORIZATION, bearer)
-        .header(CONTENT_TYPE, TAR_CONTENT_TYPE)
-        .body(reqwest::Body::wrap_stream(RxStream(rx)))
-        .send()
-        .await;
+    let sent = request.header(CONTENT_TYPE, TAR_CONTENT_TYPE).body(reqwest::Body::wrap_stream(RxStream(rx))).send().await;
     let written = writer.await.map_err(|e| ClientError::Protocol(format!("tar task: {e}")))?;
     let resp = match sent {
         Ok(r) if !r.status().is_success() => return Err(endpoint_error(&url, r).await),

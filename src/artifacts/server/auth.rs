@@ -27,6 +27,10 @@ pub(super) enum Access {
     WriteOutputs,
     ReadOutputs,
     Delete,
+    /// A warm pod's claim, write (the operator hands a run to the pod).
+    Claim,
+    /// A warm pod's claim, read (the pod itself waits for it).
+    ReadClaim,
 }
 
 /// Route names, then credential, then role.
@@ -35,17 +39,20 @@ pub(super) async fn admit(state: &AppState, headers: &HeaderMap, ns: &str, uid: 
     check_uid(uid).map_err(|m| ApiError::bad(ErrorCode::BadJob, m))?;
     let caller = authenticate(state, headers, ns, uid).await?;
     let ok = match (caller, access) {
-        (Caller::Job, Access::ReadStaged | Access::WriteOutputs) => true,
+        (Caller::Job, Access::ReadStaged | Access::WriteOutputs | Access::ReadClaim) => true,
         (Caller::Job, _) => false,
-        (Caller::Operator, Access::WriteOutputs) => false,
+        (Caller::Operator, Access::WriteOutputs | Access::ReadClaim) => false,
         (Caller::Operator, _) => true,
     };
-    if ok {
-        Ok(())
-    } else if caller == Caller::Job {
-        Err(ApiError::new(ErrorCode::Forbidden, "a job token may read its package and inputs and write its outputs, nothing else"))
-    } else {
-        Err(ApiError::new(ErrorCode::Forbidden, "only the job itself writes its outputs"))
+    match (ok, caller, access) {
+        (true, _, _) => Ok(()),
+        (false, Caller::Job, Access::Claim) => Err(ApiError::new(ErrorCode::Forbidden, "only the operator claims a warm pod for a run")),
+        (false, Caller::Job, _) => Err(ApiError::new(
+            ErrorCode::Forbidden,
+            "a job token may read its package, inputs and claim and write its outputs, nothing else",
+        )),
+        (false, _, Access::ReadClaim) => Err(ApiError::new(ErrorCode::Forbidden, "a warm pod's claim is read by the pod itself")),
+        (false, _, _) => Err(ApiError::new(ErrorCode::Forbidden, "only the job itself writes its outputs")),
     }
 }
 

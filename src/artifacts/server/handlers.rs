@@ -101,7 +101,7 @@ pub(super) async fn get_inputs(
     JobPath((ns, uid)): JobPath<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<InputsManifest>, ApiError> {
-    admit(&state, &headers, &ns, &uid, Access::ReadStaged).await?;
+    super::claims::admit_job(&state, &headers, &ns, &uid, Access::ReadStaged).await?;
     match state.read_set(&ns, &uid, ArtifactKind::Inputs).await {
         Ok(set) => Ok(Json(InputsManifest { digest: Some(set.digest.clone()), files: set.files.clone() })),
         Err(e) if e.status == StatusCode::NOT_FOUND => Ok(Json(InputsManifest { digest: None, files: Vec::new() })),
@@ -169,7 +169,7 @@ pub(super) async fn get_input_file(
     QueryOf(q): QueryOf<SetQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    admit(&state, &headers, &ns, &uid, Access::ReadStaged).await?;
+    super::claims::admit_job(&state, &headers, &ns, &uid, Access::ReadStaged).await?;
     let rel = rel_path(&path)?;
     get_file(&state, &ns, &uid, ArtifactKind::Inputs, &rel, q.set.as_deref()).await
 }
@@ -239,7 +239,7 @@ pub(super) async fn put_outputs(
     JobPath((ns, uid)): JobPath<(String, String)>,
     req: Request,
 ) -> Result<Response, ApiError> {
-    admit(&state, req.headers(), &ns, &uid, Access::WriteOutputs).await?;
+    super::claims::admit_job(&state, req.headers(), &ns, &uid, Access::WriteOutputs).await?;
     let l = state.0.limits;
     let sp = spool(&state, req, l.max_batch_body_bytes(), "outputs batch").await?;
     let file = sp.file.clone();
@@ -362,12 +362,16 @@ pub(super) async fn delete_job(
     admit(&state, &headers, &ns, &uid, Access::Delete).await?;
     let _lock = state.lock(&ns, &uid).lock().await;
     let mut deleted = Vec::new();
-    for kind in ArtifactKind::ALL {
+    // Only a warm pod's uid has a claim: other jobs skip that registry request.
+    let warm = crate::artifacts::is_warm_uid(&uid);
+    for kind in ArtifactKind::ALL.into_iter().filter(|k| warm || *k != ArtifactKind::Claim) {
         let reference = state.reference(&ns, &uid, kind);
         state.forget(&reference);
         if state.0.sets.delete(&reference).await.map_err(oci_error)? {
             deleted.push(kind.as_str());
         }
     }
+    // A warm uid's claim went with its tags.
+    state.0.claims.forget(&ns, &uid);
     Ok(Json(json!({ "deleted": deleted })).into_response())
 }

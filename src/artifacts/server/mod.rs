@@ -19,7 +19,9 @@
 //! PUT    /v1/jobs/{ns}/{uid}/outputs               job           body: outputs tar (manifest.json last)
 //! GET    /v1/jobs/{ns}/{uid}/outputs               operator      the stored manifest.json bytes
 //! GET    /v1/jobs/{ns}/{uid}/outputs/{*path}       operator      file bytes (result/..., work/..., manifest.json)
-//! DELETE /v1/jobs/{ns}/{uid}                       operator      removes the three tags
+//! DELETE /v1/jobs/{ns}/{uid}                       operator      removes the job's tags (and a warm pod's claim)
+//! PUT    /v1/jobs/{ns}/{warm_uid}/claim            operator      body: Claim JSON; write-once (409 `already_claimed`)
+//! GET    /v1/jobs/{ns}/{warm_uid}/claim[?wait=s]   job           the Claim; 204 when none came within s (<= 60)
 //! GET    /v1/outputs/stored                        operator      NDJSON stream: each job's outputs as they are stored
 //! PUT    /v1/namespaces/{ns}/packages/{digest}     operator      body: package bytes, staged once for every run of
 //!                                                  {ns} pinning digest (idempotent)
@@ -32,6 +34,13 @@
 //! the namespace with `?digest=`. Their routes check the namespace (400
 //! `bad_job`) and the digest (400 `bad_digest`) as names, then the operator
 //! credential (any job credential is 403).
+//!
+//! Warm pods' claims (src/artifacts/server/claims.rs): a warm pod waits
+//! for its run with its own warm uid's credential; once claimed, it reads
+//! the run's inputs and writes its outputs on the run's routes with the
+//! header `skill-operator-claim: <warm_uid>` (the inputs GETs and the
+//! outputs PUT only), admitted while the claim stored for that warm uid
+//! names the route's job.
 //!
 //! Order of checks on every job route: namespace and UID as names (400
 //! `bad_job`), then the credential (401 `unauthorized`, 403 `forbidden`;
@@ -57,6 +66,7 @@
 //! `?set=` pin is honoured only when it equals the digest this replica read.
 
 mod auth;
+mod claims;
 mod events;
 mod handlers;
 mod namespace_packages;
@@ -120,6 +130,10 @@ pub struct ServerConfig {
     /// Accept run pods' projected ServiceAccount tokens, verified by
     /// TokenReview (`--pod-tokens`); `None`: HMAC job tokens only.
     pub pod_tokens: Option<pod_tokens::PodTokens>,
+    /// How often a waiting `GET .../claim` reads the store again for a
+    /// claim another replica stored ([`super::CLAIM_RECHECK`]; a test
+    /// lengthens it to show that a claim stored here wakes the wait).
+    pub claim_recheck: std::time::Duration,
 }
 
 impl ServerConfig {
@@ -155,6 +169,7 @@ impl ServerConfig {
             store: None,
             seed_samples: false,
             pod_tokens: None,
+            claim_recheck: super::CLAIM_RECHECK,
         }
     }
 }
@@ -200,6 +215,10 @@ pub(super) struct Inner {
     validated: Mutex<HashMap<String, SkillConfig>>,
     bounds: crate::listener::Bounds,
     listener_metrics: crate::listener::ListenerMetrics,
+    /// Warm pods' claims known here, and the requests waiting for one.
+    claims: claims::Claims,
+    /// See [`ServerConfig::claim_recheck`].
+    claim_recheck: std::time::Duration,
     /// Jobs whose outputs were just stored, for [`events`] followers.
     stored: tokio::sync::broadcast::Sender<crate::artifacts::OutputsStored>,
     /// Cancelled at shutdown: ends the streams that would never finish.
@@ -269,6 +288,8 @@ impl AppState {
             validated: Mutex::new(HashMap::new()),
             bounds: cfg.bounds,
             listener_metrics: cfg.listener_metrics,
+            claims: claims::Claims::default(),
+            claim_recheck: cfg.claim_recheck,
             stored: tokio::sync::broadcast::channel(events::BACKLOG).0,
             stop: tokio_util::sync::CancellationToken::new(),
             store,
@@ -291,6 +312,11 @@ impl AppState {
 
     pub(super) fn is_starting(&self) -> bool {
         self.0.samples_pending.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Warm uids with a request waiting for their claim on this replica.
+    pub fn claim_waiters(&self) -> usize {
+        self.0.claims.waiting()
     }
 
     /// The built-in store, if the endpoint runs on one.
@@ -433,6 +459,7 @@ pub fn router(state: AppState) -> Router {
     let batch = DefaultBodyLimit::max((l.max_batch_body_bytes() + DRAIN_SLACK) as usize);
     let file = DefaultBodyLimit::max((l.max_file_bytes + DRAIN_SLACK) as usize);
     let pkg = DefaultBodyLimit::max((l.max_package_bytes + DRAIN_SLACK) as usize);
+    let claim = DefaultBodyLimit::max(super::MAX_CLAIM_BYTES as usize);
     let listener_metrics = state.0.listener_metrics.clone();
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
@@ -448,6 +475,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/jobs/{ns}/{uid}/outputs", get(get_outputs))
         .route("/v1/jobs/{ns}/{uid}/outputs", put(put_outputs).layer(batch))
         .route("/v1/jobs/{ns}/{uid}/outputs/{*path}", get(get_output_file))
+        .route("/v1/jobs/{ns}/{uid}/claim", get(claims::get_claim))
+        .route("/v1/jobs/{ns}/{uid}/claim", put(claims::put_claim).layer(claim))
         .route("/v1/outputs/stored", get(events::stored_outputs))
         .route("/v1/namespaces/packages", get(namespace_packages::list_namespace_packages))
         .route("/v1/namespaces/{ns}/packages/{digest}", put(namespace_packages::put_namespace_package).layer(pkg))

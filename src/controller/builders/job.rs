@@ -327,6 +327,13 @@ impl JobParams {
     /// Checks every rule [`build_job`] relies on. `build_job` itself never
     /// fails; call this first and put the error in the SkillJob's status.
     pub fn validate(&self) -> Result<()> {
+        self.validate_identity()?;
+        self.validate_run()?;
+        self.validate_shape()
+    }
+
+    /// The SkillJob this Job is for, and its owner reference.
+    fn validate_identity(&self) -> Result<()> {
         require_subdomain("skilljob_name", &self.skilljob_name)?;
         require_label_name("namespace", &self.namespace)?;
         if uid_hex(&self.skilljob_uid).is_none() {
@@ -346,11 +353,11 @@ impl JobParams {
         if let Some(problem) = owner_problem {
             return Err(Error::OwnerMismatch { name: self.skilljob_name.clone(), uid: self.skilljob_uid.clone(), problem });
         }
-        for (field, image) in [("run_image", &self.run_image), ("operator_image", &self.operator_image)] {
-            if image.is_empty() || image.chars().any(|c| c.is_whitespace() || c.is_control()) {
-                return Err(Error::InvalidImage { field, value: image.clone() });
-            }
-        }
+        Ok(())
+    }
+
+    /// What one run asks for: its interpreter, script, arguments, timeout and granted variables.
+    fn validate_run(&self) -> Result<()> {
         if !self.interpreter.starts_with('/') || self.interpreter.contains('\0') || self.interpreter.len() > 1024 {
             return Err(Error::InvalidInterpreter(self.interpreter.clone()));
         }
@@ -370,9 +377,6 @@ impl JobParams {
         if self.timeout_secs == 0 || self.timeout_secs > MAX_TIMEOUT_SECS {
             return Err(Error::InvalidTimeout(self.timeout_secs));
         }
-        require_quantity("resources.cpu", &self.resources.cpu)?;
-        require_quantity("resources.memory", &self.resources.memory)?;
-        require_quantity("resources.ephemeral_storage", &self.resources.ephemeral_storage)?;
         let mut seen = std::collections::BTreeSet::new();
         for grant in &self.env {
             let bad = |problem| Err(Error::InvalidEnv { name: grant.name.clone(), problem });
@@ -392,6 +396,21 @@ impl JobParams {
                 return bad("secret key must be 1-253 chars of [-._a-zA-Z0-9]");
             }
         }
+        Ok(())
+    }
+
+    /// The pod's shape, which a warm pod shares with a run's: images,
+    /// quantities, identity on the node, names it may reach, delivery.
+    pub(super) fn validate_shape(&self) -> Result<()> {
+        require_label_name("namespace", &self.namespace)?;
+        for (field, image) in [("run_image", &self.run_image), ("operator_image", &self.operator_image)] {
+            if image.is_empty() || image.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(Error::InvalidImage { field, value: image.clone() });
+            }
+        }
+        require_quantity("resources.cpu", &self.resources.cpu)?;
+        require_quantity("resources.memory", &self.resources.memory)?;
+        require_quantity("resources.ephemeral_storage", &self.resources.ephemeral_storage)?;
         require_subdomain("service_account", &self.service_account)?;
         for name in &self.image_pull_secrets {
             require_subdomain("image_pull_secrets", name)?;
@@ -698,7 +717,7 @@ pub(super) fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
     VolumeMount { name: name.into(), mount_path: path.into(), read_only: Some(read_only), ..Default::default() }
 }
 
-fn helper_container(p: &JobParams, name: &str, command: Vec<String>, mounts: Vec<VolumeMount>) -> Container {
+pub(super) fn helper_container(p: &JobParams, name: &str, command: Vec<String>, mounts: Vec<VolumeMount>) -> Container {
     Container {
         name: name.into(),
         image: Some(p.operator_image.clone()),
@@ -717,7 +736,7 @@ fn helper_container(p: &JobParams, name: &str, command: Vec<String>, mounts: Vec
 
 /// `skill-operator <sub> --endpoint … --namespace … --job …` followed by `rest`:
 /// the argv both pod-side helpers share.
-fn helper_command(p: &JobParams, sub: &str, rest: &[&str]) -> Vec<String> {
+pub(super) fn helper_command(p: &JobParams, sub: &str, rest: &[&str]) -> Vec<String> {
     let head = [OPERATOR_BIN, sub, "--endpoint", &p.artifact_endpoint, "--namespace", &p.namespace, "--job", &p.skilljob_uid];
     head.iter().chain(rest).map(|s| s.to_string()).collect()
 }
@@ -749,7 +768,7 @@ pub(super) fn pod_failure_policy(container: &str) -> PodFailurePolicy {
     }
 }
 
-fn fetch_container(p: &JobParams) -> Container {
+pub(super) fn fetch_container(p: &JobParams) -> Container {
     let fetched = p.delivery == PackageDelivery::Fetched;
     // A prepared package is in the image: fetch brings only the inputs and the launcher.
     let package: &[&str] = if fetched { &["--package", PACKAGE_DIR] } else { &[] };
@@ -765,7 +784,7 @@ fn fetch_container(p: &JobParams) -> Container {
     helper_container(p, CONTAINER_FETCH, command, mounts)
 }
 
-fn upload_container(p: &JobParams) -> Container {
+pub(super) fn upload_container(p: &JobParams) -> Container {
     let command = helper_command(p, "upload", &["--work", WORK_DIR, "--result", RESULT_FILE, "--token-file", TOKEN_FILE]);
     Container {
         // Native sidecar: starts after fetch, runs beside `run`, gets SIGTERM
@@ -781,7 +800,7 @@ fn upload_container(p: &JobParams) -> Container {
 }
 
 /// The env the run container gets, in order: fixed vars, proxy vars, grants.
-fn run_env(p: &JobParams) -> Vec<EnvVar> {
+pub(super) fn run_env(p: &JobParams) -> Vec<EnvVar> {
     let plain = |name: &str, value: &str| EnvVar { name: name.into(), value: Some(value.into()), value_from: None };
     let mut env = vec![plain("HOME", TMP_DIR), plain("TMPDIR", TMP_DIR), plain("PATH", RUN_PATH)];
     if let PackageDelivery::ImageVolume { env: deps, .. } = &p.delivery {
@@ -808,7 +827,7 @@ fn run_env(p: &JobParams) -> Vec<EnvVar> {
     env
 }
 
-fn run_container(p: &JobParams) -> Container {
+pub(super) fn run_container(p: &JobParams) -> Container {
     let env = run_env(p);
     let mut command: Vec<String> =
         [LAUNCHER, "launch", "--result", RESULT_FILE, "--timeout", &p.timeout_secs.to_string()].iter().map(|s| s.to_string()).collect();
@@ -867,7 +886,7 @@ pub(super) fn empty_dir(name: &str, size: &str) -> Volume {
     }
 }
 
-fn volumes(p: &JobParams) -> Vec<Volume> {
+pub(super) fn volumes(p: &JobParams) -> Vec<Volume> {
     let package = match &p.delivery {
         PackageDelivery::Fetched => Some(empty_dir(VOL_PACKAGE, SIZE_PACKAGE)),
         PackageDelivery::InImage { .. } => None,

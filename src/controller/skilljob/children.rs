@@ -29,7 +29,7 @@ fn labels() -> BTreeMap<String, String> {
 
 /// The namespace's ServiceAccount (no RBAC) and run policies, before its
 /// first run and whenever they are not what they should be.
-pub(super) async fn ensure_namespace(ctx: &Context, ns: &str) -> Result<()> {
+pub async fn ensure_namespace(ctx: &Context, ns: &str) -> Result<()> {
     if !ctx.lookups.service_account_applied(ns) {
         let accounts: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), ns);
         let sa = build_service_account(RUN_SERVICE_ACCOUNT, ns, &labels());
@@ -173,11 +173,20 @@ pub(super) async fn delete_job(ctx: &Context, ns: &str, uid: &str) -> Result<()>
 /// A finished SkillJob whose Job is still in the cache: delete it (a delete
 /// after the result was recorded failed, or a watch event raced it).
 /// Nothing is asked of the API server otherwise.
-pub(super) async fn delete_leftovers(ctx: &Context, ns: &str, uid: &str) -> Result<()> {
+pub(super) async fn delete_leftovers(ctx: &Context, ns: &str, uid: &str, warm_pod: Option<&str>) -> Result<()> {
     if ctx.lookups.cached_job(ns, &job_name(uid)).is_some() {
         delete_job(ctx, ns, uid).await?;
     }
+    if let Some(pod) = warm_pod.filter(|p| ctx.lookups.cached_pod(ns, p).is_some()) {
+        delete_warm_pod(ctx, ns, pod).await?;
+    }
     Ok(())
+}
+
+/// Delete a claimed warm pod (its run is over, or stopped); NotFound is done.
+pub(super) async fn delete_warm_pod(ctx: &Context, ns: &str, pod: &str) -> Result<()> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    ignore_missing(pods.delete(pod, &DeleteParams::default()).await.map(|_| ()))
 }
 
 fn ignore_missing(r: std::result::Result<(), kube::Error>) -> Result<()> {

@@ -27,7 +27,7 @@ mod observe;
 mod start;
 mod stored;
 
-pub use children::repair_run_policies;
+pub use children::{ensure_namespace, repair_run_policies};
 pub use stored::follow as follow_stored;
 
 use crate::api::outcome::PodTimes;
@@ -124,13 +124,23 @@ async fn apply(sj: &SkillJob, ctx: &Context) -> Result<Action> {
     if status.phase.is_some_and(is_final) && !stopping {
         // The result is recorded; what is left of the run goes (again, if a
         // delete after the recording failed or raced a watch event).
-        children::delete_leftovers(ctx, &ns, &uid).await?;
+        children::delete_leftovers(ctx, &ns, &uid, status.warm_pod.as_deref()).await?;
         return Ok(Action::await_change());
     }
     if sj.annotations().contains_key(CANCEL_ANNOTATION) {
         return match stop_run(sj, ctx, "cancelled on request").await? {
             Some(action) => Ok(action),
             None => observe::cancelled(sj, ctx, status).await,
+        };
+    }
+    if let Some(pod) = status.warm_pod.clone() {
+        let step = observe::observe_warm(sj, ctx, &ns, &uid, &pod, status).await;
+        return match step {
+            Err(err) => match outage(&err) {
+                Some((reason, message)) => wait_for_component(sj, ctx, reason, message).await,
+                None => Err(err),
+            },
+            done => done,
         };
     }
     let name = job_name(&uid);
@@ -197,6 +207,9 @@ async fn stop_run(sj: &SkillJob, ctx: &Context, why: &str) -> Result<Option<Acti
     let ns = sj.namespace().ok_or(Error::Missing("namespace"))?;
     let uid = sj.uid().ok_or(Error::Missing("uid"))?;
     children::delete_job(ctx, &ns, &uid).await?;
+    if let Some(pod) = sj.status.as_ref().and_then(|s| s.warm_pod.as_deref()) {
+        children::delete_warm_pod(ctx, &ns, pod).await?;
+    }
     if !children::pods_alive(ctx, &ns, &uid).await? {
         return Ok(None);
     }
@@ -226,7 +239,27 @@ async fn cleanup(sj: &SkillJob, ctx: &Context) -> Result<Action> {
         return Err(Error::InUse("the run's pod has not stopped yet".into()));
     }
     ctx.artifacts.delete(&ns, &uid).await?;
+    if let Some(warm) = sj.status.as_ref().and_then(|s| s.warm_pod.as_deref()).and_then(crate::controller::builders::warm::warm_uid_of) {
+        ctx.artifacts.delete(&ns, &warm).await?;
+    }
+    ctx.warm.set_handed(&ns, &uid, false);
     Ok(Action::await_change())
+}
+
+/// Hands a claimed run to its warm pod through the artifact endpoint.
+async fn deliver_claim(ctx: &Context, ns: &str, pod: &str, claim: &crate::artifacts::Claim) -> Result<()> {
+    let warm = crate::controller::builders::warm::warm_uid_of(pod).ok_or(Error::Missing("a warm pod name"))?;
+    match ctx.artifacts.claim(ns, &warm, claim).await {
+        Ok(()) => {}
+        // Handed over before (by a controller that read another admission
+        // since): the pod runs that claim, which names this run.
+        Err(err) if err.is_already_claimed() => {
+            tracing::warn!(ns, pod, %err, "the warm pod holds an earlier claim; it runs that one");
+        }
+        Err(err) => return Err(err.into()),
+    }
+    ctx.warm.set_handed(ns, &claim.skilljob_uid, true);
+    Ok(())
 }
 
 /// Writes the status unless it is what the object already says, and only

@@ -120,6 +120,83 @@ async fn finished(sj: &SkillJob, ctx: &Context, ns: &str, uid: &str, job: &Job, 
     record_verdict(sj, ctx, ns, uid, status, &facts, finished_at).await
 }
 
+/// A run on a claimed warm pod: handed over (again, after a restart), then
+/// decided as a Job's run is once it has ended: its stored result announced
+/// or its run container's end reported; a pod gone or ended without
+/// outputs is the run's failure.
+pub(super) async fn observe_warm(
+    sj: &SkillJob,
+    ctx: &Context,
+    ns: &str,
+    uid: &str,
+    pod_name: &str,
+    mut status: SkillJobStatus,
+) -> Result<Action> {
+    let generation = sj.metadata.generation;
+    let pod = match ctx.lookups.cached_pod(ns, pod_name) {
+        Some(pod) => Some(pod),
+        None => kube::Api::<Pod>::namespaced(ctx.client.clone(), ns).get_opt(pod_name).await?,
+    };
+    let Some(pod) = pod else {
+        // Gone: its outputs may still be stored (the upload came first).
+        if let Some(action) = ended_early(sj, ctx, ns, uid, None, status.clone()).await? {
+            return Ok(action);
+        }
+        let mut facts = RunFacts { job_failed: Some("WarmPodLost".into()), ..RunFacts::default() };
+        record_outputs(ctx, sj, ns, uid, &mut status, &mut facts).await?;
+        if !facts.outputs_stored {
+            set_phase(
+                &mut status,
+                SkillJobPhase::Failed,
+                "WarmPodLost",
+                format!("the warm pod {pod_name} went away before the run's outputs were stored"),
+                generation,
+            );
+            patch_status(ctx, sj, &status).await?;
+            return Ok(Action::await_change());
+        }
+        return record_verdict(sj, ctx, ns, uid, status, &facts, None).await;
+    };
+    if !ctx.warm.handed(ns, uid) {
+        if let Some(admission) = rehand(sj, ctx, ns, uid).await? {
+            super::deliver_claim(ctx, ns, pod_name, &crate::controller::warm::claim::claim_of(sj, uid, &admission)).await?;
+        }
+    }
+    if status.started_at.is_none() {
+        status.started_at = pod.status.as_ref().and_then(|s| s.start_time.clone());
+    }
+    if ctx.stored.take(ns, uid) || run_terminated(&pod).is_some() {
+        if let Some(action) = ended_early(sj, ctx, ns, uid, Some(&pod), status.clone()).await? {
+            return Ok(action);
+        }
+    }
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if matches!(phase, Some("Succeeded") | Some("Failed")) {
+        let mut facts = pod_facts(Some(&pod));
+        facts.job_failed = pod.status.as_ref().and_then(|s| s.reason.clone()).or(Some("WarmPodFailed".into()));
+        record_outputs(ctx, sj, ns, uid, &mut status, &mut facts).await?;
+        return record_verdict(sj, ctx, ns, uid, status, &facts, None).await;
+    }
+    patch_status(ctx, sj, &status).await?;
+    Ok(Action::requeue(POLL))
+}
+
+/// The run's admission again, to hand its claim over once more (a new
+/// controller does not know whether the last one did). `None`: it no
+/// longer passes (its binding went): the pod is left to its deadline.
+async fn rehand(sj: &SkillJob, ctx: &Context, ns: &str, uid: &str) -> Result<Option<crate::controller::decide::Admission>> {
+    let binding = ctx.lookups.binding(&ctx.client, ns, &sj.spec.binding).await?;
+    let package = match &binding {
+        Some(b) => ctx.lookups.package(&ctx.client, &b.spec.package).await?,
+        None => None,
+    };
+    let admitted = crate::controller::decide::admit(&sj.spec, binding.as_ref(), package.as_ref());
+    if admitted.is_err() {
+        tracing::warn!(ns, uid, "a claimed run no longer passes admission; its claim is not handed over again");
+    }
+    Ok(admitted.ok())
+}
+
 /// The Job's one pod, from the pod cache. Two pods for one run (a retry
 /// nobody asked for): none, and the Job's own end decides.
 fn one_pod(ctx: &Context, ns: &str, job: &Job) -> Option<Pod> {
@@ -203,7 +280,19 @@ async fn record_verdict(
     ctx.stored.take(ns, uid);
     // The result is recorded: the Job and its pod have done their work (and
     // count against quotas).
-    children::delete_job(ctx, ns, uid).await?;
+    match status.warm_pod.as_deref() {
+        Some(pod) => {
+            children::delete_warm_pod(ctx, ns, pod).await?;
+            // The pod's claim: nothing else was ever stored under its uid.
+            if let Some(warm) = crate::controller::builders::warm::warm_uid_of(pod) {
+                if let Err(err) = ctx.artifacts.delete(ns, &warm).await {
+                    tracing::debug!(%err, ns, pod, "the warm pod's claim was not deleted; the endpoint's sweep of finished jobs will");
+                }
+            }
+            ctx.warm.set_handed(ns, uid, false);
+        }
+        None => children::delete_job(ctx, ns, uid).await?,
+    }
     Ok(Action::await_change())
 }
 

@@ -50,6 +50,11 @@ pub(super) async fn start(
     if !egress.is_empty() || !admission.egress_proposed.is_empty() {
         status.egress = Some(JobEgress { proposed: admission.egress_proposed.clone(), allowed: egress.clone(), pod_ip: None, seal: None });
     }
+    // A warm pod of the binding's pool, when it keeps one and one waits:
+    // no package to stage, no Job, no pod to start.
+    if let Some(pod) = crate::controller::warm::claim::claim(ctx, sj, ns, uid, admission).await? {
+        return claimed(sj, ctx, ns, uid, admission, pod, status).await;
+    }
     // The package the pod fetches: exactly the pinned digest, staged once
     // for the namespace (see `staged`), while the children are made
     // (independent round trips). The gate is held until the Job exists, so
@@ -105,6 +110,31 @@ pub(super) async fn start(
     Ok(Action::requeue(POLL))
 }
 
+/// The run has its warm pod: recorded, and handed over. The status write
+/// and the hand-over go together; should the hand-over fail, the next look
+/// at the run hands it over again (a claim is written once: the same claim
+/// again is a no-op at the endpoint).
+async fn claimed(
+    sj: &SkillJob,
+    ctx: &Context,
+    ns: &str,
+    uid: &str,
+    admission: &Admission,
+    pod: String,
+    mut status: SkillJobStatus,
+) -> Result<Action> {
+    let generation = sj.metadata.generation;
+    let claim = crate::controller::warm::claim::claim_of(sj, uid, admission);
+    status.warm_pod = Some(pod.clone());
+    let (enforced, reason, message) = crate::controller::egress::enforcement_condition(ctx.config.network_policy);
+    crate::api::conditions::set_condition_status(&mut status.conditions, "NetworkPolicyEnforced", enforced, reason, message, generation);
+    set_phase(&mut status, SkillJobPhase::Running, "WarmPodClaimed", format!("warm pod {pod} claimed"), generation);
+    let (handed, written) = tokio::join!(super::deliver_claim(ctx, ns, &pod, &claim), patch_status(ctx, sj, &status));
+    written?;
+    handed?;
+    Ok(Action::requeue(POLL))
+}
+
 /// A Job is created only from a copy of the SkillJob that says none was
 /// made. The cached copy can be behind the API server (after a restart or
 /// a lost watch) and predate the status that recorded the run's Job, or
@@ -117,7 +147,7 @@ async fn unstarted_copy(sj: &SkillJob, ctx: &Context, ns: &str) -> Result<Option
     let fresh = Api::<SkillJob>::namespaced(ctx.client.clone(), ns).get(&sj.name_any()).await?;
     // Another SkillJob of the same name (this one deleted meanwhile) is not this run.
     let same = fresh.uid() == sj.uid();
-    let started = fresh.status.as_ref().is_some_and(|s| s.job_name.is_some() || s.phase.is_some_and(is_final));
+    let started = fresh.status.as_ref().is_some_and(|s| s.job_name.is_some() || s.warm_pod.is_some() || s.phase.is_some_and(is_final));
     Ok((same && !started).then_some(fresh))
 }
 

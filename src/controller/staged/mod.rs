@@ -62,19 +62,20 @@ pub fn doomed(staged: &[NamespacePackage], named: &BTreeSet<Key>, unnamed_before
     (delete, unnamed)
 }
 
-/// The `(namespace, digest)` every run Job names, from the API server (not
-/// a cache: a Job created a moment ago must count).
+/// The `(namespace, digest)` every run Job and every warm pod names, from
+/// the API server (not a cache: a Job or pod created a moment ago must
+/// count). A warm pod fetches its copy when it starts, which may be long
+/// after it was made (an image pull, a full node).
 async fn named_by_jobs(ctx: &Context) -> Result<BTreeSet<Key>> {
-    let jobs: Api<Job> = Api::all(ctx.client.clone());
-    let list = jobs.list_metadata(&ListParams::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"))).await?;
-    Ok(list
-        .items
-        .into_iter()
-        .filter_map(|j| {
-            let digest = j.metadata.annotations.as_ref()?.get(ANNOTATION_PACKAGE_DIGEST)?.clone();
-            Some((j.metadata.namespace?, digest))
-        })
-        .collect())
+    let managed = ListParams::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"));
+    let jobs = Api::<Job>::all(ctx.client.clone()).list_metadata(&managed).await?.items;
+    let warm = ListParams::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY},{}", super::builders::warm::LABEL_WARM_POOL));
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::all(ctx.client.clone()).list_metadata(&warm).await?.items;
+    let named = |meta: kube::api::ObjectMeta| {
+        let digest = meta.annotations.as_ref()?.get(ANNOTATION_PACKAGE_DIGEST)?.clone();
+        Some((meta.namespace?, digest))
+    };
+    Ok(jobs.into_iter().map(|j| j.metadata).chain(pods.into_iter().map(|p| p.metadata)).filter_map(named).collect())
 }
 
 /// One sweep: deletes the copies no Job named now nor at the last sweep,

@@ -213,6 +213,7 @@ mod tests {
                     .collect(),
                 egress: false,
                 egress_hosts: None,
+                warm: None,
             },
         );
         BoundSkill::new(b, format!("{name}-pkg"), "sha256:00".into(), runtime)

@@ -1,0 +1,189 @@
+# Warm run pods (sourced by run.sh, after the egress checks: it uses
+# check, K, bind, skilljob, finished, artifact and the host egress proxy).
+#
+# A binding with `spec.warm` keeps pods started ahead of its runs. Checked
+# on the real node, as an attacker would try it:
+#   - the pool fills to `min`; a run claims a waiting pod (no Job), sees
+#     nothing of any run before it (files in /work and /tmp), and its pod
+#     goes once the verdict is recorded; the pool fills again;
+#   - runs created at once never share a pod (each warm pod names one run);
+#   - a waiting pod has no proxy variables and no egress label, and the
+#     egress proxy refuses it;
+#   - a pod tampered with before its claim (a file planted in /work, a
+#     process left running) is refused: the run fails saying so, its
+#     script never runs;
+#   - a namespace's budget caps its pools; a changed package profile drains
+#     the pool's old pods; deleting the binding drains its pool.
+
+WARM_BINDING=e2e-warm
+# warm_pods STATE: the names of the binding's warm pods in STATE (idle|claimed), Ready ones only for idle.
+warm_pods() {
+  local uid state="$1"
+  uid="$(K get skillbinding "$WARM_BINDING" -o jsonpath='{.metadata.uid}' 2>/dev/null)" || return 1
+  if [[ "$state" == idle ]]; then
+    K get pods -l "skill-operator.dev/warm-binding=$uid,skill-operator.dev/warm-state=idle" \
+      -o jsonpath='{range .items[?(@.status.phase=="Running")]}{.metadata.name} {.metadata.deletionTimestamp} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' \
+      | awk '$2 == "True" {print $1}'
+  else
+    K get pods -l "skill-operator.dev/warm-binding=$uid,skill-operator.dev/warm-state=$state" -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}'
+  fi
+}
+# warm_wait N: until at least N pods wait (up to 180 s: image pulls, fetch).
+warm_wait() {
+  local n="$1" i
+  for i in $(seq 1 360); do
+    [[ "$(warm_pods idle | grep -c .)" -ge "$n" ]] && return 0
+    sleep 0.5
+  done
+  echo "fewer than $n warm pods waiting after 180 s: $(K get pods -l skill-operator.dev/warm-state -o wide 2>&1 | tail -n 5)"
+  return 1
+}
+warm_spec() { K patch skillbinding "$WARM_BINDING" --type merge -p "{\"spec\":{\"warm\":$1}}" >/dev/null; }
+
+warm_bind() {
+  bind "$ROOT/tests/kind/skills/e2e-warm" bash "$BASH_PATH" scripts/look.sh || return 1
+  warm_spec '{"min":2,"max":3,"idleTimeoutSeconds":600}' && warm_wait 2
+}
+check "bind e2e-warm with a warm pool of 2: two pods wait" warm_bind
+
+# warm_run NAME ARG: run on the pool, print the stdout; fail unless Succeeded on a warm pod.
+warm_run() {
+  local name="$1" uid phase pod
+  uid="$(skilljob "$name" "$WARM_BINDING" scripts/look.sh "" "$2")" || return 1
+  phase="$(finished "$name")"
+  pod="$(K get skilljob "$name" -o jsonpath='{.status.warmPod}')"
+  [[ "$phase" == Succeeded ]] || { echo "phase $phase: $(K get skilljob "$name" -o jsonpath='{.status.message}')"; return 1; }
+  [[ -n "$pod" ]] || { echo "ran cold: $(K get skilljob "$name" -o jsonpath='{.status.message}')"; return 1; }
+  [[ -z "$(K get jobs -l "skill-operator.dev/skilljob-uid=$uid" -o name)" ]] || { echo "a Job was made for a warm run"; return 1; }
+  artifact "$uid/outputs/result/stdout"
+}
+warm_first() {
+  local out
+  out="$(warm_run warm-1 one)" || { echo "$out"; return 1; }
+  [[ "$out" == *"run: one"* && "$out" == *"work: []"* && "$out" == *"tmp: []"* && "$out" == *"proxy: []"* ]] \
+    || { echo "unexpected stdout: $out"; return 1; }
+}
+check "a run claims a waiting pod (no Job) and sees an empty /work and /tmp, no proxy" warm_first
+
+warm_isolated() {
+  local out i
+  for i in two three; do
+    warm_wait 1 || return 1
+    out="$(warm_run "warm-$i" "$i")" || { echo "$out"; return 1; }
+    [[ "$out" == *"run: $i"* && "$out" != *mark-* ]] || { echo "run $i saw another run's files: $out"; return 1; }
+  done
+}
+check "later runs on the pool see nothing of earlier ones (files in /work, /tmp)" warm_isolated
+
+warm_claimed_pods_go() {
+  local i
+  for i in $(seq 1 60); do
+    [[ -z "$(warm_pods claimed)" ]] && { warm_wait 2; return; }
+    sleep 0.5
+  done
+  echo "claimed pods still there 30 s after their verdicts: $(warm_pods claimed)"
+  return 1
+}
+check "a claimed pod goes once its verdict is recorded, and the pool fills again" warm_claimed_pods_go
+
+warm_at_once() {
+  local i pods phase
+  warm_wait 2 || return 1
+  for i in 1 2 3 4; do skilljob "warm-par-$i" "$WARM_BINDING" scripts/look.sh "" "p$i" >/dev/null || return 1; done
+  for i in 1 2 3 4; do
+    phase="$(finished "warm-par-$i")"
+    [[ "$phase" == Succeeded ]] || { echo "warm-par-$i: $phase"; return 1; }
+  done
+  pods="$(for i in 1 2 3 4; do K get skilljob "warm-par-$i" -o jsonpath='{.status.warmPod}'; echo; done | grep .)"
+  [[ -n "$pods" ]] || { echo "none of the four runs was warm"; return 1; }
+  [[ "$(sort <<<"$pods" | uniq -d)" == "" ]] || { echo "one warm pod served two runs: $pods"; return 1; }
+  echo "$(grep -c . <<<"$pods") of 4 warm, each on its own pod"
+}
+check "four runs at once: every warm pod serves one run, the others start cold, all Succeeded" warm_at_once
+
+warm_unclaimed_has_nothing() {
+  local pod env code
+  warm_wait 1 || return 1
+  pod="$(warm_pods idle | head -n 1)"
+  [[ -z "$(K get pod "$pod" -o jsonpath='{.metadata.labels.skill-operator\.dev/egress}')" ]] || { echo "a waiting pod has the egress label"; return 1; }
+  env="$(K exec "$pod" -c run -- /usr/bin/env)" || { echo "exec failed"; return 1; }
+  grep -qi proxy <<<"$env" && { echo "a waiting pod has proxy variables: $(grep -i proxy <<<"$env")"; return 1; }
+  # Through the egress proxy without a run's credential (it has none) and from an address no sealed run has.
+  code="$(K exec "$pod" -c run -- python3 -c "
+import urllib.request, urllib.error
+h = urllib.request.ProxyHandler({'http': 'http://$POD_GW:$EGRESS_PROXY_PORT'})
+try:
+    urllib.request.build_opener(h).open('http://$POD_GW:$EGRESS_PORT/', timeout=5); print('reached')
+except urllib.error.HTTPError as e: print(e.code)
+except Exception as e: print('error', e)
+")"
+  [[ "$code" == 407 || "$code" == 403 ]] || { echo "the proxy answered a waiting pod with: $code"; return 1; }
+  echo "proxy said $code"
+}
+check "a waiting pod has no proxy variables, no egress label, and the egress proxy refuses it" warm_unclaimed_has_nothing
+
+# warm_tampered HOW CMD: leave CMD's traces in the one waiting pod, then run: refused.
+warm_tampered() {
+  local how="$1" cmd="$2" pod uid phase msg out
+  warm_spec '{"min":1,"max":1,"idleTimeoutSeconds":600}' || return 1
+  for _ in $(seq 1 120); do [[ "$(warm_pods idle | grep -c .)" == 1 && -z "$(K get pods -l skill-operator.dev/warm-state=idle -o jsonpath='{.items[?(@.metadata.deletionTimestamp)].metadata.name}')" ]] && break; sleep 0.5; done
+  warm_wait 1 || return 1
+  pod="$(warm_pods idle | head -n 1)"
+  K exec "$pod" -c run -- /bin/bash -c "$cmd" || { echo "could not tamper with $pod"; return 1; }
+  uid="$(skilljob "warm-tamper-$how" "$WARM_BINDING" scripts/look.sh "" tampered)" || return 1
+  phase="$(finished "warm-tamper-$how")"
+  msg="$(K get skilljob "warm-tamper-$how" -o jsonpath='{.status.message}')"
+  [[ "$(K get skilljob "warm-tamper-$how" -o jsonpath='{.status.warmPod}')" == "$pod" ]] || { echo "the run did not claim the tampered pod $pod ($msg)"; return 1; }
+  [[ "$phase" == Failed && "$msg" == *tampered* ]] || { echo "phase $phase: $msg"; return 1; }
+  out="$(artifact "$uid/outputs/result/stdout" || true)"
+  [[ "$out" != *"run: tampered"* ]] || { echo "the script ran in a tampered pod: $out"; return 1; }
+  echo "$msg"
+}
+check "a pod with a file planted in /work before its claim is refused (the script never runs)" warm_tampered file 'echo planted > /work/planted'
+check "a pod with a process left running before its claim is refused" warm_tampered process 'nohup sleep 600 >/dev/null 2>&1 &'
+check "a pod with a fake result written before its claim is refused" warm_tampered result 'echo "{\"exit_code\":0}" > /result/result.json'
+
+warm_budget() {
+  local n max=0
+  K annotate namespace "$NS" skill-operator.dev/warm-pods=1 --overwrite >/dev/null || return 1
+  warm_spec '{"min":3,"max":3,"idleTimeoutSeconds":600}' || return 1
+  # 20 s of the pool's life (ten of its passes): never more than the budget's one pod.
+  for _ in $(seq 1 40); do
+    n="$(K get pods -l skill-operator.dev/warm-state=idle -o name | grep -c .)"
+    (( n > max )) && max=$n
+    sleep 0.5
+  done
+  K annotate namespace "$NS" skill-operator.dev/warm-pods- >/dev/null
+  [[ $max -le 1 ]] || { echo "$max warm pods with a budget of 1"; return 1; }
+  warm_wait 1
+}
+check "a namespace's warm-pod budget (its annotation) caps its pools" warm_budget
+
+warm_drained_on_change() {
+  local pkg old new
+  warm_spec '{"min":1,"max":1,"idleTimeoutSeconds":600}' && warm_wait 1 || return 1
+  old="$(warm_pods idle | head -n 1)"
+  pkg="$(K get skillbinding "$WARM_BINDING" -o jsonpath='{.spec.package}')"
+  "$KUBECTL" patch skillpackage "$pkg" --type merge -p '{"spec":{"runtime":{"resources":{"cpu":"500m","memory":"256Mi","ephemeralStorage":"1Gi"}}}}' >/dev/null || return 1
+  for _ in $(seq 1 120); do
+    new="$(warm_pods idle | head -n 1)"
+    [[ -n "$new" && "$new" != "$old" && -z "$(K get pod "$old" -o name 2>/dev/null)" ]] && { echo "$old drained, $new waits"; return 0; }
+    sleep 1
+  done
+  echo "the pool kept $old after its package's profile changed"
+  return 1
+}
+check "a pool whose package profile changes is drained and refilled" warm_drained_on_change
+
+warm_binding_deleted() {
+  local uid
+  uid="$(K get skillbinding "$WARM_BINDING" -o jsonpath='{.metadata.uid}')"
+  K delete skillbinding "$WARM_BINDING" --wait=false >/dev/null || return 1
+  for _ in $(seq 1 60); do
+    [[ -z "$(K get pods -l "skill-operator.dev/warm-binding=$uid" -o name)" ]] && return 0
+    sleep 1
+  done
+  echo "warm pods of the deleted binding remain: $(K get pods -l "skill-operator.dev/warm-binding=$uid" -o name)"
+  return 1
+}
+check "deleting the binding drains its pool" warm_binding_deleted
