@@ -22,7 +22,9 @@
 //! the gateway makes them, so the controller need not add it), `RETAINED`
 //! (default 0) finished SkillJobs across `NAMESPACES` (default 100)
 //! namespaces kept in the API server for every phase after the idle one
-//! (the backlog's controller starts on them too).
+//! (the backlog's controller starts on them too), `WARM_POOL` (default 10;
+//! 0: skip) warm pods kept for the one binding, to weigh a pool in the
+//! controller's memory.
 
 // Shared with tests/envtest.rs, which uses the parts this bench does not.
 #[allow(dead_code)]
@@ -169,6 +171,45 @@ async fn main() {
     let idle_mib = idle[idle.len() / 2] as f64 / 1024.0;
     // What the idle RSS is made of: the binary's own pages (file) and the heap (anon).
     let (idle_anon, idle_file) = (status_kib(pid, "RssAnon") as f64 / 1024.0, status_kib(pid, "RssFile") as f64 / 1024.0);
+
+    // A warm pool of `WARM_POOL` (default 10) pods for the one package:
+    // what its pods in the cache and the pool's bookkeeping cost the
+    // controller. The pods are made but never start (no kubelet, no
+    // scheduler): Pending pods, as a pool on a full node has them.
+    let warm: usize = std::env::var("WARM_POOL").ok().and_then(|v| v.parse().ok()).unwrap_or(10);
+    if warm > 0 {
+        use kube::api::{Patch, PatchParams};
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        let budget = json!({ "metadata": { "annotations": { "skill-operator.dev/warm-pods": warm.to_string() } } });
+        namespaces.patch(NS, &PatchParams::default(), &Patch::Merge(&budget)).await.expect("set the warm-pod budget");
+        let bindings: Api<skill_operator::api::SkillBinding> = Api::namespaced(client.clone(), NS);
+        let spec = json!({ "spec": { "warm": { "min": warm, "max": warm, "idleTimeoutSeconds": 3600 } } });
+        bindings.patch("csv-stats", &PatchParams::default(), &Patch::Merge(&spec)).await.expect("give the binding a warm pool");
+        let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), NS);
+        let pool = ListParams::default().labels("skill-operator.dev/warm-pool");
+        let t = Instant::now();
+        while pods.list(&pool).await.map(|l| l.items.len()).unwrap_or(0) < warm {
+            assert!(t.elapsed() < Duration::from_secs(120), "the pool of {warm} was not made within 120 s");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        // Settled: the pool loop has seen them in its cache a few times.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let mut with: Vec<u64> = (0..10).map(|_| rss_kib(pid)).collect();
+        with.sort();
+        let with_mib = with[with.len() / 2] as f64 / 1024.0;
+        println!(
+            "  warm pool: {warm} pods made in {:.1} s; controller RSS {with_mib:.1} MiB against {idle_mib:.1} idle: +{:.2} MiB (goal <= 10 MiB for 10)",
+            t.elapsed().as_secs_f64(),
+            with_mib - idle_mib
+        );
+        let off = json!({ "spec": { "warm": null } });
+        bindings.patch("csv-stats", &PatchParams::default(), &Patch::Merge(&off)).await.expect("remove the warm pool");
+        let t = Instant::now();
+        while pods.list(&pool).await.map(|l| l.items.len()).unwrap_or(1) > 0 {
+            assert!(t.elapsed() < Duration::from_secs(120), "the pool was not drained within 120 s");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
 
     // Retained: `RETAINED` finished SkillJobs across `NAMESPACES` namespaces
     // (each refused by the fence, as a run that asked for a script its

@@ -41,7 +41,12 @@ warm_wait() {
 warm_spec() { K patch skillbinding "$WARM_BINDING" --type merge -p "{\"spec\":{\"warm\":$1}}" >/dev/null; }
 
 warm_bind() {
+  local pkg
   bind "$ROOT/tests/kind/skills/e2e-warm" bash "$BASH_PATH" scripts/look.sh || return 1
+  # Small pods: a 2-core node holds three waiting (each also has its two 100m helpers).
+  pkg="$(K get skillbinding "$WARM_BINDING" -o jsonpath='{.spec.package}')"
+  "$KUBECTL" patch skillpackage "$pkg" --type merge -p '{"spec":{"runtime":{"resources":{"cpu":"200m","memory":"128Mi","ephemeralStorage":"1Gi"}}}}' >/dev/null || return 1
+  K wait --for=condition=Ready "skillbinding/$WARM_BINDING" --timeout=60s >/dev/null || return 1
   warm_spec '{"min":2,"max":3,"idleTimeoutSeconds":600}' && warm_wait 2
 }
 check "bind e2e-warm with a warm pool of 2: two pods wait" warm_bind
@@ -164,7 +169,7 @@ warm_drained_on_change() {
   warm_spec '{"min":1,"max":1,"idleTimeoutSeconds":600}' && warm_wait 1 || return 1
   old="$(warm_pods idle | head -n 1)"
   pkg="$(K get skillbinding "$WARM_BINDING" -o jsonpath='{.spec.package}')"
-  "$KUBECTL" patch skillpackage "$pkg" --type merge -p '{"spec":{"runtime":{"resources":{"cpu":"500m","memory":"256Mi","ephemeralStorage":"1Gi"}}}}' >/dev/null || return 1
+  "$KUBECTL" patch skillpackage "$pkg" --type merge -p '{"spec":{"runtime":{"resources":{"cpu":"300m","memory":"128Mi","ephemeralStorage":"1Gi"}}}}' >/dev/null || return 1
   for _ in $(seq 1 120); do
     new="$(warm_pods idle | head -n 1)"
     [[ -n "$new" && "$new" != "$old" && -z "$(K get pod "$old" -o name 2>/dev/null)" ]] && { echo "$old drained, $new waits"; return 0; }

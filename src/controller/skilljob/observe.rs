@@ -165,10 +165,12 @@ pub(super) async fn observe_warm(
     if status.started_at.is_none() {
         status.started_at = pod.status.as_ref().and_then(|s| s.start_time.clone());
     }
-    if ctx.stored.take(ns, uid) || run_terminated(&pod).is_some() {
-        if let Some(action) = ended_early(sj, ctx, ns, uid, Some(&pod), status.clone()).await? {
-            return Ok(action);
-        }
+    // Every look reads the stored outputs, announced or not: a warm pod
+    // whose sidecar refused its claim stored a result while its launcher
+    // still waits, so no container end would ever say the run is over.
+    ctx.stored.take(ns, uid);
+    if let Some(action) = ended_early(sj, ctx, ns, uid, Some(&pod), status.clone()).await? {
+        return Ok(action);
     }
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     if matches!(phase, Some("Succeeded") | Some("Failed")) {

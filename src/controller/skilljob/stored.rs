@@ -60,11 +60,29 @@ pub fn follow(ctx: Arc<Context>) -> impl Stream<Item = ObjectRef<SkillJob>> + Se
 /// The SkillJob a stored run belongs to, through its Job in the cache (the
 /// endpoint knows jobs by UID only), marked for its reconcile.
 fn wake(ctx: &Context, stored: &OutputsStored) -> Option<ObjectRef<SkillJob>> {
-    let job = ctx.lookups.cached_job(&stored.namespace, &job_name(&stored.uid))?;
-    let owner = job.metadata.owner_references.iter().flatten().find(|o| o.kind == "SkillJob" && o.controller == Some(true))?;
+    let owner = match ctx.lookups.cached_job(&stored.namespace, &job_name(&stored.uid)) {
+        Some(job) => job.metadata.owner_references.into_iter().flatten().find(|o| o.kind == "SkillJob" && o.controller == Some(true))?,
+        // A run on a warm pod has no Job: its claimed pod names it (the claim's patch).
+        None => claimed_pod_owner(ctx, &stored.namespace, &stored.uid)?,
+    };
     if owner.uid != stored.uid {
         return None;
     }
     ctx.stored.mark(&stored.namespace, &stored.uid);
     Some(ObjectRef::<SkillJob>::new(&owner.name).within(&stored.namespace))
+}
+
+/// The SkillJob owning the warm pod claimed for the run `uid`, per the pod cache.
+fn claimed_pod_owner(ctx: &Context, ns: &str, uid: &str) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+    use crate::controller::builders::{label_value, LABEL_SKILLJOB_UID};
+    let uid_label = label_value(uid);
+    let pods = ctx.lookups.cached_pods_where(|p| {
+        p.metadata.namespace.as_deref() == Some(ns)
+            && p.metadata.labels.as_ref().and_then(|l| l.get(LABEL_SKILLJOB_UID)) == Some(&uid_label)
+            && p.metadata.labels.as_ref().is_some_and(|l| l.contains_key(crate::controller::builders::warm::LABEL_WARM_POOL))
+    });
+    pods.iter()
+        .flat_map(|p| p.metadata.owner_references.iter().flatten())
+        .find(|o| o.kind == "SkillJob" && o.controller == Some(true) && o.uid == uid)
+        .cloned()
 }
