@@ -47,6 +47,8 @@ pub struct Lookups {
     jobs: OnceLock<Store<Job>>,
     network_policies: OnceLock<Store<NetworkPolicy>>,
     pods: OnceLock<Store<Pod>>,
+    /// Namespaces' metadata (their annotations: the warm-pod budget).
+    namespaces: OnceLock<Store<kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>>,
     restricted_namespaces: Remembered,
     service_accounts: Remembered,
     run_policies: Remembered,
@@ -77,6 +79,17 @@ impl Lookups {
                 && p.metadata.owner_references.iter().flatten().any(|o| o.uid == job_uid && o.controller == Some(true))
         };
         Some(store.state().iter().filter(|p| owned(p)).map(|p| Pod::clone(p)).collect())
+    }
+
+    pub fn set_namespace_store(&self, namespaces: Store<kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>) {
+        let _ = self.namespaces.set(namespaces);
+    }
+
+    /// A namespace's annotation `key`, per the cache: `None` without a
+    /// cache, `Some(None)` when the namespace (or its annotation) is absent.
+    pub fn cached_namespace_annotation(&self, ns: &str, key: &str) -> Option<Option<String>> {
+        let store = self.namespaces.get()?;
+        Some(store.get(&ObjectRef::new(ns)).and_then(|n| n.metadata.annotations.as_ref()?.get(key).cloned()))
     }
 
     /// The cached pods `keep` chooses (empty without a cache).

@@ -1003,3 +1003,46 @@ async fn announced_runs_wake_their_own_skilljob_only() {
     let again = tokio::time::timeout(Duration::from_secs(5), wakes.next()).await.expect("followed again").expect("the stream goes on");
     assert_eq!(again.name, "report");
 }
+
+/// A claimed warm pod of the run [`UID`] in the pod cache, owned by `owner_uid`'s SkillJob.
+fn claimed_warm_pod(name: &str, owner_uid: &str) -> k8s_openapi::api::core::v1::Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": name, "namespace": "team",
+            "labels": {
+                "app.kubernetes.io/managed-by": "skill-operator",
+                "skill-operator.dev/skilljob-uid": UID,
+                "skill-operator.dev/warm-pool": "0123456789abcdef0123",
+                "skill-operator.dev/warm-state": "claimed",
+            },
+            "ownerReferences": [{ "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillJob", "name": "report", "uid": owner_uid, "controller": true }],
+        },
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn an_announced_run_on_a_warm_pod_wakes_its_skilljob_through_the_claimed_pod() {
+    use futures::StreamExt;
+    let (plain, _handle) = context();
+    let stored = |uid: &str| crate::artifacts::OutputsStored { namespace: "team".into(), uid: uid.into() };
+    // The look-alike's pod carries this run's label but is owned by another SkillJob.
+    let announced = vec![stored(LOOK_ALIKE_UID), stored(UID)];
+    let ctx = Arc::new(Context { artifacts: Arc::new(StoredOutputs { announced, ..Default::default() }), ..(*plain).clone() });
+    drop(plain);
+    // No Job at all: a warm run has none.
+    let (jobs, policies) = job_cache(running_job());
+    drop(jobs);
+    let (no_jobs, _) = kube::runtime::reflector::store();
+    ctx.lookups.set_child_stores(no_jobs, policies);
+    let (pods, mut writer) = kube::runtime::reflector::store();
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(claimed_warm_pod("skillwarm-a", UID)));
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(claimed_warm_pod("skillwarm-b", "another-skilljob")));
+    ctx.lookups.set_pod_store(pods);
+    let mut wakes = Box::pin(skilljob::follow_stored(ctx.clone()));
+    let first = tokio::time::timeout(Duration::from_secs(5), wakes.next()).await.expect("a wake-up").expect("the stream goes on");
+    assert_eq!((first.name.as_str(), first.namespace.as_deref()), ("report", Some("team")));
+    assert!(ctx.stored.take("team", UID), "the reconcile is not told why it woke");
+    assert!(!ctx.stored.take("team", LOOK_ALIKE_UID));
+}

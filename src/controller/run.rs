@@ -637,8 +637,27 @@ pub async fn run_elected(
     };
     // Staged packages no run names any more, swept by the leader.
     let sweeps = super::staged::sweep_every(ctx.clone(), shutdown.wait_owned());
-    // Warm run pods, kept by the leader.
-    let pools = super::warm::pool::maintain_every(ctx.clone(), shutdown.wait_owned());
+    // Warm run pods, kept by the leader; namespaces' metadata for their
+    // budgets (a change wakes the pools).
+    let (namespace_store, namespace_writer) = reflector::store();
+    ctx.lookups.set_namespace_store(namespace_store);
+    let namespace_events = reflector(
+        namespace_writer,
+        watcher(
+            Api::<kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .touched_objects();
+    let pools = {
+        let waker = ctx.clone();
+        let woken = namespace_events.take_until(shutdown.wait_owned()).for_each(move |_| {
+            waker.warm.wake();
+            std::future::ready(())
+        });
+        futures::future::join(woken, super::warm::pool::maintain_every(ctx.clone(), shutdown.wait_owned()))
+    };
     let owners = ctx.lookups.clone();
     // As Controller::new makes it, with the cache holding no managedFields:
     // with 10,000 retained SkillJobs the controller held 147.5 MiB with them, 97.9 without.

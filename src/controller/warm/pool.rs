@@ -145,26 +145,40 @@ async fn maintain(ctx: &Context, budgets: &mut HashMap<String, (Instant, u32)>) 
     Ok(())
 }
 
-/// The namespace's warm-pod budget: its annotation, else the controller's flag.
+/// The namespace's warm-pod budget: its annotation, else the controller's
+/// flag. Read from the controller's Namespace cache (a change counts at
+/// the next pass); without one (tests), asked of the API server and kept
+/// for [`BUDGET_TTL`].
 async fn budget(ctx: &Context, ns: &str, budgets: &mut HashMap<String, (Instant, u32)>) -> Result<u32> {
-    if let Some((at, n)) = budgets.get(ns) {
-        if at.elapsed() < BUDGET_TTL {
-            return Ok(*n);
+    let annotated = match ctx.lookups.cached_namespace_annotation(ns, BUDGET_ANNOTATION) {
+        Some(value) => value,
+        None => {
+            if let Some((at, n)) = budgets.get(ns) {
+                if at.elapsed() < BUDGET_TTL {
+                    return Ok(*n);
+                }
+            }
+            let namespace = Api::<Namespace>::all(ctx.client.clone()).get_opt(ns).await?;
+            let value = namespace.as_ref().and_then(|n| n.annotations().get(BUDGET_ANNOTATION).cloned());
+            let n = parse_budget(ns, value.as_deref(), ctx.config.warm_budget);
+            budgets.insert(ns.to_string(), (Instant::now(), n));
+            return Ok(n);
         }
-    }
-    let namespace = Api::<Namespace>::all(ctx.client.clone()).get_opt(ns).await?;
-    let annotated = namespace.as_ref().and_then(|n| n.annotations().get(BUDGET_ANNOTATION)).map(|v| v.trim().parse::<u32>());
-    let n = match annotated {
+    };
+    Ok(parse_budget(ns, annotated.as_deref(), ctx.config.warm_budget))
+}
+
+/// The annotation's number; absent: `default`; anything else: 0 (fail
+/// closed: a budget nobody can read allows nothing).
+fn parse_budget(ns: &str, value: Option<&str>, default: u32) -> u32 {
+    match value.map(|v| v.trim().parse::<u32>()) {
+        None => default,
         Some(Ok(n)) => n,
         Some(Err(_)) => {
-            // Fail closed: a budget nobody can read allows nothing.
             tracing::warn!(namespace = ns, annotation = BUDGET_ANNOTATION, "the warm-pod budget is not a number; no warm pods there");
             0
         }
-        None => ctx.config.warm_budget,
-    };
-    budgets.insert(ns.to_string(), (Instant::now(), n));
-    Ok(n)
+    }
 }
 
 async fn delete(ctx: &Context, pod: &Pod) -> Result<()> {
@@ -218,4 +232,16 @@ async fn create(ctx: &Context, binding: &SkillBinding, ns: &str, shape: &PoolSha
     crate::controller::skilljob::ensure_namespace(ctx, ns).await?;
     Api::<Pod>::namespaced(ctx.client.clone(), ns).create(&PostParams::default(), &build_warm_pod(&params)).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_budget_is_the_annotation_else_the_flag_and_nothing_when_unreadable() {
+        assert_eq!(super::parse_budget("team", None, 10), 10);
+        assert_eq!(super::parse_budget("team", Some(" 3 "), 10), 3);
+        assert_eq!(super::parse_budget("team", Some("0"), 10), 0);
+        assert_eq!(super::parse_budget("team", Some("three"), 10), 0);
+        assert_eq!(super::parse_budget("team", Some("-1"), 10), 0);
+    }
 }
