@@ -121,6 +121,27 @@ fn watch_all(client: &Client, ns: &str, stamps: Stamps) {
     });
 }
 
+/// Creates the SkillJob `name` and waits for its Succeeded stamp: its uid,
+/// when the create was sent, when it Succeeded.
+async fn run_one(api: &Api<SkillJob>, stamps: &Stamps, name: &str, binding: &str, script: &str) -> (String, Instant, Instant) {
+    let sj: SkillJob = serde_json::from_value(json!({
+        "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillJob",
+        "metadata": { "name": name }, "spec": { "binding": binding, "script": script }
+    }))
+    .unwrap();
+    let start = Instant::now();
+    let created = api.create(&PostParams::default(), &sj).await.expect("create the SkillJob");
+    let uid = created.uid().unwrap_or_default();
+    let deadline = start + Duration::from_secs(120);
+    loop {
+        if let Some(at) = stamps.lock().unwrap().get(&uid).and_then(|s| s.get("Succeeded").copied()) {
+            return (uid, start, at);
+        }
+        assert!(Instant::now() < deadline, "{name} did not succeed within 120 s");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
 fn quantile(mut v: Vec<f64>, q: f64) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     if v.is_empty() {
@@ -172,11 +193,6 @@ async fn main() {
         // the pod sandbox for this image); it is not counted.
         for i in 0..=runs {
             let name = format!("bench-{binding}-{i}");
-            let sj: SkillJob = serde_json::from_value(json!({
-                "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillJob",
-                "metadata": { "name": name }, "spec": { "binding": binding, "script": script }
-            }))
-            .unwrap();
             // The previous pod's end was seen at a kubelet relist (1 s
             // period): starting right away would put every run at the same
             // phase of the relist clock, and every step that waits for a
@@ -185,17 +201,7 @@ async fn main() {
             // steps) makes the figures those of a run arriving at any time.
             let phase = (i as f64 * 0.618_033_988_75).fract();
             tokio::time::sleep(Duration::from_secs_f64(phase)).await;
-            let start = Instant::now();
-            let created = api.create(&PostParams::default(), &sj).await.expect("create the SkillJob");
-            let uid = created.uid().unwrap_or_default();
-            let deadline = start + Duration::from_secs(120);
-            loop {
-                if stamps.lock().unwrap().get(&uid).is_some_and(|s| s.contains_key("Succeeded")) {
-                    break;
-                }
-                assert!(Instant::now() < deadline, "{name} did not succeed within 120 s");
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
+            let (uid, start, _) = run_one(&api, &stamps, &name, binding, script).await;
             let s = stamps.lock().unwrap().get(&uid).cloned().unwrap_or_default();
             let _ = api.delete(&name, &DeleteParams::default()).await;
             // The verdict comes before the pod has stopped: the next run starts
@@ -299,23 +305,7 @@ async fn warm_runs(client: &Client, ns: &str, binding: &str, script: &str, runs:
         // through its own watch, a moment after this list did.
         tokio::time::sleep(Duration::from_millis(300)).await;
         let name = format!("bench-warm-{binding}-{i}");
-        let sj: SkillJob = serde_json::from_value(json!({
-            "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillJob",
-            "metadata": { "name": name }, "spec": { "binding": binding, "script": script }
-        }))
-        .unwrap();
-        let start = Instant::now();
-        let created = api.create(&PostParams::default(), &sj).await.expect("create the SkillJob");
-        let uid = created.uid().unwrap_or_default();
-        let deadline = start + Duration::from_secs(120);
-        loop {
-            if stamps.lock().unwrap().get(&uid).is_some_and(|s| s.contains_key("Succeeded")) {
-                break;
-            }
-            assert!(Instant::now() < deadline, "{name} did not succeed within 120 s");
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        let done = stamps.lock().unwrap().get(&uid).and_then(|s| s.get("Succeeded").copied()).unwrap_or_else(Instant::now);
+        let (_, start, done) = run_one(&api, stamps, &name, binding, script).await;
         let got = api.get(&name).await.expect("read the SkillJob");
         let warm = got.status.as_ref().and_then(|s| s.warm_pod.as_ref()).is_some();
         let _ = api.delete(&name, &DeleteParams::default()).await;

@@ -2185,14 +2185,10 @@ async fn fetch_with_no_inputs_brings_the_package_and_the_launcher_only() {
     assert!(d.work.join("in.txt").exists());
 }
 
-/// An idle warm pod is deleted: its sidecar ends quietly on SIGTERM.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unclaimed_warm_pods_sidecar_exits_0_on_sigterm() {
-    let env = start().await;
-    let d = pod_dirs(NS, WARM);
-    let (claim_dir, proc) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let mut upload = tokio::process::Command::new(BIN)
-        .args(["upload", "--endpoint", &env.base, "--namespace", NS, "--job", WARM])
+/// `upload` in warm mode for `job`, on the pod directories `d`.
+fn warm_upload(base: &str, job: &str, d: &PodDirs, claim_dir: &std::path::Path) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.args(["upload", "--endpoint", base, "--namespace", NS, "--job", job])
         .arg("--work")
         .arg(&d.work)
         .arg("--result")
@@ -2202,7 +2198,17 @@ async fn an_unclaimed_warm_pods_sidecar_exits_0_on_sigterm() {
         .arg("--termination-log")
         .arg(&d.termination_log)
         .arg("--claim-dir")
-        .arg(claim_dir.path())
+        .arg(claim_dir);
+    cmd
+}
+
+/// An idle warm pod is deleted: its sidecar ends quietly on SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unclaimed_warm_pods_sidecar_exits_0_on_sigterm() {
+    let env = start().await;
+    let d = pod_dirs(NS, WARM);
+    let (claim_dir, proc) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut upload = warm_upload(&env.base, WARM, &d, claim_dir.path())
         .arg("--proc-root")
         .arg(proc.path())
         .stderr(std::process::Stdio::piped())
@@ -2217,21 +2223,7 @@ async fn an_unclaimed_warm_pods_sidecar_exits_0_on_sigterm() {
     assert!(!d.termination_log.exists(), "nothing to say");
     assert!(std::fs::read_dir(claim_dir.path()).unwrap().next().is_none());
     // A run uid for --claim-dir is refused, with its reason in the termination log.
-    let out = tokio::process::Command::new(BIN)
-        .args(["upload", "--endpoint", &env.base, "--namespace", NS, "--job", UID])
-        .arg("--work")
-        .arg(&d.work)
-        .arg("--result")
-        .arg(d.result.join("result.json"))
-        .arg("--token-file")
-        .arg(&d.token)
-        .arg("--termination-log")
-        .arg(&d.termination_log)
-        .arg("--claim-dir")
-        .arg(claim_dir.path())
-        .output()
-        .await
-        .unwrap();
+    let out = warm_upload(&env.base, UID, &d, claim_dir.path()).output().await.unwrap();
     assert!(!out.status.success());
     assert!(std::fs::read_to_string(&d.termination_log).unwrap().contains("warm uid"));
 }

@@ -601,10 +601,15 @@ pub fn build_job(p: &JobParams) -> Job {
 }
 
 fn pod_spec(p: &JobParams) -> PodSpec {
+    run_pod_spec(p, vec![fetch_container(p), upload_container(p)], vec![run_container(p)], volumes(p))
+}
+
+/// A run pod's spec around these containers and volumes (a run's, a warm pod's).
+pub(super) fn run_pod_spec(p: &JobParams, init_containers: Vec<Container>, containers: Vec<Container>, volumes: Vec<Volume>) -> PodSpec {
     hardened_pod_spec(PodShape {
-        init_containers: vec![fetch_container(p), upload_container(p)],
-        containers: vec![run_container(p)],
-        volumes: volumes(p),
+        init_containers,
+        containers,
+        volumes,
         service_account: &p.service_account,
         run_as_user: p.run_as_user,
         run_as_group: p.run_as_group,

@@ -36,9 +36,8 @@ use k8s_openapi::api::core::v1::{Container, Pod, VolumeMount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use super::job::{
-    controller_owner, empty_dir, fetch_container, hardened_pod_spec, mount, run_container, upload_container, volumes, JobParams,
-    PackageDelivery, PodShape, ANNOTATION_PACKAGE_DIGEST, CONTAINER_RUN, DEADLINE_SLACK_SECS, LAUNCHER, MAX_TIMEOUT_SECS, RESULT_FILE,
-    TMP_DIR,
+    controller_owner, empty_dir, fetch_container, mount, run_container, run_pod_spec, upload_container, volumes, JobParams,
+    PackageDelivery, ANNOTATION_PACKAGE_DIGEST, CONTAINER_RUN, DEADLINE_SLACK_SECS, LAUNCHER, MAX_TIMEOUT_SECS, RESULT_FILE, TMP_DIR,
 };
 use super::{Error, Result, LABEL_MANAGED_BY, LABEL_SKILLJOB_UID, MANAGED_BY};
 
@@ -151,17 +150,7 @@ pub fn build_warm_pod(w: &WarmPodParams) -> Pod {
 
     let mut vols = volumes(p);
     vols.push(empty_dir(VOL_CLAIM, SIZE_CLAIM));
-    let mut spec = hardened_pod_spec(PodShape {
-        init_containers: vec![fetch, upload],
-        containers: vec![run],
-        volumes: vols,
-        service_account: &p.service_account,
-        run_as_user: p.run_as_user,
-        run_as_group: p.run_as_group,
-        allow_dns: p.allow_dns,
-        host_aliases: &p.host_aliases,
-        image_pull_secrets: &p.image_pull_secrets,
-    });
+    let mut spec = run_pod_spec(p, vec![fetch, upload], vec![run], vols);
     // A backstop: the pool stops a pod idle past its timeout itself.
     spec.active_deadline_seconds = Some(i64::from(w.idle_timeout_secs) + i64::from(MAX_TIMEOUT_SECS) + DEADLINE_SLACK_SECS);
     Pod {

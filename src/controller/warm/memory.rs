@@ -17,7 +17,6 @@ struct Usage {
 }
 
 pub struct WarmPools {
-    started: Instant,
     usage: Mutex<HashMap<PoolId, Usage>>,
     /// Runs (namespace, SkillJob uid) whose claim this process handed over.
     handed: Mutex<std::collections::HashSet<(String, String)>>,
@@ -27,7 +26,7 @@ pub struct WarmPools {
 
 impl Default for WarmPools {
     fn default() -> Self {
-        WarmPools { started: Instant::now(), usage: Mutex::default(), handed: Mutex::default(), wake: tokio::sync::Notify::new() }
+        WarmPools { usage: Mutex::default(), handed: Mutex::default(), wake: tokio::sync::Notify::new() }
     }
 }
 
@@ -50,13 +49,11 @@ impl WarmPools {
     /// the timeout, capped at `max`.
     pub fn target(&self, id: &PoolId, min: u32, max: u32, idle: Duration) -> u32 {
         let mut usage = self.usage.lock().expect("lock poisoned");
-        let (last, misses) = match usage.get_mut(id) {
-            Some(u) => {
-                u.misses.retain(|at| at.elapsed() < idle);
-                (u.last_run, u.misses.len() as u32)
-            }
-            None => (self.started, 0),
-        };
+        // A pool first seen now (a new `spec.warm`, a new controller) is
+        // kept full for one idle timeout from now, as if it had just run.
+        let u = usage.entry(id.clone()).or_insert_with(|| Usage { last_run: Instant::now(), misses: Vec::new() });
+        u.misses.retain(|at| at.elapsed() < idle);
+        let (last, misses) = (u.last_run, u.misses.len() as u32);
         if last.elapsed() >= idle {
             return 0;
         }
@@ -106,8 +103,9 @@ mod tests {
     fn a_pool_holds_min_grows_with_misses_up_to_max_and_empties_when_idle() {
         let pools = WarmPools::default();
         let idle = Duration::from_secs(60);
-        // A new controller keeps the pool full from its start.
+        // A pool first seen (a new controller, a new spec.warm) is kept full from then.
         assert_eq!(pools.target(&id(), 1, 3, idle), 1);
+        assert_eq!(pools.target(&("team".into(), "added-late".into()), 2, 3, idle), 2);
         pools.ran(id(), true);
         pools.ran(id(), true);
         assert_eq!(pools.target(&id(), 1, 3, idle), 2);
