@@ -48,7 +48,7 @@ use serde_json::json;
 use tokio::sync::Notify;
 
 use super::auth::{admit, authenticate, Access, Caller};
-use super::handlers::{JobPath, QueryOf};
+use super::extract::{JobPath, QueryOf};
 use super::{internal, oci_error, ApiError, AppState};
 use crate::artifacts::{
     check_namespace, check_uid, is_warm_uid, ArtifactKind, Claim, ErrorCode, SetFile, ANNOTATION_JOB, ANNOTATION_KIND, CLAIM_FILE,

@@ -6,8 +6,7 @@ use super::super::{
 };
 use crate::core::paths::RelPath;
 use crate::oci::{OciError, SkillConfig};
-use axum::extract::{FromRequestParts, Path, Query, Request, State};
-use axum::http::request::Parts;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -17,6 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::FileExt;
 
 use super::super::ErrorCode;
+use super::extract::{JobPath, QueryOf};
 use super::*;
 
 // -- handlers -----------------------------------------------------------------
@@ -112,33 +112,6 @@ pub(super) async fn get_inputs(
 #[derive(Debug, Deserialize)]
 pub(super) struct SetQuery {
     pub(super) set: Option<String>,
-}
-
-/// `Path` with the JSON error shape (a path that does not decode is 400 `bad_path`).
-pub(super) struct JobPath<T>(pub(super) T);
-
-impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> FromRequestParts<S> for JobPath<T> {
-    type Rejection = ApiError;
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        match Path::<T>::from_request_parts(parts, state).await {
-            Ok(Path(v)) => Ok(JobPath(v)),
-            Err(e) => Err(ApiError::bad(ErrorCode::BadPath, e.body_text())),
-        }
-    }
-}
-
-/// `Query` with the JSON error shape (`?set=`, `?digest=`; a query that
-/// does not decode is 400 `bad_query`).
-pub(super) struct QueryOf<T>(pub(super) T);
-
-impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequestParts<S> for QueryOf<T> {
-    type Rejection = ApiError;
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        match Query::<T>::from_request_parts(parts, state).await {
-            Ok(Query(q)) => Ok(QueryOf(q)),
-            Err(e) => Err(ApiError::bad(ErrorCode::BadQuery, e.body_text())),
-        }
-    }
 }
 
 pub(super) async fn get_file(

@@ -68,6 +68,7 @@
 mod auth;
 mod claims;
 mod events;
+mod extract;
 mod handlers;
 mod namespace_packages;
 pub mod pod_tokens;

@@ -33,7 +33,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::auth::{admit, authenticate, Access, Caller};
-use super::handlers::{stage_archive, JobPath, QueryOf};
+use super::extract::{JobPath, QueryOf};
+use super::handlers::stage_archive;
 use super::{bytes_response, oci_error, ApiError, AppState};
 use crate::artifacts::{
     check_namespace, namespace_package_tag, parse_namespace_package_tag, sha256_hex, ArtifactKind, ErrorCode, NamespacePackage,
