@@ -320,9 +320,10 @@ async fn simulate_launch(d: &PodDirs, input: &str) -> std::process::Output {
     out
 }
 
-fn spawn_upload(env: &Env, ns: &str, uid: &str, d: &PodDirs) -> tokio::process::Child {
-    tokio::process::Command::new(BIN)
-        .args(["upload", "--endpoint", &env.base, "--namespace", ns, "--job", uid])
+/// `upload` for job `ns/uid` on the pod directories `d`.
+fn upload_command(base: &str, ns: &str, uid: &str, d: &PodDirs) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.args(["upload", "--endpoint", base, "--namespace", ns, "--job", uid])
         .arg("--work")
         .arg(&d.work)
         .arg("--result")
@@ -330,11 +331,12 @@ fn spawn_upload(env: &Env, ns: &str, uid: &str, d: &PodDirs) -> tokio::process::
         .arg("--token-file")
         .arg(&d.token)
         .arg("--termination-log")
-        .arg(&d.termination_log)
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap()
+        .arg(&d.termination_log);
+    cmd
+}
+
+fn spawn_upload(env: &Env, ns: &str, uid: &str, d: &PodDirs) -> tokio::process::Child {
+    upload_command(&env.base, ns, uid, d).stderr(std::process::Stdio::piped()).kill_on_drop(true).spawn().unwrap()
 }
 
 /// Wait until the sidecar says it is waiting for the result (its signal
@@ -2187,18 +2189,8 @@ async fn fetch_with_no_inputs_brings_the_package_and_the_launcher_only() {
 
 /// `upload` in warm mode for `job`, on the pod directories `d`.
 fn warm_upload(base: &str, job: &str, d: &PodDirs, claim_dir: &std::path::Path) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(BIN);
-    cmd.args(["upload", "--endpoint", base, "--namespace", NS, "--job", job])
-        .arg("--work")
-        .arg(&d.work)
-        .arg("--result")
-        .arg(d.result.join("result.json"))
-        .arg("--token-file")
-        .arg(&d.token)
-        .arg("--termination-log")
-        .arg(&d.termination_log)
-        .arg("--claim-dir")
-        .arg(claim_dir);
+    let mut cmd = upload_command(base, NS, job, d);
+    cmd.arg("--claim-dir").arg(claim_dir);
     cmd
 }
 

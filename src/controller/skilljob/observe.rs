@@ -139,10 +139,7 @@ pub(super) async fn observe_warm(
     };
     let Some(pod) = pod else {
         // Gone: its outputs may still be stored (the upload came first).
-        if let Some(action) = ended_early(sj, ctx, ns, uid, None, status.clone()).await? {
-            return Ok(action);
-        }
-        let mut facts = RunFacts { job_failed: Some("WarmPodLost".into()), ..RunFacts::default() };
+        let mut facts = RunFacts::default();
         record_outputs(ctx, sj, ns, uid, &mut status, &mut facts).await?;
         if !facts.outputs_stored {
             set_phase(
@@ -154,6 +151,9 @@ pub(super) async fn observe_warm(
             );
             patch_status(ctx, sj, &status).await?;
             return Ok(Action::await_change());
+        }
+        if facts.launch.is_none() {
+            facts.job_failed = Some("WarmPodLost".into());
         }
         return record_verdict(sj, ctx, ns, uid, status, &facts, None).await;
     };

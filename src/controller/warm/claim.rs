@@ -8,7 +8,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::shape::{NotWarm, PoolShape};
+use super::shape::PoolShape;
 use crate::api::job::SkillJob;
 use crate::artifacts::{Claim, ClaimInput};
 use crate::controller::builders::job::{PackageDelivery, PACKAGE_DIR, SKILL_DIR};
@@ -129,13 +129,4 @@ async fn take(pods: &Api<Pod>, sj: &SkillJob, uid: &str, seen: &Pod) -> Result<b
         }
     }
     Ok(false)
-}
-
-/// Whether an error is `NotWarm` worth logging (kept for the pool loop).
-pub fn describe(why: NotWarm) -> &'static str {
-    match why {
-        NotWarm::Env => "its runs are granted variables",
-        NotWarm::Egress => "its runs may reach the network",
-        NotWarm::NotReady => "the binding or its package is not ready",
-    }
 }
