@@ -1708,6 +1708,11 @@ fn warm_uid(n: u32) -> String {
     format!("warm-{n:032x}")
 }
 
+/// A run's proxy URL as the controller puts it in a claim.
+fn proxy_of(uid: &str) -> String {
+    skill_operator::egress::proxy_url("10.96.0.9:3128", &[7u8; 32], &skill_operator::egress::JobId::new(NS, uid))
+}
+
 fn a_claim(uid: &str) -> Claim {
     Claim {
         skilljob_uid: uid.into(),
@@ -1716,6 +1721,7 @@ fn a_claim(uid: &str) -> Claim {
         args: vec!["data/input.csv".into()],
         timeout_secs: 60,
         inputs: vec![],
+        proxy: None,
     }
 }
 
@@ -1907,6 +1913,7 @@ async fn invalid_claims_are_400_at_each_rules_edge() {
         Claim { args: vec!["x".repeat(MAX_ARG_BYTES)], ..base.clone() },
         Claim { timeout_secs: 1, ..base.clone() },
         Claim { timeout_secs: MAX_TIMEOUT_SECS as u32, ..base.clone() },
+        Claim { proxy: Some(proxy_of(UID)), ..base.clone() },
     ];
     for (n, claim) in allowed.iter().enumerate() {
         let (s, b) = env.put_claim(NS, &warm_uid(n as u32), Some(&op()), serde_json::to_vec(claim).unwrap()).await;
@@ -1925,6 +1932,8 @@ async fn invalid_claims_are_400_at_each_rules_edge() {
         ("a bad run uid", Claim { skilljob_uid: "a/b".into(), ..base.clone() }),
         ("an input outside /work", Claim { inputs: vec![ClaimInput { path: "../x".into(), digest: digest.clone() }], ..base.clone() }),
         ("a bad input digest", Claim { inputs: vec![ClaimInput { path: "x".into(), digest: "sha256:abc".into() }], ..base.clone() }),
+        ("another run's proxy credential", Claim { proxy: Some(proxy_of("another-run")), ..base.clone() }),
+        ("a proxy by name", Claim { proxy: Some(proxy_of(UID).replace("10.96.0.9", "proxy.local")), ..base.clone() }),
     ];
     let target = warm_uid(100);
     for (what, claim) in &refused {

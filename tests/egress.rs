@@ -368,6 +368,54 @@ async fn missing_wrong_and_other_jobs_credentials_are_refused() {
     h.stop().await;
 }
 
+/// A run's record reaches the proxy through a watch, which can trail the
+/// run's first request (a warm pod's script starts the moment its claim
+/// arrives): a request with a valid credential waits up to RECORD_GRACE for
+/// its record (or its pod's address), and passes once it comes. One whose
+/// record never comes is refused when the grace ends; a bad credential is
+/// refused at once.
+#[tokio::test]
+async fn a_valid_credential_waits_for_its_record_and_passes_once_it_arrives() {
+    let (up, _) = echo_upstream().await;
+    let h = Harness::start(test_config()).await;
+    h.resolver.set("allowed.test", &["127.0.0.1"]);
+    let authority = format!("allowed.test:{}", up.port());
+    let waiting = || h.proxy.metrics().waiting_for_record.get();
+
+    // No record yet, then the record arrives while the request waits.
+    let late = proxy_token(&KEY, &JobId::new("team", "late"));
+    let (request, head) = (authority.clone(), late.clone());
+    let addr = h.addr;
+    let pending = tokio::spawn(async move { connect(addr, &request, Some(&head)).await });
+    wait_for(|| waiting() == 1).await;
+    h.job("late", &[&authority]);
+    let (mut s, reply) = pending.await.unwrap();
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(echoes(&mut s, b"late").await);
+    assert_eq!(waiting(), 0);
+
+    // A record without the pod's address yet, then with it.
+    let addressless = h.job_with("moving", &[&authority], None, JobBudget::default());
+    let (request, head) = (authority.clone(), addressless.clone());
+    let pending = tokio::spawn(async move { connect(addr, &request, Some(&head)).await });
+    wait_for(|| waiting() == 1).await;
+    h.job_with("moving", &[&authority], Some("127.0.0.1"), JobBudget::default());
+    let (_, reply) = pending.await.unwrap();
+    assert_eq!(reply.status, 200, "{}", reply.body);
+
+    // Never registered: refused once the grace is over, not before.
+    let ghost = proxy_token(&KEY, &JobId::new("team", "ghost"));
+    let started = Instant::now();
+    let (_, reply) = connect(h.addr, &authority, Some(&ghost)).await;
+    assert_eq!((reply.status, reply.refused()), (407, Some("bad_credentials")), "{}", reply.body);
+    assert!(started.elapsed() >= skill_operator::egress::RECORD_GRACE, "refused before the grace ended: {:?}", started.elapsed());
+    // A forged credential never waits.
+    let (_, reply) = connect(h.addr, &authority, Some("team.late.00")).await;
+    assert_eq!(reply.refused(), Some("bad_credentials"));
+    assert_eq!(waiting(), 0, "nothing waits any more");
+    h.stop().await;
+}
+
 #[tokio::test]
 async fn the_right_token_from_the_wrong_source_address_is_refused() {
     let (up, _) = echo_upstream().await;

@@ -39,7 +39,8 @@ impl Pod {
             "import json, os, sys\nopen({marker:?}, 'w').write('ran')\n\
              data = open('data/input.csv').read() if os.path.exists('data/input.csv') else ''\n\
              open('out.txt', 'w').write(data.upper())\n\
-             print(json.dumps({{'argv': sys.argv[1:], 'env': sorted(os.environ), 'cwd': os.getcwd()}}))\n",
+             proxy = {{k: os.environ[k] for k in ('HTTPS_PROXY', 'http_proxy', 'NO_PROXY', 'NODE_USE_ENV_PROXY') if k in os.environ}}\n\
+             print(json.dumps({{'argv': sys.argv[1:], 'env': sorted(os.environ), 'cwd': os.getcwd(), 'proxy': proxy}}))\n",
             marker = pod.marker().display().to_string()
         );
         for dir in ["package/scripts", "elsewhere"] {
@@ -68,6 +69,7 @@ impl Pod {
             args: vec!["; rm -rf /".into(), "$(id)".into()],
             timeout_secs: 60,
             inputs: inputs.iter().map(|(path, bytes)| ClaimInput { path: path.to_string(), digest: sha256_digest(bytes) }).collect(),
+            proxy: None,
         }
     }
 
@@ -157,9 +159,36 @@ fn a_claim_appearing_runs_its_script_with_its_args_and_inputs_in_the_fence() {
     assert_eq!(out["argv"], serde_json::json!(["; rm -rf /", "$(id)"]), "argv literal, no shell");
     let env: Vec<&str> = out["env"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     assert!(env.contains(&"API_KEY") && !env.contains(&"SECRET_OF_NODE"), "{env:?}");
+    assert_eq!(out["proxy"], serde_json::json!({}), "no proxy in the claim, no proxy variable");
     assert_eq!(Path::new(out["cwd"].as_str().unwrap()).canonicalize().unwrap(), pod.path("work").canonicalize().unwrap());
     assert_eq!(std::fs::read_to_string(pod.path("work/out.txt")).unwrap(), "A,B\n1,2\n");
     assert!(pod.marker().exists());
+}
+
+/// A run granted egress gets its proxy with the claim: the pod was made
+/// without one, and the launcher gives the script exactly the variables a
+/// cold run's pod has (one list, `skill_operator::egress::proxy_env`).
+#[test]
+fn a_claim_with_a_proxy_gives_the_script_the_proxy_variables() {
+    let pod = Pod::new();
+    let url = skill_operator::egress::proxy_url("10.96.0.9:3128", &[7u8; 32], &skill_operator::egress::JobId::new("team-a", UID));
+    pod.hand_over(&Claim { proxy: Some(url.clone()), ..pod.claim(&[]) });
+    let (code, stderr) = pod.run();
+    assert_eq!(code, 0, "{stderr}");
+    let out: Value = serde_json::from_slice(&std::fs::read(pod.path("result/stdout")).unwrap()).unwrap();
+    assert_eq!(
+        out["proxy"],
+        serde_json::json!({ "HTTPS_PROXY": url, "http_proxy": url, "NO_PROXY": "", "NODE_USE_ENV_PROXY": "1" }),
+        "{out}"
+    );
+    // The proxy URL of another run is refused before anything runs.
+    let pod = Pod::new();
+    let other = skill_operator::egress::proxy_url("10.96.0.9:3128", &[7u8; 32], &skill_operator::egress::JobId::new("team-a", "other"));
+    pod.hand_over(&Claim { proxy: Some(other), ..pod.claim(&[]) });
+    let (code, stderr) = pod.run();
+    assert_eq!(code, 127, "{stderr}");
+    assert!(pod.result()["error"].as_str().unwrap_or_default().contains("the credential is the run"), "{}", pod.result());
+    assert!(!pod.marker().exists(), "nothing ran");
 }
 
 #[test]

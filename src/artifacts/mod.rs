@@ -416,8 +416,14 @@ pub const CLAIM_PATH_MAX_BYTES: usize = 2 * crate::core::limits::PATH_MAX_BYTES;
 /// longest with each byte escaped (`\"`, two bytes), plus the field names.
 pub const MAX_CLAIM_BYTES: u64 = {
     use crate::core::limits::{KIB, MAX_ARGS, MAX_ARG_BYTES, MAX_FILES, PATH_MAX_BYTES};
-    (6 * MAX_ARG_BYTES + 8 * MAX_ARGS + 2 * 6 * CLAIM_PATH_MAX_BYTES + MAX_FILES * (2 * PATH_MAX_BYTES + 128)) as u64 + 4 * KIB
+    (6 * MAX_ARG_BYTES + 8 * MAX_ARGS + 2 * 6 * CLAIM_PATH_MAX_BYTES + MAX_FILES * (2 * PATH_MAX_BYTES + 128) + CLAIM_PROXY_MAX_BYTES)
+        as u64
+        + 4 * KIB
 };
+
+/// The longest proxy URL a claim carries (`http://job:<ns>.<uid>.<mac>@<ip>:<port>`
+/// is under 200 bytes with a namespace at its longest).
+pub const CLAIM_PROXY_MAX_BYTES: usize = 512;
 
 /// What a warm pod is handed when a run claims it.
 ///
@@ -429,8 +435,12 @@ pub const MAX_CLAIM_BYTES: u64 = {
 /// it (`GET .../claim?wait=`), then reads the SkillJob's inputs and stores
 /// its outputs on the SkillJob's routes with [`CLAIM_HEADER`] naming the
 /// warm uid: the endpoint lets the warm pod's token there only while the
-/// claim stored for that warm uid names that SkillJob. The claim holds no
-/// secret (the run's command and the digests of its inputs).
+/// claim stored for that warm uid names that SkillJob. The claim holds the
+/// run's command and the digests of its inputs, and for a run granted
+/// egress its proxy URL: that credential is the run's own, useless from any
+/// address but the claimed pod's (the controller seals that address into
+/// the SkillJob's status before it stores the claim), and it goes with the
+/// run. No granted variable is ever in a claim.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Claim {
@@ -444,6 +454,11 @@ pub struct Claim {
     pub timeout_secs: u32,
     /// The SkillJob's input files (path inside /work, `sha256:<hex>`), as staged.
     pub inputs: Vec<ClaimInput>,
+    /// A run granted egress: its proxy URL (`http://job:<token>@<ip>:<port>`),
+    /// which the launcher puts in the script's proxy variables
+    /// ([`crate::egress::proxy_env`]). Absent: the run has no network.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<String>,
 }
 
 /// One input file of a [`Claim`].
@@ -491,8 +506,35 @@ impl Claim {
         // the rules of a staged input set (sizes are not the claim's to say).
         crate::core::package::check_file_set(self.inputs.iter().map(|i| (i.path.as_str(), 0)), &limits.file_set())
             .map_err(|e| format!("inputs: {e}"))?;
+        if let Some(proxy) = &self.proxy {
+            check_proxy(proxy, &self.skilljob_uid)?;
+        }
         Ok(())
     }
+}
+
+/// A claim's proxy URL: `http://job:<token>@<ip>:<port>`, the token one of
+/// the claimed SkillJob's (the proxy checks its mac; a token of another run
+/// would fail there anyway, but a claim naming one is wrong on its face),
+/// the proxy an address (pods have no DNS), nothing else in it.
+fn check_proxy(proxy: &str, skilljob_uid: &str) -> Result<(), String> {
+    use crate::egress::identity::{parse_token, PROXY_USER};
+    if proxy.len() > CLAIM_PROXY_MAX_BYTES {
+        return Err(format!("proxy is longer than {CLAIM_PROXY_MAX_BYTES} bytes"));
+    }
+    let shape = || format!("proxy {proxy:?} is not http://{PROXY_USER}:<token>@<ip>:<port>");
+    let rest =
+        proxy.strip_prefix("http://").and_then(|r| r.strip_prefix(PROXY_USER)).and_then(|r| r.strip_prefix(':')).ok_or_else(shape)?;
+    let (token, addr) = rest.rsplit_once('@').ok_or_else(shape)?;
+    addr.parse::<std::net::SocketAddr>().map_err(|_| shape())?;
+    if !token.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-') {
+        return Err(shape());
+    }
+    let (job, _) = parse_token(token).map_err(|_| shape())?;
+    if job.uid != skilljob_uid {
+        return Err(format!("proxy: the credential is the run {:?}'s, not {skilljob_uid:?}'s", job.uid));
+    }
+    Ok(())
 }
 
 /// An absolute path of the run image: no `.` or `..` segment, no control
@@ -924,6 +966,7 @@ mod claim_tests {
             args: vec!["data.csv".into()],
             timeout_secs: 60,
             inputs: vec![ClaimInput { path: "data.csv".into(), digest: format!("sha256:{}", "a".repeat(64)) }],
+            proxy: None,
         }
     }
 
@@ -1030,9 +1073,43 @@ mod claim_tests {
             args: (0..MAX_ARGS).map(|_| "\u{1}".repeat(MAX_ARG_BYTES / MAX_ARGS)).collect(),
             timeout_secs: MAX_TIMEOUT_SECS as u32,
             inputs: (0..MAX_FILES).map(|i| ClaimInput { path: path(i), digest: format!("sha256:{}", "f".repeat(64)) }).collect(),
+            // The longest namespace, at the longest address.
+            proxy: Some(crate::egress::proxy_url(
+                "[ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255]:65535",
+                &[7u8; 32],
+                &crate::egress::JobId::new("n".repeat(63), "a".repeat(48)),
+            )),
         };
         assert_eq!(big.validate(), Ok(()));
         let bytes = serde_json::to_vec(&big).unwrap().len() as u64;
         assert!(bytes <= MAX_CLAIM_BYTES, "{bytes} > {MAX_CLAIM_BYTES}");
+    }
+
+    #[test]
+    fn a_claims_proxy_is_the_claimed_runs_credential_at_an_address() {
+        let c = claim();
+        let job = crate::egress::JobId::new("team-a", &c.skilljob_uid);
+        let url = crate::egress::proxy_url("10.96.0.9:3128", &[7u8; 32], &job);
+        let with = Claim { proxy: Some(url.clone()), ..c.clone() };
+        with.validate().unwrap();
+        // Absent stays absent on the wire (an older pod reads it).
+        assert!(serde_json::to_value(&c).unwrap().get("proxy").is_none());
+        assert_eq!(serde_json::from_value::<Claim>(serde_json::to_value(&with).unwrap()).unwrap(), with);
+
+        let other = crate::egress::proxy_url("10.96.0.9:3128", &[7u8; 32], &crate::egress::JobId::new("team-a", "another-run"));
+        refused(Claim { proxy: Some(other), ..c.clone() }, "the credential is the run");
+        for bad in [
+            url.replace("http://", "https://"),
+            url.replace("job:", "root:"),
+            url.replace("10.96.0.9:3128", "proxy.svc:3128"),
+            url.replace(":3128", ""),
+            url.replace('@', "@evil@"),
+            format!("{url}/path"),
+            url.replace("team-a.", "Team-A."),
+            "http://job:@10.0.0.1:3128".to_string(),
+        ] {
+            refused(Claim { proxy: Some(bad.clone()), ..c.clone() }, "is not http://job:<token>@<ip>:<port>");
+        }
+        refused(Claim { proxy: Some(format!("{url}{}", "0".repeat(CLAIM_PROXY_MAX_BYTES))), ..c.clone() }, "longer than");
     }
 }

@@ -70,6 +70,23 @@ pub fn proxy_url(proxy: &str, operator_key: &[u8], job: &JobId) -> String {
     format!("http://{PROXY_USER}:{}@{proxy}", proxy_token(operator_key, job))
 }
 
+/// Variables a run with egress gets the proxy URL in (curl, Python, Go,
+/// Node with NODE_USE_ENV_PROXY, pip, npm).
+pub const PROXY_URL_ENV: [&str; 7] =
+    ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "PIP_PROXY", "npm_config_https_proxy", "npm_config_proxy"];
+
+/// Every variable a run with egress gets, in order: the proxy URL in each of
+/// [`PROXY_URL_ENV`], then what makes every client use it. One list for a
+/// run's pod (set by the controller) and a warm pod's claimed run (set by
+/// its launcher from the claim).
+pub fn proxy_env(proxy_url: &str) -> Vec<(&'static str, String)> {
+    let mut env: Vec<(&'static str, String)> = PROXY_URL_ENV.iter().map(|n| (*n, proxy_url.to_string())).collect();
+    // Nothing bypasses the proxy; Node's built-in fetch reads the
+    // variables only with NODE_USE_ENV_PROXY (Node >= 22.21 / 24).
+    env.extend([("NO_PROXY", String::new()), ("no_proxy", String::new()), ("NODE_USE_ENV_PROXY", "1".to_string())]);
+    env
+}
+
 /// Why a `Proxy-Authorization` value was refused (never says whether the job exists).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CredentialError {

@@ -53,11 +53,15 @@ pub struct ProxyMetrics {
     pub zero_copy_bytes: Family<DirectionLabel, Counter>,
     /// Tunnels open now.
     pub tunnels: Gauge,
+    /// Requests with a valid credential waiting now for their run's record
+    /// (see [`crate::egress::RECORD_GRACE`]).
+    pub waiting_for_record: Gauge,
 }
 
 impl ProxyMetrics {
     /// Register under the registry's prefix: `egress_requests_total`,
-    /// `egress_bytes_total`, `egress_zero_copy_bytes_total`, `egress_tunnels`.
+    /// `egress_bytes_total`, `egress_zero_copy_bytes_total`, `egress_tunnels`,
+    /// `egress_waiting_for_record`.
     pub fn register(&self, registry: &mut Registry) {
         registry.register("egress_requests", "Egress proxy requests by verdict and reason", self.requests.clone());
         registry.register("egress_bytes", "Bytes through the egress proxy by direction", self.bytes.clone());
@@ -67,6 +71,11 @@ impl ProxyMetrics {
             self.zero_copy_bytes.clone(),
         );
         registry.register("egress_tunnels", "Egress tunnels open now", self.tunnels.clone());
+        registry.register(
+            "egress_waiting_for_record",
+            "Egress requests with a valid credential waiting for their run's record",
+            self.waiting_for_record.clone(),
+        );
     }
 
     pub(crate) fn count(&self, verdict: Verdict, reason: &str) {

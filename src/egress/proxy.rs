@@ -252,7 +252,7 @@ async fn serve<C: Socket>(
     };
     access.kind = Some(kind);
 
-    let entry = identify(shared, origin, &head)?;
+    let entry = identify_in_time(shared, origin, &head).await?;
     access.job = Some(entry.spec.id());
 
     let target = host::parse_authority(&authority, (kind == Kind::Http).then_some(80)).map_err(host_refusal)?;
@@ -329,42 +329,100 @@ fn split_absolute(target: &str) -> Result<(String, String), Refusal> {
     Ok((authority, path))
 }
 
+/// How long a request with a valid credential waits for its job's record
+/// (or its pod's address) to reach the registry. The controller writes the
+/// record before the run's script can start (a warm pod gets its claim only
+/// after it), but the proxy hears of it through a watch, which can trail.
+pub const RECORD_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Why [`identify`] refused: for good, or for now (a valid credential whose
+/// record may be on its way; see [`RECORD_GRACE`]).
+enum Unidentified {
+    Refused(Refusal),
+    NotYet(Refusal),
+}
+
+/// One request in `egress_waiting_for_record` while it lives.
+struct Waiting<'a>(&'a prometheus_client::metrics::gauge::Gauge);
+
+impl<'a> Waiting<'a> {
+    fn start(gauge: &'a prometheus_client::metrics::gauge::Gauge) -> Waiting<'a> {
+        gauge.inc();
+        Waiting(gauge)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// [`identify`], waiting up to [`RECORD_GRACE`] while the registry may still
+/// learn the job: only for a credential whose mac verified, so only the
+/// operator's own tokens ever wait.
+async fn identify_in_time(shared: &Shared, origin: &Origin, head: &RequestHead) -> Result<Arc<JobEntry>, Refusal> {
+    let mut changes = shared.registry.changes();
+    let deadline = tokio::time::Instant::now() + RECORD_GRACE;
+    loop {
+        match identify(shared, origin, head) {
+            Ok(entry) => return Ok(entry),
+            Err(Unidentified::Refused(r)) => return Err(r),
+            Err(Unidentified::NotYet(r)) => {
+                let Some(rx) = changes.as_mut() else { return Err(r) };
+                let changed = {
+                    // Counted while it waits, however the wait ends (a dropped connection too).
+                    let _waiting = Waiting::start(&shared.metrics.waiting_for_record);
+                    tokio::time::timeout_at(deadline, rx.changed()).await
+                };
+                match changed {
+                    Ok(Ok(())) => continue,
+                    _ => return Err(r),
+                }
+            }
+        }
+    }
+}
+
 /// The job behind the request (see [`super::identity`] and the registry).
-fn identify(shared: &Shared, origin: &Origin, head: &RequestHead) -> Result<Arc<JobEntry>, Refusal> {
+fn identify(shared: &Shared, origin: &Origin, head: &RequestHead) -> Result<Arc<JobEntry>, Unidentified> {
     match origin {
-        Origin::Unix(job) => shared
-            .registry
-            .job(job)
-            .ok_or_else(|| Refusal::new(Reason::JobGone, format!("the run {job} is no longer registered for egress"))),
+        Origin::Unix(job) => shared.registry.job(job).ok_or_else(|| {
+            Unidentified::Refused(Refusal::new(Reason::JobGone, format!("the run {job} is no longer registered for egress")))
+        }),
         Origin::Tcp { peer, .. } => {
+            let refused = |reason, detail: &str| Unidentified::Refused(Refusal::new(reason, detail));
             let mut values = head.header("proxy-authorization");
             let Some(value) = values.next() else {
-                return Err(Refusal::new(
+                return Err(refused(
                     Reason::ProxyAuthRequired,
                     "send Proxy-Authorization: Basic base64(job:<token>), e.g. HTTPS_PROXY=http://job:<token>@<proxy>:<port>",
                 ));
             };
             if values.next().is_some() {
-                return Err(Refusal::new(Reason::BadCredentials, "more than one Proxy-Authorization header"));
+                return Err(refused(Reason::BadCredentials, "more than one Proxy-Authorization header"));
             }
-            let (job, mac) = identity::parse_authorization(value).map_err(|e| Refusal::new(Reason::BadCredentials, e.to_string()))?;
+            let (job, mac) = identity::parse_authorization(value).map_err(|e| refused(Reason::BadCredentials, &e.to_string()))?;
             // The mac first (constant time): a forged job name learns nothing.
             if !identity::verify(&shared.proxy_key, &job, &mac) {
-                return Err(Refusal::new(Reason::BadCredentials, "the token is not valid for the job it names"));
+                return Err(refused(Reason::BadCredentials, "the token is not valid for the job it names"));
             }
             let entry = shared.registry.job(&job).ok_or_else(|| {
-                Refusal::new(Reason::BadCredentials, format!("the job {job} is not (or no longer) registered with the proxy"))
+                Unidentified::NotYet(Refusal::new(
+                    Reason::BadCredentials,
+                    format!("the job {job} is not (or no longer) registered with the proxy"),
+                ))
             })?;
             match entry.spec.source {
                 Some(source) if canonical(source) == canonical(peer.ip()) => Ok(entry),
-                Some(_) => Err(Refusal::new(
+                Some(_) => Err(refused(
                     Reason::WrongSource,
-                    format!("the credential of {job} is valid only from that job's pod, not from {}", peer.ip()),
+                    &format!("the credential of {job} is valid only from that job's pod, not from {}", peer.ip()),
                 )),
-                None => Err(Refusal::new(
+                None => Err(Unidentified::NotYet(Refusal::new(
                     Reason::WrongSource,
                     format!("the pod address of {job} is not registered yet; retry when the pod runs"),
-                )),
+                ))),
             }
         }
     }

@@ -28,6 +28,14 @@ use super::identity::JobId;
 pub trait JobRegistry: Send + Sync + 'static {
     /// The job's entry, `None` when the job is unknown (or gone).
     fn job(&self, id: &JobId) -> Option<Arc<JobEntry>>;
+
+    /// Ticks whenever an entry is added or changed, for a request whose
+    /// verified credential names a job the registry has not heard of yet
+    /// (its record trails the run by a watch event). `None`: the registry
+    /// never changes while it serves (a jobs file), so nothing is waited for.
+    fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
 }
 
 /// One job as registered.
@@ -152,6 +160,8 @@ pub struct JobsFile {
 #[derive(Clone, Default)]
 pub struct MemoryRegistry {
     jobs: Arc<RwLock<HashMap<JobId, Arc<JobEntry>>>>,
+    /// Bumped by every upsert and replace (see [`JobRegistry::changes`]).
+    changed: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl MemoryRegistry {
@@ -165,6 +175,8 @@ impl MemoryRegistry {
         let mut jobs = self.jobs.write().unwrap_or_else(|poisoned| poisoned.into_inner());
         let usage = jobs.get(&id).map(|e| e.usage.clone()).unwrap_or_default();
         jobs.insert(id, Arc::new(JobEntry { spec, usage }));
+        drop(jobs);
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Forget a job: its next request is refused.
@@ -182,6 +194,8 @@ impl MemoryRegistry {
             next.insert(id, Arc::new(JobEntry { spec, usage }));
         }
         *jobs = next;
+        drop(jobs);
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// A job's current spec (a copy).
@@ -211,6 +225,10 @@ impl MemoryRegistry {
 impl JobRegistry for MemoryRegistry {
     fn job(&self, id: &JobId) -> Option<Arc<JobEntry>> {
         self.jobs.read().unwrap_or_else(|poisoned| poisoned.into_inner()).get(id).cloned()
+    }
+
+    fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.changed.subscribe())
     }
 }
 

@@ -87,6 +87,7 @@ pub async fn command(args: LaunchArgs, shutdown: Shutdown) -> std::io::Result<st
         program,
         args: command.collect(),
         allow_env: args.allow_env,
+        env: vec![],
         timeout: Duration::from_secs(args.timeout.clamp(1, crate::core::limits::MAX_TIMEOUT_SECS)),
         result: args.result,
         cwd: std::env::current_dir()?,
@@ -143,13 +144,16 @@ async fn claimed_command(args: LaunchArgs, shutdown: Shutdown) -> std::io::Resul
 }
 
 /// The run a claim names, fenced as a command line's: `interpreter script
-/// args...`, the timeout the smaller of the claim's and `--timeout`.
+/// args...`, the timeout the smaller of the claim's and `--timeout`, and
+/// for a run granted egress the proxy variables a cold run's pod has.
 fn claimed_launch(claim: Claim, args: &LaunchArgs, cwd: PathBuf, shutdown: Shutdown) -> Launch {
     let timeout = u64::from(claim.timeout_secs).min(args.timeout).clamp(1, crate::core::limits::MAX_TIMEOUT_SECS);
+    let env = claim.proxy.as_deref().map(crate::egress::proxy_env).unwrap_or_default();
     Launch {
         program: PathBuf::from(claim.interpreter),
         args: std::iter::once(claim.script).chain(claim.args).map(OsString::from).collect(),
         allow_env: args.allow_env.clone(),
+        env: env.into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
         timeout: Duration::from_secs(timeout),
         result: args.result.clone(),
         cwd,
@@ -241,6 +245,9 @@ pub struct Launch {
     pub args: Vec<OsString>,
     /// Names of the variables passed through from the container's environment.
     pub allow_env: Vec<String>,
+    /// Variables set for the script whatever the container's environment
+    /// says (a claimed run's proxy variables, which its pod was made without).
+    pub env: Vec<(String, String)>,
     pub timeout: Duration,
     /// Where `result.json` goes; `stdout` and `stderr` are written next to it.
     pub result: PathBuf,
@@ -280,7 +287,13 @@ pub fn exit_status(result: &LaunchResult) -> i32 {
 pub async fn launch(spec: Launch, lookup: &dyn Fn(&str) -> Option<String>) -> std::io::Result<LaunchResult> {
     let mut exec = ExecSpec::new(spec.program.clone(), spec.cwd.clone());
     exec.args = spec.args.clone();
-    exec.env = spec.allow_env.iter().filter_map(|name| lookup(name).map(|v| (OsString::from(name), OsString::from(v)))).collect();
+    exec.env = spec
+        .allow_env
+        .iter()
+        .filter(|name| !spec.env.iter().any(|(n, _)| n == *name))
+        .filter_map(|name| lookup(name).map(|v| (OsString::from(name), OsString::from(v))))
+        .chain(spec.env.iter().map(|(n, v)| (OsString::from(n), OsString::from(v))))
+        .collect();
     exec.timeout = spec.timeout;
     exec.cancel = spec.cancel.clone();
     // The container already runs as a non-root uid with limits set by the
@@ -366,6 +379,7 @@ mod tests {
             args: vec!["a b".into(), "$(id)".into()],
             timeout_secs: 30,
             inputs,
+            proxy: None,
         }
     }
 
@@ -399,12 +413,19 @@ mod tests {
             (spec.timeout, spec.allow_env.as_slice(), spec.cwd.as_path()),
             (Duration::from_secs(30), &["HOME".to_string()][..], Path::new("/work"))
         );
+        assert!(spec.env.is_empty(), "no proxy in the claim, no proxy variable: {:?}", spec.env);
         let long = Claim { timeout_secs: 300, ..claim("/p/s.py", vec![]) };
         assert_eq!(
             claimed_launch(long, &args, PathBuf::from("/work"), Shutdown::new()).timeout,
             Duration::from_secs(60),
             "--timeout caps it"
         );
+        let url = "http://job:team.3f1c2b9e-0d4a-4c55-9a7e-1b2c3d4e5f60.abc@10.96.0.9:3128";
+        let egress = Claim { proxy: Some(url.into()), ..claim("/p/s.py", vec![]) };
+        let spec = claimed_launch(egress, &args, PathBuf::from("/work"), Shutdown::new());
+        let want: Vec<(String, String)> = crate::egress::proxy_env(url).into_iter().map(|(n, v)| (n.to_string(), v)).collect();
+        assert_eq!(spec.env, want, "a cold run's proxy variables, from the claim");
+        assert!(spec.env.iter().any(|(n, v)| n == "HTTPS_PROXY" && v == url));
     }
 
     #[test]

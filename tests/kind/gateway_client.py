@@ -7,7 +7,8 @@ Usage: gateway_client.py CHECK BASE_URL NS OTHER_NS TOKEN_ALLOWED TOKEN_DENIED
   OTHER_NS   a namespace where it may use the gateway but nothing is bound yet;
              the check "bind" waits for a binding made there by the caller
   CHECK      one of the functions below (run.sh calls each as its own check);
-             "limits" takes a phase after the tokens
+             "limits" takes a phase after the tokens; "bench" (the gateway's
+             warm-run benchmark, run.sh with BENCH_RUNS) takes RUNS SKILL SCRIPT
 
 Every check prints one line on failure and exits 1.
 """
@@ -17,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import statistics
 import subprocess
 import sys
+import time
 from typing import Any
 
 import httpx2 as httpx  # the mcp client ships httpx2
@@ -301,7 +304,82 @@ async def check_failover(base: str, ns: str, other: str, allowed: str, denied: s
     expect(made == {name}, f"SkillJobs made for one confirmed call: {sorted(made)}")
 
 
-CHECKS = {"failover": check_failover, "run": check_run, "auth": check_auth, "isolation": check_isolation, "bind": check_bind, "limits": check_limits}
+def kubectl(*args: str) -> str:
+    done = subprocess.run(["kubectl", *args], capture_output=True, text=True)
+    expect(done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr.strip()[:300]}")
+    return done.stdout
+
+
+def waiting_pods(ns: str, binding: str) -> int:
+    """The binding's warm pods that wait for a run (Running, Ready, not going)."""
+    uid = kubectl("-n", ns, "get", "skillbinding", binding, "-o", "jsonpath={.metadata.uid}")
+    pods = json.loads(kubectl("-n", ns, "get", "pods", "-l", f"skill-operator.dev/warm-binding={uid},skill-operator.dev/warm-state=idle", "-o", "json"))
+    ready = lambda p: any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+    return sum(1 for p in pods["items"] if p["status"].get("phase") == "Running" and ready(p) and not p["metadata"].get("deletionTimestamp"))
+
+
+def quantiles(values: list[float]) -> str:
+    ordered = sorted(values)
+    p90 = ordered[round((len(ordered) - 1) * 0.9)]
+    return f"p50 {statistics.median(ordered):,.0f} ms (p90 {p90:,.0f})"
+
+
+async def check_bench(base: str, ns: str, other: str, allowed: str, denied: str) -> None:
+    """skill_run through the gateway, cold then on warm pods, in one run.
+
+    Timed per run on this client: the preview call, and the confirmed call
+    (the SkillJob made, run and read back: what an agent waits for). The
+    binding keeps no pool for the cold runs; for the warm ones it keeps one
+    pod, and each run starts once a pod waits (the claim's latency, not how
+    fast the pool refills). A warm run that went cold is counted apart.
+    """
+    runs, skill, script = int(sys.argv[7]), sys.argv[8], sys.argv[9]
+    http, client = await connect(f"{base}/mcp/{ns}", allowed, "auto")
+    async with http, client:
+
+        async def one(tag: str) -> tuple[float, float, str]:
+            args = {"skill": skill, "script": script, "args": [tag]}
+            t0 = time.perf_counter()
+            preview = await call(client, "skill_run", args)
+            t1 = time.perf_counter()
+            result = await call(client, "skill_run", {**args, "confirm": preview["token"]})
+            t2 = time.perf_counter()
+            expect(result.get("exitCode") == 0 and f"run: {tag}" in result.get("stdout", ""), f"{tag}: {json.dumps(result)[:300]}")
+            return (t1 - t0) * 1e3, (t2 - t1) * 1e3, result["job"]
+
+        def done(job: str) -> str:
+            pod = kubectl("-n", ns, "get", "skilljob", job, "-o", "jsonpath={.status.warmPod}")
+            kubectl("-n", ns, "delete", "skilljob", job, "--wait=false")
+            return pod
+
+        kubectl("-n", ns, "patch", "skillbinding", skill, "--type", "merge", "-p", '{"spec":{"warm":null}}')
+        done((await one("warmup"))[2])
+        previews, cold, warm, went_cold = [], [], [], 0
+        for i in range(runs):
+            p, c, job = await one(f"cold-{i}")
+            expect(done(job) == "", f"{job} ran on a warm pod with no pool")
+            previews.append(p)
+            cold.append(c)
+        kubectl("-n", ns, "patch", "skillbinding", skill, "--type", "merge", "-p", '{"spec":{"warm":{"min":1,"max":1,"idleTimeoutSeconds":600}}}')
+        for i in range(runs):
+            deadline = time.monotonic() + 180
+            while waiting_pods(ns, skill) < 1:
+                expect(time.monotonic() < deadline, "no warm pod waited within 180 s")
+                await asyncio.sleep(0.2)
+            p, c, job = await one(f"warm-{i}")
+            previews.append(p)
+            if done(job):
+                warm.append(c)
+            else:
+                went_cold += 1
+        kubectl("-n", ns, "patch", "skillbinding", skill, "--type", "merge", "-p", '{"spec":{"warm":null}}')
+    expect(len(warm) > 0, "no run was warm")
+    ratio = statistics.median(warm) / statistics.median(cold)
+    print(f"gateway skill_run, confirmed call ({runs} runs each, one warm-up): cold {quantiles(cold)}; warm {quantiles(warm)}; warm/cold {ratio:.3f}")
+    print(f"gateway skill_run preview call ({len(previews)} runs): {quantiles(previews)}; warm runs that went cold: {went_cold} of {runs}")
+
+
+CHECKS = {"failover": check_failover, "run": check_run, "auth": check_auth, "isolation": check_isolation, "bind": check_bind, "limits": check_limits, "bench": check_bench}
 
 if __name__ == "__main__":
     name, base, ns, other, allowed, denied = sys.argv[1:7]

@@ -13,7 +13,10 @@
 #     process left running) is refused: the run fails saying so, its
 #     script never runs;
 #   - a namespace's budget caps its pools; a changed package profile drains
-#     the pool's old pods; deleting the binding drains its pool.
+#     the pool's old pods; deleting the binding drains its pool;
+#   - a run granted egress gets its grant at the claim, never before: the
+#     waiting pod has no egress label and no proxy, the claimed one reaches
+#     its allowed host through the proxy (and only it) from the sealed address.
 
 WARM_BINDING=e2e-warm
 # warm_pods STATE: the names of the binding's warm pods in STATE (idle|claimed), Ready ones only for idle.
@@ -192,3 +195,50 @@ warm_binding_deleted() {
   return 1
 }
 check "deleting the binding drains its pool" warm_binding_deleted
+
+# A run granted egress on a warm pod: the pod waited with no network (no
+# egress label, no proxy variables); the claim labels it for the egress
+# policy, seals its address into the run's status before the run is
+# handed over, and gives the script its proxy URL. The run then reaches
+# its allowed host through the proxy and is refused another, as a cold run.
+warm_egress() {
+  local WARM_BINDING=e2e-egress pkg pod ip uid phase out refused="http://${NODE_IP:-192.0.2.2}:$EGRESS_PORT/"
+  pkg="$(K get skillbinding "$WARM_BINDING" -o jsonpath='{.spec.package}')" || return 1
+  "$KUBECTL" patch skillpackage "$pkg" --type merge -p '{"spec":{"runtime":{"resources":{"cpu":"200m","memory":"128Mi","ephemeralStorage":"1Gi"}}}}' >/dev/null || return 1
+  warm_spec '{"min":1,"max":1,"idleTimeoutSeconds":600}' && warm_wait 1 || return 1
+  pod="$(warm_pods idle | head -n 1)"
+  ip="$(K get pod "$pod" -o jsonpath='{.status.podIP}')"
+  [[ -z "$(K get pod "$pod" -o jsonpath='{.metadata.labels.skill-operator\.dev/egress}')" ]] || { echo "a waiting pod of an egress binding has the egress label"; return 1; }
+  K exec "$pod" -c run -- /usr/bin/env | grep -qi proxy && { echo "a waiting pod of an egress binding has proxy variables"; return 1; }
+  uid="$(skilljob warm-egress "$WARM_BINDING" scripts/fetch.py "" "http://$ALLOWED/" "$refused")" || return 1
+  phase="$(finished warm-egress)"
+  [[ "$phase" == Succeeded ]] || { echo "phase $phase: $(K get skilljob warm-egress -o jsonpath='{.status.message}')"; return 1; }
+  [[ "$(K get skilljob warm-egress -o jsonpath='{.status.warmPod}')" == "$pod" ]] || { echo "the run did not claim $pod: $(K get skilljob warm-egress -o jsonpath='{.status.message}')"; return 1; }
+  [[ "$(K get skilljob warm-egress -o jsonpath='{.status.egress.podIp}')" == "$ip" ]] || { echo "the sealed address is not the warm pod's $ip: $(K get skilljob warm-egress -o jsonpath='{.status.egress}')"; return 1; }
+  out="$(artifact "$uid/outputs/result/stdout")" || { echo "stdout not stored"; return 1; }
+  [[ "$out" == *"proxy: set"* ]] || { echo "no proxy in the claimed run's env: $out"; return 1; }
+  [[ "$out" == *"OK http://$ALLOWED/ 200 egress-ok"* ]] || { echo "the allowed host was not reached: $out"; return 1; }
+  [[ "$out" == *"REFUSED $refused 403 egress refused ("* ]] || { echo "the other host was not refused by the proxy: $out"; return 1; }
+  # The egress label came with the claim (the watch of every pod saw it).
+  "$PY" - "$WORK/pods.jsonl" "$pod" <<'PYEOF' || return 1
+import json, sys
+path, name = sys.argv[1], sys.argv[2]
+dec, text, i, labelled = json.JSONDecoder(), open(path).read(), 0, []
+while i < len(text):
+    while i < len(text) and text[i].isspace():
+        i += 1
+    if i >= len(text):
+        break
+    ev, i = dec.raw_decode(text, i)
+    meta = ev.get("object", ev)["metadata"]
+    if meta["name"] == name:
+        labels = meta.get("labels") or {}
+        labelled.append((labels.get("skill-operator.dev/warm-state"), labels.get("skill-operator.dev/egress")))
+assert labelled, f"no event of {name}"
+assert all(e is None for s, e in labelled if s == "idle"), f"{name} had the egress label while idle: {labelled}"
+assert any(e == "true" for s, e in labelled if s == "claimed"), f"{name} was never labelled for egress once claimed: {labelled}"
+PYEOF
+  grep -E "^(OK|REFUSED)" <<<"$out" | sed 's/^/     run stdout: /'
+  K patch skillbinding "$WARM_BINDING" --type merge -p '{"spec":{"warm":null}}' >/dev/null
+}
+check "a run granted egress claims a warm pod: labelled, sealed and given its proxy at the claim; allowed host reached, another refused" warm_egress

@@ -509,6 +509,7 @@ mod tests {
             args: vec!["--n".into(), "3".into()],
             timeout_secs: 30,
             inputs: vec![input("a.csv", b"a")],
+            proxy: None,
         };
         let path = write_claim_file(d.path(), &claim).unwrap();
         assert_eq!(path, d.path().join(CLAIM_FILE));
@@ -532,6 +533,7 @@ mod tests {
             args: vec![],
             timeout_secs: 1,
             inputs: vec![input("b", b"b"), input("a", b"a")],
+            proxy: None,
         };
         let file =
             |path: &str, bytes: &[u8]| crate::artifacts::SetFile { path: path.into(), size: bytes.len() as u64, digest: digest(bytes) };

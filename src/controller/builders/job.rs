@@ -164,10 +164,7 @@ pub const HELPER_CPU: &str = "100m";
 pub const HELPER_MEMORY: &str = "128Mi";
 pub const HELPER_EPHEMERAL: &str = "512Mi";
 
-/// Variables a run with egress gets the proxy URL in (curl, Python, Go,
-/// Node with NODE_USE_ENV_PROXY, pip, npm).
-pub const PROXY_URL_ENV: [&str; 7] =
-    ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "PIP_PROXY", "npm_config_https_proxy", "npm_config_proxy"];
+pub use crate::egress::PROXY_URL_ENV;
 
 /// The run container's fixed PATH.
 pub const RUN_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -812,14 +809,7 @@ pub(super) fn run_env(p: &JobParams) -> Vec<EnvVar> {
         env.extend(deps.iter().map(|(n, v)| plain(n, v)));
     }
     if let Some(proxy) = &p.egress_proxy {
-        for name in PROXY_URL_ENV {
-            env.push(plain(name, proxy));
-        }
-        // Nothing bypasses the proxy; Node's built-in fetch reads the
-        // variables only with NODE_USE_ENV_PROXY (Node >= 22.21 / 24).
-        env.push(plain("NO_PROXY", ""));
-        env.push(plain("no_proxy", ""));
-        env.push(plain("NODE_USE_ENV_PROXY", "1"));
+        env.extend(crate::egress::proxy_env(proxy).iter().map(|(n, v)| plain(n, v)));
     }
     env.extend(p.env.iter().map(|g| EnvVar {
         name: g.name.clone(),

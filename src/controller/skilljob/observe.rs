@@ -159,12 +159,15 @@ pub(super) async fn observe_warm(
     };
     if !ctx.warm.handed(ns, uid) {
         if let Some(admission) = rehand(sj, ctx, ns, uid).await? {
-            super::deliver_claim(ctx, ns, pod_name, &crate::controller::warm::claim::claim_of(sj, uid, &admission)).await?;
+            let proxy = children::proxy_url(ctx, ns, uid, &admission.egress_allowed);
+            super::deliver_claim(ctx, ns, pod_name, &crate::controller::warm::claim::claim_of(sj, uid, &admission, proxy)).await?;
         }
     }
     if status.started_at.is_none() {
         status.started_at = pod.status.as_ref().and_then(|s| s.start_time.clone());
     }
+    // Sealed at the claim; a claim whose status write failed is sealed here.
+    record_pod_address(ctx, ns, uid, &mut status).await?;
     // Every look reads the stored outputs, announced or not: a warm pod
     // whose sidecar refused its claim stored a result while its launcher
     // still waits, so no container end would ever say the run is over.

@@ -16,6 +16,7 @@ use crate::controller::context::{Context, Error, Result};
 use crate::controller::decide::{is_final, Admission};
 use crate::controller::staged;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 
 /// How soon a reconcile that found its view older than the API server's
 /// looks again (by then the watch has usually caught up).
@@ -52,8 +53,9 @@ pub(super) async fn start(
     }
     // A warm pod of the binding's pool, when it keeps one and one waits:
     // no package to stage, no Job, no pod to start.
-    if let Some(pod) = crate::controller::warm::claim::claim(ctx, sj, ns, uid, admission).await? {
-        return claimed(sj, ctx, ns, uid, admission, pod, status).await;
+    let proxy = children::proxy_url(ctx, ns, uid, egress);
+    if let Some(pod) = crate::controller::warm::claim::claim(ctx, sj, ns, uid, admission, proxy.is_some()).await? {
+        return claimed(sj, ctx, ns, uid, admission, &pod, proxy, status).await;
     }
     // The package the pod fetches: exactly the pinned digest, staged once
     // for the namespace (see `staged`), while the children are made
@@ -110,26 +112,46 @@ pub(super) async fn start(
     Ok(Action::requeue(POLL))
 }
 
-/// The run has its warm pod: recorded, and handed over. The status write
-/// and the hand-over go together; should the hand-over fail, the next look
-/// at the run hands it over again (a claim is written once: the same claim
-/// again is a no-op at the endpoint).
+/// The run has its warm pod: recorded, and handed over. Should the
+/// hand-over fail, the next look at the run hands it over again (a claim is
+/// written once: the same claim again is a no-op at the endpoint).
+///
+/// A run granted egress has its pod's address sealed into its status
+/// first, and only once that is written is the claim (with the proxy URL)
+/// handed over: the proxy serves the run from the status, so the script
+/// never starts before its grant exists. Any other run's status write and
+/// hand-over go together.
+#[allow(clippy::too_many_arguments)]
 async fn claimed(
     sj: &SkillJob,
     ctx: &Context,
     ns: &str,
     uid: &str,
     admission: &Admission,
-    pod: String,
+    pod: &Pod,
+    proxy: Option<String>,
     mut status: SkillJobStatus,
 ) -> Result<Action> {
     let generation = sj.metadata.generation;
-    let claim = crate::controller::warm::claim::claim_of(sj, uid, admission);
-    status.warm_pod = Some(pod.clone());
+    let name = pod.name_any();
+    let egress = proxy.is_some();
+    let claim = crate::controller::warm::claim::claim_of(sj, uid, admission, proxy);
+    status.warm_pod = Some(name.clone());
     let (enforced, reason, message) = crate::controller::egress::enforcement_condition(ctx.config.network_policy);
     crate::api::conditions::set_condition_status(&mut status.conditions, "NetworkPolicyEnforced", enforced, reason, message, generation);
-    set_phase(&mut status, SkillJobPhase::Running, "WarmPodClaimed", format!("warm pod {pod} claimed"), generation);
-    let (handed, written) = tokio::join!(super::deliver_claim(ctx, ns, &pod, &claim), patch_status(ctx, sj, &status));
+    set_phase(&mut status, SkillJobPhase::Running, "WarmPodClaimed", format!("warm pod {name} claimed"), generation);
+    if egress {
+        let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone());
+        if let (Some(record), Some(ip)) = (status.egress.as_mut(), ip) {
+            record.seal =
+                Some(crate::egress::cluster::seal(&ctx.config.token_key, &crate::egress::JobId::new(ns, uid), &ip, &record.allowed));
+            record.pod_ip = Some(ip);
+        }
+        patch_status(ctx, sj, &status).await?;
+        super::deliver_claim(ctx, ns, &name, &claim).await?;
+        return Ok(Action::requeue(POLL));
+    }
+    let (handed, written) = tokio::join!(super::deliver_claim(ctx, ns, &name, &claim), patch_status(ctx, sj, &status));
     written?;
     handed?;
     Ok(Action::requeue(POLL))

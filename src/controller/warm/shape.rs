@@ -12,8 +12,6 @@ use crate::controller::decide::{self, Admission};
 pub enum NotWarm {
     /// The run is granted variables: they would be in a pod before its run.
     Env,
-    /// The run may reach the network: its grant is bound to a run's pod at its start.
-    Egress,
     /// The binding or its package is not ready to run anything.
     NotReady,
 }
@@ -22,7 +20,6 @@ impl NotWarm {
     pub fn label(self) -> &'static str {
         match self {
             NotWarm::Env => "env",
-            NotWarm::Egress => "egress",
             NotWarm::NotReady => "not_ready",
         }
     }
@@ -50,12 +47,10 @@ impl PoolShape {
         let pstatus = package.status.clone().unwrap_or_default();
         let digest = pstatus.digest.clone().ok_or(NotWarm::NotReady)?;
         let profile = package.spec.runtime.as_ref().ok_or(NotWarm::NotReady)?;
+        // A binding granting egress keeps a pool too: its pods wait with no
+        // network, and a run's grant is bound at its claim (see `claim`).
         if !ready {
             return Err(NotWarm::NotReady);
-        }
-        // A skill proposing hosts, bound with egress: its runs get a network.
-        if binding.spec.egress && !pstatus.egress.is_empty() {
-            return Err(NotWarm::Egress);
         }
         let (image, delivery) = decide::delivery(package).map_err(|_| NotWarm::NotReady)?;
         let mut source = package.spec.source.oci.clone();
@@ -75,9 +70,6 @@ impl PoolShape {
     pub fn of_admission(a: &Admission) -> Result<Self, NotWarm> {
         if !a.env.is_empty() {
             return Err(NotWarm::Env);
-        }
-        if a.egress || !a.egress_allowed.is_empty() {
-            return Err(NotWarm::Egress);
         }
         Ok(PoolShape {
             digest: a.digest.clone(),
@@ -117,6 +109,40 @@ mod tests {
             memory: "512Mi".into(),
             ephemeral_storage: "1Gi".into(),
         }
+    }
+
+    fn admission(s: &PoolShape) -> Admission {
+        Admission {
+            skill: "k".into(),
+            digest: s.digest.clone(),
+            source: s.source.clone(),
+            image: s.image.clone(),
+            interpreter_path: "/usr/bin/python3".into(),
+            script: "scripts/a.py".into(),
+            args: vec![],
+            env: vec![],
+            timeout_secs: 60,
+            cpu: s.cpu.clone(),
+            memory: s.memory.clone(),
+            ephemeral_storage: s.ephemeral_storage.clone(),
+            egress: false,
+            egress_allowed: vec![],
+            egress_proposed: vec![],
+            delivery: s.delivery.clone(),
+            warm: None,
+        }
+    }
+
+    /// Egress is bound at the claim, so a run granted it takes a pod of the
+    /// same pool; a granted variable would be in the pod before its run.
+    #[test]
+    fn a_run_granted_egress_has_the_pools_shape_and_one_granted_a_variable_none() {
+        let s = shape();
+        assert_eq!(PoolShape::of_admission(&admission(&s)).map(|a| a.key()), Ok(s.key()));
+        let egress = Admission { egress: true, egress_allowed: vec!["10.0.0.1:80".into()], ..admission(&s) };
+        assert_eq!(PoolShape::of_admission(&egress).map(|a| a.key()), Ok(s.key()));
+        let env = Admission { env: vec![("TOKEN".into(), "s".into(), "k".into())], ..admission(&s) };
+        assert_eq!(PoolShape::of_admission(&env), Err(NotWarm::Env));
     }
 
     #[test]
