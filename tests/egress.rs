@@ -416,6 +416,34 @@ async fn a_valid_credential_waits_for_its_record_and_passes_once_it_arrives() {
     h.stop().await;
 }
 
+/// A waiting request still counts as pending for its source address: a pod
+/// holding a valid credential whose record has not come cannot pile up
+/// connections beyond `max_pending_per_address`.
+#[tokio::test]
+async fn waiting_requests_count_against_the_pending_caps() {
+    let mut config = test_config();
+    config.limits.max_pending_per_address = 2;
+    let h = Harness::start(config).await;
+    let waiting = || h.proxy.metrics().waiting_for_record.get();
+    let ghost = proxy_token(&KEY, &JobId::new("team", "ghost"));
+    let addr = h.addr;
+    let held: Vec<_> = (0..2)
+        .map(|_| {
+            let token = ghost.clone();
+            tokio::spawn(async move { connect(addr, "allowed.test:443", Some(&token)).await })
+        })
+        .collect();
+    wait_for(|| waiting() == 2).await;
+    let (_, reply) = connect(h.addr, "allowed.test:443", Some(&ghost)).await;
+    assert_eq!(reply.refused(), Some("address_busy"), "{}", reply.body);
+    assert!(reply.body.contains("waiting for their run's record"), "{}", reply.body);
+    for task in held {
+        let (_, reply) = task.await.unwrap();
+        assert_eq!(reply.refused(), Some("bad_credentials"));
+    }
+    h.stop().await;
+}
+
 #[tokio::test]
 async fn the_right_token_from_the_wrong_source_address_is_refused() {
     let (up, _) = echo_upstream().await;

@@ -30,10 +30,11 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 pub const DEFAULT_TUNNEL_LIFETIME: Duration = Duration::from_secs(15 * 60);
 /// Tunnels open at once, all jobs together.
 pub const DEFAULT_MAX_TUNNELS: usize = 4096;
-/// Connections still sending their request head, all jobs together.
+/// Connections still sending their request head (or waiting for their
+/// run's record, see [`super::RECORD_GRACE`]), all jobs together.
 pub const DEFAULT_MAX_PENDING: usize = 1024;
 /// Connections from one client address still sending their request head
-/// (one pod cannot take all of `max_pending`).
+/// or waiting for their run's record (one pod cannot take all of `max_pending`).
 pub const DEFAULT_MAX_PENDING_PER_ADDRESS: usize = 64;
 /// Tunnels one job may hold at once.
 pub const DEFAULT_JOB_MAX_CONNECTIONS: u32 = 64;

@@ -236,7 +236,6 @@ async fn serve<C: Socket>(
         Err(HeadError::Refuse(r)) => return Err(r.into()),
         Err(HeadError::Gone) => return Err(Stop::Gone),
     };
-    drop(pending);
 
     if let Origin::Tcp { peer, local } = origin {
         if shared.is_outbound(*peer, *local) {
@@ -252,7 +251,11 @@ async fn serve<C: Socket>(
     };
     access.kind = Some(kind);
 
+    // Still counted as pending (overall and per source address) while it
+    // may wait for its record: a pod holding a valid credential cannot pile
+    // up waiting connections beyond those caps.
     let entry = identify_in_time(shared, origin, &head).await?;
+    drop(pending);
     access.job = Some(entry.spec.id());
 
     let target = host::parse_authority(&authority, (kind == Kind::Http).then_some(80)).map_err(host_refusal)?;

@@ -164,7 +164,7 @@ impl Proxy {
                         let refusal = Refusal::new(
                             Reason::AddressBusy,
                             format!(
-                                "max_pending_per_address = {} connections from {} are sending their request head; finish those first",
+                                "max_pending_per_address = {} connections from {} are sending their request head or waiting for their run's record; finish those first",
                                 self.shared.limits.max_pending_per_address,
                                 peer.ip()
                             ),
@@ -180,7 +180,10 @@ impl Proxy {
             let Ok(permit) = self.shared.pending.clone().try_acquire_owned() else {
                 let refusal = Refusal::new(
                     Reason::ProxyBusy,
-                    format!("max_pending = {} connections are sending their request head; retry later", self.shared.limits.max_pending),
+                    format!(
+                        "max_pending = {} connections are sending their request head or waiting for their run's record; retry later",
+                        self.shared.limits.max_pending
+                    ),
                 );
                 let _ = stream.try_write(&refusal.response());
                 self.shared.metrics.count(Verdict::Refused, Reason::ProxyBusy.as_str());

@@ -17,7 +17,8 @@ use super::resolve::Resolver;
 use crate::listener::{AddressSlot, PerAddress};
 
 /// A connection's place among those still sending their request head:
-/// released (dropped) once the head is read.
+/// released (dropped) once the head is read and its job is known (a
+/// request may wait for its run's record meanwhile).
 pub(crate) struct Pending {
     pub(super) _permit: OwnedSemaphorePermit,
     pub(super) _slot: Option<AddressSlot>,

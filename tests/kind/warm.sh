@@ -220,19 +220,15 @@ warm_egress() {
   [[ "$out" == *"OK http://$ALLOWED/ 200 egress-ok"* ]] || { echo "the allowed host was not reached: $out"; return 1; }
   [[ "$out" == *"REFUSED $refused 403 egress refused ("* ]] || { echo "the other host was not refused by the proxy: $out"; return 1; }
   # The egress label came with the claim (the watch of every pod saw it).
-  "$PY" - "$WORK/pods.jsonl" "$pod" <<'PYEOF' || return 1
-import json, sys
+  "$PY" - "$WORK/pods.jsonl" "$pod" "$ROOT/tests/kind" <<'PYEOF' || return 1
+import sys
 path, name = sys.argv[1], sys.argv[2]
-dec, text, i, labelled = json.JSONDecoder(), open(path).read(), 0, []
-while i < len(text):
-    while i < len(text) and text[i].isspace():
-        i += 1
-    if i >= len(text):
-        break
-    ev, i = dec.raw_decode(text, i)
-    meta = ev.get("object", ev)["metadata"]
-    if meta["name"] == name:
-        labels = meta.get("labels") or {}
+sys.path.insert(0, sys.argv[3])
+from check_pods import objects
+labelled = []
+for pod in objects(path):
+    if pod["metadata"]["name"] == name:
+        labels = pod["metadata"].get("labels") or {}
         labelled.append((labels.get("skill-operator.dev/warm-state"), labels.get("skill-operator.dev/egress")))
 assert labelled, f"no event of {name}"
 assert all(e is None for s, e in labelled if s == "idle"), f"{name} had the egress label while idle: {labelled}"
