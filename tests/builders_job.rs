@@ -414,7 +414,7 @@ fn egress_gives_every_proxy_variable_and_bypasses_nothing() {
     let job = build_job(&params_full());
     let run = container(pod(&job), CONTAINER_RUN);
     let value = |name: &str| run.env.iter().flatten().find(|e| e.name == name).and_then(|e| e.value.clone());
-    for name in skill_operator::controller::builders::job::PROXY_URL_ENV {
+    for name in skill_operator::egress::PROXY_URL_ENV {
         assert_eq!(value(name).as_deref(), Some(PROXY), "{name}");
     }
     assert_eq!(value("NO_PROXY").as_deref(), Some(""));

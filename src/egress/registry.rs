@@ -176,6 +176,11 @@ impl MemoryRegistry {
         let usage = jobs.get(&id).map(|e| e.usage.clone()).unwrap_or_default();
         jobs.insert(id, Arc::new(JobEntry { spec, usage }));
         drop(jobs);
+        self.changed();
+    }
+
+    /// Tells waiting requests that an entry was added or changed (after the lock is let go).
+    fn changed(&self) {
         self.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 
@@ -195,7 +200,7 @@ impl MemoryRegistry {
         }
         *jobs = next;
         drop(jobs);
-        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+        self.changed();
     }
 
     /// A job's current spec (a copy).

@@ -164,8 +164,6 @@ pub const HELPER_CPU: &str = "100m";
 pub const HELPER_MEMORY: &str = "128Mi";
 pub const HELPER_EPHEMERAL: &str = "512Mi";
 
-pub use crate::egress::PROXY_URL_ENV;
-
 /// The run container's fixed PATH.
 pub const RUN_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 

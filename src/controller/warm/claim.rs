@@ -153,9 +153,9 @@ mod tests {
             "run-1",
             SkillJobSpec { binding: "b".into(), script: "s.py".into(), args: vec![], inputs: vec![], timeout_seconds: None },
         );
-        sj.metadata.namespace = Some("team".into());
-        sj.metadata.uid = Some("3f1c2b9e-0d4a-4c55-9a7e-1b2c3d4e5f60".into());
         let uid = "3f1c2b9e-0d4a-4c55-9a7e-1b2c3d4e5f60";
+        sj.metadata.namespace = Some("team".into());
+        sj.metadata.uid = Some(uid.into());
         let plain = claim_patch(&sj, uid, "41", false);
         assert_eq!(plain["metadata"]["resourceVersion"], "41", "applied only at the version seen waiting");
         let labels = &plain["metadata"]["labels"];
