@@ -1722,6 +1722,7 @@ fn a_claim(uid: &str) -> Claim {
         timeout_secs: 60,
         inputs: vec![],
         proxy: None,
+        env: None,
     }
 }
 
@@ -2227,4 +2228,139 @@ async fn an_unclaimed_warm_pods_sidecar_exits_0_on_sigterm() {
     let out = warm_upload(&env.base, UID, &d, claim_dir.path()).output().await.unwrap();
     assert!(!out.status.success());
     assert!(std::fs::read_to_string(&d.termination_log).unwrap().contains("warm uid"));
+}
+
+// -- warm pods' keys (what a run's variables are sealed to) ----------------------
+
+use skill_operator::artifacts::sealed::{self, ClaimKey};
+
+impl Env {
+    async fn put_key(&self, ns: &str, warm: &str, auth: &str, body: Vec<u8>) -> (u16, Vec<u8>) {
+        self.send(reqwest::Method::PUT, &format!("{ns}/{warm}/claim-key"), Some(auth), Some(body)).await
+    }
+}
+
+fn a_key() -> ClaimKey {
+    sealed::PodKey::generate().unwrap().public()
+}
+
+/// Only the warm pod itself publishes its key, once; only the operator
+/// reads it, from any replica; a second, different key is refused (whoever
+/// got into the pod later cannot swap what a run's values are sealed to);
+/// deleting the warm uid's artifacts removes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_pod_publishes_its_key_once_and_only_the_operator_reads_it() {
+    let env = start().await;
+    let store = operator_store(&env);
+    let key = a_key();
+    let body = serde_json::to_vec(&key).unwrap();
+    let mine = job(NS, WARM);
+    assert_eq!(store.claim_key(NS, WARM).await.unwrap(), None, "nothing published yet");
+    let (s, b) = env.get(&format!("{NS}/{WARM}/claim-key"), &op()).await;
+    assert_eq!((s, error_code(&b).as_str()), (404, "not_found"));
+
+    // Publishing: the pod's own credential, nobody else's.
+    for (who, auth, status, code) in [
+        ("the operator", op(), 403, "forbidden"),
+        ("another warm pod", job(NS, OTHER_WARM), 403, "forbidden"),
+        ("a run", job(NS, UID), 403, "forbidden"),
+    ] {
+        let (s, b) = env.put_key(NS, WARM, &auth, body.clone()).await;
+        assert_eq!((s, error_code(&b).as_str()), (status, code), "{who}: {}", String::from_utf8_lossy(&b));
+    }
+    assert_eq!(store.claim_key(NS, WARM).await.unwrap(), None, "none of them stored a key");
+    let (s, b) = env.put_key(NS, WARM, &mine, body.clone()).await;
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&b));
+    assert_eq!(serde_json::from_slice::<Value>(&b).unwrap()["created"], true);
+    // A restarted sidecar sends the same key again: a no-op.
+    let (s, b) = env.put_key(NS, WARM, &mine, body.clone()).await;
+    assert_eq!((s, serde_json::from_slice::<Value>(&b).unwrap()["created"].clone()), (200, Value::Bool(false)));
+    // Another key, even from the pod's own credential: 409.
+    let (s, b) = env.put_key(NS, WARM, &mine, serde_json::to_vec(&a_key()).unwrap()).await;
+    assert_eq!((s, error_code(&b).as_str()), (409, "key_published"));
+
+    // Reading: the operator only, from this replica and from another on the same store.
+    assert_eq!(store.claim_key(NS, WARM).await.unwrap(), Some(key.clone()));
+    let (other_base, _spool) = env.replica().await;
+    let other = skill_operator::artifacts::operator::HttpArtifacts::new(&other_base, KEY);
+    assert_eq!(other.claim_key(NS, WARM).await.unwrap(), Some(key.clone()), "stored, not only remembered");
+    let (s, b) = env.get(&format!("{NS}/{WARM}/claim-key"), &mine).await;
+    assert_eq!((s, error_code(&b).as_str()), (403, "forbidden"), "the pod does not read keys");
+
+    // Deleting the warm uid's artifacts removes it (the pod is gone by then).
+    store.delete(NS, WARM).await.unwrap();
+    assert_eq!(store.claim_key(NS, WARM).await.unwrap(), None);
+    let (s, _) = env.put_key(NS, WARM, &mine, serde_json::to_vec(&a_key()).unwrap()).await;
+    assert_eq!(s, 200, "a new key after the delete");
+}
+
+/// Malformed keys, bodies over the cap and routes of no warm pod are
+/// refused before anything is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_warm_pod_keys_are_refused() {
+    let env = start().await;
+    let mine = job(NS, WARM);
+    let good = a_key();
+    for (what, body) in [
+        ("not JSON", b"not json".to_vec()),
+        ("no key", b"{}".to_vec()),
+        ("a short key", br#"{"x25519":"short"}"#.to_vec()),
+        ("not base64url", serde_json::to_vec(&serde_json::json!({ "x25519": "*".repeat(sealed::CLAIM_KEY_CHARS) })).unwrap()),
+        ("an unknown field", serde_json::to_vec(&serde_json::json!({ "x25519": good.x25519, "private": "x" })).unwrap()),
+    ] {
+        let (s, b) = env.put_key(NS, WARM, &mine, body).await;
+        assert_eq!((s, error_code(&b).as_str()), (400, "bad_claim_key"), "{what}: {}", String::from_utf8_lossy(&b));
+    }
+    let mut big = serde_json::to_vec(&good).unwrap();
+    big.resize(sealed::CLAIM_KEY_MAX_BYTES + 1, b' ');
+    let (s, b) = env.put_key(NS, WARM, &mine, big).await;
+    assert_eq!((s, error_code(&b).as_str()), (413, "body_too_large"));
+    let (s, b) = env.put_key(NS, UID, &job(NS, UID), serde_json::to_vec(&good).unwrap()).await;
+    assert_eq!((s, error_code(&b).as_str()), (400, "bad_job"), "a run's uid has no key");
+    assert_eq!(operator_store(&env).claim_key(NS, WARM).await.unwrap(), None, "nothing stored");
+}
+
+/// A claim carrying sealed variables is stored and read back as it came:
+/// the endpoint checks its shape and never holds them in the clear.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_with_sealed_variables_is_stored_sealed() {
+    let env = start().await;
+    let pod = sealed::PodKey::generate().unwrap();
+    let vars = vec![("WEATHER_API_KEY".to_string(), "s3cret-value-for-the-store".to_string())];
+    let claim = Claim { env: Some(sealed::seal(&pod.public(), UID, &vars).unwrap()), ..a_claim(UID) };
+    operator_store(&env).claim(NS, WARM, &claim).await.unwrap();
+    let (s, body) = env.get_claim(NS, WARM, &job(NS, WARM), "").await;
+    assert_eq!(s, 200);
+    let stored = parsed_claim(&body);
+    assert_eq!(stored, claim);
+    assert!(!String::from_utf8_lossy(&body).contains("s3cret-value"), "nothing in the clear");
+    assert_eq!(pod.open(stored.env.as_ref().unwrap(), UID).unwrap(), vars, "it opens in the pod");
+    // A box that is not one is refused at the door.
+    let bad = Claim { env: Some(sealed::SealedEnv { key: a_key().x25519, sealed: "AAAA".into() }), ..a_claim(OTHER_UID) };
+    let (s, b) = env.put_claim(NS, OTHER_WARM, Some(&op()), serde_json::to_vec(&bad).unwrap()).await;
+    assert_eq!((s, error_code(&b).as_str()), (400, "bad_claim"), "{}", String::from_utf8_lossy(&b));
+}
+
+/// The sidecar publishes the key the launcher leaves (waiting for the file
+/// if it is not there yet), before it waits for its claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_pods_sidecar_publishes_the_launchers_key_before_it_waits() {
+    let env = start().await;
+    let d = pod_dirs(NS, WARM);
+    let (claim_dir, key_dir, proc) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let key_file = key_dir.path().join("key.json");
+    let mut w = WarmOptions::new(upload_opts(&env, NS, WARM, &d), claim_dir.path().into());
+    (w.proc_root, w.wait_secs, w.claim_key) = (proc.path().into(), 5, Some(key_file.clone()));
+    let stop = no_stop();
+    let sidecar = tokio::spawn({
+        let (stop, w) = (stop.clone(), w.clone());
+        async move { warm::run_warm_upload_sidecar(&w, &stop).await }
+    });
+    // The launcher starts after the sidecar: its key comes later.
+    let key = a_key();
+    warm::write_key_file(&key_file, &key).unwrap();
+    env.until_a_claim_is_awaited().await;
+    assert_eq!(operator_store(&env).claim_key(NS, WARM).await.unwrap(), Some(key), "published before the wait");
+    stop.trigger();
+    assert!(matches!(sidecar.await.unwrap().unwrap(), WarmEnd::Unclaimed));
 }

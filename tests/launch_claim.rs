@@ -16,7 +16,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use skill_operator::artifacts::client::warm::{write_claim_file, TAMPERED};
+use skill_operator::artifacts::client::warm::{read_key_file, write_claim_file, TAMPERED};
+use skill_operator::artifacts::sealed;
 use skill_operator::artifacts::{sha256_digest, Claim, ClaimInput};
 
 const BIN: &str = env!("CARGO_BIN_EXE_skill-operator");
@@ -30,7 +31,7 @@ struct Pod {
 impl Pod {
     fn new() -> Pod {
         let root = tempfile::tempdir().unwrap();
-        for d in ["claim", "package/scripts", "work", "result", "tmp", "proc", "elsewhere"] {
+        for d in ["claim", "claim-key", "package/scripts", "work", "result", "tmp", "proc", "elsewhere"] {
             std::fs::create_dir_all(root.path().join(d)).unwrap();
         }
         let pod = Pod { root };
@@ -40,7 +41,8 @@ impl Pod {
              data = open('data/input.csv').read() if os.path.exists('data/input.csv') else ''\n\
              open('out.txt', 'w').write(data.upper())\n\
              proxy = {{k: os.environ[k] for k in ('HTTPS_PROXY', 'http_proxy', 'NO_PROXY', 'NODE_USE_ENV_PROXY') if k in os.environ}}\n\
-             print(json.dumps({{'argv': sys.argv[1:], 'env': sorted(os.environ), 'cwd': os.getcwd(), 'proxy': proxy}}))\n",
+             granted = {{k: os.environ[k] for k in ('WEATHER_API_KEY', 'REGION') if k in os.environ}}\n\
+             print(json.dumps({{'argv': sys.argv[1:], 'env': sorted(os.environ), 'cwd': os.getcwd(), 'proxy': proxy, 'granted': granted}}))\n",
             marker = pod.marker().display().to_string()
         );
         for dir in ["package/scripts", "elsewhere"] {
@@ -70,6 +72,7 @@ impl Pod {
             timeout_secs: 60,
             inputs: inputs.iter().map(|(path, bytes)| ClaimInput { path: path.to_string(), digest: sha256_digest(bytes) }).collect(),
             proxy: None,
+            env: None,
         }
     }
 
@@ -106,6 +109,26 @@ impl Pod {
 
     fn spawn(&self) -> Child {
         let mut child = self.command(Path::new(BIN)).arg("--proc-root").arg(self.path("proc")).stderr(Stdio::piped()).spawn().unwrap();
+        wait_until_waiting(&mut child);
+        child
+    }
+
+    fn key_file(&self) -> PathBuf {
+        self.path("claim-key/key.json")
+    }
+
+    /// [`Pod::spawn`] with `--claim-key`: the launcher makes its key pair
+    /// and leaves the public half before it says it waits.
+    fn spawn_with_key(&self) -> Child {
+        let mut child = self
+            .command(Path::new(BIN))
+            .arg("--claim-key")
+            .arg(self.key_file())
+            .arg("--proc-root")
+            .arg(self.path("proc"))
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
         wait_until_waiting(&mut child);
         child
     }
@@ -293,4 +316,63 @@ fn in_its_own_pid_namespace_a_process_left_beside_the_launcher_refuses_the_claim
     let error = pod.result()["error"].as_str().unwrap().to_string();
     assert!(error.starts_with(TAMPERED) && error.contains("another process runs in its container (pid 2)"), "{error}");
     assert!(!pod.marker().exists());
+}
+
+fn granted(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect()
+}
+
+/// A run granted variables gets them sealed to the key this launcher made
+/// at its start: it opens them for the script, and they were nowhere in
+/// the claim in the clear. The key file holds the public half only.
+#[test]
+fn variables_sealed_to_the_pods_key_reach_the_script() {
+    let pod = Pod::new();
+    let mut child = pod.spawn_with_key();
+    let published = std::fs::read(pod.key_file()).unwrap();
+    let key = read_key_file(&pod.key_file()).unwrap();
+    assert_eq!(
+        serde_json::from_slice::<Value>(&published).unwrap(),
+        serde_json::json!({ "x25519": key.x25519 }),
+        "the public key and nothing else"
+    );
+    let vars = granted(&[("WEATHER_API_KEY", "s3cret-value"), ("REGION", "eu-west-1")]);
+    let claim = Claim { env: Some(sealed::seal(&key, UID, &vars).unwrap()), ..pod.claim(&[]) };
+    let on_disk = serde_json::to_string(&claim).unwrap();
+    assert!(!on_disk.contains("s3cret-value") && !on_disk.contains("WEATHER_API_KEY"), "{on_disk}");
+    pod.hand_over(&claim);
+    assert_eq!(wait(&mut child, Duration::from_secs(30)), 0);
+    let out: Value = serde_json::from_slice(&std::fs::read(pod.path("result/stdout")).unwrap()).unwrap();
+    assert_eq!(out["granted"], serde_json::json!({ "WEATHER_API_KEY": "s3cret-value", "REGION": "eu-west-1" }), "{out}");
+}
+
+/// Variables that do not open with this launcher's key refuse the claim
+/// before anything runs: sealed to another pod, for another run, or to a
+/// launcher that made no key.
+#[test]
+fn variables_that_do_not_open_here_refuse_the_claim() {
+    let vars = granted(&[("WEATHER_API_KEY", "s3cret-value")]);
+    let another_pod = sealed::PodKey::generate().unwrap().public();
+    type Seal = fn(&sealed::ClaimKey, &sealed::ClaimKey, &[(String, String)]) -> sealed::SealedEnv;
+    let cases: [(&str, Seal); 2] = [
+        ("another pod's key", |_, other, vars| sealed::seal(other, UID, vars).unwrap()),
+        ("another run", |mine, _, vars| sealed::seal(mine, "9a8b7c6d-0000-4000-8000-000000000001", vars).unwrap()),
+    ];
+    for (what, seal) in cases {
+        let pod = Pod::new();
+        let mut child = pod.spawn_with_key();
+        let mine = read_key_file(&pod.key_file()).unwrap();
+        pod.hand_over(&Claim { env: Some(seal(&mine, &another_pod, &vars)), ..pod.claim(&[]) });
+        assert_eq!(wait(&mut child, Duration::from_secs(30)), 127, "{what}");
+        let error = pod.result()["error"].as_str().unwrap_or_default().to_string();
+        assert!(error.contains("cannot be opened") && error.contains("do not open with this pod's key"), "{what}: {error}");
+        assert!(!pod.marker().exists(), "{what}: nothing ran");
+    }
+    // A launcher started without --claim-key has no key to open them with.
+    let pod = Pod::new();
+    pod.hand_over(&Claim { env: Some(sealed::seal(&another_pod, UID, &vars).unwrap()), ..pod.claim(&[]) });
+    let (code, stderr) = pod.run();
+    assert_eq!(code, 127, "{stderr}");
+    assert!(pod.result()["error"].as_str().unwrap_or_default().contains("made no key"), "{}", pod.result());
+    assert!(!pod.marker().exists(), "nothing ran");
 }

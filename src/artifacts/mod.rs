@@ -169,6 +169,7 @@
 pub mod client;
 pub mod operator;
 pub mod sample_packages;
+pub mod sealed;
 pub mod server;
 pub mod store;
 
@@ -332,10 +333,18 @@ pub enum ArtifactKind {
     Outputs,
     /// A warm pod's [`Claim`] (`claim.json`, the set's one file), under the warm uid.
     Claim,
+    /// A warm pod's public key ([`sealed::ClaimKey`], `claim-key.json`), under the warm uid.
+    ClaimKey,
 }
 
 impl ArtifactKind {
-    pub const ALL: [ArtifactKind; 4] = [ArtifactKind::Package, ArtifactKind::Inputs, ArtifactKind::Outputs, ArtifactKind::Claim];
+    pub const ALL: [ArtifactKind; 5] =
+        [ArtifactKind::Package, ArtifactKind::Inputs, ArtifactKind::Outputs, ArtifactKind::Claim, ArtifactKind::ClaimKey];
+
+    /// Kept under a warm pod's uid only.
+    pub fn is_warm_only(self) -> bool {
+        matches!(self, ArtifactKind::Claim | ArtifactKind::ClaimKey)
+    }
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -343,6 +352,7 @@ impl ArtifactKind {
             ArtifactKind::Inputs => "inputs",
             ArtifactKind::Outputs => "outputs",
             ArtifactKind::Claim => "claim",
+            ArtifactKind::ClaimKey => "claimkey",
         }
     }
 }
@@ -397,6 +407,8 @@ pub const CLAIM_HEADER: &str = "skill-operator-claim";
 /// The one file of a stored claim, and the file the sidecar leaves for the
 /// launcher in the claim directory.
 pub const CLAIM_FILE: &str = "claim.json";
+/// The one file of a warm pod's stored [`sealed::ClaimKey`].
+pub const CLAIM_KEY_FILE: &str = "claim-key.json";
 
 /// The most seconds `GET .../claim?wait=` holds a request open: long enough
 /// that an idle warm pod asks about once a minute, short enough for every
@@ -416,8 +428,12 @@ pub const CLAIM_PATH_MAX_BYTES: usize = 2 * crate::core::limits::PATH_MAX_BYTES;
 /// longest with each byte escaped (`\"`, two bytes), plus the field names.
 pub const MAX_CLAIM_BYTES: u64 = {
     use crate::core::limits::{KIB, MAX_ARGS, MAX_ARG_BYTES, MAX_FILES, PATH_MAX_BYTES};
-    (6 * MAX_ARG_BYTES + 8 * MAX_ARGS + 2 * 6 * CLAIM_PATH_MAX_BYTES + MAX_FILES * (2 * PATH_MAX_BYTES + 128) + CLAIM_PROXY_MAX_BYTES)
-        as u64
+    (6 * MAX_ARG_BYTES
+        + 8 * MAX_ARGS
+        + 2 * 6 * CLAIM_PATH_MAX_BYTES
+        + MAX_FILES * (2 * PATH_MAX_BYTES + 128)
+        + CLAIM_PROXY_MAX_BYTES
+        + sealed::SEALED_CLAIM_MAX_BYTES) as u64
         + 4 * KIB
 };
 
@@ -440,7 +456,8 @@ pub const CLAIM_PROXY_MAX_BYTES: usize = 512;
 /// egress its proxy URL: that credential is the run's own, useless from any
 /// address but the claimed pod's (the controller seals that address into
 /// the SkillJob's status before it stores the claim), and it goes with the
-/// run. No granted variable is ever in a claim.
+/// run. Granted variables travel only sealed to the claimed pod's own key
+/// ([`sealed`]): no store or reader of the claim can open them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Claim {
@@ -459,6 +476,11 @@ pub struct Claim {
     /// ([`crate::egress::proxy_env`]). Absent: the run has no network.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy: Option<String>,
+    /// A run granted variables: their names and values, sealed to the
+    /// claimed pod's key for this SkillJob ([`sealed::seal`]); the launcher
+    /// opens them. Absent: the run is granted none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<sealed::SealedEnv>,
 }
 
 /// One input file of a [`Claim`].
@@ -508,6 +530,9 @@ impl Claim {
             .map_err(|e| format!("inputs: {e}"))?;
         if let Some(proxy) = &self.proxy {
             check_proxy(proxy, &self.skilljob_uid)?;
+        }
+        if let Some(env) = &self.env {
+            env.validate().map_err(|e| format!("env: {e}"))?;
         }
         Ok(())
     }
@@ -678,6 +703,8 @@ pub enum ErrorCode {
     BadBody,
     /// A claim that breaks [`Claim::validate`].
     BadClaim,
+    /// A warm pod's key that is not a [`sealed::ClaimKey`].
+    BadClaimKey,
     /// A package digest that is not `sha256:<64 lowercase hex>` (a namespace
     /// package's route or `?digest=`).
     BadDigest,
@@ -699,6 +726,8 @@ pub enum ErrorCode {
     ManifestMismatch,
     ManifestTooLarge,
     NotFound,
+    /// A warm pod's key is published already, and this one differs.
+    KeyPublished,
     RegistryAuth,
     RegistryError,
     RegistryUnavailable,
@@ -721,6 +750,7 @@ impl ErrorCode {
         ErrorCode::AlreadyClaimed,
         ErrorCode::BadBody,
         ErrorCode::BadClaim,
+        ErrorCode::BadClaimKey,
         ErrorCode::BadDigest,
         ErrorCode::BadJob,
         ErrorCode::BadManifest,
@@ -738,6 +768,7 @@ impl ErrorCode {
         ErrorCode::ManifestMismatch,
         ErrorCode::ManifestTooLarge,
         ErrorCode::NotFound,
+        ErrorCode::KeyPublished,
         ErrorCode::RegistryAuth,
         ErrorCode::RegistryError,
         ErrorCode::RegistryUnavailable,
@@ -756,6 +787,7 @@ impl ErrorCode {
             ErrorCode::AlreadyClaimed => "already_claimed",
             ErrorCode::BadBody => "bad_body",
             ErrorCode::BadClaim => "bad_claim",
+            ErrorCode::BadClaimKey => "bad_claim_key",
             ErrorCode::BadDigest => "bad_digest",
             ErrorCode::BadJob => "bad_job",
             ErrorCode::BadManifest => "bad_manifest",
@@ -773,6 +805,7 @@ impl ErrorCode {
             ErrorCode::ManifestMismatch => "manifest_mismatch",
             ErrorCode::ManifestTooLarge => "manifest_too_large",
             ErrorCode::NotFound => "not_found",
+            ErrorCode::KeyPublished => "key_published",
             ErrorCode::RegistryAuth => "registry_auth",
             ErrorCode::RegistryError => "registry_error",
             ErrorCode::RegistryUnavailable => "registry_unavailable",
@@ -793,6 +826,7 @@ impl ErrorCode {
             ErrorCode::AlreadyClaimed => 409,
             ErrorCode::BadBody => 400,
             ErrorCode::BadClaim => 400,
+            ErrorCode::BadClaimKey => 400,
             ErrorCode::BadDigest => 400,
             ErrorCode::BadJob => 400,
             ErrorCode::BadManifest => 400,
@@ -810,6 +844,7 @@ impl ErrorCode {
             ErrorCode::ManifestMismatch => 400,
             ErrorCode::ManifestTooLarge => 413,
             ErrorCode::NotFound => 404,
+            ErrorCode::KeyPublished => 409,
             ErrorCode::RegistryAuth => 502,
             ErrorCode::RegistryError => 502,
             ErrorCode::RegistryUnavailable => 503,
@@ -967,6 +1002,7 @@ mod claim_tests {
             timeout_secs: 60,
             inputs: vec![ClaimInput { path: "data.csv".into(), digest: format!("sha256:{}", "a".repeat(64)) }],
             proxy: None,
+            env: None,
         }
     }
 
@@ -1079,6 +1115,12 @@ mod claim_tests {
                 &[7u8; 32],
                 &crate::egress::JobId::new("n".repeat(63), "a".repeat(48)),
             )),
+            // The most variables a claim carries, sealed.
+            env: Some({
+                let key = sealed::PodKey::generate().unwrap().public();
+                let value = "x".repeat(sealed::SEALED_ENV_MAX_BYTES - 10);
+                sealed::seal(&key, &"a".repeat(48), &[("V".to_string(), value)]).unwrap()
+            }),
         };
         assert_eq!(big.validate(), Ok(()));
         let bytes = serde_json::to_vec(&big).unwrap().len() as u64;

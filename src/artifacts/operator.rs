@@ -107,6 +107,16 @@ pub trait ArtifactStore: Send + Sync {
     ) -> BoxFuture<'a, Result<(), ArtifactError>> {
         Box::pin(async { Err(ArtifactError::Unsupported("claim warm pods".into())) })
     }
+    /// The key the warm pod `warm_uid` of `namespace` published (`GET
+    /// /v1/jobs/{ns}/{warm_uid}/claim-key`), a run's granted variables are
+    /// sealed to; `None` while it has published none.
+    fn claim_key<'a>(
+        &'a self,
+        _namespace: &'a str,
+        _warm_uid: &'a str,
+    ) -> BoxFuture<'a, Result<Option<crate::artifacts::sealed::ClaimKey>, ArtifactError>> {
+        Box::pin(async { Err(ArtifactError::Unsupported("read warm pods' keys".into())) })
+    }
 }
 
 /// What [`ArtifactStore::follow_stored`] yields.
@@ -183,14 +193,14 @@ impl HttpArtifacts {
         Ok(url)
     }
 
-    /// The URL of `/jobs/{namespace}/{warm_uid}/claim`.
-    fn claim_url(&self, namespace: &str, warm_uid: &str) -> Result<reqwest::Url, ArtifactError> {
-        let invalid = |detail: String| ArtifactError::Invalid { what: format!("address the claim of {namespace}/{warm_uid}"), detail };
+    /// The URL of `/jobs/{namespace}/{warm_uid}/{route}` (`claim`, `claim-key`).
+    fn warm_url(&self, namespace: &str, warm_uid: &str, route: &str) -> Result<reqwest::Url, ArtifactError> {
+        let invalid = |detail: String| ArtifactError::Invalid { what: format!("address the {route} of {namespace}/{warm_uid}"), detail };
         let mut url = reqwest::Url::parse(&self.base).map_err(|e| invalid(format!("the endpoint URL {} is not a URL: {e}", self.base)))?;
         url.path_segments_mut()
             .map_err(|()| invalid(format!("the endpoint URL {} cannot take a path", self.base)))?
             .pop_if_empty()
-            .extend(["jobs", namespace, warm_uid, "claim"]);
+            .extend(["jobs", namespace, warm_uid, route]);
         Ok(url)
     }
 
@@ -400,7 +410,7 @@ impl ArtifactStore for HttpArtifacts {
     ) -> BoxFuture<'a, Result<(), ArtifactError>> {
         Box::pin(async move {
             let what = format!("claim warm pod {warm_uid} for SkillJob {}", claim.skilljob_uid);
-            let url = self.claim_url(namespace, warm_uid)?;
+            let url = self.warm_url(namespace, warm_uid, "claim")?;
             let body = serde_json::to_vec(claim).map_err(|e| ArtifactError::Invalid { what: what.clone(), detail: e.to_string() })?;
             let response = self
                 .http
@@ -411,6 +421,31 @@ impl ArtifactStore for HttpArtifacts {
                 .send()
                 .await;
             Self::answer(response, &what).await.map(drop)
+        })
+    }
+
+    fn claim_key<'a>(
+        &'a self,
+        namespace: &'a str,
+        warm_uid: &'a str,
+    ) -> BoxFuture<'a, Result<Option<crate::artifacts::sealed::ClaimKey>, ArtifactError>> {
+        Box::pin(async move {
+            let what = format!("read the key of warm pod {warm_uid}");
+            let url = self.warm_url(namespace, warm_uid, "claim-key")?;
+            let response = self.http.get(url).header("Authorization", &self.bearer).send().await;
+            let response = match Self::answer(response, &what).await {
+                Ok(r) => r,
+                Err(ArtifactError::Refused { status: 404, .. }) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            let invalid = |detail: String| ArtifactError::Invalid { what: what.clone(), detail };
+            let bytes = response.bytes().await.map_err(|e| unreachable(&what, &e))?;
+            if bytes.len() > crate::artifacts::sealed::CLAIM_KEY_MAX_BYTES {
+                return Err(invalid(format!("{} bytes, more than a key", bytes.len())));
+            }
+            let key: crate::artifacts::sealed::ClaimKey = serde_json::from_slice(&bytes).map_err(|e| invalid(e.to_string()))?;
+            key.validate().map_err(|e| invalid(e.to_string()))?;
+            Ok(Some(key))
         })
     }
 

@@ -250,6 +250,10 @@ pub enum Error {
     /// next look starts from the newer copy.
     #[error("{0} changed since this reconcile read it; nothing was written and it is looked at again")]
     Stale(String),
+    /// A claimed warm pod's hand-over that cannot be made now (its key or
+    /// its run's variables unreadable): looked at again.
+    #[error("warm pod hand-over: {0}")]
+    Warm(String),
 }
 
 impl Error {
@@ -265,6 +269,7 @@ impl Error {
             Error::Prepare(_) => "prepare",
             Error::Policy(_) => "policy",
             Error::Stale(_) => "stale",
+            Error::Warm(_) => "warm",
         }
     }
 

@@ -20,13 +20,20 @@
 //! command given on the command line runs, under the same fence, with the
 //! timeout the smaller of the claim's and `--timeout`. SIGTERM while it
 //! waits (an idle warm pod deleted) ends it with 0 and no result.
+//!
+//! With `--claim-key FILE` it first makes the pod's key pair and leaves the
+//! public half in FILE for the sidecar to publish; a claim for a run
+//! granted variables carries them sealed to it, and the launcher opens them
+//! ([`crate::artifacts::sealed`]) for the script's environment. A claim
+//! whose variables do not open is refused like a tampered pod's: nothing runs.
 
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
-use crate::artifacts::client::warm::{check_alone, check_empty, check_work, read_claim_file, tampered};
+use crate::artifacts::client::warm::{check_alone, check_empty, check_work, read_claim_file, tampered, wait_for_file, write_key_file};
+use crate::artifacts::sealed::PodKey;
 use crate::artifacts::{Claim, CLAIM_FILE};
 
 use super::process::{execute, ExecError, ExecSpec, ResourceLimits, RunAs};
@@ -63,6 +70,13 @@ pub struct LaunchArgs {
     /// and the script would meet it.
     #[arg(long = "empty-dir", value_name = "DIR", requires = "claim_dir", conflicts_with = "command")]
     pub empty_dirs: Vec<PathBuf>,
+    /// With --claim-dir: make a key pair for this pod's one claim and leave
+    /// its public half in FILE, which the upload sidecar publishes. A run
+    /// granted variables gets them sealed to it in its claim; the private
+    /// half never leaves this process. Without it, a claim carrying
+    /// variables is refused.
+    #[arg(long, value_name = "FILE", requires = "claim_dir", conflicts_with = "command")]
+    pub claim_key: Option<PathBuf>,
     /// The proc filesystem whose entries are the container's processes
     /// (tests without a PID namespace give an empty directory).
     #[arg(long, value_name = "DIR", default_value = "/proc", hide = true)]
@@ -107,17 +121,23 @@ fn finish(result: &LaunchResult) -> std::process::ExitCode {
     std::process::ExitCode::from(exit_status(result).clamp(0, 255) as u8)
 }
 
-/// The poll for the claim file where no inotify watch can be made.
-pub const CLAIM_POLL: Duration = Duration::from_millis(5);
-
 /// Claim mode (see the module docs).
 async fn claimed_command(args: LaunchArgs, shutdown: Shutdown) -> std::io::Result<std::process::ExitCode> {
     let claim_dir = args.claim_dir.clone().unwrap_or_default();
     let claim_file = claim_dir.join(CLAIM_FILE);
+    // Made before the wait, so the sidecar can publish it while the pod is idle.
+    let key = match &args.claim_key {
+        Some(file) => {
+            let key = PodKey::generate().map_err(std::io::Error::other)?;
+            write_key_file(file, &key.public()).map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", file.display())))?;
+            Some(key)
+        }
+        None => None,
+    };
     // The signal handlers are in place (main installs them first): from here
     // a SIGTERM is an orderly stop, which is what this line tells a watcher.
     eprintln!("skill-operator launch: waiting for {}", claim_file.display());
-    if !wait_for_claim(&claim_file, &shutdown).await {
+    if !wait_for_file(&claim_file, &shutdown).await {
         // An idle warm pod deleted: no run, no result.
         return Ok(std::process::ExitCode::SUCCESS);
     }
@@ -134,52 +154,46 @@ async fn claimed_command(args: LaunchArgs, shutdown: Shutdown) -> std::io::Resul
     let claim = read_claim_file(&claim_file)
         .map_err(|e| format!("the claim cannot be read: {e}"))
         .and_then(|claim| check_claimed_pod(&claim, &pod).map(|()| claim));
-    let claim = match claim {
-        Ok(claim) => claim,
+    let opened = claim.and_then(|claim| {
+        let env = open_env(&claim, key)?;
+        Ok((claim, env))
+    });
+    let (claim, granted) = match opened {
+        Ok(opened) => opened,
         Err(why) => return Ok(finish(&refuse(&args.result, &why)?)),
     };
-    let spec = claimed_launch(claim, &args, cwd, shutdown);
+    let spec = claimed_launch(claim, granted, &args, cwd, shutdown);
     let result = launch(spec, &|k| std::env::var(k).ok()).await?;
     Ok(finish(&result))
 }
 
+/// The claim's granted variables, opened with this pod's key (none when
+/// it carries none). A claim with variables and no key to open them, or
+/// whose variables do not open, is refused: the script never runs without them.
+fn open_env(claim: &Claim, key: Option<PodKey>) -> Result<Vec<(String, String)>, String> {
+    let Some(sealed) = &claim.env else { return Ok(Vec::new()) };
+    let key = key.ok_or("the claim carries sealed variables, and this pod made no key to open them (launch --claim-key)")?;
+    key.open(sealed, &claim.skilljob_uid).map_err(|e| format!("the claim's variables cannot be opened: {e}"))
+}
+
 /// The run a claim names, fenced as a command line's: `interpreter script
 /// args...`, the timeout the smaller of the claim's and `--timeout`, and
-/// for a run granted egress the proxy variables a cold run's pod has.
-fn claimed_launch(claim: Claim, args: &LaunchArgs, cwd: PathBuf, shutdown: Shutdown) -> Launch {
+/// for a run granted egress the proxy variables a cold run's pod has, and
+/// its granted variables (opened from the claim) after them.
+fn claimed_launch(claim: Claim, granted: Vec<(String, String)>, args: &LaunchArgs, cwd: PathBuf, shutdown: Shutdown) -> Launch {
     let timeout = u64::from(claim.timeout_secs).min(args.timeout).clamp(1, crate::core::limits::MAX_TIMEOUT_SECS);
-    let env = claim.proxy.as_deref().map(crate::egress::proxy_env).unwrap_or_default();
+    let proxy = claim.proxy.as_deref().map(crate::egress::proxy_env).unwrap_or_default();
+    let env = proxy.into_iter().map(|(n, v)| (n.to_string(), v)).chain(granted).collect();
     Launch {
         program: PathBuf::from(claim.interpreter),
         args: std::iter::once(claim.script).chain(claim.args).map(OsString::from).collect(),
         allow_env: args.allow_env.clone(),
-        env: env.into_iter().map(|(n, v)| (n.to_string(), v)).collect(),
+        env,
         timeout: Duration::from_secs(timeout),
         result: args.result.clone(),
         cwd,
         cancel: Some(shutdown),
         fetched: fetch_times(),
-    }
-}
-
-/// Waits until `file` exists (`true`) or the shutdown comes first (`false`).
-async fn wait_for_claim(file: &Path, shutdown: &Shutdown) -> bool {
-    let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    // Watched before the first look, so a file written in between still wakes it.
-    let (watch, mut woken) = crate::artifacts::client::watch_dir(dir);
-    let poll = if watch.is_some() { Duration::from_secs(1) } else { CLAIM_POLL };
-    loop {
-        if std::fs::symlink_metadata(file).is_ok() {
-            return true;
-        }
-        if shutdown.is_triggered() {
-            return false;
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(poll) => {}
-            Some(()) = woken.recv() => {}
-            _ = shutdown.wait() => {}
-        }
     }
 }
 
@@ -380,6 +394,7 @@ mod tests {
             timeout_secs: 30,
             inputs,
             proxy: None,
+            env: None,
         }
     }
 
@@ -406,7 +421,7 @@ mod tests {
         let args =
             parse(&["--result", "/r/result.json", "--timeout", "60", "--allow-env", "HOME", "--claim-dir", "/c", "--package-dir", "/p"])
                 .unwrap();
-        let spec = claimed_launch(claim("/p/s.py", vec![]), &args, PathBuf::from("/work"), Shutdown::new());
+        let spec = claimed_launch(claim("/p/s.py", vec![]), vec![], &args, PathBuf::from("/work"), Shutdown::new());
         assert_eq!(spec.program, Path::new("/usr/bin/python3"));
         assert_eq!(spec.args, ["/p/s.py", "a b", "$(id)"].map(OsString::from));
         assert_eq!(
@@ -416,13 +431,13 @@ mod tests {
         assert!(spec.env.is_empty(), "no proxy in the claim, no proxy variable: {:?}", spec.env);
         let long = Claim { timeout_secs: 300, ..claim("/p/s.py", vec![]) };
         assert_eq!(
-            claimed_launch(long, &args, PathBuf::from("/work"), Shutdown::new()).timeout,
+            claimed_launch(long, vec![], &args, PathBuf::from("/work"), Shutdown::new()).timeout,
             Duration::from_secs(60),
             "--timeout caps it"
         );
         let url = "http://job:team.3f1c2b9e-0d4a-4c55-9a7e-1b2c3d4e5f60.abc@10.96.0.9:3128";
         let egress = Claim { proxy: Some(url.into()), ..claim("/p/s.py", vec![]) };
-        let spec = claimed_launch(egress, &args, PathBuf::from("/work"), Shutdown::new());
+        let spec = claimed_launch(egress, vec![], &args, PathBuf::from("/work"), Shutdown::new());
         let want: Vec<(String, String)> = crate::egress::proxy_env(url).into_iter().map(|(n, v)| (n.to_string(), v)).collect();
         assert_eq!(spec.env, want, "a cold run's proxy variables, from the claim");
         assert!(spec.env.iter().any(|(n, v)| n == "HTTPS_PROXY" && v == url));
@@ -503,7 +518,7 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let file = t.path().join(CLAIM_FILE);
         let stop = Shutdown::new();
-        let waiting = wait_for_claim(&file, &stop);
+        let waiting = wait_for_file(&file, &stop);
         tokio::pin!(waiting);
         assert!(futures::poll!(waiting.as_mut()).is_pending());
         std::fs::write(&file, b"{}").unwrap();
@@ -511,6 +526,6 @@ mod tests {
         let other = t.path().join("never");
         let stopped = Shutdown::new();
         stopped.trigger();
-        assert!(!wait_for_claim(&other.join(CLAIM_FILE), &stopped).await);
+        assert!(!wait_for_file(&other.join(CLAIM_FILE), &stopped).await);
     }
 }

@@ -17,6 +17,10 @@
 #   - a run granted egress gets its grant at the claim, never before: the
 #     waiting pod has no egress label and no proxy, the claimed one reaches
 #     its allowed host through the proxy (and only it) from the sealed address.
+#   - a run granted a variable: the waiting pod holds no Secret value; the
+#     run starts cold while the controller may not read the Secret, and
+#     claims the waiting pod once a Role lets it, its value sealed to the
+#     pod's key in the claim.
 
 WARM_BINDING=e2e-warm
 # warm_pods STATE: the names of the binding's warm pods in STATE (idle|claimed), Ready ones only for idle.
@@ -238,3 +242,51 @@ PYEOF
   K patch skillbinding "$WARM_BINDING" --type merge -p '{"spec":{"warm":null}}' >/dev/null
 }
 check "a run granted egress claims a warm pod: labelled, sealed and given its proxy at the claim; allowed host reached, another refused" warm_egress
+
+# A run granted a variable on a warm pod. The waiting pod holds no Secret
+# value (none in its spec, none in its environment). Where the controller
+# may not read the Secret (the chart grants no get on Secrets) the run
+# starts cold and gets its value from the kubelet, as before; once a Role
+# lets the controller get that one Secret, the next run claims the waiting
+# pod and its value comes sealed to the pod's key in the claim.
+warm_env() {
+  local WARM_BINDING=e2e-secret pkg pod uid phase out value sa="system:serviceaccount:$OPNS:$RELEASE-skill-operator-controller"
+  value="e2e-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
+  K create secret generic e2e-secret --from-literal=token="$value" >/dev/null || return 1
+  bind "$ROOT/tests/kind/skills/e2e-secret" bash "$BASH_PATH" scripts/show.sh || return 1
+  pkg="$(K get skillbinding "$WARM_BINDING" -o jsonpath='{.spec.package}')"
+  "$KUBECTL" patch skillpackage "$pkg" --type merge -p '{"spec":{"runtime":{"resources":{"cpu":"200m","memory":"128Mi","ephemeralStorage":"1Gi"}}}}' >/dev/null || return 1
+  K patch skillbinding "$WARM_BINDING" --type merge -p '{"spec":{"env":[{"name":"E2E_TOKEN","secretKeyRef":{"name":"e2e-secret","key":"token"}}]}}' >/dev/null || return 1
+  K wait --for=condition=Ready "skillbinding/$WARM_BINDING" --timeout=60s >/dev/null || return 1
+  warm_spec '{"min":1,"max":1,"idleTimeoutSeconds":600}' && warm_wait 1 || return 1
+  pod="$(warm_pods idle | head -n 1)"
+  K get pod "$pod" -o json | grep -q -e secretKeyRef -e "$value" && { echo "the waiting pod's spec names the Secret or holds its value"; return 1; }
+  K exec "$pod" -c run -- /usr/bin/env | grep -q -e E2E_TOKEN -e "$value" && { echo "the waiting pod's environment holds the variable"; return 1; }
+  [[ "$("$KUBECTL" auth can-i get secret/e2e-secret -n "$NS" --as="$sa")" == no ]] || { echo "the controller may read Secrets without a grant"; return 1; }
+
+  uid="$(skilljob warm-env-cold "$WARM_BINDING" scripts/show.sh "" x)" || return 1
+  phase="$(finished warm-env-cold)"
+  [[ "$phase" == Succeeded ]] || { echo "cold: phase $phase: $(K get skilljob warm-env-cold -o jsonpath='{.status.message}')"; return 1; }
+  [[ -z "$(K get skilljob warm-env-cold -o jsonpath='{.status.warmPod}')" && -n "$(K get skilljob warm-env-cold -o jsonpath='{.status.jobName}')" ]] \
+    || { echo "without a grant to read the Secret the run did not start cold: $(K get skilljob warm-env-cold -o jsonpath='{.status}')"; return 1; }
+  out="$(artifact "$uid/outputs/result/stdout")" || { echo "cold: stdout not stored"; return 1; }
+  [[ "$out" == *"token: $value"* ]] || { echo "cold: the run lacks its variable: $out"; return 1; }
+
+  K create role e2e-warm-secret --verb=get --resource=secrets --resource-name=e2e-secret >/dev/null || return 1
+  K create rolebinding e2e-warm-secret --role=e2e-warm-secret --serviceaccount="$OPNS:$RELEASE-skill-operator-controller" >/dev/null || return 1
+  for _ in $(seq 1 50); do [[ "$("$KUBECTL" auth can-i get secret/e2e-secret -n "$NS" --as="$sa")" == yes ]] && break; sleep 0.2; done
+  warm_wait 1 || return 1
+  pod="$(warm_pods idle | head -n 1)"
+  uid="$(skilljob warm-env "$WARM_BINDING" scripts/show.sh "" x)" || return 1
+  phase="$(finished warm-env)"
+  [[ "$phase" == Succeeded ]] || { echo "warm: phase $phase: $(K get skilljob warm-env -o jsonpath='{.status.message}')"; return 1; }
+  [[ "$(K get skilljob warm-env -o jsonpath='{.status.warmPod}')" == "$pod" ]] || { echo "the run did not claim $pod: $(K get skilljob warm-env -o jsonpath='{.status}')"; return 1; }
+  out="$(artifact "$uid/outputs/result/stdout")" || { echo "warm: stdout not stored"; return 1; }
+  [[ "$out" == *"token: $value"* && "$out" == *"work: []"* ]] || { echo "warm: the run lacks its variable: $out"; return 1; }
+  # The controller could read that Secret only: another one stays closed to it.
+  [[ "$("$KUBECTL" auth can-i get secret/other -n "$NS" --as="$sa")" == no ]] || { echo "the Role opened more than the one Secret"; return 1; }
+  echo "     cold without the grant, warm on $pod with it; the value reached both runs"
+  K delete rolebinding,role e2e-warm-secret >/dev/null
+  K patch skillbinding "$WARM_BINDING" --type merge -p '{"spec":{"warm":null}}' >/dev/null
+}
+check "a run granted a variable: cold while the controller may not read its Secret, warm once a Role lets it; the value sealed to the pod, never in a waiting one" warm_env

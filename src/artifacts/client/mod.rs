@@ -441,6 +441,11 @@ pub struct UploadArgs {
     /// before its run, so the run can only reach it this way.
     #[arg(long, value_name = "DIR")]
     pub claim_dir: Option<PathBuf>,
+    /// With --claim-dir: the file where the launcher leaves this pod's
+    /// public key (`launch --claim-key`); it is published at the endpoint
+    /// before the wait, so a run granted variables can have them sealed to it.
+    #[arg(long, value_name = "FILE", requires = "claim_dir")]
+    pub claim_key: Option<PathBuf>,
     /// The proc filesystem whose entries are the container's processes
     /// (tests without a PID namespace give an empty directory).
     #[arg(long, value_name = "DIR", default_value = "/proc", hide = true)]
@@ -494,7 +499,7 @@ pub async fn upload_command(a: UploadArgs, shutdown: crate::shutdown::Shutdown) 
     let mut opts = UploadOptions::new(endpoint, a.work, a.result);
     opts.termination_log = Some(a.termination_log);
     if let Some(claim_dir) = a.claim_dir {
-        let warm = warm::WarmOptions { proc_root: a.proc_root, ..warm::WarmOptions::new(opts, claim_dir) };
+        let warm = warm::WarmOptions { proc_root: a.proc_root, claim_key: a.claim_key, ..warm::WarmOptions::new(opts, claim_dir) };
         eprintln!("skill-operator upload: warm pod {} waiting for a claim", warm.upload.endpoint.uid);
         match warm::run_warm_upload_sidecar(&warm, &shutdown).await? {
             warm::WarmEnd::Unclaimed => eprintln!("stopped before any run claimed this warm pod"),

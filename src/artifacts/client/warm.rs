@@ -23,6 +23,14 @@
 //! A sidecar restarted after step 3 finds its own claim file, equal to the
 //! endpoint's claim, and goes on with step 4.
 //!
+//! Before it waits, the sidecar publishes the key the launcher made at its
+//! start (`--claim-key FILE`, written by `launch --claim-key FILE`): a run
+//! granted variables gets them sealed to that key in its claim
+//! ([`crate::artifacts::sealed`]). The launcher keeps the private half; the
+//! sidecar only carries the public one to the endpoint
+//! (`PUT .../claim-key`, write-once). A pod whose key could not be
+//! published still serves runs granted no variable.
+//!
 //! # Why the checks
 //! An idle warm pod waits, possibly for minutes, with a run's fence around
 //! it but no run in it yet. Whoever could get into it meanwhile (`kubectl
@@ -41,6 +49,7 @@ use std::collections::{HashMap, HashSet};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
+use super::super::sealed::{ClaimKey, CLAIM_KEY_MAX_BYTES};
 use super::super::{
     is_warm_uid, termination_error, Claim, ClaimInput, InputsManifest, CLAIM_FILE, CLAIM_POD_WAIT_SECS, CLAIM_RECHECK, MAX_CLAIM_BYTES,
 };
@@ -179,19 +188,109 @@ fn file_digest(path: &Path) -> io::Result<String> {
 /// Writes `DIR/claim.json` so that a reader sees all of it or nothing: a
 /// temporary file in the same directory, synced, then renamed.
 pub fn write_claim_file(dir: &Path, claim: &Claim) -> io::Result<PathBuf> {
-    let bytes = serde_json::to_vec(claim).map_err(io::Error::other)?;
-    let tmp = dir.join(format!(".{CLAIM_FILE}.partial"));
     let path = dir.join(CLAIM_FILE);
+    write_whole(&path, &serde_json::to_vec(claim).map_err(io::Error::other)?)?;
+    Ok(path)
+}
+
+/// `bytes` at `path`, all or nothing for a reader: a temporary file beside
+/// it, synced, then renamed.
+fn write_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.partial"));
     let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(&bytes)?;
+    file.write_all(bytes)?;
     file.sync_all()?;
-    std::fs::rename(&tmp, &path)?;
-    // The rename itself, durable too (best effort: the launcher reads it at once anyway).
+    std::fs::rename(&tmp, path)?;
+    // The rename itself, durable too (best effort: the reader looks at once anyway).
     if let Ok(d) = std::fs::File::open(dir) {
         let _ = d.sync_all();
     }
-    Ok(path)
+    Ok(())
 }
+
+/// The launcher's public key, left for the sidecar (`launch --claim-key`).
+pub fn write_key_file(path: &Path, key: &ClaimKey) -> io::Result<()> {
+    write_whole(path, &serde_json::to_vec(key).map_err(io::Error::other)?)
+}
+
+/// Reads and validates a key file (at most [`CLAIM_KEY_MAX_BYTES`]).
+pub fn read_key_file(path: &Path) -> Result<ClaimKey, String> {
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(CLAIM_KEY_MAX_BYTES as u64 + 1).read_to_end(&mut bytes))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if bytes.len() > CLAIM_KEY_MAX_BYTES {
+        return Err(format!("{} is larger than {CLAIM_KEY_MAX_BYTES} bytes", path.display()));
+    }
+    let key: ClaimKey = serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    key.validate().map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(key)
+}
+
+/// How long the sidecar waits for the launcher's key file before it waits
+/// for its claim without one (the launcher starts right after the sidecar;
+/// runs granted variables then pass the pod by).
+pub const KEY_FILE_WAIT: Duration = Duration::from_secs(60);
+
+/// Publishes the launcher's key: `Ok(false)` when stopped first.
+async fn publish_key(http: &reqwest::Client, ep: &Endpoint, file: &Path, patience: Duration, stop: &Shutdown) -> Result<bool, ClientError> {
+    match tokio::time::timeout(KEY_FILE_WAIT, wait_for_file(file, stop)).await {
+        Ok(true) => {}
+        Ok(false) => return Ok(false),
+        Err(_) => return Err(ClientError::Protocol(format!("the launcher left no key in {} within {KEY_FILE_WAIT:?}", file.display()))),
+    }
+    let key = read_key_file(file).map_err(ClientError::Protocol)?;
+    let body = serde_json::to_vec(&key).map_err(|e| ClientError::Protocol(e.to_string()))?;
+    let url = ep.url("claim-key");
+    let mut retry = Retry::new(patience);
+    loop {
+        // The same key again is a no-op at the endpoint: sending it twice is safe.
+        let failure = match ep.authorize(http.put(&url)) {
+            Err(e) if e.is_transient() => e,
+            Err(e) => return Err(e),
+            Ok(req) => match req.header(reqwest::header::CONTENT_TYPE, "application/json").body(body.clone()).send().await {
+                Ok(r) if r.status().is_success() => return Ok(true),
+                Ok(r) if matches!(r.status().as_u16(), 502..=504) => endpoint_error(&url, r).await,
+                Ok(r) => return Err(endpoint_error(&url, r).await),
+                Err(e) => ClientError::Unreachable { url: url.clone(), detail: crate::oci::error_chain(&e) },
+            },
+        };
+        if stop.is_triggered() {
+            return Ok(false);
+        }
+        if !retry.again(&failure).await {
+            return Err(failure);
+        }
+    }
+}
+
+/// Waits until `file` exists (`true`) or the shutdown comes first
+/// (`false`): an inotify watch on its directory, with a poll (every
+/// second, or every [`FILE_POLL`] where no watch can be made).
+pub async fn wait_for_file(file: &Path, shutdown: &Shutdown) -> bool {
+    let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    // Watched before the first look, so a file written in between still wakes it.
+    let (watch, mut woken) = super::watch_dir(dir);
+    let poll = if watch.is_some() { Duration::from_secs(1) } else { FILE_POLL };
+    loop {
+        if std::fs::symlink_metadata(file).is_ok() {
+            return true;
+        }
+        if shutdown.is_triggered() {
+            return false;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(poll) => {}
+            Some(()) = woken.recv() => {}
+            _ = shutdown.wait() => {}
+        }
+    }
+}
+
+/// The poll for a file where no inotify watch can be made.
+pub const FILE_POLL: Duration = Duration::from_millis(5);
 
 /// Reads and validates a claim file (at most [`MAX_CLAIM_BYTES`]).
 pub fn read_claim_file(path: &Path) -> Result<Claim, String> {
@@ -245,11 +344,14 @@ pub struct WarmOptions {
     pub proc_root: PathBuf,
     /// `?wait=` of each claim request ([`CLAIM_POD_WAIT_SECS`]).
     pub wait_secs: u64,
+    /// Where the launcher leaves its public key (`--claim-key`), published
+    /// before the wait. `None`: no key, so no run granted variables.
+    pub claim_key: Option<PathBuf>,
 }
 
 impl WarmOptions {
     pub fn new(upload: UploadOptions, claim_dir: PathBuf) -> Self {
-        WarmOptions { upload, claim_dir, proc_root: PathBuf::from("/proc"), wait_secs: CLAIM_POD_WAIT_SECS }
+        WarmOptions { upload, claim_dir, proc_root: PathBuf::from("/proc"), wait_secs: CLAIM_POD_WAIT_SECS, claim_key: None }
     }
 }
 
@@ -338,6 +440,16 @@ async fn hand_over(w: &WarmOptions, stop: &Shutdown) -> Result<Option<(Claim, Up
         )));
     }
     let http = http_client()?;
+    if let Some(file) = &w.claim_key {
+        match publish_key(&http, ep, file, w.upload.patience, stop).await {
+            Ok(true) => eprintln!("skill-operator upload: published this pod's key for sealed variables"),
+            Ok(false) => return Ok(None),
+            Err(e) => {
+                tracing::warn!(error = %e, "no key published: runs granted variables pass this pod by");
+                eprintln!("skill-operator upload: no key published ({e}); runs granted variables pass this pod by");
+            }
+        }
+    }
     let Some(claim) = wait_for_claim(&http, ep, w.wait_secs, w.upload.patience, stop).await? else { return Ok(None) };
     let claimed = UploadOptions { endpoint: ep.claimed(&claim.skilljob_uid)?, ..w.upload.clone() };
     let refused = w.claim_dir.join(REFUSED_DIR);
@@ -510,6 +622,7 @@ mod tests {
             timeout_secs: 30,
             inputs: vec![input("a.csv", b"a")],
             proxy: None,
+            env: None,
         };
         let path = write_claim_file(d.path(), &claim).unwrap();
         assert_eq!(path, d.path().join(CLAIM_FILE));
@@ -534,6 +647,7 @@ mod tests {
             timeout_secs: 1,
             inputs: vec![input("b", b"b"), input("a", b"a")],
             proxy: None,
+            env: None,
         };
         let file =
             |path: &str, bytes: &[u8]| crate::artifacts::SetFile { path: path.into(), size: bytes.len() as u64, digest: digest(bytes) };

@@ -31,6 +31,10 @@ pub(super) enum Access {
     Claim,
     /// A warm pod's claim, read (the pod itself waits for it).
     ReadClaim,
+    /// A warm pod's public key, write (the pod itself publishes it).
+    PublishKey,
+    /// A warm pod's public key, read (the operator seals a run's variables to it).
+    ReadKey,
 }
 
 /// Route names, then credential, then role.
@@ -39,19 +43,23 @@ pub(super) async fn admit(state: &AppState, headers: &HeaderMap, ns: &str, uid: 
     check_uid(uid).map_err(|m| ApiError::bad(ErrorCode::BadJob, m))?;
     let caller = authenticate(state, headers, ns, uid).await?;
     let ok = match (caller, access) {
-        (Caller::Job, Access::ReadStaged | Access::WriteOutputs | Access::ReadClaim) => true,
+        (Caller::Job, Access::ReadStaged | Access::WriteOutputs | Access::ReadClaim | Access::PublishKey) => true,
         (Caller::Job, _) => false,
-        (Caller::Operator, Access::WriteOutputs | Access::ReadClaim) => false,
+        (Caller::Operator, Access::WriteOutputs | Access::ReadClaim | Access::PublishKey) => false,
         (Caller::Operator, _) => true,
     };
     match (ok, caller, access) {
         (true, _, _) => Ok(()),
         (false, Caller::Job, Access::Claim) => Err(ApiError::new(ErrorCode::Forbidden, "only the operator claims a warm pod for a run")),
+        (false, Caller::Job, Access::ReadKey) => {
+            Err(ApiError::new(ErrorCode::Forbidden, "a warm pod's key is read by the operator, which seals a run's variables to it"))
+        }
         (false, Caller::Job, _) => Err(ApiError::new(
             ErrorCode::Forbidden,
             "a job token may read its package, inputs and claim and write its outputs, nothing else",
         )),
         (false, _, Access::ReadClaim) => Err(ApiError::new(ErrorCode::Forbidden, "a warm pod's claim is read by the pod itself")),
+        (false, _, Access::PublishKey) => Err(ApiError::new(ErrorCode::Forbidden, "a warm pod's key is published by the pod itself")),
         (false, _, _) => Err(ApiError::new(ErrorCode::Forbidden, "only the job itself writes its outputs")),
     }
 }

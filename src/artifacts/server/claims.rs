@@ -167,7 +167,7 @@ impl AppState {
 }
 
 /// The namespace and the warm uid as names: 400 before anything else.
-fn names(ns: &str, warm: &str) -> Result<(), ApiError> {
+pub(super) fn names(ns: &str, warm: &str) -> Result<(), ApiError> {
     check_namespace(ns).map_err(|m| ApiError::bad(ErrorCode::BadJob, m))?;
     if !is_warm_uid(warm) {
         return Err(ApiError::bad(ErrorCode::BadJob, format!("{warm:?} is not a warm pod's uid (warm-<32 lowercase hex>)")));

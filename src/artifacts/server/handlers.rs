@@ -335,16 +335,17 @@ pub(super) async fn delete_job(
     admit(&state, &headers, &ns, &uid, Access::Delete).await?;
     let _lock = state.lock(&ns, &uid).lock().await;
     let mut deleted = Vec::new();
-    // Only a warm pod's uid has a claim: other jobs skip that registry request.
+    // Only a warm pod's uid has a claim and a key: other jobs skip those registry requests.
     let warm = crate::artifacts::is_warm_uid(&uid);
-    for kind in ArtifactKind::ALL.into_iter().filter(|k| warm || *k != ArtifactKind::Claim) {
+    for kind in ArtifactKind::ALL.into_iter().filter(|k| warm || !k.is_warm_only()) {
         let reference = state.reference(&ns, &uid, kind);
         state.forget(&reference);
         if state.0.sets.delete(&reference).await.map_err(oci_error)? {
             deleted.push(kind.as_str());
         }
     }
-    // A warm uid's claim went with its tags.
+    // A warm uid's claim and key went with its tags.
     state.0.claims.forget(&ns, &uid);
+    state.0.claim_keys.forget(&ns, &uid);
     Ok(Json(json!({ "deleted": deleted })).into_response())
 }

@@ -19,9 +19,11 @@
 //! PUT    /v1/jobs/{ns}/{uid}/outputs               job           body: outputs tar (manifest.json last)
 //! GET    /v1/jobs/{ns}/{uid}/outputs               operator      the stored manifest.json bytes
 //! GET    /v1/jobs/{ns}/{uid}/outputs/{*path}       operator      file bytes (result/..., work/..., manifest.json)
-//! DELETE /v1/jobs/{ns}/{uid}                       operator      removes the job's tags (and a warm pod's claim)
+//! DELETE /v1/jobs/{ns}/{uid}                       operator      removes the job's tags (and a warm pod's claim and key)
 //! PUT    /v1/jobs/{ns}/{warm_uid}/claim            operator      body: Claim JSON; write-once (409 `already_claimed`)
 //! GET    /v1/jobs/{ns}/{warm_uid}/claim[?wait=s]   job           the Claim; 204 when none came within s (<= 60)
+//! PUT    /v1/jobs/{ns}/{warm_uid}/claim-key        job           body: the pod's ClaimKey; write-once (409 `key_published`)
+//! GET    /v1/jobs/{ns}/{warm_uid}/claim-key        operator      the ClaimKey a run's variables are sealed to; 404 when none
 //! GET    /v1/outputs/stored                        operator      NDJSON stream: each job's outputs as they are stored
 //! PUT    /v1/namespaces/{ns}/packages/{digest}     operator      body: package bytes, staged once for every run of
 //!                                                  {ns} pinning digest (idempotent)
@@ -66,6 +68,7 @@
 //! `?set=` pin is honoured only when it equals the digest this replica read.
 
 mod auth;
+mod claim_keys;
 mod claims;
 mod events;
 mod extract;
@@ -218,6 +221,8 @@ pub(super) struct Inner {
     listener_metrics: crate::listener::ListenerMetrics,
     /// Warm pods' claims known here, and the requests waiting for one.
     claims: claims::Claims,
+    /// Warm pods' public keys known here.
+    claim_keys: claim_keys::ClaimKeys,
     /// See [`ServerConfig::claim_recheck`].
     claim_recheck: std::time::Duration,
     /// Jobs whose outputs were just stored, for [`events`] followers.
@@ -290,6 +295,7 @@ impl AppState {
             bounds: cfg.bounds,
             listener_metrics: cfg.listener_metrics,
             claims: claims::Claims::default(),
+            claim_keys: claim_keys::ClaimKeys::default(),
             claim_recheck: cfg.claim_recheck,
             stored: tokio::sync::broadcast::channel(events::BACKLOG).0,
             stop: tokio_util::sync::CancellationToken::new(),
@@ -478,6 +484,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/jobs/{ns}/{uid}/outputs/{*path}", get(get_output_file))
         .route("/v1/jobs/{ns}/{uid}/claim", get(claims::get_claim))
         .route("/v1/jobs/{ns}/{uid}/claim", put(claims::put_claim).layer(claim))
+        .route("/v1/jobs/{ns}/{uid}/claim-key", get(claim_keys::get_claim_key))
+        .route("/v1/jobs/{ns}/{uid}/claim-key", put(claim_keys::put_claim_key))
         .route("/v1/outputs/stored", get(events::stored_outputs))
         .route("/v1/namespaces/packages", get(namespace_packages::list_namespace_packages))
         .route("/v1/namespaces/{ns}/packages/{digest}", put(namespace_packages::put_namespace_package).layer(pkg))

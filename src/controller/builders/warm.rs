@@ -6,13 +6,15 @@
 //! initContainers:
 //!   fetch   skill-operator fetch … --job WARM_UID --staged-package DIGEST --no-inputs --package /package …
 //!           the package and the launcher, no inputs (there is no run yet)
-//!   upload  skill-operator upload … --job WARM_UID --claim-dir /claim …   (native sidecar)
-//!           waits for its claim at the artifact endpoint, then brings the claimed run's inputs into
-//!           /work, writes /claim/claim.json and uploads the run's outputs under the SkillJob's uid
+//!   upload  skill-operator upload … --job WARM_UID --claim-dir /claim --claim-key /claim-key/key.json …
+//!           (native sidecar) publishes the launcher's public key, waits for its claim at the artifact
+//!           endpoint, then brings the claimed run's inputs into /work, writes /claim/claim.json and
+//!           uploads the run's outputs under the SkillJob's uid
 //! containers:
-//!   run     /tools/skill-operator launch --claim-dir /claim --package-dir /package --empty-dir /tmp …
-//!           waits for /claim/claim.json, checks that nothing was left in the pod before the claim
-//!           (another process, a file in /tmp, /work or /result), then runs the claimed script
+//!   run     /tools/skill-operator launch --claim-dir /claim --claim-key /claim-key/key.json --package-dir /package --empty-dir /tmp …
+//!           makes the pod's key pair (the public half to /claim-key), waits for /claim/claim.json,
+//!           checks that nothing was left in the pod before the claim (another process, a file in
+//!           /tmp, /work or /result), opens the run's sealed variables, then runs the claimed script
 //! ```
 //!
 //! Everything else is the run pod's, built by the same functions: restricted
@@ -22,8 +24,10 @@
 //! the artifact endpoint alone. Its labels put it under the namespace's run
 //! NetworkPolicy from its first moment (managed-by, and the SkillJob-UID
 //! label holding its warm uid): before a claim it reaches the artifact
-//! endpoint and nothing else. It never gets the egress label and no
-//! granted variable: a run that needs either starts cold.
+//! endpoint and nothing else. It never gets the egress label or a
+//! granted variable while it waits: a run's egress grant is bound at its
+//! claim, and its variables come sealed to the launcher's key in the claim
+//! (`crate::artifacts::sealed`).
 //!
 //! A claim (the controller's) relabels it for the run's SkillJob, which
 //! then owns it; the pool's labels say which pool it belongs to
@@ -32,7 +36,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, Pod, VolumeMount};
+use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use super::job::{
@@ -53,6 +57,12 @@ pub const WARM_CLAIMED: &str = "claimed";
 pub const CLAIM_DIR: &str = "/claim";
 pub const VOL_CLAIM: &str = "claim";
 pub const SIZE_CLAIM: &str = "1Mi";
+/// Where the launcher leaves the pod's public key for the sidecar (the one
+/// volume the run container writes that the sidecar reads).
+pub const CLAIM_KEY_DIR: &str = "/claim-key";
+pub const CLAIM_KEY_FILE: &str = "/claim-key/key.json";
+pub const VOL_CLAIM_KEY: &str = "claim-key";
+pub const SIZE_CLAIM_KEY: &str = "64Ki";
 /// Pod names: this and the warm uid's 32 hex digits.
 pub const WARM_POD_PREFIX: &str = "skillwarm-";
 
@@ -134,7 +144,7 @@ pub fn build_warm_pod(w: &WarmPodParams) -> Pod {
 
     let mut upload = upload_container(p);
     let mut cmd = command_of(&upload);
-    cmd.extend(["--claim-dir".to_string(), CLAIM_DIR.to_string()]);
+    cmd.extend(["--claim-dir".to_string(), CLAIM_DIR.to_string(), "--claim-key".to_string(), CLAIM_KEY_FILE.to_string()]);
     upload.command = Some(cmd);
     // It writes the claimed run's inputs into /work, and the claim for `run`.
     for m in upload.volume_mounts.iter_mut().flatten() {
@@ -142,14 +152,18 @@ pub fn build_warm_pod(w: &WarmPodParams) -> Pod {
             m.read_only = Some(false);
         }
     }
-    upload.volume_mounts.get_or_insert_with(Vec::new).push(mount(VOL_CLAIM, CLAIM_DIR, false));
+    upload
+        .volume_mounts
+        .get_or_insert_with(Vec::new)
+        .extend([mount(VOL_CLAIM, CLAIM_DIR, false), mount(VOL_CLAIM_KEY, CLAIM_KEY_DIR, true)]);
 
     let mut run = run_container(p);
     run.command = Some(launch_command(p, &run));
-    run.volume_mounts.get_or_insert_with(Vec::new).push(VolumeMount { ..mount(VOL_CLAIM, CLAIM_DIR, true) });
+    run.volume_mounts.get_or_insert_with(Vec::new).extend([mount(VOL_CLAIM, CLAIM_DIR, true), mount(VOL_CLAIM_KEY, CLAIM_KEY_DIR, false)]);
 
     let mut vols = volumes(p);
     vols.push(empty_dir(VOL_CLAIM, SIZE_CLAIM));
+    vols.push(empty_dir(VOL_CLAIM_KEY, SIZE_CLAIM_KEY));
     let mut spec = run_pod_spec(p, vec![fetch, upload], vec![run], vols);
     // A backstop: the pool stops a pod idle past its timeout itself.
     spec.active_deadline_seconds = Some(i64::from(w.idle_timeout_secs) + i64::from(MAX_TIMEOUT_SECS) + DEADLINE_SLACK_SECS);
@@ -183,6 +197,8 @@ fn launch_command(p: &JobParams, run: &Container) -> Vec<String> {
         &MAX_TIMEOUT_SECS.to_string(),
         "--claim-dir",
         CLAIM_DIR,
+        "--claim-key",
+        CLAIM_KEY_FILE,
         "--package-dir",
         root,
         "--empty-dir",
@@ -279,6 +295,14 @@ mod tests {
         assert!(!cmd.contains(&"--".to_string()), "the run's command comes with the claim: {cmd:?}");
         assert!(cmd.windows(2).any(|w| w == ["--claim-dir", CLAIM_DIR]) && cmd.windows(2).any(|w| w == ["--empty-dir", TMP_DIR]));
         assert_eq!(mount_of(run, VOL_CLAIM), Some(true), "the script cannot rewrite its claim");
+        // The key pair is the launcher's: it writes the public half, the sidecar reads it.
+        assert!(cmd.windows(2).any(|w| w == ["--claim-key", CLAIM_KEY_FILE]), "{cmd:?}");
+        assert!(upload.command.as_ref().unwrap().windows(2).any(|w| w == ["--claim-key", CLAIM_KEY_FILE]));
+        assert_eq!((mount_of(run, VOL_CLAIM_KEY), mount_of(upload, VOL_CLAIM_KEY)), (Some(false), Some(true)));
+        assert!(CLAIM_KEY_FILE.starts_with(&format!("{CLAIM_KEY_DIR}/")));
+        let vols = pod.spec.as_ref().unwrap().volumes.clone().unwrap_or_default();
+        let key_vol = vols.iter().find(|v| v.name == VOL_CLAIM_KEY).and_then(|v| v.empty_dir.clone()).expect("an emptyDir for the key");
+        assert_eq!(key_vol.size_limit.map(|q| q.0).as_deref(), Some(SIZE_CLAIM_KEY));
         assert_eq!(mount_of(run, super::super::job::VOL_PACKAGE), Some(true));
         assert_eq!(mount_of(run, super::super::job::VOL_TOKEN), None, "no token in the script's container");
         let env: Vec<_> = run.env.iter().flatten().map(|e| e.name.clone()).collect();

@@ -159,8 +159,12 @@ pub(super) async fn observe_warm(
     };
     if !ctx.warm.handed(ns, uid) {
         if let Some(admission) = rehand(sj, ctx, ns, uid).await? {
+            use crate::controller::warm::claim::{claim_of, env_again};
             let proxy = children::proxy_url(ctx, ns, uid, &admission.egress_allowed);
-            super::deliver_claim(ctx, ns, pod_name, &crate::controller::warm::claim::claim_of(sj, uid, &admission, proxy)).await?;
+            // Sealed anew (another key of the sealer's): should the last
+            // controller have handed it over, the endpoint keeps that one (409).
+            let env = env_again(ctx, ns, pod_name, uid, &admission).await?;
+            super::deliver_claim(ctx, ns, pod_name, &claim_of(sj, uid, &admission, proxy, env)).await?;
         }
     }
     if status.started_at.is_none() {

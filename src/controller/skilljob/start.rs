@@ -16,7 +16,6 @@ use crate::controller::context::{Context, Error, Result};
 use crate::controller::decide::{is_final, Admission};
 use crate::controller::staged;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
 
 /// How soon a reconcile that found its view older than the API server's
 /// looks again (by then the watch has usually caught up).
@@ -54,8 +53,8 @@ pub(super) async fn start(
     // A warm pod of the binding's pool, when it keeps one and one waits:
     // no package to stage, no Job, no pod to start.
     let proxy = children::proxy_url(ctx, ns, uid, egress);
-    if let Some(pod) = crate::controller::warm::claim::claim(ctx, sj, ns, uid, admission, proxy.is_some()).await? {
-        return claimed(sj, ctx, ns, uid, admission, &pod, proxy, status).await;
+    if let Some(taken) = crate::controller::warm::claim::claim(ctx, sj, ns, uid, admission, proxy.is_some()).await? {
+        return claimed(sj, ctx, ns, uid, admission, taken, proxy, status).await;
     }
     // The package the pod fetches: exactly the pinned digest, staged once
     // for the namespace (see `staged`), while the children are made
@@ -128,14 +127,15 @@ async fn claimed(
     ns: &str,
     uid: &str,
     admission: &Admission,
-    pod: &Pod,
+    taken: crate::controller::warm::claim::Claimed,
     proxy: Option<String>,
     mut status: SkillJobStatus,
 ) -> Result<Action> {
     let generation = sj.metadata.generation;
+    let pod = &taken.pod;
     let name = pod.name_any();
     let egress = proxy.is_some();
-    let claim = crate::controller::warm::claim::claim_of(sj, uid, admission, proxy);
+    let claim = crate::controller::warm::claim::claim_of(sj, uid, admission, proxy, taken.env);
     status.warm_pod = Some(name.clone());
     let (enforced, reason, message) = crate::controller::egress::enforcement_condition(ctx.config.network_policy);
     crate::api::conditions::set_condition_status(&mut status.conditions, "NetworkPolicyEnforced", enforced, reason, message, generation);

@@ -10,11 +10,12 @@ use serde_json::json;
 
 use super::shape::PoolShape;
 use crate::api::job::SkillJob;
+use crate::artifacts::sealed::SealedEnv;
 use crate::artifacts::{Claim, ClaimInput};
 use crate::controller::builders::job::{PackageDelivery, PACKAGE_DIR, SKILL_DIR};
 use crate::controller::builders::warm::{LABEL_WARM_BINDING, LABEL_WARM_POOL, LABEL_WARM_STATE, WARM_CLAIMED, WARM_IDLE};
 use crate::controller::builders::{label_value, LABEL_EGRESS, LABEL_SKILLJOB, LABEL_SKILLJOB_UID};
-use crate::controller::context::{Context, Result};
+use crate::controller::context::{Context, Error, Result};
 use crate::controller::decide::Admission;
 
 /// Whether a pod waits for a run: still idle, not going, and every
@@ -34,11 +35,12 @@ pub fn older_than(pod: &Pod, limit: std::time::Duration) -> bool {
     pod.metadata.creation_timestamp.as_ref().map(crate::api::conditions::age).is_some_and(|age| age >= limit)
 }
 
-/// What the pod is handed: the run's command, limits and inputs, and the
+/// What the pod is handed: the run's command, limits and inputs, the
 /// run's proxy URL when it is granted egress (see
 /// `skilljob::children::proxy_url`; the same for the same run, so a claim
-/// handed over again is the same claim).
-pub fn claim_of(sj: &SkillJob, uid: &str, a: &Admission, proxy: Option<String>) -> Claim {
+/// handed over again is the same claim), and its granted variables sealed
+/// to the pod ([`Claimed::env`]).
+pub fn claim_of(sj: &SkillJob, uid: &str, a: &Admission, proxy: Option<String>, env: Option<SealedEnv>) -> Claim {
     let root = if a.delivery == PackageDelivery::Fetched { PACKAGE_DIR } else { SKILL_DIR };
     Claim {
         skilljob_uid: uid.to_string(),
@@ -48,7 +50,17 @@ pub fn claim_of(sj: &SkillJob, uid: &str, a: &Admission, proxy: Option<String>) 
         timeout_secs: a.timeout_secs as u32,
         inputs: sj.spec.inputs.iter().map(|i| ClaimInput { path: i.path.clone(), digest: i.digest.clone() }).collect(),
         proxy,
+        env,
     }
+}
+
+/// A warm pod taken for a run.
+#[derive(Debug)]
+pub struct Claimed {
+    pub pod: Pod,
+    /// The run's granted variables sealed to that pod's key (`None`: it is
+    /// granted none).
+    pub env: Option<SealedEnv>,
 }
 
 /// Takes a waiting pod of the run's pool for it, or says why there was
@@ -56,16 +68,19 @@ pub fn claim_of(sj: &SkillJob, uid: &str, a: &Admission, proxy: Option<String>) 
 /// (a controller that stopped before recording it) is taken again. A run
 /// granted egress (`egress`: it has a proxy URL) gets its pod labelled for
 /// the namespace's egress policy in the same guarded patch: the pod had no
-/// network beyond the artifact endpoint until this moment.
-pub async fn claim(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, a: &Admission, egress: bool) -> Result<Option<Pod>> {
+/// network beyond the artifact endpoint until this moment. A run granted
+/// variables has them read now ([`super::secrets`]) and takes only a pod
+/// that published its key, sealed to that key before the pod is taken.
+pub async fn claim(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, a: &Admission, egress: bool) -> Result<Option<Claimed>> {
     let started = Instant::now();
     let Some((warm, binding_uid)) = a.warm.as_ref() else { return Ok(None) };
     let idle = std::time::Duration::from_secs(u64::from(warm.idle_timeout_seconds));
     let pool_id = (ns.to_string(), sj.spec.binding.clone());
-    let key = match PoolShape::of_admission(a) {
-        Ok(shape) => shape.key(),
-        Err(why) => {
-            miss(ctx, pool_id, why.label());
+    let key = PoolShape::of_admission(a).key();
+    let values = match granted(ctx, ns, uid, a).await {
+        Ok(values) => values,
+        Err(()) => {
+            miss(ctx, pool_id, "env");
             return Ok(None);
         }
     };
@@ -76,7 +91,18 @@ pub async fn claim(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, a: &Admiss
             && p.labels().get(LABEL_SKILLJOB_UID) == Some(&uid_label)
     };
     if let Some(pod) = ctx.lookups.cached_pods_where(mine).into_iter().next() {
-        return Ok(Some(Pod::clone(&pod)));
+        let env = match &values {
+            Some(values) => {
+                let name = pod.name_any();
+                Some(
+                    sealed_for(ctx, ns, &name, uid, values)
+                        .await?
+                        .ok_or_else(|| Error::Warm(format!("warm pod {name} has published no key")))?,
+                )
+            }
+            None => None,
+        };
+        return Ok(Some(Claimed { pod: Pod::clone(&pod), env }));
     }
     let ours = |p: &Pod| {
         p.metadata.namespace.as_deref() == Some(ns)
@@ -90,15 +116,74 @@ pub async fn claim(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, a: &Admiss
     candidates.sort_by(|a, b| a.metadata.creation_timestamp.cmp(&b.metadata.creation_timestamp));
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     for pod in candidates {
+        // Sealed before the pod is taken: a pod with no key yet (its
+        // sidecar publishes it just after start) is passed by, not spoiled.
+        let env = match &values {
+            None => None,
+            Some(values) => match sealed_for(ctx, ns, &pod.name_any(), uid, values).await {
+                Ok(Some(env)) => Some(env),
+                Ok(None) => continue,
+                Err(err) => {
+                    tracing::warn!(ns, pod = %pod.name_any(), %err, "no key of the warm pod could be read; trying another");
+                    continue;
+                }
+            },
+        };
         if let Some(taken) = take(&pods, sj, uid, &pod, egress).await? {
             ctx.metrics.warm_hits.inc();
             ctx.metrics.warm_claim_seconds.observe(started.elapsed().as_secs_f64());
             ctx.warm.ran(pool_id, false);
-            return Ok(Some(taken));
+            return Ok(Some(Claimed { pod: taken, env }));
         }
     }
     miss(ctx, pool_id, "empty");
     Ok(None)
+}
+
+/// The run's granted values (`None`: it is granted none), or `Err` when
+/// they cannot be had for a claim: logged, and the run starts cold.
+async fn granted(ctx: &Context, ns: &str, uid: &str, a: &Admission) -> std::result::Result<Option<Vec<(String, String)>>, ()> {
+    if a.env.is_empty() {
+        return Ok(None);
+    }
+    let values = super::secrets::granted_values(&ctx.client, ns, &a.env).await.map_err(|why| {
+        tracing::info!(ns, uid, %why, "a run granted variables starts cold: they cannot be handed to a warm pod");
+    })?;
+    // What cannot be sealed (too large, a name a pod may not be given) is
+    // found before any pod is looked at.
+    crate::artifacts::sealed::check_vars(&values).map_err(|why| tracing::info!(ns, uid, %why, "a run granted variables starts cold"))?;
+    let size = serde_json::to_vec(&values).map(|v| v.len()).unwrap_or(usize::MAX);
+    if size > crate::artifacts::sealed::SEALED_ENV_MAX_BYTES {
+        let max = crate::artifacts::sealed::SEALED_ENV_MAX_BYTES;
+        tracing::info!(ns, uid, size, max, "a run granted variables starts cold: they are larger than a claim carries");
+        return Err(());
+    }
+    Ok(Some(values))
+}
+
+/// `values` sealed to the key the warm pod `pod` published for the run
+/// `uid`; `None` while it has published none.
+pub async fn sealed_for(ctx: &Context, ns: &str, pod: &str, uid: &str, values: &[(String, String)]) -> Result<Option<SealedEnv>> {
+    let warm = crate::controller::builders::warm::warm_uid_of(pod).ok_or(Error::Missing("a warm pod name"))?;
+    let Some(key) = ctx.artifacts.claim_key(ns, &warm).await? else { return Ok(None) };
+    // The values were checked against every rule of a seal (`granted`);
+    // what is left to fail is the pod's key.
+    let sealed = crate::artifacts::sealed::seal(&key, uid, values).map_err(|e| Error::Warm(format!("sealing to warm pod {pod}: {e}")))?;
+    Ok(Some(sealed))
+}
+
+/// The sealed variables for a claim handed over again (a new controller
+/// does not know whether the last one did): read and sealed anew to the
+/// pod's key. An error leaves the hand-over to a later look.
+pub async fn env_again(ctx: &Context, ns: &str, pod: &str, uid: &str, a: &Admission) -> Result<Option<SealedEnv>> {
+    if a.env.is_empty() {
+        return Ok(None);
+    }
+    let values = super::secrets::granted_values(&ctx.client, ns, &a.env)
+        .await
+        .map_err(|why| Error::Warm(format!("the claimed run's variables cannot be read again: {why}")))?;
+    let sealed = sealed_for(ctx, ns, pod, uid, &values).await?;
+    sealed.map(Some).ok_or_else(|| Error::Warm(format!("warm pod {pod} has published no key")))
 }
 
 fn miss(ctx: &Context, pool: (String, String), why: &str) {

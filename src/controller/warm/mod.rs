@@ -6,7 +6,7 @@
 //!   pod only of its own shape's key, so a package or profile that changes
 //!   changes the key, and the old pods are drained, never claimed.
 //! - [`claim`]: a run takes one waiting pod by a patch the API server
-//!   applies only while the pod still says it waits (a JSON Patch `test`),
+//!   applies only at the resourceVersion the pod had when it was seen waiting,
 //!   so two runs (two reconciles, two controllers) never get one pod. The
 //!   patch relabels the pod as the run's and makes the SkillJob its owner;
 //!   then the run is handed over through the artifact endpoint, where a
@@ -17,14 +17,20 @@
 //!   budget; pods of another shape, ended ones and those of deleted
 //!   bindings go.
 //!
-//! What a warm pod never has: a granted variable (a Secret's value would be
-//! in the pod before any run asked for it) and a network beyond the
-//! artifact endpoint. A run that needs either starts cold, counted as a
+//! - [`secrets`]: a run granted variables has them read at its claim and
+//!   sealed to the claimed pod's own key, where the namespace lets the
+//!   controller read those Secrets; else it starts cold.
+//!
+//! What a waiting warm pod never has: a granted variable (a Secret's value
+//! would be in the pod before any run asked for it) and a network beyond
+//! the artifact endpoint. Both are bound at the claim, for the run that
+//! claimed it; a run that cannot have them so starts cold, counted as a
 //! miss with its reason.
 
 pub mod claim;
 pub mod memory;
 pub mod pool;
+pub mod secrets;
 pub mod shape;
 
 pub use memory::WarmPools;

@@ -7,22 +7,11 @@ use crate::api::package::{OciSource, SkillPackage};
 use crate::controller::builders::job::PackageDelivery;
 use crate::controller::decide::{self, Admission};
 
-/// Why a run (or a binding) gets no warm pod.
+/// Why a binding keeps no warm pods now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NotWarm {
-    /// The run is granted variables: they would be in a pod before its run.
-    Env,
     /// The binding or its package is not ready to run anything.
     NotReady,
-}
-
-impl NotWarm {
-    pub fn label(self) -> &'static str {
-        match self {
-            NotWarm::Env => "env",
-            NotWarm::NotReady => "not_ready",
-        }
-    }
 }
 
 /// Everything a warm pod of a pool is built from.
@@ -66,12 +55,10 @@ impl PoolShape {
         })
     }
 
-    /// The shape an admitted run needs, or why it cannot have a warm pod.
-    pub fn of_admission(a: &Admission) -> Result<Self, NotWarm> {
-        if !a.env.is_empty() {
-            return Err(NotWarm::Env);
-        }
-        Ok(PoolShape {
+    /// The shape an admitted run needs. Its egress grant and its variables
+    /// do not shape the pod: both are bound at the claim.
+    pub fn of_admission(a: &Admission) -> Self {
+        PoolShape {
             digest: a.digest.clone(),
             source: a.source.clone(),
             image: a.image.clone(),
@@ -79,7 +66,7 @@ impl PoolShape {
             cpu: a.cpu.clone(),
             memory: a.memory.clone(),
             ephemeral_storage: a.ephemeral_storage.clone(),
-        })
+        }
     }
 
     /// 20 hex digits of SHA-256 over every field: equal keys, equal pods.
@@ -133,16 +120,16 @@ mod tests {
         }
     }
 
-    /// Egress is bound at the claim, so a run granted it takes a pod of the
-    /// same pool; a granted variable would be in the pod before its run.
+    /// Egress and variables are bound at the claim, so a run granted either
+    /// takes a pod of the same pool.
     #[test]
-    fn a_run_granted_egress_has_the_pools_shape_and_one_granted_a_variable_none() {
+    fn a_run_granted_egress_or_variables_has_the_pools_shape() {
         let s = shape();
-        assert_eq!(PoolShape::of_admission(&admission(&s)).map(|a| a.key()), Ok(s.key()));
+        assert_eq!(PoolShape::of_admission(&admission(&s)).key(), s.key());
         let egress = Admission { egress: true, egress_allowed: vec!["10.0.0.1:80".into()], ..admission(&s) };
-        assert_eq!(PoolShape::of_admission(&egress).map(|a| a.key()), Ok(s.key()));
+        assert_eq!(PoolShape::of_admission(&egress).key(), s.key());
         let env = Admission { env: vec![("TOKEN".into(), "s".into(), "k".into())], ..admission(&s) };
-        assert_eq!(PoolShape::of_admission(&env), Err(NotWarm::Env));
+        assert_eq!(PoolShape::of_admission(&env).key(), s.key());
     }
 
     #[test]
