@@ -10,6 +10,12 @@
 //! time: a pool of one, each run started once a pod waits for it), and
 //! the two medians side by side.
 //!
+//! When `BENCH_NS` also holds `e2e-secret` (a bash script granted one
+//! variable from a Secret the controller may read: `tests/kind/run.sh`
+//! binds it and grants the Role), it is measured too, as "bash + a
+//! variable": a warm run of it has its value read and sealed at the claim.
+//! `BENCH_ONLY` (binding names, comma-separated) limits the runs to those.
+//!
 //! For each interpreter it runs `BENCH_RUNS` (default 20) SkillJobs one at a
 //! time and stamps, on this machine's clock, when each step became visible
 //! through the API (watch events: the pod created, scheduled, the fetch
@@ -174,6 +180,16 @@ async fn main() {
         }
     }
     let runs: usize = std::env::var("BENCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+    let only: Vec<String> = std::env::var("BENCH_ONLY").map(|v| v.split(',').map(str::to_string).collect()).unwrap_or_default();
+    let mut cases = vec![
+        ("python", "e2e-noop-py", "scripts/noop.py"),
+        ("node", "e2e-noop-js", "scripts/noop.js"),
+        ("bash", "e2e-noop-sh", "scripts/noop.sh"),
+    ];
+    if matches!(bindings.get_opt("e2e-secret").await, Ok(Some(_))) {
+        cases.push(("bash + a variable", "e2e-secret", "scripts/show.sh"));
+    }
+    cases.retain(|(_, binding, _)| only.is_empty() || only.iter().any(|o| o == binding));
     let stamps: Stamps = Default::default();
     watch_all(&client, &ns, stamps.clone());
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -181,11 +197,7 @@ async fn main() {
     println!("SkillJob created → Succeeded on the real node, {runs} runs each, one at a time (ms on this machine's clock)\n");
     println!("| interpreter | step | median | p90 |\n|---|---|---:|---:|");
     let mut summary = Vec::new();
-    for (interpreter, binding, script) in [
-        ("python", "e2e-noop-py", "scripts/noop.py"),
-        ("node", "e2e-noop-js", "scripts/noop.js"),
-        ("bash", "e2e-noop-sh", "scripts/noop.sh"),
-    ] {
+    for (interpreter, binding, script) in cases {
         let mut per_step: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
         let mut totals = Vec::new();
         let mut to_script = Vec::new();

@@ -77,13 +77,6 @@ pub async fn claim(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, a: &Admiss
     let idle = std::time::Duration::from_secs(u64::from(warm.idle_timeout_seconds));
     let pool_id = (ns.to_string(), sj.spec.binding.clone());
     let key = PoolShape::of_admission(a).key();
-    let values = match granted(ctx, ns, uid, a).await {
-        Ok(values) => values,
-        Err(()) => {
-            miss(ctx, pool_id, "env");
-            return Ok(None);
-        }
-    };
     let uid_label = label_value(uid);
     let mine = |p: &Pod| {
         p.metadata.namespace.as_deref() == Some(ns)
@@ -91,17 +84,7 @@ pub async fn claim(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, a: &Admiss
             && p.labels().get(LABEL_SKILLJOB_UID) == Some(&uid_label)
     };
     if let Some(pod) = ctx.lookups.cached_pods_where(mine).into_iter().next() {
-        let env = match &values {
-            Some(values) => {
-                let name = pod.name_any();
-                Some(
-                    sealed_for(ctx, ns, &name, uid, values)
-                        .await?
-                        .ok_or_else(|| Error::Warm(format!("warm pod {name} has published no key")))?,
-                )
-            }
-            None => None,
-        };
+        let env = env_again(ctx, ns, &pod.name_any(), uid, a).await?;
         return Ok(Some(Claimed { pod: Pod::clone(&pod), env }));
     }
     let ours = |p: &Pod| {
@@ -114,6 +97,18 @@ pub async fn claim(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, a: &Admiss
     let mut candidates = ctx.lookups.cached_pods_where(ours);
     // The longest-waiting first: it is the nearest to its deadline.
     candidates.sort_by(|a, b| a.metadata.creation_timestamp.cmp(&b.metadata.creation_timestamp));
+    if candidates.is_empty() {
+        miss(ctx, pool_id, "empty");
+        return Ok(None);
+    }
+    // Read only when a pod waits: an empty pool costs no Secret read.
+    let values = match granted(ctx, ns, uid, a).await {
+        Ok(values) => values,
+        Err(()) => {
+            miss(ctx, pool_id, "env");
+            return Ok(None);
+        }
+    };
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     for pod in candidates {
         // Sealed before the pod is taken: a pod with no key yet (its
