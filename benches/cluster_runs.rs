@@ -314,8 +314,10 @@ async fn warm_runs(client: &Client, ns: &str, binding: &str, script: &str, runs:
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         // Untimed: the controller's pod cache hears of the pod's readiness
-        // through its own watch, a moment after this list did.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // through its own watch, a moment after this list did, and a pod
+        // publishes its key (for sealed variables) just after it is ready.
+        // A run arriving at a pool in use finds its pods waiting for longer.
+        tokio::time::sleep(Duration::from_millis(1000)).await;
         let name = format!("bench-warm-{binding}-{i}");
         let (_, start, done) = run_one(&api, stamps, &name, binding, script).await;
         let got = api.get(&name).await.expect("read the SkillJob");

@@ -2364,3 +2364,28 @@ async fn a_warm_pods_sidecar_publishes_the_launchers_key_before_it_waits() {
     stop.trigger();
     assert!(matches!(sidecar.await.unwrap().unwrap(), WarmEnd::Unclaimed));
 }
+
+/// Another key published under the pod's identity before its sidecar's
+/// could only come from inside the pod, with its token: the sidecar
+/// refuses the claim as tampered, and the launcher is never handed it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_published_before_the_sidecars_refuses_the_claim() {
+    let env = start().await;
+    let d = pod_dirs(NS, WARM);
+    let (claim_dir, key_dir, proc) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let key_file = key_dir.path().join("key.json");
+    warm::write_key_file(&key_file, &a_key()).unwrap();
+    let (s, _) = env.put_key(NS, WARM, &job(NS, WARM), serde_json::to_vec(&a_key()).unwrap()).await;
+    assert_eq!(s, 200, "someone in the pod publishes a key of their own first");
+    let mut w = WarmOptions::new(upload_opts(&env, NS, WARM, &d), claim_dir.path().into());
+    (w.proc_root, w.wait_secs, w.claim_key) = (proc.path().into(), 5, Some(key_file));
+    operator_store(&env).claim(NS, WARM, &a_claim(UID)).await.unwrap();
+    let why = match warm::run_warm_upload_sidecar(&w, &no_stop()).await.unwrap_err() {
+        ClientError::Refused(why) => why,
+        other => panic!("{other}"),
+    };
+    assert!(why.starts_with(warm::TAMPERED) && why.contains("another key was published"), "{why}");
+    let result: LaunchResult = serde_json::from_slice(&env.get(&format!("{NS}/{UID}/outputs/result/result.json"), &op()).await.1).unwrap();
+    assert_eq!(result.error.as_deref(), Some(why.as_str()));
+    assert!(!claim_dir.path().join(CLAIM_FILE).exists(), "the launcher was never handed the claim");
+}

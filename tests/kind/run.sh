@@ -873,7 +873,7 @@ if [[ "${BENCH_RUNS:-0}" -gt 0 ]]; then
   if BENCH_NS="$NS" BENCH_RUNS="$BENCH_RUNS" BENCH_ONLY="${BENCH_ONLY:-}" "${bench[@]}" --locked --manifest-path "$ROOT/Cargo.toml" --bench cluster_runs 2>"$WORK/bench.log"; then
     ok "real-node latency benchmark ($BENCH_RUNS runs per interpreter)"
   else
-    bad "real-node latency benchmark: $(tail -n 5 "$WORK/bench.log")"
+    bad "real-node latency benchmark: $(grep -m1 -A2 panicked "$WORK/bench.log" || tail -n 5 "$WORK/bench.log")"
   fi
   fi
   # skill_run through the chart's gateway, cold and on warm pods, in one run

@@ -29,7 +29,10 @@
 //! ([`crate::artifacts::sealed`]). The launcher keeps the private half; the
 //! sidecar only carries the public one to the endpoint
 //! (`PUT .../claim-key`, write-once). A pod whose key could not be
-//! published still serves runs granted no variable.
+//! published still serves runs granted no variable. Finding another key
+//! published under the pod's identity (409 `key_published`: only someone
+//! inside the pod, with its token, could have) is tampering: the claim is
+//! refused as for a planted file.
 //!
 //! # Why the checks
 //! An idle warm pod waits, possibly for minutes, with a run's fence around
@@ -440,10 +443,17 @@ async fn hand_over(w: &WarmOptions, stop: &Shutdown) -> Result<Option<(Claim, Up
         )));
     }
     let http = http_client()?;
+    // Another key already published under this pod's identity can only have
+    // come from inside the pod, with its token: the claim is refused.
+    let mut key_taken = None;
     if let Some(file) = &w.claim_key {
         match publish_key(&http, ep, file, w.upload.patience, stop).await {
             Ok(true) => eprintln!("skill-operator upload: published this pod's key for sealed variables"),
             Ok(false) => return Ok(None),
+            Err(ClientError::Endpoint { code, message, .. }) if ErrorCode::parse(&code) == Some(ErrorCode::KeyPublished) => {
+                eprintln!("skill-operator upload: another key was published for this pod: {message}");
+                key_taken = Some(format!("another key was published for it before its sidecar could publish the launcher's ({message})"));
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "no key published: runs granted variables pass this pod by");
                 eprintln!("skill-operator upload: no key published ({e}); runs granted variables pass this pod by");
@@ -473,6 +483,9 @@ async fn hand_over(w: &WarmOptions, stop: &Shutdown) -> Result<Option<(Claim, Up
             Ok(_) => refuse(&claimed, &w.claim_dir, tampered(&format!("{} is not the claim the endpoint holds", file.display()))).await,
             Err(e) => refuse(&claimed, &w.claim_dir, tampered(&format!("the claim file cannot be read: {e}"))).await,
         };
+    }
+    if let Some(what) = key_taken {
+        return refuse(&claimed, &w.claim_dir, tampered(&what)).await;
     }
     let result_dir = w.upload.result_file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     if let Err(what) = check_before_handover(&w.proc_root, std::process::id(), result_dir, &w.upload.work_dir) {

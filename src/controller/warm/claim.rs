@@ -110,14 +110,19 @@ pub async fn claim(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, a: &Admiss
         }
     };
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let mut keyless = Vec::new();
     for pod in candidates {
         // Sealed before the pod is taken: a pod with no key yet (its
-        // sidecar publishes it just after start) is passed by, not spoiled.
+        // sidecar publishes it just after its launcher starts) is passed
+        // by, not spoiled.
         let env = match &values {
             None => None,
             Some(values) => match sealed_for(ctx, ns, &pod.name_any(), uid, values).await {
                 Ok(Some(env)) => Some(env),
-                Ok(None) => continue,
+                Ok(None) => {
+                    keyless.push(pod);
+                    continue;
+                }
                 Err(err) => {
                     tracing::warn!(ns, pod = %pod.name_any(), %err, "no key of the warm pod could be read; trying another");
                     continue;
@@ -125,14 +130,46 @@ pub async fn claim(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, a: &Admiss
             },
         };
         if let Some(taken) = take(&pods, sj, uid, &pod, egress).await? {
-            ctx.metrics.warm_hits.inc();
-            ctx.metrics.warm_claim_seconds.observe(started.elapsed().as_secs_f64());
-            ctx.warm.ran(pool_id, false);
-            return Ok(Some(Claimed { pod: taken, env }));
+            return Ok(Some(hit(ctx, pool_id, started, taken, env)));
+        }
+    }
+    // Only pods that have not published their key yet (just made ready: the
+    // kubelet says so before the launcher's key is out): worth a moment
+    // against the two seconds of a cold start.
+    if let (Some(values), Some(pod)) = (&values, keyless.first()) {
+        for pause in KEY_GRACE {
+            tokio::time::sleep(pause).await;
+            if let Some(env) = sealed_for(ctx, ns, &pod.name_any(), uid, values).await.ok().flatten() {
+                if let Some(taken) = take(&pods, sj, uid, pod, egress).await? {
+                    return Ok(Some(hit(ctx, pool_id, started, taken, Some(env))));
+                }
+                break;
+            }
         }
     }
     miss(ctx, pool_id, "empty");
     Ok(None)
+}
+
+/// The pauses before asking a just-ready pod for its key again (about a
+/// second in all) before a run granted variables starts cold.
+const KEY_GRACE: [std::time::Duration; 6] = {
+    use std::time::Duration;
+    [
+        Duration::from_millis(20),
+        Duration::from_millis(40),
+        Duration::from_millis(80),
+        Duration::from_millis(160),
+        Duration::from_millis(320),
+        Duration::from_millis(400),
+    ]
+};
+
+fn hit(ctx: &Context, pool: (String, String), started: Instant, pod: Pod, env: Option<SealedEnv>) -> Claimed {
+    ctx.metrics.warm_hits.inc();
+    ctx.metrics.warm_claim_seconds.observe(started.elapsed().as_secs_f64());
+    ctx.warm.ran(pool, false);
+    Claimed { pod, env }
 }
 
 /// The run's granted values (`None`: it is granted none), or `Err` when
