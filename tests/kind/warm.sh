@@ -21,6 +21,7 @@
 #     run starts cold while the controller may not read the Secret, and
 #     claims the waiting pod once a Role lets it, its value sealed to the
 #     pod's key in the claim.
+#   - the namespace's SkillJob cap (a ResourceQuota) holds with a warm pool.
 
 WARM_BINDING=e2e-warm
 # warm_pods STATE: the names of the binding's warm pods in STATE (idle|claimed), Ready ones only for idle.
@@ -290,3 +291,31 @@ warm_env() {
   K patch skillbinding "$WARM_BINDING" --type merge -p '{"spec":{"warm":null}}' >/dev/null
 }
 check "a run granted a variable: cold while the controller may not read its Secret, warm once a Role lets it; the value sealed to the pod, never in a waiting one" warm_env
+
+# The namespace's SkillJob cap (a ResourceQuota on count/skilljobs, as
+# config/samples/k8s/resourcequota.yaml sets at 100) holds with a warm pool:
+# a claim makes no SkillJob, and a SkillJob past the cap is never made, so
+# no warm pod runs for it. Checked at an edge of its own: the quota set to
+# what the namespace holds plus one.
+warm_cap() {
+  local WARM_BINDING=e2e-secret held out phase
+  warm_spec '{"min":1,"max":1,"idleTimeoutSeconds":600}' && warm_wait 1 || return 1
+  held="$(K get skilljobs -o name | grep -c .)"
+  K apply -f - >/dev/null <<YAML || return 1
+apiVersion: v1
+kind: ResourceQuota
+metadata: { name: e2e-cap }
+spec: { hard: { count/skilljobs.skill-operator.dev: "$((held + 1))" } }
+YAML
+  for _ in $(seq 1 100); do [[ -n "$(K get resourcequota e2e-cap -o jsonpath='{.status.used}')" ]] && break; sleep 0.2; done
+  skilljob warm-cap-1 "$WARM_BINDING" scripts/show.sh "" x >/dev/null || { K delete resourcequota e2e-cap >/dev/null; return 1; }
+  out="$(skilljob warm-cap-2 "$WARM_BINDING" scripts/show.sh "" x 2>&1)"
+  K delete resourcequota e2e-cap >/dev/null
+  [[ "$out" == *"exceeded quota"* ]] || { echo "the SkillJob past the cap was not refused: $out"; return 1; }
+  K get skilljob warm-cap-2 >/dev/null 2>&1 && { echo "warm-cap-2 exists past the cap"; return 1; }
+  phase="$(finished warm-cap-1)"
+  [[ "$phase" == Succeeded && -n "$(K get skilljob warm-cap-1 -o jsonpath='{.status.warmPod}')" ]] \
+    || { echo "the run under the cap: phase $phase, warm pod $(K get skilljob warm-cap-1 -o jsonpath='{.status.warmPod}')"; return 1; }
+  K patch skillbinding "$WARM_BINDING" --type merge -p '{"spec":{"warm":null}}' >/dev/null
+}
+check "the SkillJob cap (a ResourceQuota at what the namespace holds plus one) holds with a warm pool: the run under it is warm, the one past it is never made" warm_cap

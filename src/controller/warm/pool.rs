@@ -50,6 +50,13 @@ fn counts(pods: &[Arc<Pod>]) -> (u32, u32) {
     (ready, idle.len() as u32 - ready)
 }
 
+/// Whether the pool is still asked for: its binding exists and keeps
+/// `spec.warm`. A pool removed and added again is a new pool (kept full
+/// for one idle timeout from then), not one idle since its last run.
+fn pooled(bindings: &[Arc<SkillBinding>], (ns, name): &super::memory::PoolId) -> bool {
+    bindings.iter().any(|b| b.spec.warm.is_some() && b.namespace().as_deref() == Some(ns.as_str()) && &b.name_any() == name)
+}
+
 fn ended(pod: &Pod) -> bool {
     matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded") | Some("Failed"))
 }
@@ -75,7 +82,7 @@ async fn maintain(ctx: &Context, budgets: &mut HashMap<String, (Instant, u32)>) 
         *in_namespace.entry(pod.namespace().unwrap_or_default()).or_default() += 1;
     }
     let live: std::collections::BTreeSet<String> = bindings.iter().filter_map(|b| b.metadata.uid.clone()).collect();
-    ctx.warm.retain(|(ns, name)| bindings.iter().any(|b| b.namespace().as_deref() == Some(ns) && &b.name_any() == name));
+    ctx.warm.retain(|id| pooled(&bindings, id));
 
     // Pods of bindings that are gone (the garbage collector takes them too;
     // this is at once, and counts for budgets now).
@@ -236,6 +243,8 @@ async fn create(ctx: &Context, binding: &SkillBinding, ns: &str, shape: &PoolSha
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn a_budget_is_the_annotation_else_the_flag_and_nothing_when_unreadable() {
         assert_eq!(super::parse_budget("team", None, 10), 10);
@@ -243,5 +252,33 @@ mod tests {
         assert_eq!(super::parse_budget("team", Some("0"), 10), 0);
         assert_eq!(super::parse_budget("team", Some("three"), 10), 0);
         assert_eq!(super::parse_budget("team", Some("-1"), 10), 0);
+    }
+
+    #[test]
+    fn a_pool_is_remembered_only_while_its_binding_keeps_spec_warm() {
+        use crate::api::binding::{SkillBindingSpec, WarmSpec};
+        let binding = |ns: &str, name: &str, warm: bool| {
+            let spec: SkillBindingSpec = serde_json::from_value(serde_json::json!({ "package": "p" })).unwrap();
+            let mut b = SkillBinding::new(
+                name,
+                SkillBindingSpec { warm: warm.then(|| WarmSpec { min: 1, max: 1, idle_timeout_seconds: 60 }), ..spec },
+            );
+            b.metadata.namespace = Some(ns.into());
+            Arc::new(b)
+        };
+        let id = ("team".to_string(), "report".to_string());
+        assert!(pooled(&[binding("team", "report", true)], &id));
+        assert!(!pooled(&[binding("team", "report", false)], &id), "spec.warm removed: forgotten");
+        assert!(!pooled(&[binding("other", "report", true)], &id));
+        assert!(!pooled(&[], &id));
+
+        // Forgotten, and added again later: full from then, not idle since its last run.
+        let pools = super::super::WarmPools::default();
+        let idle = Duration::from_millis(50);
+        pools.ran(id.clone(), false);
+        std::thread::sleep(idle);
+        assert_eq!(pools.target(&id, 1, 1, idle), 0, "idle past its timeout");
+        pools.retain(|id| pooled(&[binding("team", "report", false)], id));
+        assert_eq!(pools.target(&id, 1, 1, idle), 1, "a new spec.warm is a new pool");
     }
 }
