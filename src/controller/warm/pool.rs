@@ -261,7 +261,7 @@ mod tests {
             let spec: SkillBindingSpec = serde_json::from_value(serde_json::json!({ "package": "p" })).unwrap();
             let mut b = SkillBinding::new(
                 name,
-                SkillBindingSpec { warm: warm.then(|| WarmSpec { min: 1, max: 1, idle_timeout_seconds: 60 }), ..spec },
+                SkillBindingSpec { warm: warm.then_some(WarmSpec { min: 1, max: 1, idle_timeout_seconds: 60 }), ..spec },
             );
             b.metadata.namespace = Some(ns.into());
             Arc::new(b)
