@@ -298,6 +298,19 @@ check "a run granted a variable: cold while the controller may not read its Secr
 # no warm pod runs for it. Checked at an edge of its own: the quota set to
 # what the namespace holds plus one.
 warm_cap() {
+  local WARM_BINDING=e2e-secret
+  # Its runs are granted a variable: the controller may read it again, so they can be warm.
+  K create role e2e-warm-secret --verb=get --resource=secrets --resource-name=e2e-secret >/dev/null || return 1
+  K create rolebinding e2e-warm-secret --role=e2e-warm-secret --serviceaccount="$OPNS:$RELEASE-skill-operator-controller" >/dev/null || return 1
+  warm_cap_run || { warm_cap_done; return 1; }
+  warm_cap_done
+}
+warm_cap_done() {
+  K delete resourcequota e2e-cap --ignore-not-found >/dev/null
+  K delete rolebinding,role e2e-warm-secret --ignore-not-found >/dev/null
+  K patch skillbinding e2e-secret --type merge -p '{"spec":{"warm":null}}' >/dev/null
+}
+warm_cap_run() {
   local WARM_BINDING=e2e-secret held out phase
   warm_spec '{"min":1,"max":1,"idleTimeoutSeconds":600}' && warm_wait 1 || return 1
   held="$(K get skilljobs -o name | grep -c .)"
@@ -308,14 +321,12 @@ metadata: { name: e2e-cap }
 spec: { hard: { count/skilljobs.skill-operator.dev: "$((held + 1))" } }
 YAML
   for _ in $(seq 1 100); do [[ -n "$(K get resourcequota e2e-cap -o jsonpath='{.status.used}')" ]] && break; sleep 0.2; done
-  skilljob warm-cap-1 "$WARM_BINDING" scripts/show.sh "" x >/dev/null || { K delete resourcequota e2e-cap >/dev/null; return 1; }
+  skilljob warm-cap-1 "$WARM_BINDING" scripts/show.sh "" x >/dev/null || return 1
   out="$(skilljob warm-cap-2 "$WARM_BINDING" scripts/show.sh "" x 2>&1)"
-  K delete resourcequota e2e-cap >/dev/null
   [[ "$out" == *"exceeded quota"* ]] || { echo "the SkillJob past the cap was not refused: $out"; return 1; }
   K get skilljob warm-cap-2 >/dev/null 2>&1 && { echo "warm-cap-2 exists past the cap"; return 1; }
   phase="$(finished warm-cap-1)"
   [[ "$phase" == Succeeded && -n "$(K get skilljob warm-cap-1 -o jsonpath='{.status.warmPod}')" ]] \
     || { echo "the run under the cap: phase $phase, warm pod $(K get skilljob warm-cap-1 -o jsonpath='{.status.warmPod}')"; return 1; }
-  K patch skillbinding "$WARM_BINDING" --type merge -p '{"spec":{"warm":null}}' >/dev/null
 }
 check "the SkillJob cap (a ResourceQuota at what the namespace holds plus one) holds with a warm pool: the run under it is warm, the one past it is never made" warm_cap
