@@ -25,7 +25,7 @@
 //! Order of checks: names (400 `bad_job`), the credential, the body (400
 //! `bad_claim_key`, 413 `body_too_large`), then the store.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use axum::extract::{Request, State};
@@ -35,11 +35,14 @@ use axum::Json;
 use serde_json::json;
 
 use super::auth::{admit, Access};
-use super::claims::names;
+use super::claims::{names, WarmDoc};
 use super::extract::JobPath;
-use super::{internal, oci_error, ApiError, AppState};
+use super::{internal, ApiError, AppState};
 use crate::artifacts::sealed::{ClaimKey, CLAIM_KEY_MAX_BYTES};
-use crate::artifacts::{ArtifactKind, ErrorCode, SetFile, ANNOTATION_JOB, ANNOTATION_KIND, CLAIM_KEY_FILE};
+use crate::artifacts::{ArtifactKind, ErrorCode, CLAIM_KEY_FILE};
+
+const KEY_DOC: WarmDoc =
+    WarmDoc { kind: ArtifactKind::ClaimKey, file: CLAIM_KEY_FILE, max: CLAIM_KEY_MAX_BYTES as u64, what: "a warm pod's key" };
 
 /// Keys kept in memory before the map is cleared.
 const KEYS_CACHED: usize = 4096;
@@ -74,20 +77,9 @@ impl AppState {
         if let Some(key) = self.0.claim_keys.cached(ns, warm) {
             return Ok(Some(key));
         }
-        let set = match self.read_set(ns, warm, ArtifactKind::ClaimKey).await {
-            Ok(set) => set,
-            Err(e) if e.code == ErrorCode::NotFound => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        let reference = self.reference(ns, warm, ArtifactKind::ClaimKey);
-        let wrong = |why: &str| ApiError::new(ErrorCode::WrongArtifact, format!("{reference} is not a warm pod's key: {why}"));
-        let [file] = set.files.as_slice() else { return Err(wrong("it holds more than one file")) };
-        if file.path != CLAIM_KEY_FILE || file.size > CLAIM_KEY_MAX_BYTES as u64 {
-            return Err(wrong(&format!("it holds {} ({} bytes)", file.path, file.size)));
-        }
-        let bytes = self.0.sets.pull_set_file(&reference, file).await.map_err(oci_error)?;
-        let key: ClaimKey = serde_json::from_slice(&bytes).map_err(|e| wrong(&e.to_string()))?;
-        key.validate().map_err(|e| wrong(&e.to_string()))?;
+        let check = |key: &ClaimKey| key.validate().map_err(|e| e.to_string());
+        let doc = self.warm_doc(ns, warm, &KEY_DOC, check).await?;
+        let Some((key, _)) = doc else { return Ok(None) };
         let key = Arc::new(key);
         self.0.claim_keys.remember(ns, warm, key.clone());
         Ok(Some(key))
@@ -123,15 +115,7 @@ pub(super) async fn put_claim_key(
         ));
     }
     let bytes = serde_json::to_vec(&key).map_err(internal)?;
-    let reference = state.reference(&ns, &warm, ArtifactKind::ClaimKey);
-    let digest = state.0.sets.push_set_blob(&reference, &bytes).await.map_err(oci_error)?;
-    let file = SetFile { path: CLAIM_KEY_FILE.into(), size: bytes.len() as u64, digest };
-    let annotations = BTreeMap::from([
-        (ANNOTATION_JOB.to_string(), format!("{ns}/{warm}")),
-        (ANNOTATION_KIND.to_string(), ArtifactKind::ClaimKey.as_str().to_string()),
-    ]);
-    state.0.sets.push_set_manifest(&reference, vec![file], annotations).await.map_err(oci_error)?;
-    state.forget(&reference);
+    state.store_warm_doc(&ns, &warm, &KEY_DOC, &bytes).await?;
     state.0.claim_keys.remember(&ns, &warm, Arc::new(key));
     Ok(Json(json!({ "created": true })).into_response())
 }

@@ -139,6 +139,19 @@ impl Drop for Waiter<'_> {
     }
 }
 
+/// A small JSON document kept under a warm uid: a set of one file.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct WarmDoc {
+    pub kind: ArtifactKind,
+    pub file: &'static str,
+    /// Its largest size, as stored.
+    pub max: u64,
+    /// What it is, for a refusal's message.
+    pub what: &'static str,
+}
+
+const CLAIM_DOC: WarmDoc = WarmDoc { kind: ArtifactKind::Claim, file: CLAIM_FILE, max: MAX_CLAIM_BYTES, what: "a claim" };
+
 impl AppState {
     /// The claim stored for a warm uid: from memory, else from the store
     /// (then remembered). `None` while there is none.
@@ -146,23 +159,55 @@ impl AppState {
         if let Some(claim) = self.0.claims.cached(ns, warm) {
             return Ok(Some(claim));
         }
-        let set = match self.read_set(ns, warm, ArtifactKind::Claim).await {
+        let doc = self.warm_doc(ns, warm, &CLAIM_DOC, Claim::validate).await?;
+        let Some((claim, size)) = doc else { return Ok(None) };
+        let claim = Arc::new(claim);
+        self.0.claims.remember(ns, warm, claim.clone(), size);
+        Ok(Some(claim))
+    }
+
+    /// The one JSON file of a warm uid's `doc` set, parsed and checked by
+    /// `check`, and its size; `None` while none is stored. A set of another
+    /// shape is 502 `wrong_artifact`.
+    pub(super) async fn warm_doc<T: serde::de::DeserializeOwned>(
+        &self,
+        ns: &str,
+        warm: &str,
+        doc: &WarmDoc,
+        check: impl Fn(&T) -> Result<(), String>,
+    ) -> Result<Option<(T, usize)>, ApiError> {
+        let WarmDoc { kind, file: name, max, what } = *doc;
+        let set = match self.read_set(ns, warm, kind).await {
             Ok(set) => set,
             Err(e) if e.code == ErrorCode::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };
-        let reference = self.reference(ns, warm, ArtifactKind::Claim);
-        let wrong = |why: &str| ApiError::new(ErrorCode::WrongArtifact, format!("{reference} is not a claim: {why}"));
+        let reference = self.reference(ns, warm, kind);
+        let wrong = |why: &str| ApiError::new(ErrorCode::WrongArtifact, format!("{reference} is not {what}: {why}"));
         let [file] = set.files.as_slice() else { return Err(wrong("it holds more than one file")) };
-        if file.path != CLAIM_FILE || file.size > MAX_CLAIM_BYTES {
+        if file.path != name || file.size > max {
             return Err(wrong(&format!("it holds {} ({} bytes)", file.path, file.size)));
         }
         let bytes = self.0.sets.pull_set_file(&reference, file).await.map_err(oci_error)?;
-        let claim: Claim = serde_json::from_slice(&bytes).map_err(|e| wrong(&e.to_string()))?;
-        claim.validate().map_err(|e| wrong(&e))?;
-        let claim = Arc::new(claim);
-        self.0.claims.remember(ns, warm, claim.clone(), bytes.len());
-        Ok(Some(claim))
+        let doc: T = serde_json::from_slice(&bytes).map_err(|e| wrong(&e.to_string()))?;
+        check(&doc).map_err(|e| wrong(&e))?;
+        Ok(Some((doc, bytes.len())))
+    }
+
+    /// Stores `bytes` as the one file of a warm uid's `doc` set (annotated
+    /// with its job and kind), and forgets the set's cached copy.
+    pub(super) async fn store_warm_doc(&self, ns: &str, warm: &str, doc: &WarmDoc, bytes: &[u8]) -> Result<(), ApiError> {
+        let kind = doc.kind;
+        let reference = self.reference(ns, warm, kind);
+        let digest = self.0.sets.push_set_blob(&reference, bytes).await.map_err(oci_error)?;
+        let file = SetFile { path: doc.file.into(), size: bytes.len() as u64, digest };
+        let annotations = BTreeMap::from([
+            (ANNOTATION_JOB.to_string(), format!("{ns}/{warm}")),
+            (ANNOTATION_KIND.to_string(), kind.as_str().to_string()),
+        ]);
+        self.0.sets.push_set_manifest(&reference, vec![file], annotations).await.map_err(oci_error)?;
+        self.forget(&reference);
+        Ok(())
     }
 }
 
@@ -206,15 +251,7 @@ pub(super) async fn put_claim(
         ));
     }
     let bytes = serde_json::to_vec(&claim).map_err(internal)?;
-    let reference = state.reference(&ns, &warm, ArtifactKind::Claim);
-    let digest = state.0.sets.push_set_blob(&reference, &bytes).await.map_err(oci_error)?;
-    let file = SetFile { path: CLAIM_FILE.into(), size: bytes.len() as u64, digest };
-    let annotations = BTreeMap::from([
-        (ANNOTATION_JOB.to_string(), format!("{ns}/{warm}")),
-        (ANNOTATION_KIND.to_string(), ArtifactKind::Claim.as_str().to_string()),
-    ]);
-    state.0.sets.push_set_manifest(&reference, vec![file], annotations).await.map_err(oci_error)?;
-    state.forget(&reference);
+    state.store_warm_doc(&ns, &warm, &CLAIM_DOC, &bytes).await?;
     state.0.claims.remember(&ns, &warm, Arc::new(claim), bytes.len());
     state.0.claims.wake(&ns, &warm);
     Ok(Json(json!({ "created": true })).into_response())
