@@ -560,5 +560,17 @@ cp config/samples/k8s/agent-rbac.yaml "$OUT/bad-samples/agent-rbac.yaml"
 sed -i -z 's/kind: Role\n  name: skills-agent\n/kind: Role\n  name: another-role\n/' "$OUT/bad-samples/agent-rbac.yaml"
 check_fails "samples: the RBAC check refuses a RoleBinding to a Role not among the samples" "roleRef" \
   "$PY" "$HERE/validate_samples.py" "$OUT/bad-samples" crds "$OUT/bad-builtin.yaml"
+cp config/samples/k8s/agent-rbac.yaml "$OUT/bad-samples/agent-rbac.yaml"
+# The warm-run Secret grant is the controller's alone, get only, on named sample Secrets.
+sed 's/name: skill-operator-controller/name: skills-agent/; s/namespace: skill-operator$/namespace: skills-demo/' \
+  config/samples/k8s/warm-secrets-rbac.yaml >"$OUT/bad-samples/warm-secrets-rbac.yaml"
+check_fails "samples: the RBAC check refuses a Role on Secrets bound to an agent" "a rule on Secrets" \
+  "$PY" "$HERE/validate_samples.py" "$OUT/bad-samples" crds "$OUT/bad-builtin.yaml"
+sed 's/verbs: \["get"\]/verbs: ["get", "list"]/' config/samples/k8s/warm-secrets-rbac.yaml >"$OUT/bad-samples/warm-secrets-rbac.yaml"
+check_fails "samples: the RBAC check refuses list on Secrets, even for the controller" "a rule on Secrets" \
+  "$PY" "$HERE/validate_samples.py" "$OUT/bad-samples" crds "$OUT/bad-builtin.yaml"
+sed 's/resourceNames: \["weather-api"\]/resourceNames: ["other"]/' config/samples/k8s/warm-secrets-rbac.yaml >"$OUT/bad-samples/warm-secrets-rbac.yaml"
+check_fails "samples: the RBAC check refuses a Secret grant naming no sample Secret" "a rule on Secrets" \
+  "$PY" "$HERE/validate_samples.py" "$OUT/bad-samples" crds "$OUT/bad-builtin.yaml"
 
 finish

@@ -35,6 +35,11 @@ GROUP = "skill-operator.dev"
 # What the MCP gateway asks a SubjectAccessReview about for an agent: the most
 # an agent sample Role may grant (config/samples/k8s/agent-rbac.yaml).
 AGENT_VERBS = {"skillbindings": {"get"}, "skilljobs": {"create", "get", "delete"}}
+# The chart's controller ServiceAccount for the release and namespace the
+# samples assume (skill-operator in skill-operator). A namespace may grant it
+# `get` on named Secrets of its own, for warm runs granted variables
+# (config/samples/k8s/warm-secrets-rbac.yaml); nothing else may touch Secrets.
+CONTROLLER_SA = ("skill-operator", "skill-operator-controller")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -68,13 +73,16 @@ def strict(schema):
 
 def rbac_problems(objs, named, plurals):
     out = []
-    roles, accounts = named("Role"), named("ServiceAccount")
+    roles, accounts, secrets = named("Role"), named("ServiceAccount"), named("Secret")
+    subjects = {}
     for (ns, name), b in named("RoleBinding").items():
         ref = b["roleRef"]
         if ref.get("kind") != "Role" or (ns, ref.get("name")) not in roles:
             out.append(f"RoleBinding {name}: roleRef {ref} is not a sample Role in {ns}")
         for sub in b.get("subjects") or []:
-            if sub.get("kind") != "ServiceAccount" or (sub.get("namespace"), sub.get("name")) not in accounts:
+            who = (sub.get("namespace"), sub.get("name"))
+            subjects.setdefault((ns, ref.get("name")), set()).add(who if sub.get("kind") == "ServiceAccount" else None)
+            if sub.get("kind") != "ServiceAccount" or (who not in accounts and who != CONTROLLER_SA):
                 out.append(f"RoleBinding {name}: subject {sub} is not a sample ServiceAccount")
     for (ns, name), r in roles.items():
         for rule in r.get("rules") or []:
@@ -82,7 +90,10 @@ def rbac_problems(objs, named, plurals):
             if "*" in groups + resources + verbs:
                 out.append(f"Role {name}: a wildcard in {rule}")
             if "secrets" in resources:
-                out.append(f"Role {name}: a rule on Secrets")
+                names = rule.get("resourceNames") or []
+                only_controller = subjects.get((ns, name), set()) <= {CONTROLLER_SA}
+                if verbs != ["get"] or not names or any((ns, n) not in secrets for n in names) or not only_controller:
+                    out.append(f"Role {name}: a rule on Secrets other than get on named sample Secrets for the controller")
             if GROUP not in groups:
                 continue
             for res in resources:
