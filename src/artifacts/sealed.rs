@@ -159,22 +159,35 @@ fn nonce() -> aead::Nonce {
     aead::Nonce::assume_unique_for_key([0u8; aead::NONCE_LEN])
 }
 
-/// Seals `vars` to the pod whose key is `pod`, for the run `skilljob_uid`.
-pub fn seal(pod: &ClaimKey, skilljob_uid: &str, vars: &[(String, String)]) -> Result<SealedEnv, SealError> {
+/// `vars` as they are sealed, once they pass every rule of a seal: those
+/// of [`check_vars`] and [`SEALED_ENV_MAX_BYTES`]. The controller checks a
+/// run's values with it before it looks at any pod.
+pub fn sealable(vars: &[(String, String)]) -> Result<Vec<u8>, SealError> {
     check_vars(vars)?;
-    let pod_public = public_bytes(&pod.x25519)?;
-    let mut plain = serde_json::to_vec(vars).map_err(|e| SealError::Malformed(e.to_string()))?;
+    let plain = serde_json::to_vec(vars).map_err(|e| SealError::Malformed(e.to_string()))?;
     if plain.len() > SEALED_ENV_MAX_BYTES {
         return Err(SealError::TooLarge { bytes: plain.len(), max: SEALED_ENV_MAX_BYTES });
     }
-    let rng = rand::SystemRandom::new();
-    let mine = agreement::EphemeralPrivateKey::generate(&agreement::X25519, &rng).map_err(|_| SealError::Random("the sealer's"))?;
-    let my_public: [u8; 32] = mine
-        .compute_public_key()
-        .map_err(|_| SealError::Random("the sealer's public"))?
-        .as_ref()
-        .try_into()
-        .map_err(|_| SealError::Random("the sealer's public"))?;
+    Ok(plain)
+}
+
+/// A fresh X25519 key pair (`whose`, for the error).
+fn key_pair(whose: &'static str) -> Result<(agreement::EphemeralPrivateKey, [u8; 32]), SealError> {
+    let private =
+        agreement::EphemeralPrivateKey::generate(&agreement::X25519, &rand::SystemRandom::new()).map_err(|_| SealError::Random(whose))?;
+    let public = private.compute_public_key().ok().and_then(|p| p.as_ref().try_into().ok()).ok_or(SealError::Random(whose))?;
+    Ok((private, public))
+}
+
+/// Seals `vars` to the pod whose key is `pod`, for the run `skilljob_uid`.
+pub fn seal(pod: &ClaimKey, skilljob_uid: &str, vars: &[(String, String)]) -> Result<SealedEnv, SealError> {
+    seal_plain(pod, skilljob_uid, sealable(vars)?)
+}
+
+/// [`seal`] of bytes already checked.
+fn seal_plain(pod: &ClaimKey, skilljob_uid: &str, mut plain: Vec<u8>) -> Result<SealedEnv, SealError> {
+    let pod_public = public_bytes(&pod.x25519)?;
+    let (mine, my_public) = key_pair("the sealer's")?;
     let peer = agreement::UnparsedPublicKey::new(&agreement::X25519, pod_public);
     let key = agreement::agree_ephemeral(mine, &peer, |shared| derive(shared, &my_public, &pod_public))
         .map_err(|_| SealError::Key("is not a usable X25519 public key".into()))?;
@@ -197,14 +210,7 @@ impl std::fmt::Debug for PodKey {
 
 impl PodKey {
     pub fn generate() -> Result<Self, SealError> {
-        let rng = rand::SystemRandom::new();
-        let private = agreement::EphemeralPrivateKey::generate(&agreement::X25519, &rng).map_err(|_| SealError::Random("the pod's"))?;
-        let public = private
-            .compute_public_key()
-            .map_err(|_| SealError::Random("the pod's public"))?
-            .as_ref()
-            .try_into()
-            .map_err(|_| SealError::Random("the pod's public"))?;
+        let (private, public) = key_pair("the pod's")?;
         Ok(PodKey { private, public })
     }
 
@@ -303,14 +309,7 @@ mod tests {
 
     /// [`seal`] without its checks: what a sealer that broke the rules would send.
     fn seal_unchecked(pod: &ClaimKey, uid: &str, vars: &[(String, String)]) -> SealedEnv {
-        let pod_public = public_bytes(&pod.x25519).unwrap();
-        let mine = agreement::EphemeralPrivateKey::generate(&agreement::X25519, &rand::SystemRandom::new()).unwrap();
-        let my_public: [u8; 32] = mine.compute_public_key().unwrap().as_ref().try_into().unwrap();
-        let peer = agreement::UnparsedPublicKey::new(&agreement::X25519, pod_public);
-        let key = agreement::agree_ephemeral(mine, &peer, |s| derive(s, &my_public, &pod_public)).unwrap();
-        let mut plain = serde_json::to_vec(vars).unwrap();
-        key.seal_in_place_append_tag(nonce(), aead::Aad::from(uid.as_bytes()), &mut plain).unwrap();
-        SealedEnv { key: URL_SAFE_NO_PAD.encode(my_public), sealed: URL_SAFE_NO_PAD.encode(&plain) }
+        seal_plain(pod, uid, serde_json::to_vec(vars).unwrap()).unwrap()
     }
 
     #[test]

@@ -334,9 +334,21 @@ impl Retry {
 /// 502/503/504 (the endpoint restarting, or nothing behind its Service):
 /// a GET changes nothing, so sending it twice is safe.
 pub(crate) async fn get(http: &reqwest::Client, ep: &Endpoint, url: &str, patience: Duration) -> Result<reqwest::Response, ClientError> {
+    send_idempotent(http, ep, url, patience, |http, url| http.get(url)).await
+}
+
+/// A request `make` builds, authorised and sent again as [`get`] sends a
+/// GET: only for requests that change nothing when repeated.
+pub(crate) async fn send_idempotent(
+    http: &reqwest::Client,
+    ep: &Endpoint,
+    url: &str,
+    patience: Duration,
+    make: impl Fn(&reqwest::Client, &str) -> reqwest::RequestBuilder,
+) -> Result<reqwest::Response, ClientError> {
     let mut retry = Retry::new(patience);
     loop {
-        let failure = match ep.authorize(http.get(url)) {
+        let failure = match ep.authorize(make(http, url)) {
             // A token file unreadable for a moment is retried like the network.
             Err(e) if e.is_transient() => e,
             Err(e) => return Err(e),

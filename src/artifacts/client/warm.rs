@@ -247,25 +247,12 @@ async fn publish_key(http: &reqwest::Client, ep: &Endpoint, file: &Path, patienc
     let key = read_key_file(file).map_err(ClientError::Protocol)?;
     let body = serde_json::to_vec(&key).map_err(|e| ClientError::Protocol(e.to_string()))?;
     let url = ep.url("claim-key");
-    let mut retry = Retry::new(patience);
-    loop {
-        // The same key again is a no-op at the endpoint: sending it twice is safe.
-        let failure = match ep.authorize(http.put(&url)) {
-            Err(e) if e.is_transient() => e,
-            Err(e) => return Err(e),
-            Ok(req) => match req.header(reqwest::header::CONTENT_TYPE, "application/json").body(body.clone()).send().await {
-                Ok(r) if r.status().is_success() => return Ok(true),
-                Ok(r) if matches!(r.status().as_u16(), 502..=504) => endpoint_error(&url, r).await,
-                Ok(r) => return Err(endpoint_error(&url, r).await),
-                Err(e) => ClientError::Unreachable { url: url.clone(), detail: crate::oci::error_chain(&e) },
-            },
-        };
-        if stop.is_triggered() {
-            return Ok(false);
-        }
-        if !retry.again(&failure).await {
-            return Err(failure);
-        }
+    // The same key again is a no-op at the endpoint: sending it twice is safe.
+    let put =
+        |http: &reqwest::Client, url: &str| http.put(url).header(reqwest::header::CONTENT_TYPE, "application/json").body(body.clone());
+    tokio::select! {
+        _ = stop.wait() => Ok(false),
+        sent = send_idempotent(http, ep, &url, patience, put) => sent.map(|_| true),
     }
 }
 

@@ -178,18 +178,9 @@ async fn granted(ctx: &Context, ns: &str, uid: &str, a: &Admission) -> std::resu
     if a.env.is_empty() {
         return Ok(None);
     }
-    let values = super::secrets::granted_values(&ctx.client, ns, &a.env).await.map_err(|why| {
+    let values = super::secrets::sealable_values(&ctx.client, ns, &a.env).await.map_err(|why| {
         tracing::info!(ns, uid, %why, "a run granted variables starts cold: they cannot be handed to a warm pod");
     })?;
-    // What cannot be sealed (too large, a name a pod may not be given) is
-    // found before any pod is looked at.
-    crate::artifacts::sealed::check_vars(&values).map_err(|why| tracing::info!(ns, uid, %why, "a run granted variables starts cold"))?;
-    let size = serde_json::to_vec(&values).map(|v| v.len()).unwrap_or(usize::MAX);
-    if size > crate::artifacts::sealed::SEALED_ENV_MAX_BYTES {
-        let max = crate::artifacts::sealed::SEALED_ENV_MAX_BYTES;
-        tracing::info!(ns, uid, size, max, "a run granted variables starts cold: they are larger than a claim carries");
-        return Err(());
-    }
     Ok(Some(values))
 }
 
@@ -198,8 +189,8 @@ async fn granted(ctx: &Context, ns: &str, uid: &str, a: &Admission) -> std::resu
 pub async fn sealed_for(ctx: &Context, ns: &str, pod: &str, uid: &str, values: &[(String, String)]) -> Result<Option<SealedEnv>> {
     let warm = crate::controller::builders::warm::warm_uid_of(pod).ok_or(Error::Missing("a warm pod name"))?;
     let Some(key) = ctx.artifacts.claim_key(ns, &warm).await? else { return Ok(None) };
-    // The values were checked against every rule of a seal (`granted`);
-    // what is left to fail is the pod's key.
+    // The values passed every rule of a seal (`sealable_values`); what is
+    // left to fail is the pod's key.
     let sealed = crate::artifacts::sealed::seal(&key, uid, values).map_err(|e| Error::Warm(format!("sealing to warm pod {pod}: {e}")))?;
     Ok(Some(sealed))
 }
@@ -211,7 +202,7 @@ pub async fn env_again(ctx: &Context, ns: &str, pod: &str, uid: &str, a: &Admiss
     if a.env.is_empty() {
         return Ok(None);
     }
-    let values = super::secrets::granted_values(&ctx.client, ns, &a.env)
+    let values = super::secrets::sealable_values(&ctx.client, ns, &a.env)
         .await
         .map_err(|why| Error::Warm(format!("the claimed run's variables cannot be read again: {why}")))?;
     let sealed = sealed_for(ctx, ns, pod, uid, &values).await?;

@@ -45,3 +45,16 @@ pub async fn granted_values(client: &kube::Client, ns: &str, grants: &[(String, 
     }
     Ok(values)
 }
+
+/// [`granted_values`], and only if they can travel sealed in a claim
+/// ([`crate::artifacts::sealed::sealable`]): checked before any pod is
+/// looked at.
+pub async fn sealable_values(
+    client: &kube::Client,
+    ns: &str,
+    grants: &[(String, String, String)],
+) -> Result<Vec<(String, String)>, String> {
+    let values = granted_values(client, ns, grants).await?;
+    crate::artifacts::sealed::sealable(&values).map_err(|e| e.to_string())?;
+    Ok(values)
+}
