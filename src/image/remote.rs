@@ -491,21 +491,12 @@ fn check_status(r: &Reference, url: &str, resp: reqwest::Response) -> Result<req
     .into())
 }
 
-/// Only `sha256:<64 lowercase hex>` digests are accepted.
+/// Only `sha256:<64 lowercase hex>` digests are accepted ([`crate::oci::check_digest`]).
 pub fn check_digest(d: &str) -> Result<()> {
-    match d.strip_prefix("sha256:") {
-        Some(h) if h.len() == 64 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) => Ok(()),
-        _ => Err(OciError::UnsupportedDigest { digest: d.into() }.into()),
-    }
+    Ok(crate::oci::check_digest(d)?)
 }
 
-/// Parses `host[:port]/repo[:tag|@digest]`.
+/// Parses `host[:port]/repo[:tag|@digest]` ([`crate::oci::parse_ref`]).
 pub fn parse_ref(reference: &str) -> Result<Reference> {
-    let r: Reference = reference
-        .parse()
-        .map_err(|e: oci_client::ParseError| OciError::InvalidReference { reference: reference.into(), reason: e.to_string() })?;
-    if let Some(d) = r.digest() {
-        check_digest(d)?;
-    }
-    Ok(r)
+    Ok(crate::oci::parse_ref(reference)?)
 }

@@ -51,6 +51,7 @@ mod auth;
 mod blob_set;
 mod media;
 pub mod publish;
+pub mod reference;
 mod skill;
 mod tags;
 mod wire;
@@ -61,7 +62,7 @@ pub use media::*;
 pub use skill::*;
 pub use tags::{MAX_TAGS, TAGS_PAGE};
 use wire::*;
-pub(crate) use wire::{error_chain, map_oci_error, map_reqwest_error};
+pub(crate) use wire::{check_digest, error_chain, map_oci_error, map_reqwest_error, parse_ref};
 
 use std::collections::BTreeMap;
 use std::time::Duration;

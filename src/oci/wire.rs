@@ -217,10 +217,10 @@ pub(super) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, Pa
     }
 }
 
-pub(super) fn parse_ref(reference: &str) -> Result<Reference> {
-    let r: Reference = reference
-        .parse()
-        .map_err(|e: oci_client::ParseError| OciError::InvalidReference { reference: reference.into(), reason: e.to_string() })?;
+/// Parses `host[:port]/repo[:tag|@digest]`; a digest must be sha256.
+pub(crate) fn parse_ref(reference: &str) -> Result<Reference> {
+    let r: Reference =
+        crate::oci::reference::parse(reference).map_err(|reason| OciError::InvalidReference { reference: reference.into(), reason })?;
     if let Some(d) = r.digest() {
         check_digest(d)?;
     }
@@ -239,7 +239,8 @@ pub(super) fn parse_manifest(reference: &str, body: &[u8]) -> Result<AnyManifest
     Ok(m)
 }
 
-pub(super) fn check_digest(d: &str) -> Result<()> {
+/// Only `sha256:<64 lowercase hex>` digests are accepted.
+pub(crate) fn check_digest(d: &str) -> Result<()> {
     match d.strip_prefix("sha256:") {
         Some(h) if h.len() == 64 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) => Ok(()),
         _ => Err(OciError::UnsupportedDigest { digest: d.into() }),

@@ -96,44 +96,16 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
 
 /// A repository name under the distribution grammar.
 pub fn check_name(name: &str) -> Result<(), StoreError> {
-    let bad = || StoreError::NameInvalid(name.to_string());
-    if name.is_empty() || name.len() > 255 {
-        return Err(bad());
+    let ok = !name.is_empty() && name.len() <= 255 && name.split('/').all(crate::oci::reference::is_path_component);
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::NameInvalid(name.to_string()))
     }
-    for seg in name.split('/') {
-        let b = seg.as_bytes();
-        let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-        if b.is_empty() || !alnum(b[0]) || !alnum(b[b.len() - 1]) {
-            return Err(bad());
-        }
-        let mut i = 0;
-        while i < b.len() {
-            if alnum(b[i]) {
-                i += 1;
-                continue;
-            }
-            // A separator run: ".", "_", "__" or "-"+; never two kinds, never "..".
-            let start = i;
-            while i < b.len() && !alnum(b[i]) {
-                i += 1;
-            }
-            let sep = &seg[start..i];
-            let ok = sep == "." || sep == "_" || sep == "__" || sep.bytes().all(|c| c == b'-');
-            if !ok {
-                return Err(bad());
-            }
-        }
-    }
-    Ok(())
 }
 
 pub fn check_tag(tag: &str) -> Result<(), StoreError> {
-    let b = tag.as_bytes();
-    let ok = !b.is_empty()
-        && b.len() <= 128
-        && (b[0].is_ascii_alphanumeric() || b[0] == b'_')
-        && b.iter().all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-'));
-    if ok {
+    if crate::oci::reference::is_tag(tag) {
         Ok(())
     } else {
         Err(StoreError::TagInvalid(tag.to_string()))
