@@ -16,7 +16,9 @@
 //! `/tmp`, writable root and `/dev`) and with the new one (sized `/tmp` and
 //! `/dev/shm`, read-only root and `/dev`).
 //!
-//! Then what the audit trail adds to a run (`BENCH_PARTS=audit` runs only that).
+//! Then what the audit trail adds to a run (`BENCH_PARTS=audit` runs only
+//! that), and the spawn helper against the server forking itself, each
+//! unsandboxed and in bubblewrap (`BENCH_PARTS=helper` runs only that).
 //!
 //! `RUN_OVERHEAD_BASELINE_BIN=<path>` adds the same sandboxed and unsandboxed
 //! runs with another build (e.g. the commit before a change), measured in
@@ -273,6 +275,54 @@ fn baseline_cost(skills: &Path, uids: &[&str], runs: usize, baseline: &str) {
     }
 }
 
+/// The spawn helper against the server forking itself (`--spawn-helper
+/// false`, the named baseline), same build, unsandboxed and in bubblewrap
+/// with a cgroup per run: two servers side by side and a direct start of
+/// the same script, in turn, so a machine that gets busier or quieter
+/// weighs on all three alike. The overhead is each median minus the
+/// direct start's median from the same rounds.
+fn helper_cost(skills: &Path, uids: &[&str], runs: usize) {
+    let setups: [(&str, Vec<&str>); 2] = [
+        ("sandbox off", [&["--sandbox", "off"][..], uids].concat()),
+        ("bubblewrap, cgroup + sized mounts", vec!["--sandbox", "required", "--sandbox-backend", "bwrap", "--cgroup", "required"]),
+    ];
+    for (label, flags) in setups {
+        let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+        for d in &dirs {
+            std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let mut helper = Server::start(BIN, skills, dirs[0].path(), &flags);
+        let forking = [&flags[..], &["--spawn-helper", "false"][..]].concat();
+        let mut fork = Server::start(BIN, skills, dirs[1].path(), &forking);
+        for (script, program) in [("scripts/noop.py", "/usr/bin/python3"), ("scripts/noop.js", "/usr/bin/node")] {
+            let path = skills.join("noop").join(script);
+            let (mut t_helper, mut t_fork, mut t_direct) = (Vec::new(), Vec::new(), Vec::new());
+            for i in 0..(runs * 2 + 2) {
+                let direct_ms = direct(program, &[path.to_str().unwrap()], 1);
+                for (server, times) in [(&mut helper, &mut t_helper), (&mut fork, &mut t_fork)] {
+                    let (ms, job) = server.run(script);
+                    server.call("tools/call", &format!(r#"{{"name":"skill_job_delete","arguments":{{"job":"{job}"}}}}"#));
+                    if i >= 2 {
+                        times.push(ms);
+                    }
+                }
+                if i >= 2 {
+                    t_direct.push(direct_ms);
+                }
+            }
+            let (m_helper, m_fork, m_direct) = (median(t_helper), median(t_fork), median(t_direct));
+            println!(
+                "skill_run {script}, {label}, {} rounds: direct start {m_direct:.2} ms; spawn helper {m_helper:.2} ms (overhead {:.2} ms), server forking {m_fork:.2} ms (overhead {:.2} ms): {:+.2} ms, {:.3}x",
+                runs * 2,
+                m_helper - m_direct,
+                m_fork - m_direct,
+                m_helper - m_fork,
+                m_helper / m_fork
+            );
+        }
+    }
+}
+
 fn time_ms(runs: usize, mut f: impl FnMut()) -> f64 {
     let mut t = Vec::new();
     for _ in 0..runs {
@@ -326,6 +376,11 @@ fn main() {
         audit_cost(dir.path(), uids, runs);
         return;
     }
+    // `BENCH_PARTS=helper`: only the spawn helper against the server forking itself.
+    if std::env::var("BENCH_PARTS").is_ok_and(|p| p.trim() == "helper") {
+        helper_cost(dir.path(), uids, runs);
+        return;
+    }
     let baseline = std::env::var("RUN_OVERHEAD_BASELINE_BIN").ok();
     // `BENCH_PARTS=baseline`: only this build against the baseline build, unsandboxed.
     if std::env::var("BENCH_PARTS").is_ok_and(|p| p.trim() == "baseline") {
@@ -370,6 +425,7 @@ fn main() {
         sandboxed.push((label.clone(), node, python));
     }
     audit_cost(dir.path(), uids, runs);
+    helper_cost(dir.path(), uids, runs);
 
     // "Not asked for" runs first: from Linux 6.18 on, favordynmods stays on
     // once a server has asked for it, so only that order shows both on a

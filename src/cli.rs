@@ -55,6 +55,9 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
         args: Vec<std::ffi::OsString>,
     },
+    /// The small single-threaded process `serve` starts its scripts from (started by `serve`).
+    #[command(hide = true)]
+    SpawnHelper(crate::runner::spawn_helper::HelperArgs),
     /// Print the CustomResourceDefinitions (or write one file per CRD into --out).
     Crdgen {
         /// Write `<crd name>.yaml` files into this directory instead of printing.
@@ -91,6 +94,7 @@ impl Cli {
 pub fn run_single_threaded(cli: &Cli) -> Option<ExitCode> {
     match &cli.command {
         Command::SandboxExec { args } => Some(crate::runner::builtin::command(args.clone())),
+        Command::SpawnHelper(args) => Some(crate::runner::spawn_helper::main(args.fd)),
         _ => None,
     }
 }
@@ -113,6 +117,7 @@ pub async fn run(cli: Cli, shutdown: Shutdown) -> anyhow::Result<ExitCode> {
         Command::Crdgen { out } => crate::api::crdgen(out.as_deref())?,
         Command::Docs => crate::docs::print(),
         Command::SandboxExec { .. } => anyhow::bail!("sandbox-exec runs before the async runtime starts (cli::run_single_threaded)"),
+        Command::SpawnHelper(_) => anyhow::bail!("spawn-helper runs before the async runtime starts (cli::run_single_threaded)"),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -140,6 +145,7 @@ mod tests {
     fn only_the_servers_export_traces() {
         let service = |args: &[&str]| Cli::try_parse_from(["skill-operator"].iter().chain(args)).expect("parses").service_name();
         assert_eq!(service(&["sandbox-exec", "--", "/bin/true"]), None);
+        assert_eq!(service(&["spawn-helper", "--fd", "3"]), None);
         assert_eq!(service(&["crdgen"]), None);
         assert_eq!(service(&["docs"]), None);
         assert_eq!(service(&["serve"]), Some("skill-operator-serve"));

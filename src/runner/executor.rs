@@ -50,6 +50,7 @@ impl LocalOptions {
                 cgroup_favor_dynmods: true,
                 egress: EgressOptions::default(),
                 self_exe: None,
+                spawn_helper: true,
                 data_dir,
             },
             limits: JobLimits::default(),

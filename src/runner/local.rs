@@ -53,6 +53,7 @@ use super::process::{check_accessible, execute, ExecError, ExecOutcome, ExecSpec
 use super::sandbox::{detect_bwrap, Launcher, SandboxSpec};
 use super::sandbox_probe::{builtin_self_test, bwrap_self_test};
 use super::script::{fd_path, open_beneath, ScriptError};
+use super::spawn_helper::SpawnHelper;
 use super::tmpfs::RunTmpfs;
 use super::uids::{UidLease, UidPool, UidRange};
 use super::watch::{Finding, Watch};
@@ -201,6 +202,9 @@ pub struct RunnerOptions {
     /// This binary, bound into sandboxes that need the forwarder (default:
     /// the running executable when it is `skill-operator`).
     pub self_exe: Option<PathBuf>,
+    /// Start scripts from the pre-forked spawn helper ([`super::spawn_helper`])
+    /// rather than by forking the server.
+    pub spawn_helper: bool,
     /// Where the proxy's per-run sockets live.
     pub data_dir: PathBuf,
 }
@@ -228,6 +232,8 @@ pub struct LocalRunner {
     egress_allow: Vec<ipnet::IpNet>,
     /// This binary, open for `--ro-bind-fd` (O_PATH).
     self_exe: Result<Arc<OwnedFd>, String>,
+    /// Where scripts are forked from, when not this process.
+    spawner: Option<Arc<SpawnHelper>>,
     is_root: bool,
     permits: Arc<Semaphore>,
     max_concurrent: usize,
@@ -368,6 +374,14 @@ impl LocalRunner {
             Some(_) => LocalEgress::new(&o.data_dir, &o.egress).map_err(|e| e.to_string()),
             None => Err("no sandbox".into()),
         };
+        let spawner = match (&self_exe, o.spawn_helper) {
+            (Ok(exe), true) => SpawnHelper::start(exe.clone()).map_err(|err| tracing::warn!(%err, "no spawn helper")).ok(),
+            (Err(why), true) => {
+                tracing::debug!(%why, "no spawn helper without this binary; runs fork the server");
+                None
+            }
+            (_, false) => None,
+        };
         LocalRunner {
             mode: o.sandbox,
             sandbox,
@@ -380,6 +394,7 @@ impl LocalRunner {
             egress,
             egress_allow: o.egress.allow_cidrs.clone(),
             self_exe,
+            spawner,
             is_root,
             permits: Arc::new(Semaphore::new(max_concurrent)),
             max_concurrent,
@@ -694,6 +709,7 @@ impl LocalRunner {
         let stop_watch = Shutdown::new();
         let watcher = watch.clone().spawn(tx, stop_watch.clone());
 
+        spec.spawner = self.spawner.clone();
         let executed = execute(spec).await;
 
         stop_watch.trigger();

@@ -1,6 +1,7 @@
 //! Runners: backends that carry out a run the fence has decided
 //! ([`crate::core::fence`]); a runner only starts processes.
 //!
+//! - [`child`]: the forked child's set-up, shared by the direct spawn and the spawn helper.
 //! - [`process`]: the local process executor (process group, timeout, caps, uid drop, rlimits).
 //! - [`sandbox`]: bubblewrap wrapping for the local executor; [`builtin`]: the same sandbox built by this binary (`sandbox-exec`) where bubblewrap is missing.
 //! - [`local`]: the local backend (interpreters, sandbox probe, run slots, run directories).
@@ -11,9 +12,11 @@
 //! - [`egress`]: the in-process egress proxy and a run's socket; [`init`]: `sandbox-init`, the forwarder inside the sandbox.
 //! - [`uids`]: the pool of dedicated uids for runs.
 //! - [`script`]: the declared script opened once, beneath the skill (unsandboxed runs execute that descriptor).
+//! - [`spawn_helper`]: the small pre-forked process `serve` starts its scripts from.
 
 pub mod builtin;
 pub mod cgroup;
+pub mod child;
 pub mod egress;
 pub mod executor;
 pub mod init;
@@ -23,6 +26,7 @@ pub mod process;
 pub mod sandbox;
 pub mod sandbox_probe;
 pub mod script;
+pub mod spawn_helper;
 pub mod tmpfs;
 pub mod uids;
 pub mod watch;

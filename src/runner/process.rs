@@ -127,7 +127,9 @@ use tokio::task::JoinHandle;
 use tokio::time::{timeout_at, Instant};
 use tracing::{debug, warn};
 
+use super::child::{child_setup, ChildLimits, ChildPlan, Launch, Rlimit};
 use super::sandbox::{bwrap_args, Inside, SandboxPathError, SandboxSpec};
+use super::spawn_helper::{HelperChild, SpawnHelper};
 use crate::api::outcome::{LimitHit, RunOutcome};
 use crate::core::limits;
 use crate::shutdown::Shutdown;
@@ -224,6 +226,8 @@ pub struct ExecSpec {
     /// Stops the run when it carries a limit: SIGKILL to the whole group at
     /// once, and the outcome names the limit (the run's watcher sends it).
     pub stop: Option<tokio::sync::watch::Receiver<Option<LimitHit>>>,
+    /// Start it through this helper rather than by forking this process.
+    pub spawner: Option<Arc<SpawnHelper>>,
 }
 
 impl std::fmt::Debug for ExecSpec {
@@ -244,6 +248,7 @@ impl std::fmt::Debug for ExecSpec {
             .field("cgroup_procs", &self.cgroup_procs.iter().map(|f| f.as_raw_fd()).collect::<Vec<_>>())
             .field("keep_fds", &self.keep_fds.iter().map(|f| f.as_raw_fd()).collect::<Vec<_>>())
             .field("stoppable", &self.stop.is_some())
+            .field("spawn_helper", &self.spawner.is_some())
             .finish()
     }
 }
@@ -273,6 +278,7 @@ impl ExecSpec {
             cgroup_procs: Vec::new(),
             keep_fds: Vec::new(),
             stop: None,
+            spawner: None,
         }
     }
 
@@ -565,132 +571,28 @@ fn validate(spec: &ExecSpec) -> Result<(), ExecError> {
     Ok(())
 }
 
-/// rlimits computed in the parent so the child does no allocation.
-#[derive(Clone, Copy)]
-struct ChildLimits {
-    data: Option<libc::rlimit>,
-    addr: Option<libc::rlimit>,
-    nproc: Option<libc::rlimit>,
-    fsize: Option<libc::rlimit>,
-    cpu: Option<libc::rlimit>,
-    nofile: Option<libc::rlimit>,
-}
-
-fn rl(v: u64) -> libc::rlimit {
-    libc::rlimit { rlim_cur: v as libc::rlim_t, rlim_max: v as libc::rlim_t }
-}
-
-impl ChildLimits {
-    fn from(l: &ResourceLimits) -> Self {
-        ChildLimits {
-            data: l.data_bytes.map(rl),
-            addr: l.address_space_bytes.map(rl),
-            nproc: l.nproc.map(rl),
-            fsize: l.fsize_bytes.map(rl),
-            cpu: l.cpu_seconds.map(|s| libc::rlimit { rlim_cur: s as libc::rlim_t, rlim_max: s.saturating_add(1) as libc::rlim_t }),
-            nofile: l.nofile.map(rl),
-        }
+/// The rlimits of `l`, computed in the parent so the child does no allocation.
+fn child_limits(l: &ResourceLimits) -> ChildLimits {
+    ChildLimits {
+        data: l.data_bytes.map(Rlimit::both),
+        addr: l.address_space_bytes.map(Rlimit::both),
+        nproc: l.nproc.map(Rlimit::both),
+        fsize: l.fsize_bytes.map(Rlimit::both),
+        cpu: l.cpu_seconds.map(|s| Rlimit { cur: s, max: s.saturating_add(1) }),
+        nofile: l.nofile.map(Rlimit::both),
     }
 }
 
-/// Everything the forked child needs, computed before the fork (no
-/// allocation happens after it).
-struct ChildPlan {
-    limits: ChildLimits,
-    /// `cgroup.procs` descriptors to write `0` into.
-    cgroups: Vec<RawFd>,
-    /// Descriptors to keep across exec.
-    keep: Vec<RawFd>,
-    /// `(uid, gid)` to switch to, after joining the cgroups.
-    switch: Option<(u32, u32)>,
-    /// The server is root: clear supplementary groups on a switch.
-    clear_groups: bool,
-}
-
-/// Runs in the forked child between fork and exec, after std has applied
-/// chdir and setpgid. Async-signal-safe calls only; no allocation, no
-/// locks. The order matters: the cgroups are joined while the child still
-/// has the server's privileges (the run's `cgroup.procs` belong to the
-/// server), then the uid is dropped, then the limits that count per uid
-/// are set.
-fn child_setup(p: &ChildPlan) -> io::Result<()> {
-    // SAFETY: each call is async-signal-safe and takes only plain values / pointers to
-    // values owned by this stack frame or by `p`, which outlives the fork.
-    unsafe {
-        for sig in 1..32 {
-            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                libc::signal(sig, libc::SIG_DFL);
-            }
-        }
-        for fd in &p.cgroups {
-            if libc::write(*fd, b"0".as_ptr().cast(), 1) != 1 {
-                return Err(io::Error::last_os_error());
-            }
-        }
-        if let Some((uid, gid)) = p.switch {
-            if p.clear_groups && libc::setgroups(0, std::ptr::null()) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::setgid(gid) != 0 || libc::setuid(uid) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
-        let l = &p.limits;
-        macro_rules! set {
-            ($res:expr, $v:expr) => {
-                if let Some(v) = $v {
-                    if libc::setrlimit($res, &v) != 0 {
-                        return Err(io::Error::last_os_error());
-                    }
-                }
-            };
-        }
-        set!(libc::RLIMIT_CORE, Some(rl(0)));
-        set!(libc::RLIMIT_DATA, l.data);
-        set!(libc::RLIMIT_AS, l.addr);
-        set!(libc::RLIMIT_NPROC, l.nproc);
-        set!(libc::RLIMIT_FSIZE, l.fsize);
-        set!(libc::RLIMIT_CPU, l.cpu);
-        set!(libc::RLIMIT_NOFILE, l.nofile);
-        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // Mark every fd >= 3 close-on-exec (fds the server inherited without
-        // O_CLOEXEC). CLOEXEC rather than close: std's own exec-error pipe must stay
-        // open until exec. Best effort on kernels < 5.11.
-        const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
-        libc::syscall(libc::SYS_close_range, 3 as libc::c_uint, libc::c_uint::MAX, CLOSE_RANGE_CLOEXEC);
-        // Then exactly the descriptors the program is meant to have.
-        for fd in &p.keep {
-            if libc::fcntl(*fd, libc::F_SETFD, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
-    }
-    Ok(())
-}
-
-fn build_command(spec: &ExecSpec, sandbox: Option<&SandboxSpec>, ident: &Identity) -> Result<Command, ExecError> {
-    let mut cmd = match sandbox {
-        None => {
-            let mut c = Command::new(&spec.program);
-            c.args(&spec.args).current_dir(&spec.cwd);
-            c
-        }
+fn launch_of(spec: &ExecSpec, sandbox: Option<&SandboxSpec>, ident: &Identity) -> Result<Launch, ExecError> {
+    let (program, args, cwd) = match sandbox {
+        None => (spec.program.clone(), spec.args.clone(), spec.cwd.clone()),
         Some(sb) => {
             let (program, first) = sb.launcher.program();
-            let mut c = Command::new(program);
-            c.args(first).args(bwrap_args(sb, &spec.inside())?).current_dir("/");
-            c
+            let mut args: Vec<OsString> = first.into_iter().map(OsString::from).collect();
+            args.extend(bwrap_args(sb, &spec.inside())?);
+            (program, args, PathBuf::from("/"))
         }
     };
-    cmd.env_clear();
-    for (k, v) in &spec.env {
-        cmd.env(k, v);
-    }
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    cmd.process_group(0);
-    cmd.kill_on_drop(true);
     // SAFETY: trivial getter.
     let clear_groups = unsafe { libc::geteuid() } == 0;
     let mut keep: Vec<RawFd> = spec.keep_fds.iter().map(|f| f.as_raw_fd()).collect();
@@ -701,18 +603,84 @@ fn build_command(spec: &ExecSpec, sandbox: Option<&SandboxSpec>, ident: &Identit
         keep.push(*fd);
     }
     let plan = ChildPlan {
-        limits: ChildLimits::from(&spec.limits),
+        limits: child_limits(&spec.limits),
         cgroups: spec.cgroup_procs.iter().map(|f| f.as_raw_fd()).collect(),
         keep,
         switch: ident.switch,
         clear_groups,
     };
+    Ok(Launch { program, args, env: spec.env.clone(), cwd, plan })
+}
+
+/// The direct spawn: a fork of this process.
+fn command(launch: Launch) -> Command {
+    let mut cmd = Command::new(&launch.program);
+    cmd.args(&launch.args).current_dir(&launch.cwd);
+    cmd.env_clear();
+    for (k, v) in &launch.env {
+        cmd.env(k, v);
+    }
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.process_group(0);
+    cmd.kill_on_drop(true);
+    let plan = launch.plan;
     // SAFETY: child_setup only performs async-signal-safe syscalls on data
     // computed before the fork.
     unsafe {
         cmd.pre_exec(move || child_setup(&plan));
     }
-    Ok(cmd)
+    cmd
+}
+
+/// A started process's stdout or stderr, whichever way it was started.
+type Stream = Box<dyn AsyncRead + Send + Unpin>;
+
+/// The started process: forked by this process, or by the spawn helper
+/// (a child of this process all the same, see [`super::spawn_helper`]).
+enum Started {
+    Direct { child: Child, pidfd: Option<AsyncFd<OwnedFd>> },
+    Helper(HelperChild),
+}
+
+impl Started {
+    fn pid(&self) -> libc::pid_t {
+        match self {
+            Started::Direct { child, .. } => child.id().map(|p| p as libc::pid_t).unwrap_or(0),
+            Started::Helper(child) => child.id(),
+        }
+    }
+
+    fn pidfd(&self) -> Option<&AsyncFd<OwnedFd>> {
+        match self {
+            Started::Direct { pidfd, .. } => pidfd.as_ref(),
+            Started::Helper(child) => child.pidfd(),
+        }
+    }
+
+    async fn wait(&mut self) -> io::Result<ExitStatus> {
+        match self {
+            Started::Direct { child, .. } => child.wait().await,
+            Started::Helper(child) => child.wait().await,
+        }
+    }
+
+    /// Start `launch`: through the helper when there is one that works
+    /// here, else by forking this process.
+    fn spawn(launch: Launch, helper: Option<&SpawnHelper>) -> io::Result<(Started, [Option<Stream>; 2])> {
+        if let Some(helper) = helper {
+            if let Some(mut child) = helper.spawn(&launch)? {
+                let streams: [Option<Stream>; 2] =
+                    [child.stdout.take().map(|s| Box::new(s) as Stream), child.stderr.take().map(|s| Box::new(s) as Stream)];
+                return Ok((Started::Helper(child), streams));
+            }
+        }
+        let mut child = command(launch).spawn()?;
+        let pid = child.id().map(|p| p as libc::pid_t).unwrap_or(0);
+        let pidfd = if pid > 0 { pidfd_open(pid) } else { None };
+        let streams: [Option<Stream>; 2] =
+            [child.stdout.take().map(|s| Box::new(s) as Stream), child.stderr.take().map(|s| Box::new(s) as Stream)];
+        Ok((Started::Direct { child, pidfd }, streams))
+    }
 }
 
 #[derive(Default)]
@@ -805,8 +773,8 @@ fn pidfd_open(pid: libc::pid_t) -> Option<AsyncFd<OwnedFd>> {
 
 /// Wait until the leader has exited or `deadline`. With a pidfd the leader is left a
 /// zombie (unreaped) so its pgid stays reserved for the group kill that follows.
-async fn exited_by(child: &mut Child, pidfd: Option<&AsyncFd<OwnedFd>>, deadline: Instant) -> Result<bool, ExecError> {
-    if let Some(fd) = pidfd {
+async fn exited_by(child: &mut Started, deadline: Instant) -> Result<bool, ExecError> {
+    if let Some(fd) = child.pidfd() {
         match timeout_at(deadline, fd.readable()).await {
             Ok(Ok(_ready)) => return Ok(true),
             Ok(Err(e)) => debug!(error = %e, "pidfd poll failed; falling back to waitpid"),
@@ -862,13 +830,8 @@ impl Stops<'_> {
 }
 
 /// [`exited_by`], or stop early when a cancellation or a limit fires.
-async fn wait_or_stop(
-    child: &mut Child,
-    pidfd: Option<&AsyncFd<OwnedFd>>,
-    deadline: Instant,
-    stops: &mut Stops<'_>,
-) -> Result<Waited, ExecError> {
-    let waited = async { Ok(if exited_by(child, pidfd, deadline).await? { Waited::Exited } else { Waited::Deadline }) };
+async fn wait_or_stop(child: &mut Started, deadline: Instant, stops: &mut Stops<'_>) -> Result<Waited, ExecError> {
+    let waited = async { Ok(if exited_by(child, deadline).await? { Waited::Exited } else { Waited::Deadline }) };
     tokio::select! {
         biased;
         stop = stops.fired() => Ok(stop),
@@ -937,7 +900,7 @@ pub async fn execute(spec: ExecSpec) -> Result<ExecOutcome, ExecError> {
         }
         None => None,
     };
-    let mut cmd = build_command(&spec, sandbox.as_ref(), &ident)?;
+    let launch = launch_of(&spec, sandbox.as_ref(), &ident)?;
     if let Some((uid, gid)) = ident.switch {
         match &spec.sandbox {
             None => {
@@ -963,25 +926,25 @@ pub async fn execute(spec: ExecSpec) -> Result<ExecOutcome, ExecError> {
 
     let spawned_program = spec.sandbox.as_ref().map(|s| s.launcher.program().0).unwrap_or_else(|| spec.program.clone());
     let spawn_start = std::time::Instant::now();
-    let spawned = cmd.spawn();
-    // fork + the child's set-up + exec (std's spawn returns once exec has succeeded).
+    let spawned = Started::spawn(launch, spec.spawner.as_deref());
+    // fork + the child's set-up + exec (both ways return once exec has succeeded).
     let spawn_us = spawn_start.elapsed().as_micros() as u64;
     // Our copy of the write end: bubblewrap holds its own now.
     drop(status_write);
-    let mut child = spawned.map_err(|source| ExecError::Spawn { program: spawned_program, source })?;
+    let (mut child, [stdout, stderr]) = spawned.map_err(|source| ExecError::Spawn { program: spawned_program, source })?;
     let status_reader = status_read.map(|read| AbortOnDropT(tokio::spawn(read_status(read))));
-    let pid = child.id().map(|p| p as libc::pid_t).unwrap_or(0);
+    let pid = child.pid();
     let mut guard = GroupGuard { pgid: pid, armed: true };
-    let pidfd = if pid > 0 { pidfd_open(pid) } else { None };
-    debug!(pid, uid = ident.uid, program = %spec.program.display(), sandbox = spec.sandbox.is_some(), spawn_us, "script started");
+    let helper = matches!(child, Started::Helper(_));
+    debug!(pid, uid = ident.uid, program = %spec.program.display(), sandbox = spec.sandbox.is_some(), helper, spawn_us, "script started");
 
     let out_cap = Arc::new(Mutex::new(Capture::default()));
     let err_cap = Arc::new(Mutex::new(Capture::default()));
     let mut readers: Vec<AbortOnDrop> = Vec::with_capacity(2);
-    if let Some(s) = child.stdout.take() {
+    if let Some(s) = stdout {
         readers.push(AbortOnDrop(tokio::spawn(pump(s, out_cap.clone(), spec.stream_cap))));
     }
-    if let Some(s) = child.stderr.take() {
+    if let Some(s) = stderr {
         readers.push(AbortOnDrop(tokio::spawn(pump(s, err_cap.clone(), spec.stream_cap))));
     }
 
@@ -989,7 +952,7 @@ pub async fn execute(spec: ExecSpec) -> Result<ExecOutcome, ExecError> {
     let mut cancelled = false;
     let mut limit: Option<LimitHit> = None;
     let mut stops = Stops { cancel: spec.cancel.as_ref(), limit: spec.stop.clone() };
-    let mut exited = match wait_or_stop(&mut child, pidfd.as_ref(), term_at, &mut stops).await? {
+    let mut exited = match wait_or_stop(&mut child, term_at, &mut stops).await? {
         Waited::Exited => true,
         Waited::Cancelled => {
             cancelled = true;
@@ -1003,7 +966,7 @@ pub async fn execute(spec: ExecSpec) -> Result<ExecOutcome, ExecError> {
             timed_out = true;
             debug!(pid, "timeout: SIGTERM to the process group");
             signal_group(pid, libc::SIGTERM);
-            match wait_or_stop(&mut child, pidfd.as_ref(), kill_at, &mut stops).await? {
+            match wait_or_stop(&mut child, kill_at, &mut stops).await? {
                 Waited::Exited => true,
                 Waited::Cancelled => {
                     cancelled = true;
@@ -1020,7 +983,7 @@ pub async fn execute(spec: ExecSpec) -> Result<ExecOutcome, ExecError> {
     if !exited {
         debug!(pid, cancelled, ?limit, "SIGKILL to the process group");
         signal_group(pid, libc::SIGKILL);
-        exited = exited_by(&mut child, pidfd.as_ref(), hard_at).await?;
+        exited = exited_by(&mut child, hard_at).await?;
     }
     // Leader exited (zombie, pgid still reserved) or we are at the hard deadline:
     // nothing of this run may keep going in its group.

@@ -91,6 +91,11 @@ pub struct ServeArgs {
     /// Linux 6.18 on keeps it until reboot; `false` leaves the host as it is.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub cgroup_favor_dynmods: bool,
+    /// Start scripts from a small single-threaded helper process started with the server, instead
+    /// of forking the multi-threaded server for each (docs/security.md#the-spawn-helper).
+    /// `false` forks the server, as it also does where the kernel refuses the helper.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub spawn_helper: bool,
     /// Addresses the egress proxy may dial although they are loopback, private or link-local
     /// (repeatable, e.g. 10.1.2.0/24): every skill declaring a host that resolves there can reach it.
     /// Never list this server's own address.
@@ -200,6 +205,7 @@ async fn state_and_rescan(args: &ServeArgs) -> anyhow::Result<(ServerState, watc
         options.runner.cgroup = args.cgroup;
         options.runner.cgroup_parent = args.cgroup_parent.clone();
         options.runner.cgroup_favor_dynmods = args.cgroup_favor_dynmods;
+        options.runner.spawn_helper = args.spawn_helper;
         options.runner.egress.allow_cidrs = args.egress_allow_cidrs.clone();
         options.runner.egress.audit = audit.clone();
         options.limits = JobLimits { durable: args.durable_jobs, ..JobLimits::default() };
