@@ -62,6 +62,20 @@ fn status_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// A controller's idle RSS, median of ten samples 5 s after it is ready,
+/// and its anon and file parts (MiB): the binary's own pages are the file part.
+async fn idle_rss(pid: u32) -> (f64, f64, f64) {
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut idle: Vec<u64> = Vec::new();
+    for _ in 0..10 {
+        idle.push(rss_kib(pid));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    idle.sort();
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    (mib(idle[idle.len() / 2]), mib(status_kib(pid, "RssAnon")), mib(status_kib(pid, "RssFile")))
+}
+
 fn rss_kib(pid: u32) -> u64 {
     status_kib(pid, "VmRSS")
 }
@@ -155,22 +169,19 @@ async fn main() {
     let client = stack.client.clone();
     let metrics_port = stack::free_port();
     let spawn_controller = || stack.controller(metrics_port, &[], "bench-controller");
+
+    // Idle: caches synced, one package and one binding, nothing to do. The
+    // baseline first: a controller that keeps its start-up code mapped
+    // (`--release-startup-code false`), then the default one, same state.
+    let baseline = stack.controller(metrics_port, &["--release-startup-code", "false"], "bench-controller");
+    stack::wait_http(&format!("http://127.0.0.1:{metrics_port}/readyz")).await;
+    stack.bind_csv_stats(NS).await;
+    let (kept_mib, kept_anon, kept_file) = idle_rss(baseline.0.id()).await;
+    drop(baseline);
     let controller = spawn_controller();
     let pid = controller.0.id();
     stack::wait_http(&format!("http://127.0.0.1:{metrics_port}/readyz")).await;
-    stack.bind_csv_stats(NS).await;
-
-    // Idle: caches synced, one package and one binding, nothing to do.
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let mut idle: Vec<u64> = Vec::new();
-    for _ in 0..10 {
-        idle.push(rss_kib(pid));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    idle.sort();
-    let idle_mib = idle[idle.len() / 2] as f64 / 1024.0;
-    // What the idle RSS is made of: the binary's own pages (file) and the heap (anon).
-    let (idle_anon, idle_file) = (status_kib(pid, "RssAnon") as f64 / 1024.0, status_kib(pid, "RssFile") as f64 / 1024.0);
+    let (idle_mib, idle_anon, idle_file) = idle_rss(pid).await;
 
     // A warm pool of `WARM_POOL` (default 10) pods for the one package:
     // what its pods in the cache and the pool's bookkeeping cost the
@@ -408,5 +419,9 @@ async fn main() {
     );
     println!(
         "  controller RSS: idle {idle_mib:.1} MiB (anon {idle_anon:.1}, file {idle_file:.1}; goal <= 25), peak on the backlog {peak_mib:.1} MiB, VmHWM {hwm_mib:.1} MiB (goal <= 100)"
+    );
+    println!(
+        "  idle RSS with start-up code kept mapped (--release-startup-code false): {kept_mib:.1} MiB (anon {kept_anon:.1}, file {kept_file:.1}); released / kept {:.3}x",
+        idle_mib / kept_mib
     );
 }

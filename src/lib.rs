@@ -22,6 +22,7 @@ pub mod egress;
 pub mod gated;
 pub mod gateway;
 pub mod mcp;
+pub mod memory;
 pub mod samples;
 pub mod serve;
 pub mod shutdown;

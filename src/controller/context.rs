@@ -109,6 +109,8 @@ pub struct OperatorConfig {
     /// Warm run pods a namespace may hold across its bindings' pools, unless
     /// its `skill-operator.dev/warm-pods` annotation says otherwise.
     pub warm_budget: u32,
+    /// Drop the mappings of the code only start-up ran once the caches are in sync ([`crate::memory`]).
+    pub release_startup_code: bool,
 }
 
 /// Where runs reach the egress proxy.

@@ -56,6 +56,7 @@ fn context_with(artifacts: Arc<dyn super::context::ArtifactStore>) -> (Arc<Conte
         network_policy: Default::default(),
         leader_election: None,
         warm_budget: crate::core::limits::WARM_NAMESPACE_DEFAULT_BUDGET,
+        release_startup_code: false,
     };
     (Arc::new(Context::new(client, Arc::new(Metrics::default()), config, Arc::new(NoPackages), artifacts)), handle)
 }

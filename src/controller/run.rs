@@ -106,6 +106,10 @@ pub struct ControllerArgs {
     /// SkillJob reconciles at once (0: no limit).
     #[arg(long, default_value_t = 32)]
     pub reconcile_concurrency: u16,
+    /// Once the caches are in sync, drop the mappings of the binary's code that only start-up ran
+    /// (most of the idle controller's resident set; docs/benchmarks.md#code-only-start-up-ran).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub release_startup_code: bool,
     /// Warm run pods a namespace may hold across its bindings' pools (SkillBinding `spec.warm`), unless the Namespace's `skill-operator.dev/warm-pods` annotation says otherwise. 0: none.
     #[arg(long, default_value_t = crate::core::limits::WARM_NAMESPACE_DEFAULT_BUDGET)]
     pub warm_pods_per_namespace: u32,
@@ -426,6 +430,7 @@ pub async fn command(args: ControllerArgs, shutdown: crate::shutdown::Shutdown) 
         network_policy: args.egress.network_policy,
         leader_election,
         warm_budget: args.warm_pods_per_namespace,
+        release_startup_code: args.release_startup_code,
     };
     // Every SkillJob pulls its pinned package: keep up to 64 MiB of them.
     // SkillPackages may name the artifact endpoint's built-in store (the chart's samples do).
@@ -600,7 +605,7 @@ pub async fn run_elected(
     let children = watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"));
     let (job_store, job_writer) = reflector::store::<Job>();
     let (policy_store, policy_writer) = reflector::store::<NetworkPolicy>();
-    ctx.lookups.set_child_stores(job_store, policy_store);
+    ctx.lookups.set_child_stores(job_store.clone(), policy_store);
     let job_events = reflector(job_writer, watcher(Api::<Job>::all(client.clone()), children.clone()).modify(slim_job))
         .default_backoff()
         .touched_objects();
@@ -614,7 +619,7 @@ pub async fn run_elected(
     // of the Job's completion, and a run with egress records its address
     // before the script starts.
     let (pod_store, pod_writer) = reflector::store::<Pod>();
-    ctx.lookups.set_pod_store(pod_store);
+    ctx.lookups.set_pod_store(pod_store.clone());
     let run_pods = reflector(
         pod_writer,
         watcher(Api::<Pod>::all(client.clone()), watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}")))
@@ -669,6 +674,30 @@ pub async fn run_elected(
         }),
     )
     .applied_objects();
+    let startup_over = {
+        let (skilljobs, jobs, pods) = (skilljob_store.clone(), job_store, pod_store);
+        let enabled = ctx.config.release_startup_code;
+        async move {
+            if !enabled {
+                return;
+            }
+            // Start-up is over when the biggest caches have their first lists.
+            if skilljobs.wait_until_ready().await.is_err()
+                || jobs.wait_until_ready().await.is_err()
+                || pods.wait_until_ready().await.is_err()
+            {
+                return;
+            }
+            match crate::memory::release_startup_code() {
+                Ok(released) => tracing::info!(
+                    mappings = released.mappings,
+                    resident_bytes = released.resident_bytes,
+                    "released the mappings of start-up code"
+                ),
+                Err(error) => tracing::warn!(%error, "could not release the mappings of start-up code; the controller runs on as it is"),
+            }
+        }
+    };
     let jobs = Controller::for_stream(skilljob_events, skilljob_store)
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.config.reconcile_concurrency))
         .owns_stream(job_events)
@@ -735,7 +764,7 @@ pub async fn run_elected(
     let listener = crate::listener::bind(listen)?;
     tracing::info!(%listen, "metrics and health endpoints up");
     let server = serve_web(listener, ctx.metrics.clone(), bounds, shutdown.wait_owned());
-    let everything = async { tokio::join!(packages, bindings, jobs, repairs, sweeps, pools, cilium, sources, server) };
+    let everything = async { tokio::join!(packages, bindings, jobs, repairs, sweeps, pools, cilium, sources, startup_over, server) };
     // Only a lost lease sends: with no election, or a stopped one, this waits forever.
     let lost = async {
         match lost.await {
@@ -744,7 +773,7 @@ pub async fn run_elected(
         }
     };
     let served = tokio::select! {
-        (_, _, _, _, _, _, _, _, served) = everything => served,
+        (_, _, _, _, _, _, _, _, _, served) = everything => served,
         err = lost => {
             // Dropping the controllers cancels every reconcile in flight;
             // the caller exits (the pod restarts as a standby).

@@ -330,6 +330,7 @@ impl Stack {
             network_policy: Default::default(),
             leader_election: None,
             warm_budget: skill_operator::core::limits::WARM_NAMESPACE_DEFAULT_BUDGET,
+            release_startup_code: false,
         };
         let artifacts = Arc::new(HttpArtifacts::new(&endpoint, &key));
         let resolver =

@@ -286,6 +286,7 @@ pub(crate) fn operator_config() -> OperatorConfig {
         network_policy: Default::default(),
         leader_election: None,
         warm_budget: skill_operator::core::limits::WARM_NAMESPACE_DEFAULT_BUDGET,
+        release_startup_code: false,
     }
 }
 
