@@ -28,6 +28,7 @@ use skill_operator::api::{SkillJob, SkillPackage};
 use skill_operator::artifacts::operator::{ArtifactStore, HttpArtifacts};
 use skill_operator::artifacts::NamespacePackage;
 use skill_operator::controller::builders::job::ANNOTATION_PACKAGE_DIGEST;
+use skill_operator::controller::builders::{LABEL_MANAGED_BY, MANAGED_BY};
 use skill_operator::controller::context::Context;
 use skill_operator::controller::metrics::Metrics;
 use skill_operator::controller::staged;
@@ -120,4 +121,43 @@ async fn a_package_is_staged_once_per_namespace_and_swept_once_no_job_names_it()
     // Gone for good: the next sweep has nothing of it to delete.
     let (gone, _) = staged::sweep(&ctx, &unnamed).await.unwrap();
     assert_eq!(gone, 0);
+}
+
+/// The sweep reads Jobs a page at a time: every page counts, and only Jobs
+/// of the operator that name a digest do. A sweep that stopped at its first
+/// page would miss the runs on the others and delete the copies they fetch.
+#[tokio::test]
+async fn the_sweep_reads_every_page_of_jobs() {
+    let Some(assets) = harness::assets() else {
+        skill_operator::gated::skip("envtest_staged paging", "KUBEBUILDER_ASSETS is not set to a folder with etcd and kube-apiserver");
+        return;
+    };
+    let env = harness::Envtest::start(&assets).await;
+    let client = env.client.clone();
+    let managed = format!("{LABEL_MANAGED_BY}={MANAGED_BY}");
+    let job = |name: String, labels: serde_json::Value, annotations: serde_json::Value| {
+        json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": { "name": name, "labels": labels, "annotations": annotations },
+            "spec": { "template": { "spec": { "restartPolicy": "Never", "containers": [{ "name": "run", "image": "registry.local/run:1" }] } } }
+        })
+    };
+    let mut expected = BTreeSet::new();
+    for ns in ["paged-a", "paged-b"] {
+        harness::create_namespace(&client, ns, false).await;
+        let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
+        for i in 0..4 {
+            let digest = format!("sha256:{ns}-{i}");
+            let labels = json!({ LABEL_MANAGED_BY: MANAGED_BY });
+            harness::create::<Job>(&jobs, job(format!("run-{i}"), labels, json!({ ANNOTATION_PACKAGE_DIGEST: digest }))).await;
+            expected.insert((ns.to_string(), digest));
+        }
+        // Someone else's Job naming a digest, and one of ours naming none.
+        harness::create::<Job>(&jobs, job("theirs".into(), json!({}), json!({ ANNOTATION_PACKAGE_DIGEST: "sha256:theirs" }))).await;
+        harness::create::<Job>(&jobs, job("bare".into(), json!({ LABEL_MANAGED_BY: MANAGED_BY }), json!({}))).await;
+    }
+    // 10 of ours in pages of 3: four pages, the last one short.
+    let paged = staged::named_by::<Job>(&client, &managed, 3).await.unwrap();
+    assert_eq!(paged, expected, "a page of Jobs was missed or a Job not ours counted");
+    assert_eq!(staged::named_by::<Job>(&client, &managed, staged::LIST_PAGE).await.unwrap(), expected);
 }

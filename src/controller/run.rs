@@ -602,7 +602,7 @@ pub async fn run_elected(
 
     // The children are watched once, by label, into stores the SkillJob
     // reconciler reads instead of asking the API server each time.
-    let children = watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"));
+    let children = watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}")).page_size(CHILD_LIST_PAGE);
     let (job_store, job_writer) = reflector::store::<Job>();
     let (policy_store, policy_writer) = reflector::store::<NetworkPolicy>();
     ctx.lookups.set_child_stores(job_store.clone(), policy_store);
@@ -622,8 +622,11 @@ pub async fn run_elected(
     ctx.lookups.set_pod_store(pod_store.clone());
     let run_pods = reflector(
         pod_writer,
-        watcher(Api::<Pod>::all(client.clone()), watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}")))
-            .modify(slim_pod),
+        watcher(
+            Api::<Pod>::all(client.clone()),
+            watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}")).page_size(CHILD_LIST_PAGE),
+        )
+        .modify(slim_pod),
     )
     .default_backoff()
     .touched_objects();
@@ -789,6 +792,13 @@ pub async fn run_elected(
     served?;
     Ok(())
 }
+
+/// How many Jobs or pods one list request of their caches asks for. A page
+/// is held whole, as the API server sent it, until each object in it is
+/// slimmed for the cache ([`slim_job`], [`slim_pod`]): at client-go's 500 a
+/// page of full Jobs (pod template, managedFields) was the controller's heap
+/// peak when it started on a backlog.
+pub const CHILD_LIST_PAGE: u32 = 100;
 
 /// What the Job cache keeps: metadata and status, which is all the
 /// reconcilers read from it (owner, name, start, conditions). The pod

@@ -28,7 +28,7 @@ use memory::Key;
 pub use memory::{StagedPackages, REMEMBER_FOR};
 
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, ListParams};
+use kube::api::ListParams;
 
 use super::builders::job::ANNOTATION_PACKAGE_DIGEST;
 use super::builders::{LABEL_MANAGED_BY, MANAGED_BY};
@@ -67,15 +67,139 @@ pub fn doomed(staged: &[NamespacePackage], named: &BTreeSet<Key>, unnamed_before
 /// count). A warm pod fetches its copy when it starts, which may be long
 /// after it was made (an image pull, a full node).
 async fn named_by_jobs(ctx: &Context) -> Result<BTreeSet<Key>> {
-    let managed = ListParams::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"));
-    let jobs = Api::<Job>::all(ctx.client.clone()).list_metadata(&managed).await?.items;
-    let warm = ListParams::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY},{}", super::builders::warm::LABEL_WARM_POOL));
-    let pods = Api::<k8s_openapi::api::core::v1::Pod>::all(ctx.client.clone()).list_metadata(&warm).await?.items;
-    let named = |meta: kube::api::ObjectMeta| {
-        let digest = meta.annotations.as_ref()?.get(ANNOTATION_PACKAGE_DIGEST)?.clone();
-        Some((meta.namespace?, digest))
-    };
-    Ok(jobs.into_iter().map(|j| j.metadata).chain(pods.into_iter().map(|p| p.metadata)).filter_map(named).collect())
+    let managed = format!("{LABEL_MANAGED_BY}={MANAGED_BY}");
+    let warm = format!("{managed},{}", super::builders::warm::LABEL_WARM_POOL);
+    let mut named = named_by::<Job>(&ctx.client, &managed, LIST_PAGE).await?;
+    named.extend(named_by::<k8s_openapi::api::core::v1::Pod>(&ctx.client, &warm, LIST_PAGE).await?);
+    Ok(named)
+}
+
+/// How many objects one list request of the sweep asks for.
+pub const LIST_PAGE: u32 = 500;
+
+/// The `(namespace, digest)` the objects of kind `K` matching `selector`
+/// name, listed `page` at a time. Only the namespace and the digest
+/// annotation are built from each object: a Job's managedFields (a JSON tree
+/// of its whole pod template) made the sweep at a backlog's start the
+/// controller's largest allocation (62 MB of a 76 MB heap peak over 2,100
+/// Jobs in one page).
+pub async fn named_by<K>(client: &kube::Client, selector: &str, page: u32) -> Result<BTreeSet<Key>>
+where
+    K: kube::Resource<DynamicType = ()>,
+{
+    let request = kube::core::Request::new(K::url_path(&(), None));
+    let mut params = ListParams::default().labels(selector).limit(page);
+    let mut named = BTreeSet::new();
+    loop {
+        let list: lean::List = client.request(request.list_metadata(&params).map_err(kube::Error::BuildRequest)?).await?;
+        named.extend(list.items.unwrap_or_default().into_iter().filter_map(lean::Item::named));
+        match list.metadata.continue_token {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => return Ok(named),
+        }
+    }
+}
+
+/// A metadata list as the sweep reads it; serde skips every other field
+/// without building it.
+mod lean {
+    use serde::Deserialize;
+
+    use super::{Key, ANNOTATION_PACKAGE_DIGEST};
+
+    #[derive(Deserialize)]
+    pub(super) struct List {
+        #[serde(default)]
+        pub(super) metadata: ListMeta,
+        /// `null` when nothing matches, as kube-apiserver sends a metadata list.
+        pub(super) items: Option<Vec<Item>>,
+    }
+
+    #[derive(Deserialize, Default)]
+    pub(super) struct ListMeta {
+        #[serde(rename = "continue")]
+        pub(super) continue_token: Option<String>,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Item {
+        metadata: ItemMeta,
+    }
+
+    #[derive(Deserialize)]
+    struct ItemMeta {
+        namespace: Option<String>,
+        annotations: Option<Annotations>,
+    }
+
+    /// Only the digest annotation of an object's annotations.
+    struct Annotations(Option<String>);
+
+    impl<'de> Deserialize<'de> for Annotations {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct Visitor;
+            impl<'de> serde::de::Visitor<'de> for Visitor {
+                type Value = Annotations;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a map of annotations")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Annotations, A::Error> {
+                    let mut digest = None;
+                    while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                        if key == ANNOTATION_PACKAGE_DIGEST {
+                            digest = Some(map.next_value::<String>()?);
+                        } else {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                    Ok(Annotations(digest))
+                }
+            }
+            d.deserialize_map(Visitor)
+        }
+    }
+
+    impl Item {
+        pub(super) fn named(self) -> Option<Key> {
+            Some((self.metadata.namespace?, self.metadata.annotations?.0?))
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn only_the_namespace_and_the_digest_annotation_are_read() {
+            let list: List = serde_json::from_value(serde_json::json!({
+                "kind": "PartialObjectMetadataList",
+                "metadata": { "continue": "next", "resourceVersion": "9" },
+                "items": [
+                    { "metadata": { "name": "a", "namespace": "team",
+                                    "annotations": { "other": "x", ANNOTATION_PACKAGE_DIGEST: "sha256:aa", "z": "y" },
+                                    "managedFields": [{ "manager": "m", "fieldsV1": { "f:spec": { "f:template": {} } } }] } },
+                    { "metadata": { "name": "no-digest", "namespace": "team", "annotations": { "other": "x" } } },
+                    { "metadata": { "name": "no-annotations", "namespace": "team" } },
+                    { "metadata": { "name": "null-annotations", "namespace": "team", "annotations": null } },
+                    { "metadata": { "name": "cluster-wide", "annotations": { ANNOTATION_PACKAGE_DIGEST: "sha256:bb" } } }
+                ]
+            }))
+            .unwrap();
+            assert_eq!(list.metadata.continue_token.as_deref(), Some("next"));
+            let named: Vec<Key> = list.items.unwrap().into_iter().filter_map(Item::named).collect();
+            assert_eq!(named, vec![("team".to_string(), "sha256:aa".to_string())]);
+        }
+
+        #[test]
+        fn the_last_page_has_no_continue_token_and_an_empty_one_null_items() {
+            let list: List = serde_json::from_str(r#"{"metadata":{"resourceVersion":"9"},"items":[]}"#).unwrap();
+            assert!(list.metadata.continue_token.is_none());
+            // What kube-apiserver answers a metadata list matching nothing.
+            let list: List =
+                serde_json::from_str(r#"{"kind":"PartialObjectMetadataList","metadata":{"resourceVersion":"9"},"items":null}"#).unwrap();
+            assert!(list.items.is_none() && list.metadata.continue_token.is_none());
+        }
+    }
 }
 
 /// One sweep: deletes the copies no Job named now nor at the last sweep,
