@@ -609,10 +609,12 @@ pub async fn run_elected(
     let job_events = reflector(job_writer, watcher(Api::<Job>::all(client.clone()), children.clone()).modify(slim_job))
         .default_backoff()
         .touched_objects();
-    let policy_events =
-        reflector(policy_writer, watcher(Api::<NetworkPolicy>::all(client.clone()), children).modify(|p| p.managed_fields_mut().clear()))
-            .default_backoff()
-            .touched_objects();
+    let policy_events = reflector(
+        policy_writer,
+        watcher(Api::<NetworkPolicy>::all(client.clone()), children.clone()).modify(|p| p.managed_fields_mut().clear()),
+    )
+    .default_backoff()
+    .touched_objects();
     // Pods of runs: their events wake the SkillJob (through the owning Job
     // in the cache: pod labels are the creator's to write), so without an
     // announced result the verdict follows the run container's end instead
@@ -620,16 +622,8 @@ pub async fn run_elected(
     // before the script starts.
     let (pod_store, pod_writer) = reflector::store::<Pod>();
     ctx.lookups.set_pod_store(pod_store.clone());
-    let run_pods = reflector(
-        pod_writer,
-        watcher(
-            Api::<Pod>::all(client.clone()),
-            watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}")).page_size(CHILD_LIST_PAGE),
-        )
-        .modify(slim_pod),
-    )
-    .default_backoff()
-    .touched_objects();
+    let run_pods =
+        reflector(pod_writer, watcher(Api::<Pod>::all(client.clone()), children).modify(slim_pod)).default_backoff().touched_objects();
     // The namespaces' run policies are shared by every run there: one changed
     // or deleted by someone is put back at once.
     let repairs = {
