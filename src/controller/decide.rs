@@ -236,6 +236,21 @@ pub fn resolve_retry_after(since: std::time::Duration) -> std::time::Duration {
     (since / 2).clamp(std::time::Duration::from_secs(1), std::time::Duration::from_secs(30))
 }
 
+/// The skill a package serves, when its status says it is Ready with a
+/// resolved skill; else why not (`package` names it in the message).
+///
+/// Both a binding's readiness and a SkillJob's admission go through this:
+/// the controller's package cache may lag its binding cache (a cut watch, a
+/// 410 Gone), so a Ready binding does not prove the cached package has a
+/// status yet, and an empty status read as "no scripts declared" would fail
+/// a SkillJob that only had to wait.
+pub fn ready_skill<'a>(package: &str, status: &'a SkillPackageStatus) -> Result<&'a str, String> {
+    if !is_true(&status.conditions, "Ready") {
+        return Err(format!("SkillPackage `{package}` is not ready"));
+    }
+    status.skill_name.as_deref().ok_or_else(|| format!("SkillPackage `{package}` has no skill name yet"))
+}
+
 /// Decide a binding from its package and the skill names other bindings in
 /// the namespace serve (`(binding name, skill name)`).
 pub fn binding_decision(binding: &SkillBinding, package: Option<&SkillPackage>, siblings: &[(String, String)]) -> BindingDecision {
@@ -265,13 +280,12 @@ pub fn binding_decision(binding: &SkillBinding, package: Option<&SkillPackage>, 
             d.ignored_env.push(grant.name.clone());
         }
     }
-    if !is_true(&status.conditions, "Ready") {
-        d.ready = Err((PACKAGE_NOT_READY.into(), format!("SkillPackage `{}` is not ready", binding.spec.package)));
-        return d;
-    }
-    let Some(name) = &status.skill_name else {
-        d.ready = Err((PACKAGE_NOT_READY.into(), format!("SkillPackage `{}` has no skill name yet", binding.spec.package)));
-        return d;
+    let name = match ready_skill(&binding.spec.package, &status) {
+        Ok(name) => name,
+        Err(why) => {
+            d.ready = Err((PACKAGE_NOT_READY.into(), why));
+            return d;
+        }
     };
     let own = binding.metadata.name.clone().unwrap_or_default();
     let clashes: Vec<&str> = siblings.iter().filter(|(b, s)| b != &own && s == name).map(|(b, _)| b.as_str()).collect();
@@ -321,6 +335,9 @@ pub enum AdmitRefusal {
     BindingNotReady(String),
     #[error("SkillPackage `{0}` is gone")]
     PackageNotFound(String),
+    /// The package's status is not (yet) Ready with a resolved skill; the message says which.
+    #[error("{0}")]
+    PackageNotReady(String),
     #[error("SkillPackage `{0}` has no runtime profile: its scripts do not run")]
     NoRuntime(String),
     #[error("SkillPackage `{0}` names no run image")]
@@ -339,6 +356,7 @@ impl AdmitRefusal {
             AdmitRefusal::BindingNotFound(_) => "BindingNotFound",
             AdmitRefusal::BindingNotReady(_) => "BindingNotReady",
             AdmitRefusal::PackageNotFound(_) => "PackageNotFound",
+            AdmitRefusal::PackageNotReady(_) => PACKAGE_NOT_READY,
             AdmitRefusal::NoRuntime(_) => "NoRuntime",
             AdmitRefusal::NoRunImage(_) => "NoRunImage",
             AdmitRefusal::NotPrepared(_) => "NotPrepared",
@@ -349,7 +367,13 @@ impl AdmitRefusal {
     /// Whether waiting may change the answer (the SkillJob stays Pending and
     /// is tried again) or not (it fails now).
     pub fn is_transient(&self) -> bool {
-        matches!(self, AdmitRefusal::BindingNotReady(_) | AdmitRefusal::PackageNotFound(_) | AdmitRefusal::NotPrepared(_))
+        matches!(
+            self,
+            AdmitRefusal::BindingNotReady(_)
+                | AdmitRefusal::PackageNotFound(_)
+                | AdmitRefusal::PackageNotReady(_)
+                | AdmitRefusal::NotPrepared(_)
+        )
     }
 }
 
@@ -396,6 +420,7 @@ pub fn admit(spec: &SkillJobSpec, binding: Option<&SkillBinding>, package: Optio
     }
     let package = package.ok_or_else(|| AdmitRefusal::PackageNotFound(binding.spec.package.clone()))?;
     let pstatus = package.status.clone().unwrap_or_default();
+    ready_skill(&binding.spec.package, &pstatus).map_err(AdmitRefusal::PackageNotReady)?;
     let profile = package.spec.runtime.as_ref().ok_or_else(|| AdmitRefusal::NoRuntime(binding.spec.package.clone()))?;
     let request = Request { script: &spec.script, args: &spec.args, timeout_secs: spec.timeout_seconds.map(u64::from) };
     let decision = fence::decide(&skill_facts(&pstatus), &BindingGrant(binding), &profile.fence_profile(), &request)?;

@@ -251,8 +251,33 @@ fn admission_follows_the_fence() {
     );
     assert_eq!(admit(&job("scripts/forecast.py", &[], None), None, Some(&p)).unwrap_err().reason(), "BindingNotFound");
     assert_eq!(admit(&job("scripts/forecast.py", &[], None), Some(&binding("b", &[])), Some(&p)).unwrap_err().reason(), "BindingNotReady");
-    let no_runtime = package(None);
+    let (_t, f) = facts();
+    let mut no_runtime = package(None);
+    no_runtime.status = Some(package_status(&no_runtime, Ok(&f)));
     assert_eq!(admit(&job("scripts/forecast.py", &[], None), Some(&b), Some(&no_runtime)).unwrap_err().reason(), "NoRuntime");
+}
+
+/// The controller's package cache can lag its binding cache: a Ready binding
+/// beside a cached package with no status yet (or a stale, not-Ready one)
+/// must leave the SkillJob Pending, not fail it as "no scripts declared".
+#[test]
+fn a_package_not_ready_in_the_cache_makes_the_skilljob_wait() {
+    let b = ready_binding(&[]);
+    let run = job("scripts/forecast.py", &[], None);
+    let bare = package(Some(profile(&["scripts/forecast.py"])));
+    let e = admit(&run, Some(&b), Some(&bare)).unwrap_err();
+    assert_eq!(e.reason(), "PackageNotReady");
+    assert!(e.is_transient(), "waiting for the package's status may change the answer");
+    assert!(e.to_string().contains("SkillPackage `weather-1`"), "{e}");
+
+    let (_t, mut resolving) = ready_package();
+    let status = resolving.status.as_mut().unwrap();
+    set_condition(&mut status.conditions, "Ready", false, "Retrying", "registry down", Some(1));
+    let e = admit(&run, Some(&b), Some(&resolving)).unwrap_err();
+    assert_eq!((e.reason(), e.is_transient()), ("PackageNotReady", true));
+
+    let (_t, ready) = ready_package();
+    assert!(admit(&run, Some(&b), Some(&ready)).is_ok(), "the same package once its status is Ready runs");
 }
 
 #[test]
