@@ -553,6 +553,66 @@ pub struct Counters {
     pub pids_refused: u64,
 }
 
+/// The server's run cgroups with the next run's made ahead of it.
+///
+/// Making a run's cgroup is a directory per hierarchy and a write per
+/// limit: a few hundred microseconds of a `skill_run` that is waited on.
+/// One cgroup is made off the caller's path (at start-up, and after each
+/// run as its own is removed) and handed to the next run. A spare is as
+/// good as a fresh one: the server made it with the same limits, nothing
+/// has joined it (its `cgroup.procs` are the server's), and its counters
+/// are zero. A run that finds none (several at once) makes its own.
+#[derive(Debug)]
+pub struct RunCgroups {
+    cgroups: Cgroups,
+    spare: std::sync::Mutex<Option<RunCgroup>>,
+}
+
+impl RunCgroups {
+    pub fn new(cgroups: Cgroups) -> RunCgroups {
+        RunCgroups { cgroups, spare: std::sync::Mutex::new(None) }
+    }
+
+    pub fn cgroups(&self) -> &Cgroups {
+        &self.cgroups
+    }
+
+    /// The cgroup made ahead, if there is one (takes no filesystem call).
+    pub fn take_spare(&self) -> Option<RunCgroup> {
+        self.spare.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// Make the next run's cgroup if none is waiting (blocking: creates
+    /// directories). A failure is only logged: the next run makes its own
+    /// and reports why if it cannot.
+    pub fn refill(&self) {
+        if self.spare.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+            return;
+        }
+        match self.cgroups.create(&format!("run-{}", uuid::Uuid::new_v4().simple())) {
+            Ok(made) => {
+                let mut slot = self.spare.lock().unwrap_or_else(|p| p.into_inner());
+                // Another refill may have filled the slot meanwhile.
+                if slot.is_none() {
+                    *slot = Some(made);
+                } else {
+                    drop(slot);
+                    made.remove();
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "the next run's cgroup could not be made ahead; it will be made for it"),
+        }
+    }
+}
+
+impl Drop for RunCgroups {
+    fn drop(&mut self) {
+        if let Some(spare) = self.take_spare() {
+            spare.remove();
+        }
+    }
+}
+
 /// One run's cgroup (a directory per v1 hierarchy, or one v2 directory).
 #[derive(Debug)]
 pub struct RunCgroup {
@@ -704,6 +764,38 @@ mod tests {
         let again = Cgroups::detect(None, RunLimits::default(), false);
         leftover.remove();
         assert!(again.is_ok(), "{:?}", again.err().map(|e| e.0));
+    }
+
+    /// The cgroup made ahead is one cgroup, handed out once, limited as a
+    /// fresh one is, empty and with zero counters; the slot holds at most
+    /// one, and dropping the runner's cgroups removes a spare nobody took.
+    /// Gated on a machine where this process may make cgroups at all.
+    #[test]
+    fn a_spare_is_handed_out_once_and_is_as_good_as_a_fresh_one() {
+        let Ok(cgroups) = Cgroups::detect(None, RunLimits::default(), false) else {
+            crate::gated::skip("cgroup spare", "this process may not create cgroups here (root and a writable hierarchy)");
+            return;
+        };
+        let limits = cgroups.limits();
+        let runs = RunCgroups::new(cgroups);
+        assert!(runs.take_spare().is_none(), "nothing is made until asked");
+        runs.refill();
+        runs.refill();
+        let spare = runs.take_spare().expect("a refill makes one");
+        assert!(runs.take_spare().is_none(), "two refills in a row keep one, and it is handed out once");
+        assert!(spare.members().is_empty());
+        assert_eq!(spare.counters(), Counters::default());
+        let mem = spare.memory.clone().unwrap();
+        let limit = if spare.v2 { read_small(&mem.join("memory.max")) } else { read_small(&mem.join("memory.limit_in_bytes")) };
+        assert_eq!(limit.unwrap().trim(), limits.memory_bytes.to_string());
+        assert_eq!(read_small(&spare.pids.clone().unwrap().join("pids.max")).unwrap().trim(), limits.pids.to_string());
+        spare.remove();
+
+        runs.refill();
+        let left: Vec<PathBuf> = runs.spare.lock().unwrap().as_ref().unwrap().dirs.clone();
+        assert!(left.iter().all(|d| d.is_dir()));
+        drop(runs);
+        assert!(left.iter().all(|d| !d.exists()), "a spare nobody took is removed with the runner's cgroups: {left:?}");
     }
 
     #[test]

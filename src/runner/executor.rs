@@ -193,17 +193,17 @@ impl LocalExecutor {
         let note = (!notes.is_empty()).then(|| notes.join("; "));
         // The outputs are listed once, now (the job is still running to the
         // store, so nothing else writes its work directory), and stored.
-        let id = job.clone();
-        let outputs = store(&ready, move |jobs| {
+        // Then the run is finished, in the same trip to the blocking pool.
+        let (id, outcome, finish_note) = (job.clone(), executed.outcome.clone(), note.clone());
+        let (stdout, stderr) = (executed.stdout, executed.stderr);
+        let (outputs, record, stdout, stderr) = store(&ready, move |jobs| {
             let listing = jobs.scan_outputs(&id)?;
             jobs.save_outputs(&id, &listing)?;
-            Ok(listing)
+            let record = jobs.finish_run(&id, &outcome, finish_note, &stdout, &stderr)?;
+            Ok((listing, record, stdout, stderr))
         })
         .await?;
-        let (id, outcome, stdout, stderr) = (job.clone(), executed.outcome.clone(), executed.stdout.clone(), executed.stderr.clone());
-        let finish_note = note.clone();
-        let record = store(&ready, move |jobs| jobs.finish_run(&id, &outcome, finish_note, &stdout, &stderr)).await?;
-        Ok(RunReport { record, stdout: executed.stdout, stderr: executed.stderr, outputs, command, note, backend_id: None })
+        Ok(RunReport { record, stdout, stderr, outputs, command, note, backend_id: None })
     }
 
     /// Record that the script never started, and pass the reason on.
@@ -286,18 +286,20 @@ impl Executor for LocalExecutor {
         let permit = ready.runner.try_acquire()?;
         let record = self.create(caller, &plan.skill).await?;
         let confirmed: Vec<(String, String)> = inputs.iter().map(|(p, b)| (p.clone(), crate::core::package::digest(b))).collect();
-        let id = record.id.clone();
-        let uploaded = store(&ready, move |jobs| {
-            for (path, bytes) in &inputs {
-                if let Err(err) = jobs.upload(&id, path, 0, bytes) {
-                    let _ = jobs.delete(&id);
-                    return Err(err);
+        if !inputs.is_empty() {
+            let id = record.id.clone();
+            let uploaded = store(&ready, move |jobs| {
+                for (path, bytes) in &inputs {
+                    if let Err(err) = jobs.upload(&id, path, 0, bytes) {
+                        let _ = jobs.delete(&id);
+                        return Err(err);
+                    }
                 }
-            }
-            Ok(())
-        })
-        .await;
-        uploaded?;
+                Ok(())
+            })
+            .await;
+            uploaded?;
+        }
         self.run_in_job(ready, record.id, plan, confirmed, permit).await
     }
 

@@ -47,7 +47,7 @@ use crate::mcp::error::{codes, ToolError};
 use crate::mcp::executor::{RunCommand, SandboxSummary};
 use crate::shutdown::Shutdown;
 
-use super::cgroup::{CgroupMode, Cgroups, RunCgroup, RunLimits};
+use super::cgroup::{CgroupMode, Cgroups, RunCgroup, RunCgroups, RunLimits};
 use super::egress::{EgressError, EgressOptions, LocalEgress, RunEgress, EXE_INSIDE, FORWARD_ADDR, SOCKET_INSIDE};
 use super::process::{check_accessible, execute, ExecError, ExecOutcome, ExecSpec, RunAs};
 use super::sandbox::{detect_bwrap, Launcher, SandboxSpec};
@@ -211,7 +211,7 @@ pub struct RunnerOptions {
 
 /// The runner's cgroups, or why runs have per-process limits only.
 enum Limits {
-    Cgroups(Cgroups),
+    Cgroups(Arc<RunCgroups>),
     PerProcess(String),
 }
 
@@ -359,7 +359,12 @@ impl LocalRunner {
                 let parent = o.cgroup_parent.clone();
                 let favor = o.cgroup_favor_dynmods;
                 match tokio::task::spawn_blocking(move || Cgroups::detect(parent.as_deref(), RunLimits::default(), favor)).await {
-                    Ok(Ok(cg)) => Limits::Cgroups(cg),
+                    Ok(Ok(cg)) => {
+                        let cgroups = Arc::new(RunCgroups::new(cg));
+                        let first = cgroups.clone();
+                        tokio::task::spawn_blocking(move || first.refill());
+                        Limits::Cgroups(cgroups)
+                    }
                     Ok(Err(why)) => Limits::PerProcess(why.0),
                     Err(e) => Limits::PerProcess(format!("the cgroup probe failed: {e}")),
                 }
@@ -412,7 +417,7 @@ impl LocalRunner {
 
     pub fn sandbox_status(&self) -> SandboxSummary {
         let limits = match &self.limits {
-            Limits::Cgroups(cg) => format!("run limits: {}", cg.describe()),
+            Limits::Cgroups(cg) => format!("run limits: {}", cg.cgroups().describe()),
             Limits::PerProcess(why) => format!("run limits: per process only ({why})"),
         };
         SandboxSummary {
@@ -485,7 +490,7 @@ impl LocalRunner {
     /// The run's limits in words, for the preview.
     fn limit_words(&self, sandboxed: bool, job_bytes: u64) -> Vec<String> {
         let mut words = match &self.limits {
-            Limits::Cgroups(cg) => cg.limits().words(),
+            Limits::Cgroups(cg) => cg.cgroups().limits().words(),
             Limits::PerProcess(why) => vec![format!(
                 "per process only, no cgroup ({why}): memory {} per process (shared memory not counted), {} processes per uid",
                 bytes_text(crate::core::limits::RUN_MEMORY_BYTES),
@@ -631,18 +636,22 @@ impl LocalRunner {
         sandboxed: bool,
         emptied: &mut bool,
     ) -> Result<RunDone, RunError> {
+        let entered = std::time::Instant::now();
         // 3. The cgroup.
         let cgroup: Option<Arc<RunCgroup>> = match &self.limits {
-            Limits::Cgroups(cg) => {
-                let name = format!("{job}-{}", uuid::Uuid::new_v4().simple());
-                let made = tokio::task::spawn_blocking({
-                    let cg = cg.clone();
-                    move || cg.create(&name)
-                })
-                .await
-                .map_err(|e| RunError::Cgroup(std::io::Error::other(e.to_string())))?;
-                Some(Arc::new(made.map_err(RunError::Cgroup)?))
-            }
+            Limits::Cgroups(cg) => match cg.take_spare() {
+                Some(made) => Some(Arc::new(made)),
+                None => {
+                    let name = format!("{job}-{}", uuid::Uuid::new_v4().simple());
+                    let made = tokio::task::spawn_blocking({
+                        let cg = cg.clone();
+                        move || cg.cgroups().create(&name)
+                    })
+                    .await
+                    .map_err(|e| RunError::Cgroup(std::io::Error::other(e.to_string())))?;
+                    Some(Arc::new(made.map_err(RunError::Cgroup)?))
+                }
+            },
             Limits::PerProcess(_) => None,
         };
         if let Some(cg) = &cgroup {
@@ -710,30 +719,63 @@ impl LocalRunner {
         let watcher = watch.clone().spawn(tx, stop_watch.clone());
 
         spec.spawner = self.spawner.clone();
+        let before_exec = std::time::Instant::now();
         let executed = execute(spec).await;
+        let after_exec = std::time::Instant::now();
 
         stop_watch.trigger();
-        let mut finding: Option<Finding> = watcher.await.ok().flatten();
-        if finding.is_none() {
-            let w = watch.clone();
-            finding = tokio::task::spawn_blocking(move || w.check()).await.ok().flatten();
-        }
-        // Everything left in the run's cgroup, wherever it went, before the
-        // result is told (a leftover could still change the run's files);
-        // then the cgroup itself, off the caller's path.
-        if let Some(cg) = cgroup {
+        let watched: Option<Finding> = watcher.await.ok().flatten();
+        // One trip to the blocking pool settles the run: the limits checked
+        // once more (a run that passed one and exited before the next tick
+        // is still reported), everything left in its cgroup killed, wherever
+        // it went, before the result is told (a leftover could still change
+        // the run's files), and its tmpfs unmounted. Then, off the caller's
+        // path, the cgroup is removed and the next run's made.
+        let spares = match &self.limits {
+            Limits::Cgroups(cg) => Some(cg.clone()),
+            Limits::PerProcess(_) => None,
+        };
+        let settled = tokio::task::spawn_blocking(move || {
+            let finding = watched.or_else(|| watch.check());
             drop(watch);
-            let left = cg.clone();
-            *emptied = tokio::task::spawn_blocking(move || left.kill_and_wait_empty(LEFTOVERS_GONE_WITHIN)).await.unwrap_or(false);
-            tokio::task::spawn_blocking(move || match Arc::try_unwrap(cg) {
-                Ok(cg) => cg.remove(),
-                Err(cg) => {
-                    cg.kill_all();
+            let emptied = cgroup.as_ref().is_some_and(|cg| cg.kill_and_wait_empty(LEFTOVERS_GONE_WITHIN));
+            drop(tmpfs);
+            (finding, emptied, cgroup)
+        })
+        .await;
+        let finding = match settled {
+            Ok((finding, was_emptied, cgroup)) => {
+                *emptied = was_emptied;
+                if let Some(cg) = cgroup {
+                    tokio::task::spawn_blocking(move || {
+                        match Arc::try_unwrap(cg) {
+                            Ok(cg) => cg.remove(),
+                            Err(cg) => {
+                                cg.kill_all();
+                            }
+                        }
+                        if let Some(spares) = spares {
+                            spares.refill();
+                        }
+                    });
                 }
-            });
-        }
-        drop(tmpfs);
+                finding
+            }
+            // The settling task panicked: nothing says the run's cgroup is
+            // empty, so its uid is swept (emptied stays false).
+            Err(e) => {
+                tracing::warn!(job, error = %e, "settling a run failed; its uid is swept instead");
+                None
+            }
+        };
         drop(run_egress);
+        tracing::debug!(
+            job,
+            setup_us = (before_exec - entered).as_micros() as u64,
+            exec_us = (after_exec - before_exec).as_micros() as u64,
+            settled_us = after_exec.elapsed().as_micros() as u64,
+            "run settled"
+        );
         let mut exec = executed?;
         if let Some(f) = &finding {
             exec.outcome.limit_exceeded.get_or_insert(f.limit);

@@ -985,6 +985,7 @@ pub async fn execute(spec: ExecSpec) -> Result<ExecOutcome, ExecError> {
         signal_group(pid, libc::SIGKILL);
         exited = exited_by(&mut child, hard_at).await?;
     }
+    let seen_exit = spawn_start.elapsed();
     // Leader exited (zombie, pgid still reserved) or we are at the hard deadline:
     // nothing of this run may keep going in its group.
     signal_group(pid, libc::SIGKILL);
@@ -1003,6 +1004,7 @@ pub async fn execute(spec: ExecSpec) -> Result<ExecOutcome, ExecError> {
         warn!(pid, "script did not exit even after SIGKILL; returning at the hard deadline (it will be reaped later)");
     }
 
+    let reaped = spawn_start.elapsed();
     // Drain: pipes may be held open by a descendant that left the group.
     let drain_at = std::cmp::min(Instant::now() + spec.drain, hard_at);
     let all_closed = timeout_at(drain_at, async {
@@ -1085,6 +1087,10 @@ pub async fn execute(spec: ExecSpec) -> Result<ExecOutcome, ExecError> {
         ms = duration.as_millis() as u64,
         stdout_bytes,
         stderr_bytes,
+        // Since the spawn began: the exit seen, the leader reaped, the run settled.
+        exit_seen_us = seen_exit.as_micros() as u64,
+        reaped_us = reaped.as_micros() as u64,
+        settled_us = spawn_start.elapsed().as_micros() as u64,
         "script settled"
     );
     Ok(outcome)
