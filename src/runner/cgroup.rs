@@ -605,6 +605,21 @@ impl RunCgroups {
     }
 }
 
+impl RunCgroups {
+    /// A run's cgroup after its run (blocking, off the caller's path):
+    /// removed, and the next run's made. One still shared elsewhere is only
+    /// emptied; the next start's sweep removes it.
+    pub fn retire(&self, run: Arc<RunCgroup>) {
+        match Arc::try_unwrap(run) {
+            Ok(run) => run.remove(),
+            Err(run) => {
+                run.kill_all();
+            }
+        }
+        self.refill();
+    }
+}
+
 impl Drop for RunCgroups {
     fn drop(&mut self) {
         if let Some(spare) = self.take_spare() {

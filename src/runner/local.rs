@@ -731,10 +731,6 @@ impl LocalRunner {
         // it went, before the result is told (a leftover could still change
         // the run's files), and its tmpfs unmounted. Then, off the caller's
         // path, the cgroup is removed and the next run's made.
-        let spares = match &self.limits {
-            Limits::Cgroups(cg) => Some(cg.clone()),
-            Limits::PerProcess(_) => None,
-        };
         let settled = tokio::task::spawn_blocking(move || {
             let finding = watched.or_else(|| watch.check());
             drop(watch);
@@ -746,18 +742,9 @@ impl LocalRunner {
         let finding = match settled {
             Ok((finding, was_emptied, cgroup)) => {
                 *emptied = was_emptied;
-                if let Some(cg) = cgroup {
-                    tokio::task::spawn_blocking(move || {
-                        match Arc::try_unwrap(cg) {
-                            Ok(cg) => cg.remove(),
-                            Err(cg) => {
-                                cg.kill_all();
-                            }
-                        }
-                        if let Some(spares) = spares {
-                            spares.refill();
-                        }
-                    });
+                if let (Some(run), Limits::Cgroups(cgroups)) = (cgroup, &self.limits) {
+                    let cgroups = cgroups.clone();
+                    tokio::task::spawn_blocking(move || cgroups.retire(run));
                 }
                 finding
             }

@@ -1087,10 +1087,10 @@ pub async fn execute(spec: ExecSpec) -> Result<ExecOutcome, ExecError> {
         ms = duration.as_millis() as u64,
         stdout_bytes,
         stderr_bytes,
-        // Since the spawn began: the exit seen, the leader reaped, the run settled.
+        // Since the spawn began: the exit seen, the leader reaped, the output drained.
         exit_seen_us = seen_exit.as_micros() as u64,
         reaped_us = reaped.as_micros() as u64,
-        settled_us = spawn_start.elapsed().as_micros() as u64,
+        drained_us = spawn_start.elapsed().as_micros() as u64,
         "script settled"
     );
     Ok(outcome)
