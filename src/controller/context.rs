@@ -172,6 +172,8 @@ pub struct Context {
     pub staged: Arc<super::staged::memory::StagedPackages>,
     /// The warm pools' use (when each binding last ran, its misses).
     pub warm: Arc<super::warm::WarmPools>,
+    /// Which cached SkillJobs may be believed when they say their run has not started.
+    pub start_guard: Arc<super::skilljob::start_guard::StartGuard>,
 }
 
 impl Context {
@@ -204,6 +206,7 @@ impl Context {
             sources: None,
             staged: Default::default(),
             warm: Default::default(),
+            start_guard: Default::default(),
         }
     }
 
@@ -311,14 +314,19 @@ fn status_apply<K: kube::Resource<DynamicType = ()>>(status: &impl serde::Serial
 /// could take a finished object back (a reconcile handed a cached copy
 /// that is behind the API server, after a restart or a lost watch). The
 /// API server checks the precondition; a mismatch is [`Error::Stale`].
-pub async fn apply_status_at<K>(api: &kube::Api<K>, name: &str, resource_version: &str, status: &impl serde::Serialize) -> Result<()>
+pub async fn apply_status_at<K>(
+    api: &kube::Api<K>,
+    name: &str,
+    resource_version: &str,
+    status: &impl serde::Serialize,
+) -> Result<Option<String>>
 where
     K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let mut patch = status_apply::<K>(status);
     patch["metadata"] = serde_json::json!({ "resourceVersion": resource_version });
     match api.patch_status(name, &kube::api::PatchParams::apply(MANAGER).force(), &kube::api::Patch::Apply(patch)).await {
-        Ok(_) => Ok(()),
+        Ok(written) => Ok(written.meta().resource_version.clone()),
         // Forced applies have no field conflicts: a 409 is the precondition.
         Err(kube::Error::Api(e)) if e.code == 409 => Err(Error::Stale(format!("{} {name}", K::kind(&())))),
         Err(e) => Err(e.into()),

@@ -127,10 +127,12 @@ fn not_found() -> Response<Body> {
     Response::builder().status(404).body(Body::from(serde_json::to_vec(&status).unwrap())).unwrap()
 }
 
-/// Answer a status patch with the object it would produce.
+/// Answer a status patch with the object it would produce, one version
+/// after the one the write was guarded by.
 fn patched(mut body: Value) -> Response<Body> {
     if body.get("spec").is_none() {
-        let version = body["metadata"]["resourceVersion"].clone();
+        let guard: u64 = body["metadata"]["resourceVersion"].as_str().and_then(|v| v.parse().ok()).unwrap_or(0);
+        let version = (guard + 1).to_string();
         body["metadata"] = json!({ "name": "report", "namespace": "team", "uid": UID, "resourceVersion": version });
         body["spec"] = json!({ "binding": "weather", "script": "scripts/forecast.py" });
     }
@@ -179,7 +181,18 @@ async fn expect_admission_reads(handle: &mut Handle) {
     expect(handle, "GET", "/apis/skill-operator.dev/v1alpha1/skillpackages/weather-1", |_| ok(package())).await;
 }
 
-/// Before creating a Job the reconciler reads the SkillJob from the API
+/// The first start of the term lists the SkillJobs' versions (the start
+/// guard's view of the API server); this answers with `versions`, by UID.
+pub(super) async fn expect_term_list(handle: &mut Handle, versions: &[(&str, &str)]) {
+    let items: Vec<Value> = versions
+        .iter()
+        .map(|(uid, version)| json!({ "metadata": { "name": "any", "namespace": "team", "uid": uid, "resourceVersion": version } }))
+        .collect();
+    let list = json!({ "kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": { "resourceVersion": "60" }, "items": items });
+    expect(handle, "GET", "/apis/skill-operator.dev/v1alpha1/skilljobs", |_| ok(list)).await;
+}
+
+/// A start the guard cannot vouch for reads the SkillJob from the API
 /// server; this answers with `copy`.
 pub(super) async fn expect_skilljob_read(handle: &mut Handle, copy: SkillJob) {
     expect(
@@ -236,7 +249,8 @@ async fn first_reconcile_admits_and_creates_children_then_the_job() {
         // No Job recorded yet: no GET of it; a Job that exists would answer the POST with 409.
         expect_admission_reads(&mut handle).await;
         expect_restricted_namespace(&mut handle).await;
-        expect_skilljob_read(&mut handle, newer_unstarted_copy()).await;
+        // The API server's copy at the term's start is the cached one: no read of it.
+        expect_term_list(&mut handle, &[(UID, "41")]).await;
         let sa = expect(&mut handle, "PATCH", "/api/v1/namespaces/team/serviceaccounts/skill-operator-run", ok).await;
         assert_eq!(sa["automountServiceAccountToken"], false);
         // No Secret: the pod's own projected token is its credential.
@@ -260,8 +274,8 @@ async fn first_reconcile_admits_and_creates_children_then_the_job() {
             expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         assert_eq!(status["status"]["phase"], "Pending");
         assert_eq!(status["status"]["jobName"], json!(name));
-        // Guarded by the version of the copy the API server gave, not the cached one.
-        assert_eq!(status["metadata"]["resourceVersion"], "42");
+        // Guarded by the version of the copy it was derived from.
+        assert_eq!(status["metadata"]["resourceVersion"], "41");
     });
     skilljob::reconcile(job, ctx).await.expect("reconcile");
     tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
@@ -281,14 +295,14 @@ async fn a_namespace_stages_a_package_once_for_its_runs() {
     let server = tokio::spawn(async move {
         expect_admission_reads(&mut handle).await;
         expect_restricted_namespace(&mut handle).await;
-        expect_skilljob_read(&mut handle, newer_unstarted_copy()).await;
+        expect_term_list(&mut handle, &[(UID, "41")]).await;
         expect(&mut handle, "PATCH", "/api/v1/namespaces/team/serviceaccounts/skill-operator-run", ok).await;
         expect_run_policies(&mut handle).await;
         expect(&mut handle, "POST", "/apis/batch/v1/namespaces/team/jobs", ok).await;
         expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
         // The second run: the namespace's children and its package are remembered.
+        // Made after the term's list, and never written: believed as cached.
         expect_admission_reads(&mut handle).await;
-        expect_skilljob_read(&mut handle, second()).await;
         let created = expect(&mut handle, "POST", "/apis/batch/v1/namespaces/team/jobs", ok).await;
         assert_eq!(created["metadata"]["annotations"][super::builders::job::ANNOTATION_PACKAGE_DIGEST], PACKAGE_DIGEST);
         expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
@@ -302,24 +316,108 @@ async fn a_namespace_stages_a_package_once_for_its_runs() {
 /// The cached copy predates the run's recorded start (and its verdict,
 /// after which the Job was deleted): a Job created from it would run the
 /// script a second time.
+/// The API server's copy of [`skilljob`] once its run has its verdict.
+fn finished_copy() -> SkillJob {
+    let mut finished = newer_unstarted_copy();
+    finished.status = Some(crate::api::job::SkillJobStatus {
+        phase: Some(crate::api::job::SkillJobPhase::Failed),
+        job_name: Some(super::builders::job::job_name(UID)),
+        ..Default::default()
+    });
+    finished
+}
+
 #[tokio::test]
 async fn a_cached_copy_behind_a_finished_run_creates_nothing() {
     let (ctx, mut handle) = context();
     let server = tokio::spawn(async move {
         expect_admission_reads(&mut handle).await;
         expect_restricted_namespace(&mut handle).await;
-        let mut finished = newer_unstarted_copy();
-        finished.status = Some(crate::api::job::SkillJobStatus {
-            phase: Some(crate::api::job::SkillJobPhase::Failed),
-            job_name: Some(super::builders::job::job_name(UID)),
-            ..Default::default()
-        });
-        expect_skilljob_read(&mut handle, finished).await;
+        // The list holds a newer copy: the cached one may predate a start.
+        expect_term_list(&mut handle, &[(UID, "42")]).await;
+        expect_skilljob_read(&mut handle, finished_copy()).await;
         // No ServiceAccount, Secret, NetworkPolicy, Job or status write.
         no_more_calls(&mut handle).await;
     });
     let action = skilljob::reconcile(Arc::new(skilljob()), ctx).await.expect("reconcile");
     assert_eq!(action, Action::requeue(Duration::from_secs(1)), "looked at again once the cache has caught up");
+    tokio::time::timeout(Duration::from_secs(15), server).await.unwrap().unwrap();
+}
+
+/// A copy the term's list holds a newer version of (the gateway annotated
+/// it, say) is read again, and the run starts from the API server's copy:
+/// its version guards the status write.
+#[tokio::test]
+async fn a_copy_older_than_the_term_s_list_is_read_and_the_newer_one_guards_the_write() {
+    let (ctx, mut handle) = context();
+    let server = tokio::spawn(async move {
+        expect_admission_reads(&mut handle).await;
+        expect_restricted_namespace(&mut handle).await;
+        expect_term_list(&mut handle, &[(UID, "42")]).await;
+        expect_skilljob_read(&mut handle, newer_unstarted_copy()).await;
+        expect(&mut handle, "PATCH", "/api/v1/namespaces/team/serviceaccounts/skill-operator-run", ok).await;
+        expect_run_policies(&mut handle).await;
+        expect(&mut handle, "POST", "/apis/batch/v1/namespaces/team/jobs", ok).await;
+        let status =
+            expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        assert_eq!(status["metadata"]["resourceVersion"], "42", "guarded by the API server's copy, not the cached one");
+    });
+    skilljob::reconcile(Arc::new(skilljob()), ctx).await.expect("reconcile");
+    tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
+}
+
+/// The attack on the guard: this controller started the run and wrote so
+/// (version 42), the run ended and its Job went, and a reconcile is handed
+/// the cache's copy from before that write (41) with no Job in sight. The
+/// copy the term's list vouched for is no longer enough: it is read again,
+/// and no second Job is made.
+#[tokio::test]
+async fn a_cached_copy_behind_this_controller_s_own_write_creates_nothing() {
+    let (ctx, mut handle) = context();
+    let server = tokio::spawn(async move {
+        expect_admission_reads(&mut handle).await;
+        expect_restricted_namespace(&mut handle).await;
+        expect_term_list(&mut handle, &[(UID, "41")]).await;
+        expect(&mut handle, "PATCH", "/api/v1/namespaces/team/serviceaccounts/skill-operator-run", ok).await;
+        expect_run_policies(&mut handle).await;
+        expect(&mut handle, "POST", "/apis/batch/v1/namespaces/team/jobs", ok).await;
+        expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        // The same cached copy again.
+        expect_admission_reads(&mut handle).await;
+        expect_skilljob_read(&mut handle, finished_copy()).await;
+        no_more_calls(&mut handle).await;
+    });
+    skilljob::reconcile(Arc::new(skilljob()), ctx.clone()).await.expect("the run starts");
+    let action = skilljob::reconcile(Arc::new(skilljob()), ctx).await.expect("the stale look");
+    assert_eq!(action, Action::requeue(Duration::from_secs(1)), "looked at again once the cache has caught up");
+    tokio::time::timeout(Duration::from_secs(15), server).await.unwrap().unwrap();
+}
+
+/// A status write whose answer is lost may have been applied: until the
+/// cache shows a later copy, the cached one is read again before a start.
+#[tokio::test]
+async fn a_status_write_with_a_lost_answer_leaves_the_cached_copy_unbelieved() {
+    let (ctx, mut handle) = context();
+    let server = tokio::spawn(async move {
+        expect_admission_reads(&mut handle).await;
+        expect_restricted_namespace(&mut handle).await;
+        expect_term_list(&mut handle, &[(UID, "41")]).await;
+        expect(&mut handle, "PATCH", "/api/v1/namespaces/team/serviceaccounts/skill-operator-run", ok).await;
+        expect_run_policies(&mut handle).await;
+        expect(&mut handle, "POST", "/apis/batch/v1/namespaces/team/jobs", ok).await;
+        expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", |_| {
+            let lost = json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "InternalError", "code": 500,
+                               "message": "etcdserver: request timed out" });
+            Response::builder().status(500).body(Body::from(serde_json::to_vec(&lost).unwrap())).unwrap()
+        })
+        .await;
+        expect_admission_reads(&mut handle).await;
+        expect_skilljob_read(&mut handle, finished_copy()).await;
+        no_more_calls(&mut handle).await;
+    });
+    skilljob::reconcile(Arc::new(skilljob()), ctx.clone()).await.expect_err("the status write failed");
+    let action = skilljob::reconcile(Arc::new(skilljob()), ctx).await.expect("the second look");
+    assert_eq!(action, Action::requeue(Duration::from_secs(1)));
     tokio::time::timeout(Duration::from_secs(15), server).await.unwrap().unwrap();
 }
 

@@ -9,6 +9,7 @@ pub mod context;
 pub mod decide;
 pub mod egress;
 pub mod leader;
+pub mod lean_list;
 pub mod lookups;
 pub mod metrics;
 pub mod package;

@@ -435,7 +435,7 @@ async fn a_skilljob_of_a_prepared_package_runs_from_its_image_and_stages_no_pack
         expect(&mut handle, "GET", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skillbindings/weather", |_| ok(binding())).await;
         expect(&mut handle, "GET", "/apis/skill-operator.dev/v1alpha1/skillpackages/weather-1", |_| ok(prepared_package_value())).await;
         expect_restricted_namespace(&mut handle).await;
-        expect_skilljob_read(&mut handle, newer_unstarted_copy()).await;
+        expect_term_list(&mut handle, &[(UID, "41")]).await;
         expect(&mut handle, "PATCH", "/api/v1/namespaces/team/serviceaccounts/skill-operator-run", ok).await;
         expect(&mut handle, "PATCH", "/apis/networking.k8s.io/v1/namespaces/team/networkpolicies/skill-operator-runs", ok).await;
         let created = expect(&mut handle, "POST", "/apis/batch/v1/namespaces/team/jobs", ok).await;

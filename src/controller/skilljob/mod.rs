@@ -25,6 +25,7 @@ mod children;
 pub mod hints;
 mod observe;
 mod start;
+pub mod start_guard;
 mod stored;
 
 pub use children::{ensure_namespace, repair_run_policies};
@@ -100,6 +101,7 @@ async fn reconcile_traced(job: Arc<SkillJob>, ctx: Arc<Context>) -> Result<Actio
             return Ok(action);
         }
     }
+    ctx.start_guard.seen(ctx.leadership.term(), &job);
     let api: Api<SkillJob> = Api::namespaced(ctx.client.clone(), &ns);
     let result = finalizer(&api, FINALIZER, job, |event| async {
         match event {
@@ -243,6 +245,7 @@ async fn cleanup(sj: &SkillJob, ctx: &Context) -> Result<Action> {
         ctx.artifacts.delete(&ns, &warm).await?;
     }
     ctx.warm.set_handed(&ns, &uid, false);
+    ctx.start_guard.forget(ctx.leadership.term(), &uid);
     Ok(Action::await_change())
 }
 
@@ -277,9 +280,14 @@ async fn patch_status_timed(ctx: &Context, job: &SkillJob, status: &SkillJobStat
     }
     let ns = job.namespace().ok_or(Error::Missing("namespace"))?;
     let version = job.resource_version().ok_or(Error::Missing("resourceVersion"))?;
+    let uid = job.uid().ok_or(Error::Missing("uid"))?;
     let api: Api<SkillJob> = Api::namespaced(ctx.client.clone(), &ns);
     // Guarded by the version the status was derived from: a phase never goes back.
-    apply_status_at(&api, &job.name_any(), &version, status).await?;
+    // Until the cache shows this write, its copies of the run are not believed.
+    let term = ctx.leadership.term();
+    ctx.start_guard.writing(term, &uid);
+    let written = apply_status_at(&api, &job.name_any(), &version, status).await?;
+    ctx.start_guard.wrote(term, &uid, written);
     // Counted on the write that makes the phase final, so once per SkillJob
     // (a restarted controller reads the final phase back and writes nothing).
     let was_final = job.status.as_ref().and_then(|s| s.phase).is_some_and(is_final);

@@ -13,7 +13,7 @@ use crate::api::job::{JobEgress, SkillJob, SkillJobPhase, SkillJobStatus};
 use crate::controller::builders::job::PackageDelivery;
 use crate::controller::builders::job::{build_job, job_name};
 use crate::controller::context::{Context, Error, Result};
-use crate::controller::decide::{is_final, Admission};
+use crate::controller::decide::Admission;
 use crate::controller::staged;
 use k8s_openapi::api::batch::v1::Job;
 
@@ -162,15 +162,18 @@ async fn claimed(
 /// a lost watch) and predate the status that recorded the run's Job, or
 /// its verdict: the Job is deleted once the verdict is recorded, so
 /// creating it from that copy would succeed and run the script a second
-/// time. The API server's own copy decides (one read per started run):
-/// `None` when it has started, else that copy (newer than the cached one
-/// when, say, the gateway annotated it meanwhile).
+/// time. The cached copy is used when the [`super::start_guard`] vouches
+/// for it; else the API server's own copy decides: `None` when it has
+/// started, else that copy (newer than the cached one when, say, the
+/// gateway annotated it meanwhile).
 async fn unstarted_copy(sj: &SkillJob, ctx: &Context, ns: &str) -> Result<Option<SkillJob>> {
+    if ctx.start_guard.vouches(ctx, sj).await? {
+        return Ok(Some(sj.clone()));
+    }
     let fresh = Api::<SkillJob>::namespaced(ctx.client.clone(), ns).get(&sj.name_any()).await?;
     // Another SkillJob of the same name (this one deleted meanwhile) is not this run.
     let same = fresh.uid() == sj.uid();
-    let started = fresh.status.as_ref().is_some_and(|s| s.job_name.is_some() || s.warm_pod.is_some() || s.phase.is_some_and(is_final));
-    Ok((same && !started).then_some(fresh))
+    Ok((same && !super::start_guard::started(&fresh)).then_some(fresh))
 }
 
 /// The prepared image's manifest must name the pinned package (one registry

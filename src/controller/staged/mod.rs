@@ -28,7 +28,6 @@ use memory::Key;
 pub use memory::{StagedPackages, REMEMBER_FOR};
 
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::ListParams;
 
 use super::builders::job::ANNOTATION_PACKAGE_DIGEST;
 use super::builders::{LABEL_MANAGED_BY, MANAGED_BY};
@@ -78,102 +77,20 @@ async fn named_by_jobs(ctx: &Context) -> Result<BTreeSet<Key>> {
 pub const LIST_PAGE: u32 = 500;
 
 /// The `(namespace, digest)` the objects of kind `K` matching `selector`
-/// name, listed `page` at a time. Only the namespace and the
-/// annotations are built from each object: a Job's managedFields (a JSON tree
-/// of its whole pod template) made the sweep at a backlog's start the
-/// controller's largest allocation (62 MB of a 76 MB heap peak over 2,100
-/// Jobs in one page).
+/// name, listed `page` at a time and read lean ([`super::lean_list`]): a
+/// Job's managedFields made the sweep at a backlog's start the controller's
+/// largest allocation.
 pub async fn named_by<K>(client: &kube::Client, selector: &str, page: u32) -> Result<BTreeSet<Key>>
 where
     K: kube::Resource<DynamicType = ()>,
 {
-    let request = kube::core::Request::new(K::url_path(&(), None));
-    let mut params = ListParams::default().labels(selector).limit(page);
-    let mut named = BTreeSet::new();
-    loop {
-        let list: lean::List = client.request(request.list_metadata(&params).map_err(kube::Error::BuildRequest)?).await?;
-        named.extend(list.items.unwrap_or_default().into_iter().filter_map(lean::Item::named));
-        match list.metadata.continue_token {
-            Some(token) if !token.is_empty() => params = params.continue_token(&token),
-            _ => return Ok(named),
-        }
-    }
+    let named = super::lean_list::list_metadata::<K, _>(client, Some(selector), page, named).await?;
+    Ok(named.into_iter().collect())
 }
 
-/// A metadata list as the sweep reads it; serde skips every other field
-/// without building it.
-mod lean {
-    use serde::Deserialize;
-
-    use super::{Key, ANNOTATION_PACKAGE_DIGEST};
-
-    #[derive(Deserialize)]
-    pub(super) struct List {
-        #[serde(default)]
-        pub(super) metadata: ListMeta,
-        /// `null` when nothing matches, as kube-apiserver sends a metadata list.
-        pub(super) items: Option<Vec<Item>>,
-    }
-
-    #[derive(Deserialize, Default)]
-    pub(super) struct ListMeta {
-        #[serde(rename = "continue")]
-        pub(super) continue_token: Option<String>,
-    }
-
-    #[derive(Deserialize)]
-    pub(super) struct Item {
-        metadata: ItemMeta,
-    }
-
-    #[derive(Deserialize)]
-    struct ItemMeta {
-        namespace: Option<String>,
-        annotations: Option<std::collections::BTreeMap<String, String>>,
-    }
-
-    impl Item {
-        pub(super) fn named(self) -> Option<Key> {
-            let mut annotations = self.metadata.annotations?;
-            Some((self.metadata.namespace?, annotations.remove(ANNOTATION_PACKAGE_DIGEST)?))
-        }
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::*;
-
-        #[test]
-        fn only_the_namespace_and_the_digest_annotation_are_read() {
-            let list: List = serde_json::from_value(serde_json::json!({
-                "kind": "PartialObjectMetadataList",
-                "metadata": { "continue": "next", "resourceVersion": "9" },
-                "items": [
-                    { "metadata": { "name": "a", "namespace": "team",
-                                    "annotations": { "other": "x", ANNOTATION_PACKAGE_DIGEST: "sha256:aa", "z": "y" },
-                                    "managedFields": [{ "manager": "m", "fieldsV1": { "f:spec": { "f:template": {} } } }] } },
-                    { "metadata": { "name": "no-digest", "namespace": "team", "annotations": { "other": "x" } } },
-                    { "metadata": { "name": "no-annotations", "namespace": "team" } },
-                    { "metadata": { "name": "null-annotations", "namespace": "team", "annotations": null } },
-                    { "metadata": { "name": "cluster-wide", "annotations": { ANNOTATION_PACKAGE_DIGEST: "sha256:bb" } } }
-                ]
-            }))
-            .unwrap();
-            assert_eq!(list.metadata.continue_token.as_deref(), Some("next"));
-            let named: Vec<Key> = list.items.unwrap().into_iter().filter_map(Item::named).collect();
-            assert_eq!(named, vec![("team".to_string(), "sha256:aa".to_string())]);
-        }
-
-        #[test]
-        fn the_last_page_has_no_continue_token_and_an_empty_one_null_items() {
-            let list: List = serde_json::from_str(r#"{"metadata":{"resourceVersion":"9"},"items":[]}"#).unwrap();
-            assert!(list.metadata.continue_token.is_none());
-            // What kube-apiserver answers a metadata list matching nothing.
-            let list: List =
-                serde_json::from_str(r#"{"kind":"PartialObjectMetadataList","metadata":{"resourceVersion":"9"},"items":null}"#).unwrap();
-            assert!(list.items.is_none() && list.metadata.continue_token.is_none());
-        }
-    }
+/// The staged copy an object names, if it names one.
+fn named(meta: super::lean_list::Meta) -> Option<Key> {
+    Some((meta.namespace?, meta.annotations?.remove(ANNOTATION_PACKAGE_DIGEST)?))
 }
 
 /// One sweep: deletes the copies no Job named now nor at the last sweep,
@@ -225,6 +142,20 @@ pub async fn sweep_every(ctx: std::sync::Arc<Context>, stop: impl std::future::F
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_object_names_a_copy_by_its_namespace_and_digest_annotation() {
+        let meta = |ns: Option<&str>, annotations: Option<&[(&str, &str)]>| super::super::lean_list::Meta {
+            namespace: ns.map(String::from),
+            annotations: annotations.map(|a| a.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+            ..Default::default()
+        };
+        let digest = Some(&[("other", "x"), (ANNOTATION_PACKAGE_DIGEST, "sha256:aa")][..]);
+        assert_eq!(named(meta(Some("team"), digest)), Some(("team".to_string(), "sha256:aa".to_string())));
+        assert_eq!(named(meta(Some("team"), Some(&[("other", "x")]))), None);
+        assert_eq!(named(meta(Some("team"), None)), None);
+        assert_eq!(named(meta(None, digest)), None, "a cluster-wide object names no namespace's copy");
+    }
 
     fn key(ns: &str, d: &str) -> Key {
         (ns.to_string(), d.to_string())
