@@ -2,7 +2,10 @@
 //! `skill-operator controller` process reaches a real kube-apiserver only
 //! through a fault-injecting proxy of the tests (tests/envtest/faulty.rs):
 //! every request delayed, bursts of 429 / 500 / 503 answers, watches
-//! answered 410 Gone (a relist) and watches dropped mid-stream. A backlog
+//! answered 410 Gone (a relist), watches dropped mid-stream, requests
+//! never answered and watches gone silent (a peer gone without a reset:
+//! the controller runs with short `--api-timeout` and `--watch-timeout` so
+//! that it gives them up within the test's time). A backlog
 //! of `LOSSY_API_SKILLJOBS` SkillJobs (default 200) must drain through it
 //! by itself: the controller is never restarted, no SkillJob gets two Jobs,
 //! every one reaches a terminal phase, none goes back, and every kind of
@@ -41,12 +44,15 @@ async fn the_controller_drains_a_backlog_through_a_slow_lossy_api_server() {
         burst: Duration::from_millis(1500),
         burst_every: Duration::from_secs(6),
         gone_every: 3,
+        hold_every: 200,
+        silence_every: 12,
     };
     let proxy = faulty::FaultyProxy::start(client.clone(), faults).await;
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = proxy.kubeconfig(&stack.env.kubeconfig, dir.path());
     let metrics_port = stack::free_port();
-    let mut controller = stack.controller_via(&kubeconfig, metrics_port, &[], "ctl");
+    let timeouts = ["--api-timeout", "5", "--watch-timeout", "10"];
+    let mut controller = stack.controller_via(&kubeconfig, metrics_port, &timeouts, "ctl");
     stack::wait_http(&format!("http://127.0.0.1:{metrics_port}/readyz")).await;
     stack.bind_csv_stats(NS).await;
 
@@ -66,6 +72,17 @@ async fn the_controller_drains_a_backlog_through_a_slow_lossy_api_server() {
         if still_running { "never restarted" } else { "exited" }
     );
     assert!(still_running, "the controller exited: it must ride out a lossy API server by itself");
+    // Every watch silenced by now is given up by the controller, not left
+    // open for good (kube-runtime alone waits 295 s for a silent stream, and
+    // for ever for an answer that never began): the deadline only bounds a hang.
+    let c = &proxy.counts;
+    let silenced = c.silenced_watches.lock().unwrap().clone();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let open = || silenced.difference(&c.given_up_watches.lock().unwrap()).count();
+    while open() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(open(), 0, "of {} silenced watches, the controller kept {} open: {}", silenced.len(), open(), c.summary());
     outcome.assert_nothing_lost_or_doubled(count);
     // A run in which a fault never happened proves nothing about it.
     let c = &proxy.counts;
@@ -74,6 +91,8 @@ async fn the_controller_drains_a_backlog_through_a_slow_lossy_api_server() {
         ("500/503 answers", &c.server_errors),
         ("410 Gone watches", &c.gone),
         ("watches cut mid-stream", &c.cut),
+        ("requests never answered", &c.held),
+        ("watches gone silent", &c.silenced),
     ] {
         assert!(n.load(Ordering::Relaxed) > 0, "the proxy injected no {what}: {}", c.summary());
     }

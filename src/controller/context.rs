@@ -111,6 +111,8 @@ pub struct OperatorConfig {
     pub warm_budget: u32,
     /// Drop the mappings of the code only start-up ran once the caches are in sync ([`crate::memory`]).
     pub release_startup_code: bool,
+    /// Seconds each watch lasts before it is renewed ([`super::api_client`]).
+    pub watch_timeout: u32,
 }
 
 /// Where runs reach the egress proxy.
@@ -147,7 +149,10 @@ impl SourceTarget {
 /// Shared reconciler state.
 #[derive(Clone)]
 pub struct Context {
+    /// Requests (reads and writes), each bounded by the API timeout.
     pub client: Client,
+    /// Watches and their lists ([`super::api_client`]); the request client unless set.
+    pub watch_client: Client,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
     pub config: Arc<OperatorConfig>,
@@ -192,6 +197,7 @@ impl Context {
         };
         Context {
             leadership,
+            watch_client: client.clone(),
             client,
             recorder,
             metrics,
@@ -219,6 +225,12 @@ impl Context {
     /// Writes a `run.verdict` audit record for every SkillJob that ends.
     pub fn with_audit(mut self, audit: crate::audit::Audit) -> Self {
         self.audit = audit;
+        self
+    }
+
+    /// The client watches go through (its own connections and timeouts).
+    pub fn with_watch_client(mut self, client: Client) -> Self {
+        self.watch_client = client;
         self
     }
 

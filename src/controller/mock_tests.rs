@@ -57,6 +57,7 @@ fn context_with(artifacts: Arc<dyn super::context::ArtifactStore>) -> (Arc<Conte
         leader_election: None,
         warm_budget: crate::core::limits::WARM_NAMESPACE_DEFAULT_BUDGET,
         release_startup_code: false,
+        watch_timeout: super::api_client::DEFAULT_WATCH_TIMEOUT_SECS,
     };
     (Arc::new(Context::new(client, Arc::new(Metrics::default()), config, Arc::new(NoPackages), artifacts)), handle)
 }

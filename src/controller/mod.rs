@@ -2,6 +2,7 @@
 //! reconcilers. Decisions live in [`decide`] (pure, unit-tested); the
 //! reconcilers fetch, decide and apply.
 
+pub mod api_client;
 pub mod binding;
 pub mod builders;
 pub mod cilium;

@@ -129,6 +129,8 @@ pub struct ControllerArgs {
     pub audit: crate::audit::AuditArgs,
     #[command(flatten)]
     pub election: ElectionArgs,
+    #[command(flatten)]
+    pub api: super::api_client::ApiArgs,
 }
 
 /// Several replicas with one writing (docs/operations.md, "High availability").
@@ -397,7 +399,7 @@ pub async fn command(args: ControllerArgs, shutdown: crate::shutdown::Shutdown) 
         labels.insert(k.to_string(), v.to_string());
     }
     let leader_election = args.election.lease(&args.operator_namespace)?;
-    let client = kube::Client::try_default().await.context("cannot reach the Kubernetes API (in-cluster config or KUBECONFIG)")?;
+    let (client, watch_client) = super::api_client::clients(&args.api).await?;
     let host_aliases = endpoint_aliases(&args.artifact_endpoint).await?;
     // Pods call the endpoint's versioned API.
     let artifact_endpoint = crate::artifacts::operator::versioned_endpoint(&args.artifact_endpoint);
@@ -431,6 +433,7 @@ pub async fn command(args: ControllerArgs, shutdown: crate::shutdown::Shutdown) 
         leader_election,
         warm_budget: args.warm_pods_per_namespace,
         release_startup_code: args.release_startup_code,
+        watch_timeout: args.api.watch_timeout,
     };
     // Every SkillJob pulls its pinned package: keep up to 64 MiB of them.
     // SkillPackages may name the artifact endpoint's built-in store (the chart's samples do).
@@ -446,6 +449,7 @@ pub async fn command(args: ControllerArgs, shutdown: crate::shutdown::Shutdown) 
     let audit = args.audit.open("controller", true)?;
     let ctx = Arc::new(
         Context::new(client, Arc::new(Metrics::default()), config, resolver, artifacts)
+            .with_watch_client(watch_client)
             .with_images(Arc::new(images))
             .with_audit(audit)
             .with_sources(sources),
@@ -514,6 +518,9 @@ pub async fn run_elected(
     election: Option<super::leader::Elector>,
 ) -> anyhow::Result<()> {
     let client = ctx.client.clone();
+    // Watches go through their own client, and are renewed every --watch-timeout ([`super::api_client`]).
+    let watches = ctx.watch_client.clone();
+    let renewed = watcher::Config::default().timeout(ctx.config.watch_timeout);
     // The election stops only after every controller has (their last
     // writes are still a leader's); then it releases the lease.
     let stop_election = crate::shutdown::Shutdown::new();
@@ -552,28 +559,24 @@ pub async fn run_elected(
     // With --selector, only the labelled objects are ours (children are
     // found by the managed-by label and their owners, as always).
     let ours = || match &ctx.config.selector {
-        Some(s) => watcher::Config::default().labels(s),
-        None => watcher::Config::default(),
+        Some(s) => renewed.clone().labels(s),
+        None => renewed.clone(),
     };
-    let packages = Controller::new(Api::<SkillPackage>::all(client.clone()), ours());
-    let bindings = Controller::new(Api::<SkillBinding>::all(client.clone()), ours());
+    let packages = Controller::new(Api::<SkillPackage>::all(watches.clone()), ours());
+    let bindings = Controller::new(Api::<SkillBinding>::all(watches.clone()), ours());
     // SkillJob reconciles read bindings and packages from these caches.
     ctx.lookups.set_stores(bindings.store(), packages.store());
     let build_ns = ctx.config.prepare.build_namespace.clone();
     let packages = packages
         // A binding going away may unblock a package's deletion.
-        .watches(Api::<SkillBinding>::all(client.clone()), ours(), |b| Some(ObjectRef::<SkillPackage>::new(&b.spec.package)))
+        .watches(Api::<SkillBinding>::all(watches.clone()), ours(), |b| Some(ObjectRef::<SkillPackage>::new(&b.spec.package)))
         // A build Job's progress moves its package's preparation on.
-        .watches(
-            Api::<Job>::namespaced(client.clone(), &build_ns),
-            watcher::Config::default().labels(super::builders::build_job::LABEL_BUILD),
-            |j| {
-                j.owner_references()
-                    .iter()
-                    .find(|o| o.kind == "SkillPackage" && o.controller == Some(true))
-                    .map(|o| ObjectRef::<SkillPackage>::new(&o.name))
-            },
-        )
+        .watches(Api::<Job>::namespaced(watches.clone(), &build_ns), renewed.clone().labels(super::builders::build_job::LABEL_BUILD), |j| {
+            j.owner_references()
+                .iter()
+                .find(|o| o.kind == "SkillPackage" && o.controller == Some(true))
+                .map(|o| ObjectRef::<SkillPackage>::new(&o.name))
+        })
         .graceful_shutdown_on(shutdown.wait_owned())
         .run(package::reconcile, error_policy::<SkillPackage>("SkillPackage"), ctx.clone())
         .for_each(|_| async {});
@@ -584,15 +587,15 @@ pub async fn run_elected(
     let bindings = bindings
         // Two bindings serving one skill name refuse each other: the first
         // must hear of the second (and of its going).
-        .watches(Api::<SkillBinding>::all(client.clone()), ours(), move |b| {
+        .watches(Api::<SkillBinding>::all(watches.clone()), ours(), move |b| {
             b.namespace().map(|ns| siblings.sibling_bindings(&ns, &b.name_any())).unwrap_or_default()
         })
         // A package's readiness is its bindings' (a prepared image arriving, a failed one).
-        .watches(Api::<SkillPackage>::all(client.clone()), ours(), move |p| of_package.bindings_of_package(&p.name_any()))
+        .watches(Api::<SkillPackage>::all(watches.clone()), ours(), move |p| of_package.bindings_of_package(&p.name_any()))
         // A SkillJob going away may unblock a binding's deletion. Only a
         // binding being deleted cares: waking every binding on every
         // SkillJob status change was most of the API load under a burst.
-        .watches(Api::<SkillJob>::all(client.clone()), ours(), move |j| {
+        .watches(Api::<SkillJob>::all(watches.clone()), ours(), move |j| {
             let ns = j.namespace()?;
             lookups.binding_is_deleting(&ns, &j.spec.binding).then(|| ObjectRef::<SkillBinding>::new(&j.spec.binding).within(&ns))
         })
@@ -602,16 +605,16 @@ pub async fn run_elected(
 
     // The children are watched once, by label, into stores the SkillJob
     // reconciler reads instead of asking the API server each time.
-    let children = watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}")).page_size(CHILD_LIST_PAGE);
+    let children = renewed.clone().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}")).page_size(CHILD_LIST_PAGE);
     let (job_store, job_writer) = reflector::store::<Job>();
     let (policy_store, policy_writer) = reflector::store::<NetworkPolicy>();
     ctx.lookups.set_child_stores(job_store.clone(), policy_store);
-    let job_events = reflector(job_writer, watcher(Api::<Job>::all(client.clone()), children.clone()).modify(slim_job))
+    let job_events = reflector(job_writer, watcher(Api::<Job>::all(watches.clone()), children.clone()).modify(slim_job))
         .default_backoff()
         .touched_objects();
     let policy_events = reflector(
         policy_writer,
-        watcher(Api::<NetworkPolicy>::all(client.clone()), children.clone()).modify(|p| p.managed_fields_mut().clear()),
+        watcher(Api::<NetworkPolicy>::all(watches.clone()), children.clone()).modify(|p| p.managed_fields_mut().clear()),
     )
     .default_backoff()
     .touched_objects();
@@ -623,7 +626,7 @@ pub async fn run_elected(
     let (pod_store, pod_writer) = reflector::store::<Pod>();
     ctx.lookups.set_pod_store(pod_store.clone());
     let run_pods =
-        reflector(pod_writer, watcher(Api::<Pod>::all(client.clone()), children).modify(slim_pod)).default_backoff().touched_objects();
+        reflector(pod_writer, watcher(Api::<Pod>::all(watches.clone()), children).modify(slim_pod)).default_backoff().touched_objects();
     // The namespaces' run policies are shared by every run there: one changed
     // or deleted by someone is put back at once.
     let repairs = {
@@ -645,10 +648,7 @@ pub async fn run_elected(
     ctx.lookups.set_namespace_store(namespace_store);
     let namespace_events = reflector(
         namespace_writer,
-        watcher(
-            Api::<kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>::all(client.clone()),
-            watcher::Config::default(),
-        ),
+        watcher(Api::<kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>::all(watches.clone()), renewed.clone()),
     )
     .default_backoff()
     .touched_objects();
@@ -666,7 +666,7 @@ pub async fn run_elected(
     let (skilljob_store, skilljob_writer) = reflector::store::<SkillJob>();
     let skilljob_events = reflector(
         skilljob_writer,
-        watcher(Api::<SkillJob>::all(client.clone()), ours()).modify(|sj| {
+        watcher(Api::<SkillJob>::all(watches.clone()), ours()).modify(|sj| {
             sj.managed_fields_mut().clear();
         }),
     )
@@ -731,8 +731,8 @@ pub async fn run_elected(
     // SkillSources, where their CRD is installed (a cluster upgraded from a
     // release without it keeps working, and says so).
     let sources = {
-        let api = Api::<SkillSource>::all(client.clone());
-        let installed = api.list(&kube::api::ListParams::default().limit(1)).await.is_ok();
+        let installed = Api::<SkillSource>::all(client.clone()).list(&kube::api::ListParams::default().limit(1)).await.is_ok();
+        let api = Api::<SkillSource>::all(watches.clone());
         let ctx = ctx.clone();
         let stop = shutdown.wait_owned();
         let selector = ours();

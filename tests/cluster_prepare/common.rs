@@ -331,6 +331,7 @@ impl Stack {
             leader_election: None,
             warm_budget: skill_operator::core::limits::WARM_NAMESPACE_DEFAULT_BUDGET,
             release_startup_code: false,
+            watch_timeout: skill_operator::controller::api_client::DEFAULT_WATCH_TIMEOUT_SECS,
         };
         let artifacts = Arc::new(HttpArtifacts::new(&endpoint, &key));
         let resolver =

@@ -8,7 +8,12 @@
 //! - every `gone_every`th watch answered with a 410 Gone ERROR event, the
 //!   API server's "your resourceVersion is too old", which forces a relist;
 //! - every other watch cut after 0.5 to 3 s with the connection dropped
-//!   mid-stream (an error, not a clean end).
+//!   mid-stream (an error, not a clean end);
+//! - every `hold_every`th request (a watch or not) never answered, its
+//!   connection left open: a peer gone silent, as a dropped route or a
+//!   middlebox leaves it;
+//! - every `silence_every`th watch passed on whole answered, its stream
+//!   then silent and never ended.
 //!
 //! What it injected is counted, so a suite can show each fault happened.
 
@@ -34,6 +39,10 @@ pub(crate) struct Faults {
     pub burst: Duration,
     pub burst_every: Duration,
     pub gone_every: u64,
+    /// 0: none held.
+    pub hold_every: u64,
+    /// 0: none silenced.
+    pub silence_every: u64,
 }
 
 #[derive(Default, Debug)]
@@ -44,19 +53,27 @@ pub(crate) struct Counts {
     pub server_errors: AtomicU64,
     pub gone: AtomicU64,
     pub cut: AtomicU64,
+    pub held: AtomicU64,
+    pub silenced: AtomicU64,
+    /// Which watches (by their number) were silenced, and which of them
+    /// their client has given up.
+    pub silenced_watches: std::sync::Mutex<std::collections::BTreeSet<u64>>,
+    pub given_up_watches: std::sync::Mutex<std::collections::BTreeSet<u64>>,
 }
 
 impl Counts {
     pub(crate) fn summary(&self) -> String {
         let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
         format!(
-            "{} requests ({} watches): {} answered 429, {} answered 500/503, {} watches answered 410 Gone, {} watches cut mid-stream",
+            "{} requests ({} watches): {} answered 429, {} answered 500/503, {} watches answered 410 Gone, {} watches cut mid-stream, {} requests never answered, {} watches gone silent",
             n(&self.requests),
             n(&self.watches),
             n(&self.throttled),
             n(&self.server_errors),
             n(&self.gone),
-            n(&self.cut)
+            n(&self.cut),
+            n(&self.held),
+            n(&self.silenced)
         )
     }
 }
@@ -128,6 +145,15 @@ impl FaultyProxy {
     }
 }
 
+/// Marks a silenced watch given up by its client when dropped.
+struct GivenUp(Arc<Counts>, u64);
+
+impl Drop for GivenUp {
+    fn drop(&mut self) {
+        self.0.given_up_watches.lock().unwrap().insert(self.1);
+    }
+}
+
 fn is_watch(req: &Request<Incoming>) -> bool {
     req.uri().query().is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"))
 }
@@ -162,8 +188,14 @@ async fn forward(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
     let delay_ms = faults.max_delay.as_millis() as u64;
     tokio::time::sleep(Duration::from_millis(spread(n, delay_ms + 1))).await;
     let watch = is_watch(&req);
-    if watch {
-        let w = counts.watches.fetch_add(1, Ordering::Relaxed);
+    if faults.hold_every > 0 && n % faults.hold_every == faults.hold_every - 1 {
+        counts.held.fetch_add(1, Ordering::Relaxed);
+        // Held until the client gives the connection up (or the test ends).
+        std::future::pending::<()>().await;
+    }
+    // Which watch this is (a watch's faults are chosen by it).
+    let w = watch.then(|| counts.watches.fetch_add(1, Ordering::Relaxed));
+    if let Some(w) = w {
         if faults.gone_every > 0 && w % faults.gone_every == faults.gone_every - 1 {
             counts.gone.fetch_add(1, Ordering::Relaxed);
             let event = serde_json::json!({ "type": "ERROR", "object": { "kind": "Status", "apiVersion": "v1", "status": "Failure",
@@ -212,7 +244,23 @@ async fn forward(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
     // Framing is this hop's own.
     parts.headers.remove(http::header::TRANSFER_ENCODING);
     parts.headers.remove(http::header::CONNECTION);
-    let body: Body = if watch && n.is_multiple_of(2) {
+    let silenced = watch
+        && !n.is_multiple_of(2)
+        && w.is_some_and(|w| faults.silence_every > 0 && w % faults.silence_every == faults.silence_every - 1);
+    let body: Body = if silenced {
+        // The answer's head went out; nothing more ever will, and the stream never ends.
+        counts.silenced.fetch_add(1, Ordering::Relaxed);
+        drop(body);
+        // Counted when the connection goes (hyper drops the body then).
+        let number = w.unwrap_or_default();
+        counts.silenced_watches.lock().unwrap().insert(number);
+        let given_up = GivenUp(shared.counts.clone(), number);
+        let silent = futures::stream::unfold(given_up, |given_up| async move {
+            std::future::pending::<()>().await;
+            Some((Ok::<_, Error>(Frame::data(Bytes::new())), given_up))
+        });
+        BodyExt::boxed_unsync(StreamBody::new(silent))
+    } else if watch && n.is_multiple_of(2) {
         // Dropped mid-stream: pass the stream on for a while, then fail it,
         // which aborts the connection (a truncated chunked body).
         counts.cut.fetch_add(1, Ordering::Relaxed);

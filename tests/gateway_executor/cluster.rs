@@ -377,6 +377,7 @@ pub(crate) async fn setup_named(what: &str, prefix: &str) -> Option<Setup> {
         leader_election: None,
         warm_budget: skill_operator::core::limits::WARM_NAMESPACE_DEFAULT_BUDGET,
         release_startup_code: false,
+        watch_timeout: skill_operator::controller::api_client::DEFAULT_WATCH_TIMEOUT_SECS,
     };
     let artifacts = Arc::new(HttpArtifacts::new(&endpoint, KEY));
     let ctx = Arc::new(Context::new(client.clone(), Arc::new(Metrics::default()), config, Arc::new(EchoPackage), artifacts.clone()));
