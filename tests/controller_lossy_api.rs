@@ -45,7 +45,7 @@ async fn the_controller_drains_a_backlog_through_a_slow_lossy_api_server() {
         burst_every: Duration::from_secs(6),
         gone_every: 3,
         hold_every: 200,
-        silence_every: 12,
+        silence_every: 10,
     };
     let proxy = faulty::FaultyProxy::start(client.clone(), faults).await;
     let dir = tempfile::tempdir().unwrap();

@@ -12,8 +12,8 @@
 //! - every `hold_every`th request (a watch or not) never answered, its
 //!   connection left open: a peer gone silent, as a dropped route or a
 //!   middlebox leaves it;
-//! - every `silence_every`th watch passed on whole answered, its stream
-//!   then silent and never ended.
+//! - every `silence_every`th watch (unless answered 410) answered with the
+//!   API server's head, its stream then silent and never ended.
 //!
 //! What it injected is counted, so a suite can show each fault happened.
 
@@ -244,9 +244,7 @@ async fn forward(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
     // Framing is this hop's own.
     parts.headers.remove(http::header::TRANSFER_ENCODING);
     parts.headers.remove(http::header::CONNECTION);
-    let silenced = watch
-        && !n.is_multiple_of(2)
-        && w.is_some_and(|w| faults.silence_every > 0 && w % faults.silence_every == faults.silence_every - 1);
+    let silenced = w.is_some_and(|w| faults.silence_every > 0 && w % faults.silence_every == faults.silence_every - 1);
     let body: Body = if silenced {
         // The answer's head went out; nothing more ever will, and the stream never ends.
         counts.silenced.fetch_add(1, Ordering::Relaxed);
