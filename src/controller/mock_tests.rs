@@ -282,6 +282,19 @@ async fn first_reconcile_admits_and_creates_children_then_the_job() {
     tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap();
 }
 
+/// A first start whose cached copy (41) the term's list vouches for: no
+/// read of it; the namespace's children, the Job, and the status write,
+/// answered by `status`.
+async fn expect_vouched_first_start(handle: &mut Handle, status: fn(Value) -> Response<Body>) {
+    expect_admission_reads(handle).await;
+    expect_restricted_namespace(handle).await;
+    expect_term_list(handle, &[(UID, "41")]).await;
+    expect(handle, "PATCH", "/api/v1/namespaces/team/serviceaccounts/skill-operator-run", ok).await;
+    expect_run_policies(handle).await;
+    expect(handle, "POST", "/apis/batch/v1/namespaces/team/jobs", ok).await;
+    expect(handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", status).await;
+}
+
 /// Two runs of one package in a namespace: one staging, never one per run.
 #[tokio::test]
 async fn a_namespace_stages_a_package_once_for_its_runs() {
@@ -294,13 +307,7 @@ async fn a_namespace_stages_a_package_once_for_its_runs() {
         sj
     };
     let server = tokio::spawn(async move {
-        expect_admission_reads(&mut handle).await;
-        expect_restricted_namespace(&mut handle).await;
-        expect_term_list(&mut handle, &[(UID, "41")]).await;
-        expect(&mut handle, "PATCH", "/api/v1/namespaces/team/serviceaccounts/skill-operator-run", ok).await;
-        expect_run_policies(&mut handle).await;
-        expect(&mut handle, "POST", "/apis/batch/v1/namespaces/team/jobs", ok).await;
-        expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
+        expect_vouched_first_start(&mut handle, patched).await;
         // The second run: the namespace's children and its package are remembered.
         // Made after the term's list, and never written: believed as cached.
         expect_admission_reads(&mut handle).await;
@@ -328,15 +335,22 @@ fn finished_copy() -> SkillJob {
     finished
 }
 
+/// The reads of a first start whose cached copy (41) the term's list does
+/// not vouch for (it holds 42): admission's, the namespace, the list, and
+/// the API server's copy, answered with `copy`.
+async fn expect_unvouched_start_reads(handle: &mut Handle, copy: SkillJob) {
+    expect_admission_reads(handle).await;
+    expect_restricted_namespace(handle).await;
+    expect_term_list(handle, &[(UID, "42")]).await;
+    expect_skilljob_read(handle, copy).await;
+}
+
 #[tokio::test]
 async fn a_cached_copy_behind_a_finished_run_creates_nothing() {
     let (ctx, mut handle) = context();
     let server = tokio::spawn(async move {
-        expect_admission_reads(&mut handle).await;
-        expect_restricted_namespace(&mut handle).await;
         // The list holds a newer copy: the cached one may predate a start.
-        expect_term_list(&mut handle, &[(UID, "42")]).await;
-        expect_skilljob_read(&mut handle, finished_copy()).await;
+        expect_unvouched_start_reads(&mut handle, finished_copy()).await;
         // No ServiceAccount, Secret, NetworkPolicy, Job or status write.
         no_more_calls(&mut handle).await;
     });
@@ -352,10 +366,7 @@ async fn a_cached_copy_behind_a_finished_run_creates_nothing() {
 async fn a_copy_older_than_the_term_s_list_is_read_and_the_newer_one_guards_the_write() {
     let (ctx, mut handle) = context();
     let server = tokio::spawn(async move {
-        expect_admission_reads(&mut handle).await;
-        expect_restricted_namespace(&mut handle).await;
-        expect_term_list(&mut handle, &[(UID, "42")]).await;
-        expect_skilljob_read(&mut handle, newer_unstarted_copy()).await;
+        expect_unvouched_start_reads(&mut handle, newer_unstarted_copy()).await;
         expect(&mut handle, "PATCH", "/api/v1/namespaces/team/serviceaccounts/skill-operator-run", ok).await;
         expect_run_policies(&mut handle).await;
         expect(&mut handle, "POST", "/apis/batch/v1/namespaces/team/jobs", ok).await;
@@ -374,52 +385,41 @@ async fn a_copy_older_than_the_term_s_list_is_read_and_the_newer_one_guards_the_
 /// and no second Job is made.
 #[tokio::test]
 async fn a_cached_copy_behind_this_controller_s_own_write_creates_nothing() {
-    let (ctx, mut handle) = context();
-    let server = tokio::spawn(async move {
-        expect_admission_reads(&mut handle).await;
-        expect_restricted_namespace(&mut handle).await;
-        expect_term_list(&mut handle, &[(UID, "41")]).await;
-        expect(&mut handle, "PATCH", "/api/v1/namespaces/team/serviceaccounts/skill-operator-run", ok).await;
-        expect_run_policies(&mut handle).await;
-        expect(&mut handle, "POST", "/apis/batch/v1/namespaces/team/jobs", ok).await;
-        expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", patched).await;
-        // The same cached copy again.
-        expect_admission_reads(&mut handle).await;
-        expect_skilljob_read(&mut handle, finished_copy()).await;
-        no_more_calls(&mut handle).await;
-    });
-    skilljob::reconcile(Arc::new(skilljob()), ctx.clone()).await.expect("the run starts");
-    let action = skilljob::reconcile(Arc::new(skilljob()), ctx).await.expect("the stale look");
-    assert_eq!(action, Action::requeue(Duration::from_secs(1)), "looked at again once the cache has caught up");
-    tokio::time::timeout(Duration::from_secs(15), server).await.unwrap().unwrap();
+    a_stale_look_after_the_start_is_read_again(true).await;
 }
 
 /// A status write whose answer is lost may have been applied: until the
 /// cache shows a later copy, the cached one is read again before a start.
 #[tokio::test]
 async fn a_status_write_with_a_lost_answer_leaves_the_cached_copy_unbelieved() {
+    a_stale_look_after_the_start_is_read_again(false).await;
+}
+
+/// Starts the run from a copy the term's list vouches for, its status
+/// write answered (or not: a 500), then hands the reconciler that same
+/// copy again: the API server's copy (the verdict recorded) must be read,
+/// and nothing made.
+async fn a_stale_look_after_the_start_is_read_again(write_answered: bool) {
     let (ctx, mut handle) = context();
     let server = tokio::spawn(async move {
-        expect_admission_reads(&mut handle).await;
-        expect_restricted_namespace(&mut handle).await;
-        expect_term_list(&mut handle, &[(UID, "41")]).await;
-        expect(&mut handle, "PATCH", "/api/v1/namespaces/team/serviceaccounts/skill-operator-run", ok).await;
-        expect_run_policies(&mut handle).await;
-        expect(&mut handle, "POST", "/apis/batch/v1/namespaces/team/jobs", ok).await;
-        expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report/status", |_| {
-            let lost = json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "InternalError", "code": 500,
-                               "message": "etcdserver: request timed out" });
-            Response::builder().status(500).body(Body::from(serde_json::to_vec(&lost).unwrap())).unwrap()
-        })
-        .await;
+        expect_vouched_first_start(&mut handle, if write_answered { patched } else { lost_answer }).await;
+        // The same cached copy again.
         expect_admission_reads(&mut handle).await;
         expect_skilljob_read(&mut handle, finished_copy()).await;
         no_more_calls(&mut handle).await;
     });
-    skilljob::reconcile(Arc::new(skilljob()), ctx.clone()).await.expect_err("the status write failed");
-    let action = skilljob::reconcile(Arc::new(skilljob()), ctx).await.expect("the second look");
-    assert_eq!(action, Action::requeue(Duration::from_secs(1)));
+    let first = skilljob::reconcile(Arc::new(skilljob()), ctx.clone()).await;
+    assert_eq!(first.is_ok(), write_answered, "{first:?}");
+    let action = skilljob::reconcile(Arc::new(skilljob()), ctx).await.expect("the stale look");
+    assert_eq!(action, Action::requeue(Duration::from_secs(1)), "looked at again once the cache has caught up");
     tokio::time::timeout(Duration::from_secs(15), server).await.unwrap().unwrap();
+}
+
+/// A write the API server may or may not have applied (its answer says it failed).
+fn lost_answer(_: Value) -> Response<Body> {
+    let lost = json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "InternalError", "code": 500,
+                       "message": "etcdserver: request timed out" });
+    Response::builder().status(500).body(Body::from(serde_json::to_vec(&lost).unwrap())).unwrap()
 }
 
 /// A status derived from an old copy is written only over that copy: the
