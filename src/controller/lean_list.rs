@@ -12,8 +12,6 @@ use std::collections::BTreeMap;
 use kube::api::ListParams;
 use serde::Deserialize;
 
-use super::context::Result;
-
 /// What a lean list keeps of each object's metadata.
 #[derive(Deserialize, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
@@ -31,7 +29,7 @@ pub async fn list_metadata<K, T>(
     selector: Option<&str>,
     page: u32,
     mut keep: impl FnMut(Meta) -> Option<T>,
-) -> Result<Vec<T>>
+) -> Result<Vec<T>, kube::Error>
 where
     K: kube::Resource<DynamicType = ()>,
 {

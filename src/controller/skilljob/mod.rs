@@ -101,7 +101,9 @@ async fn reconcile_traced(job: Arc<SkillJob>, ctx: Arc<Context>) -> Result<Actio
             return Ok(action);
         }
     }
-    ctx.start_guard.seen(ctx.leadership.term(), &job);
+    if let (Some(uid), Some(version)) = (job.uid(), job.resource_version()) {
+        ctx.start_guard.seen(ctx.leadership.term(), &uid, &version, run_started(&job));
+    }
     let api: Api<SkillJob> = Api::namespaced(ctx.client.clone(), &ns);
     let result = finalizer(&api, FINALIZER, job, |event| async {
         match event {
@@ -332,6 +334,12 @@ fn verdict_record(
         record = record.principal_name(who);
     }
     record
+}
+
+/// Whether the copy says the run started (a Job or a warm pod recorded, or
+/// a verdict): it never goes back ([`start_guard`]).
+fn run_started(sj: &SkillJob) -> bool {
+    sj.status.as_ref().is_some_and(|s| s.job_name.is_some() || s.warm_pod.is_some() || s.phase.is_some_and(is_final))
 }
 
 fn set_phase(status: &mut SkillJobStatus, phase: SkillJobPhase, reason: &str, message: impl Into<String>, generation: Option<i64>) {

@@ -167,13 +167,16 @@ async fn claimed(
 /// started, else that copy (newer than the cached one when, say, the
 /// gateway annotated it meanwhile).
 async fn unstarted_copy(sj: &SkillJob, ctx: &Context, ns: &str) -> Result<Option<SkillJob>> {
-    if ctx.start_guard.vouches(ctx, sj).await? {
-        return Ok(Some(sj.clone()));
+    if let (Some(uid), Some(version)) = (sj.uid(), sj.resource_version()) {
+        let (selector, term) = (ctx.config.selector.as_deref(), ctx.leadership.term());
+        if ctx.start_guard.vouches(&ctx.client, selector, term, &uid, &version).await? {
+            return Ok(Some(sj.clone()));
+        }
     }
     let fresh = Api::<SkillJob>::namespaced(ctx.client.clone(), ns).get(&sj.name_any()).await?;
     // Another SkillJob of the same name (this one deleted meanwhile) is not this run.
     let same = fresh.uid() == sj.uid();
-    Ok((same && !super::start_guard::started(&fresh)).then_some(fresh))
+    Ok((same && !super::run_started(&fresh)).then_some(fresh))
 }
 
 /// The prepared image's manifest must name the pinned package (one registry

@@ -34,11 +34,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use kube::ResourceExt as _;
-
-use crate::api::job::SkillJob;
-use crate::controller::context::{Context, Result};
-use crate::controller::decide::is_final;
+use crate::controller::lean_list;
 
 /// How many SkillJobs one request of the term's list asks for.
 pub const LIST_PAGE: u32 = 500;
@@ -52,37 +48,38 @@ pub struct StartGuard {
 }
 
 impl StartGuard {
-    /// Whether `sj`, as cached, shows every start of its run made so far;
-    /// reads the term's list first if this term has none yet.
-    pub async fn vouches(&self, ctx: &Context, sj: &SkillJob) -> Result<bool> {
-        let (Some(uid), Some(version)) = (sj.uid(), sj.resource_version()) else { return Ok(false) };
-        let term = ctx.leadership.term();
+    /// Whether the cached copy of the SkillJob `uid` at `version` (one
+    /// that says its run has not started) shows every start made so far;
+    /// reads the term's list first (the SkillJobs matching `selector`, through
+    /// `client`) if this term has none yet.
+    pub async fn vouches(
+        &self,
+        client: &kube::Client,
+        selector: Option<&str>,
+        term: u64,
+        uid: &str,
+        version: &str,
+    ) -> Result<bool, kube::Error> {
         if !self.views(term).listed {
             let _one = self.listing.lock().await;
             if !self.views(term).listed {
-                let keep = |m: crate::controller::lean_list::Meta| Some((m.uid?, m.resource_version?));
-                let listed = crate::controller::lean_list::list_metadata::<SkillJob, _>(
-                    &ctx.client,
-                    ctx.config.selector.as_deref(),
-                    LIST_PAGE,
-                    keep,
-                )
-                .await?;
+                let keep = |m: lean_list::Meta| Some((m.uid?, m.resource_version?));
+                let listed = lean_list::list_metadata::<crate::api::job::SkillJob, _>(client, selector, LIST_PAGE, keep).await?;
                 tracing::debug!(skilljobs = listed.len(), term, "read the SkillJobs' versions at the start of the term");
                 self.views(term).listed(listed);
             }
         }
-        Ok(self.views(term).shows_all(&uid, &version))
+        Ok(self.views(term).shows_all(uid, version))
     }
 
-    /// A reconcile's copy: forgets what the cache has caught up with.
-    pub fn seen(&self, term: u64, sj: &SkillJob) {
-        let (Some(uid), Some(version)) = (sj.uid(), sj.resource_version()) else { return };
+    /// A reconcile's copy of the SkillJob `uid` at `version`, which says
+    /// its run `started` or not: forgets what the cache has caught up with.
+    pub fn seen(&self, term: u64, uid: &str, version: &str, started: bool) {
         let mut views = self.views(term);
-        if started(sj) {
-            views.forget(&uid);
+        if started {
+            views.forget(uid);
         } else {
-            views.shows_all(&uid, &version);
+            views.shows_all(uid, version);
         }
     }
 
@@ -112,11 +109,6 @@ impl StartGuard {
         views.begin(term);
         views
     }
-}
-
-/// Whether the copy says the run started: it never goes back.
-pub(super) fn started(sj: &SkillJob) -> bool {
-    sj.status.as_ref().is_some_and(|s| s.job_name.is_some() || s.warm_pod.is_some() || s.phase.is_some_and(is_final))
 }
 
 /// One term's knowledge, by SkillJob UID. An entry is a version the cache
@@ -235,16 +227,9 @@ mod tests {
         let guard = StartGuard::default();
         guard.views(1).listed(vec![("u".into(), "5".into())]);
         guard.writing(1, "u");
-        let mut sj: SkillJob = serde_json::from_value(serde_json::json!({
-            "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillJob",
-            "metadata": { "name": "r", "namespace": "team", "uid": "u", "resourceVersion": "6" },
-            "spec": { "binding": "b", "script": "s.py" }
-        }))
-        .unwrap();
-        guard.seen(1, &sj);
+        guard.seen(1, "u", "6", false);
         assert_eq!(guard.pending(1), 1, "a copy that does not show the write leaves it expected");
-        sj.status = Some(crate::api::job::SkillJobStatus { job_name: Some("j".into()), ..Default::default() });
-        guard.seen(1, &sj);
+        guard.seen(1, "u", "6", true);
         assert_eq!(guard.pending(1), 0);
     }
 }
