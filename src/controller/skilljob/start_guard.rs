@@ -98,8 +98,9 @@ impl StartGuard {
         self.views(term).forget(uid);
     }
 
-    /// How many SkillJobs the cache has yet to catch up with (a gauge for tests and debugging).
-    pub fn pending(&self, term: u64) -> usize {
+    /// How many SkillJobs the cache has yet to catch up with.
+    #[cfg(test)]
+    fn pending(&self, term: u64) -> usize {
         let views = self.views(term);
         views.written.len() + views.at_list.keys().filter(|uid| !views.written.contains_key(*uid)).count()
     }
