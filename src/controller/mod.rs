@@ -19,6 +19,7 @@ pub mod run;
 pub mod skilljob;
 pub mod source;
 pub mod staged;
+pub mod triggers;
 pub mod warm;
 
 #[cfg(test)]

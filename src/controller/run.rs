@@ -18,7 +18,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::Api;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{self, reflector, ObjectRef};
 use kube::runtime::utils::Predicate;
 use kube::runtime::{watcher, WatchStreamExt};
@@ -26,7 +26,7 @@ use kube::ResourceExt;
 
 use super::builders::{LABEL_MANAGED_BY, MANAGED_BY};
 use super::context::{Context, Error};
-use super::{binding, package, skilljob, source};
+use super::{binding, package, skilljob, source, triggers};
 use crate::api::binding::SkillBinding;
 use crate::api::job::SkillJob;
 use crate::api::package::SkillPackage;
@@ -562,21 +562,36 @@ pub async fn run_elected(
         Some(s) => renewed.clone().labels(s),
         None => renewed.clone(),
     };
-    let packages = Controller::new(Api::<SkillPackage>::all(watches.clone()), ours());
-    let bindings = Controller::new(Api::<SkillBinding>::all(watches.clone()), ours());
+    // Each watch backs off by itself (see `triggers`), before any filter.
+    let (package_store, package_writer) = reflector::store::<SkillPackage>();
+    let package_events =
+        reflector(package_writer, watcher(Api::<SkillPackage>::all(watches.clone()), ours())).default_backoff().applied_objects();
+    let packages = triggers::controller(package_events, package_store);
+    let (binding_store, binding_writer) = reflector::store::<SkillBinding>();
+    let binding_events =
+        reflector(binding_writer, watcher(Api::<SkillBinding>::all(watches.clone()), ours())).default_backoff().applied_objects();
+    let bindings = triggers::controller(binding_events, binding_store);
     // SkillJob reconciles read bindings and packages from these caches.
     ctx.lookups.set_stores(bindings.store(), packages.store());
     let build_ns = ctx.config.prepare.build_namespace.clone();
     let packages = packages
         // A binding going away may unblock a package's deletion.
-        .watches(Api::<SkillBinding>::all(watches.clone()), ours(), |b| Some(ObjectRef::<SkillPackage>::new(&b.spec.package)))
-        // A build Job's progress moves its package's preparation on.
-        .watches(Api::<Job>::namespaced(watches.clone(), &build_ns), renewed.clone().labels(super::builders::build_job::LABEL_BUILD), |j| {
-            j.owner_references()
-                .iter()
-                .find(|o| o.kind == "SkillPackage" && o.controller == Some(true))
-                .map(|o| ObjectRef::<SkillPackage>::new(&o.name))
+        .watches_stream(triggers::touched(Api::<SkillBinding>::all(watches.clone()), ours()), |b| {
+            Some(ObjectRef::<SkillPackage>::new(&b.spec.package))
         })
+        // A build Job's progress moves its package's preparation on.
+        .watches_stream(
+            triggers::touched(
+                Api::<Job>::namespaced(watches.clone(), &build_ns),
+                renewed.clone().labels(super::builders::build_job::LABEL_BUILD),
+            ),
+            |j| {
+                j.owner_references()
+                    .iter()
+                    .find(|o| o.kind == "SkillPackage" && o.controller == Some(true))
+                    .map(|o| ObjectRef::<SkillPackage>::new(&o.name))
+            },
+        )
         .graceful_shutdown_on(shutdown.wait_owned())
         .run(package::reconcile, error_policy::<SkillPackage>("SkillPackage"), ctx.clone())
         .for_each(|_| async {});
@@ -587,15 +602,17 @@ pub async fn run_elected(
     let bindings = bindings
         // Two bindings serving one skill name refuse each other: the first
         // must hear of the second (and of its going).
-        .watches(Api::<SkillBinding>::all(watches.clone()), ours(), move |b| {
+        .watches_stream(triggers::touched(Api::<SkillBinding>::all(watches.clone()), ours()), move |b| {
             b.namespace().map(|ns| siblings.sibling_bindings(&ns, &b.name_any())).unwrap_or_default()
         })
         // A package's readiness is its bindings' (a prepared image arriving, a failed one).
-        .watches(Api::<SkillPackage>::all(watches.clone()), ours(), move |p| of_package.bindings_of_package(&p.name_any()))
+        .watches_stream(triggers::touched(Api::<SkillPackage>::all(watches.clone()), ours()), move |p| {
+            of_package.bindings_of_package(&p.name_any())
+        })
         // A SkillJob going away may unblock a binding's deletion. Only a
         // binding being deleted cares: waking every binding on every
         // SkillJob status change was most of the API load under a burst.
-        .watches(Api::<SkillJob>::all(watches.clone()), ours(), move |j| {
+        .watches_stream(triggers::touched(Api::<SkillJob>::all(watches.clone()), ours()), move |j| {
             let ns = j.namespace()?;
             lookups.binding_is_deleting(&ns, &j.spec.binding).then(|| ObjectRef::<SkillBinding>::new(&j.spec.binding).within(&ns))
         })
@@ -670,6 +687,7 @@ pub async fn run_elected(
             sj.managed_fields_mut().clear();
         }),
     )
+    .default_backoff()
     .applied_objects();
     let startup_over = {
         let (skilljobs, jobs, pods) = (skilljob_store.clone(), job_store, pod_store);
@@ -695,7 +713,7 @@ pub async fn run_elected(
             }
         }
     };
-    let jobs = Controller::for_stream(skilljob_events, skilljob_store)
+    let jobs = triggers::controller(skilljob_events, skilljob_store)
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.config.reconcile_concurrency))
         .owns_stream(job_events)
         .watches_stream(run_pods, move |pod: Pod| {
@@ -746,11 +764,11 @@ pub async fn run_elected(
             // time must not loop on the status it wrote.
             let (reader, writer) = reflector::store::<SkillSource>();
             let wanted = |s: &SkillSource| kube::runtime::predicates::generation(s);
-            let triggers = reflector(writer, watcher(api, selector))
+            let events = reflector(writer, watcher(api, selector))
                 .default_backoff()
                 .applied_objects()
                 .predicate_filter(wanted.combine(|s: &SkillSource| kube::runtime::predicates::annotations(s)), Default::default());
-            Controller::for_stream(triggers, reader)
+            triggers::controller(events, reader)
                 .graceful_shutdown_on(stop)
                 .run(source::reconcile, error_policy::<SkillSource>("SkillSource"), ctx)
                 .for_each(|_| async {})
