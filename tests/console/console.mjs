@@ -28,7 +28,9 @@ async function check(name, body) {
     console.log(`ok ${name}`);
   } catch (err) {
     failed += 1;
-    console.log(`FAIL ${name}: ${String(err && err.message ? err.message : err).split("\n").slice(0, 4).join(" ")}`);
+    // What the person saw instead, so a failure in CI explains itself.
+    const seen = await page.evaluate(() => `${location.hash} | ${(document.querySelector("main") || document.body).innerText}`).catch((e) => `(page unreadable: ${e})`);
+    console.log(`FAIL ${name}: ${String(err && err.message ? err.message : err).split("\n").slice(0, 4).join(" ")} [page: ${seen.replace(/\s+/g, " ").slice(0, 300)}]`);
   }
 }
 function assert(cond, message) {
@@ -172,8 +174,24 @@ try {
     await shot(page, "denied");
   });
 
+  await check("signing out shows the sign-in form once, so a token typed at once is kept", async () => {
+    // Counts the sign-in forms put on the page from the click until the
+    // hash change's own handlers have run (the app's listener is first).
+    const forms = await page.evaluate(() => new Promise((resolve) => {
+      let added = 0;
+      const observer = new MutationObserver((records) => {
+        for (const r of records) for (const n of r.addedNodes) {
+          if (n.nodeType === 1 && (n.id === "login" || n.querySelector("#login"))) added += 1;
+        }
+      });
+      observer.observe(document.body, { childList: true, subtree: true });
+      window.addEventListener("hashchange", () => setTimeout(() => { observer.disconnect(); resolve(added); }, 0), { once: true });
+      document.getElementById("signout").click();
+    }));
+    assert(forms === 1, `the sign-in form was put on the page ${forms} times: a token typed into the first is lost`);
+  });
+
   await check("a token with no rights sees no namespace", async () => {
-    await page.getByRole("button", { name: "Sign out" }).click();
     await page.getByLabel("Kubernetes bearer token").fill(DENIED_TOKEN);
     await page.getByRole("button", { name: "Sign in" }).click();
     await page.locator("#namespaces-empty").waitFor();

@@ -239,8 +239,7 @@ function login(message) {
     window.sessionStorage.setItem(TOKEN_KEY, value);
     try {
       await whoami();
-      window.location.hash = "#/";
-      route();
+      go("#/");
     } catch (err) {
       window.sessionStorage.removeItem(TOKEN_KEY);
       const text = err instanceof ApiError ? err.message : String(err);
@@ -498,6 +497,16 @@ async function jobView(namespace, id) {
 
 // ---------------------------------------------------------------- routing
 
+/**
+ * Shows `hash`'s page, once. A changed hash is routed by its hashchange
+ * event alone: routing here too rendered the page twice, and a token typed
+ * into the first sign-in form was lost when the second replaced it.
+ */
+function go(hash) {
+  if (window.location.hash === hash) route();
+  else window.location.hash = hash;
+}
+
 async function route() {
   const hash = window.location.hash.replace(/^#/, "") || "/";
   const parts = hash.split("/").filter(Boolean).map(decodeURIComponent);
@@ -521,8 +530,7 @@ async function route() {
 document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("signout").addEventListener("click", () => {
     window.sessionStorage.removeItem(TOKEN_KEY);
-    window.location.hash = "#/login";
-    route();
+    go("#/login");
   });
   document.getElementById("skip").addEventListener("click", (event) => {
     event.preventDefault();
