@@ -18,6 +18,7 @@ use serde_json::Value;
 use skill_operator::api::outcome::{LaunchResult, RunOutcome};
 use skill_operator::artifacts::client::{self, ClientError, Endpoint, FetchOptions, UploadOptions};
 use skill_operator::artifacts::server::{self, AppState, ServerConfig};
+use skill_operator::artifacts::verdict::{Verdict, VerdictSender};
 use skill_operator::artifacts::{self, sha256_digest, ArtifactLimits, InputsManifest, OutputManifest, SetFile, SkipReason};
 use skill_operator::core::package;
 use skill_operator::core::token::job_token;
@@ -213,6 +214,8 @@ fn outputs_tar(ns: &str, uid: &str, entries: &[(String, Vec<u8>)]) -> Vec<u8> {
 
 struct PodDirs {
     _root: tempfile::TempDir,
+    /// The verdict channel's socket name, this pod's alone.
+    verdict: String,
     package: PathBuf,
     work: PathBuf,
     tools: PathBuf,
@@ -235,8 +238,22 @@ fn pod_dirs(ns: &str, uid: &str) -> PodDirs {
         result: p("result"),
         token: p("token/token"),
         termination_log: p("termination-log"),
+        verdict: format!("skill-operator-test/artifacts/{}", uuid::Uuid::new_v4().simple()),
         _root: root,
     }
+}
+
+/// The launcher's end of `d`'s verdict channel, connected as the launcher
+/// connects at its start (the sidecar must be listening).
+async fn launcher_connects(d: &PodDirs) -> VerdictSender {
+    let name = d.verdict.clone();
+    tokio::task::spawn_blocking(move || VerdictSender::connect(&name, Duration::from_secs(20))).await.unwrap().expect("the sidecar listens")
+}
+
+/// The launcher's verdict, sent as the launcher sends it.
+async fn send_verdict(sender: VerdictSender, result: &LaunchResult, stdout: &[u8], stderr: &[u8]) {
+    let verdict = Verdict { result: result.clone(), stdout: stdout.to_vec(), stderr: stderr.to_vec() };
+    tokio::task::spawn_blocking(move || sender.send(&verdict)).await.unwrap().expect("the sidecar acknowledged the verdict");
 }
 
 /// `skill-operator fetch` as the init container runs it, into `d`.
@@ -272,7 +289,7 @@ fn upload_opts(env: &Env, ns: &str, uid: &str, d: &PodDirs) -> UploadOptions {
     let mut o = UploadOptions::new(env.endpoint(ns, uid), d.work.clone(), d.result.join("result.json"));
     o.termination_log = Some(d.termination_log.clone());
     o.limits = env.limits;
-    o.poll_interval = Duration::from_millis(50);
+    o.verdict_socket = d.verdict.clone();
     o.patience = Duration::ZERO;
     o
 }
@@ -288,8 +305,10 @@ async fn outputs_manifest(env: &Env, ns: &str, uid: &str) -> (OutputManifest, Ve
     (serde_json::from_slice(&body).unwrap(), body)
 }
 
-/// What the launcher would write: a real run of the csv-stats script.
+/// What the launcher would do: a real run of the csv-stats script, its
+/// verdict sent over the channel it connected to first.
 async fn simulate_launch(d: &PodDirs, input: &str) -> std::process::Output {
+    let sender = launcher_connects(d).await;
     let started = Instant::now();
     let out = tokio::process::Command::new("python3")
         .arg(d.package.join("scripts/stats.py"))
@@ -301,8 +320,6 @@ async fn simulate_launch(d: &PodDirs, input: &str) -> std::process::Output {
     // The script's "output file": what a skill would leave in /work.
     std::fs::create_dir_all(d.work.join("out")).unwrap();
     std::fs::write(d.work.join("out/stats.json"), &out.stdout).unwrap();
-    std::fs::write(d.result.join("stdout"), &out.stdout).unwrap();
-    std::fs::write(d.result.join("stderr"), &out.stderr).unwrap();
     let r = LaunchResult {
         outcome: RunOutcome {
             exit_code: out.status.code(),
@@ -314,9 +331,7 @@ async fn simulate_launch(d: &PodDirs, input: &str) -> std::process::Output {
         error: None,
         times: None,
     };
-    let tmp = d.result.join("result.partial");
-    std::fs::write(&tmp, serde_json::to_vec(&r).unwrap()).unwrap();
-    std::fs::rename(tmp, d.result.join("result.json")).unwrap();
+    send_verdict(sender, &r, &out.stdout, &out.stderr).await;
     out
 }
 
@@ -328,6 +343,8 @@ fn upload_command(base: &str, ns: &str, uid: &str, d: &PodDirs) -> tokio::proces
         .arg(&d.work)
         .arg("--result")
         .arg(d.result.join("result.json"))
+        .arg("--verdict-socket")
+        .arg(&d.verdict)
         .arg("--token-file")
         .arg(&d.token)
         .arg("--termination-log")
@@ -933,13 +950,13 @@ async fn upload_on_sigterm_of_a_cancelled_run_uploads_nothing_and_exits_0() {
     let env = start().await;
     let d = pod_dirs(NS, UID);
     std::fs::write(d.work.join("partial.txt"), b"half done").unwrap();
-    std::fs::write(d.result.join("stderr"), b"killed?").unwrap();
     let mut upload = spawn_upload(&env, NS, UID, &d);
     wait_until_waiting(&mut upload).await;
+    let launcher = launcher_connects(&d).await;
     sigterm(&upload);
-    // The launcher, stopped at the same moment, writes its cancelled result a little later.
+    // The launcher, stopped at the same moment, sends its cancelled verdict a little later.
     let cancelled = LaunchResult { outcome: RunOutcome { cancelled: true, ..RunOutcome::default() }, error: None, times: None };
-    write_result(&d.result, serde_json::to_vec(&cancelled).unwrap()).unwrap();
+    send_verdict(launcher, &cancelled, b"", b"killed?").await;
     let status = tokio::time::timeout(Duration::from_secs(15), upload.wait()).await.expect("exits after SIGTERM").unwrap();
     assert_eq!(status.code(), Some(0), "{status:?}");
     let (s, _) = env.get(&format!("{NS}/{UID}/outputs"), &op()).await;
@@ -955,8 +972,7 @@ async fn upload_stopped_with_no_result_at_all_uploads_nothing() {
     std::fs::write(d.work.join("partial.txt"), b"half done").unwrap();
     let stop = skill_operator::shutdown::Shutdown::new();
     stop.trigger();
-    let mut o = upload_opts(&env, NS, UID, &d);
-    o.poll_interval = Duration::from_millis(10);
+    let o = upload_opts(&env, NS, UID, &d);
     assert!(client::upload(&o, &stop).await.unwrap().is_none());
     let (s, _) = env.get(&format!("{NS}/{UID}/outputs"), &op()).await;
     assert_eq!(s, 404);
@@ -1260,29 +1276,29 @@ async fn fetch_without_a_ca_bundle_works_over_plain_http_and_fails_cleanly_over_
     assert!(line.starts_with("error: "), "{line}");
 }
 
-/// Every run's verdict waits for this upload: the sidecar must hear of the
-/// launcher's result when it lands, not at its next poll. With a poll of an
-/// hour, only the directory watch can wake it.
+/// Every run's verdict waits for this upload: the sidecar takes the
+/// launcher's verdict the moment it is sent (no poll), and nothing before:
+/// files the script left where the result goes are not a verdict.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn upload_wakes_when_the_result_lands_not_at_its_next_poll() {
+async fn upload_takes_the_verdict_when_it_is_sent_and_nothing_before() {
     let env = start().await;
     let d = pod_dirs(NS, UID);
     std::fs::write(d.work.join("out.txt"), b"done").unwrap();
-    let mut o = upload_opts(&env, NS, UID, &d);
-    o.poll_interval = Duration::from_secs(3600);
+    let o = upload_opts(&env, NS, UID, &d);
     let stop = no_stop();
     let mut upload = Box::pin(async move { client::upload(&o, &stop).await });
-    // Polled once, the upload has looked for the result, found none and
-    // waits; then the result lands the way the launcher writes it (whole, by rename).
     assert!(futures::poll!(upload.as_mut()).is_pending(), "nothing to upload yet");
-    let result = LaunchResult { outcome: RunOutcome { exit_code: Some(0), ..RunOutcome::default() }, error: None, times: None };
-    write_result(&d.result, serde_json::to_vec(&result).unwrap()).unwrap();
-    let report = tokio::time::timeout(Duration::from_secs(60), upload)
-        .await
-        .expect("the upload never noticed the result (it waited for its hourly poll)")
-        .unwrap()
-        .expect("uploaded");
+    let launcher = launcher_connects(&d).await;
+    assert!(futures::poll!(upload.as_mut()).is_pending(), "connected, no verdict yet");
+    let result = LaunchResult { outcome: RunOutcome { exit_code: Some(3), ..RunOutcome::default() }, error: None, times: None };
+    let (sent, report) = tokio::join!(send_verdict(launcher, &result, b"real\n", b""), async {
+        tokio::time::timeout(Duration::from_secs(60), upload).await.expect("the upload took the verdict").unwrap().expect("uploaded")
+    });
+    let () = sent;
     assert!(report.manifest.files.iter().any(|f| f.path == "work/out.txt"), "{:?}", report.manifest.files);
+    let stored: LaunchResult = serde_json::from_slice(&env.get(&format!("{NS}/{UID}/outputs/result/result.json"), &op()).await.1).unwrap();
+    assert_eq!(stored.outcome.exit_code, Some(3));
+    assert_eq!(env.get(&format!("{NS}/{UID}/outputs/result/stdout"), &op()).await.1, b"real\n");
 }
 
 /// The controller hears of each job's stored outputs as they are stored,
@@ -2059,6 +2075,7 @@ async fn a_warm_pods_sidecar_hands_its_claim_over_and_uploads_the_runs_outputs()
         let (stop, w) = (stop.clone(), w.clone());
         async move { warm::run_warm_upload_sidecar(&w, &stop).await }
     });
+    let launcher = launcher_connects(&d).await;
     let claim = Claim { inputs: vec![ClaimInput { path: "data/input.csv".into(), digest: sha256_digest(&data) }], ..a_claim(UID) };
     operator_store(&env).claim(NS, WARM, &claim).await.unwrap();
     wait_for_file(&claim_dir.path().join(CLAIM_FILE), Duration::from_secs(20)).await;
@@ -2067,7 +2084,7 @@ async fn a_warm_pods_sidecar_hands_its_claim_over_and_uploads_the_runs_outputs()
     // The launcher's part.
     std::fs::write(d.work.join("out.txt"), b"out").unwrap();
     let result = LaunchResult { outcome: RunOutcome { exit_code: Some(0), ..RunOutcome::default() }, error: None, times: None };
-    write_result(&d.result, serde_json::to_vec(&result).unwrap()).unwrap();
+    send_verdict(launcher, &result, b"", b"").await;
     wait_for_file(&d.termination_log, Duration::from_secs(20)).await;
     assert!(!sidecar.is_finished(), "it lingers until stopped, as a run's sidecar");
     stop.trigger();
@@ -2080,11 +2097,13 @@ async fn a_warm_pods_sidecar_hands_its_claim_over_and_uploads_the_runs_outputs()
     }
     let (manifest, bytes) = outputs_manifest(&env, NS, UID).await;
     let paths: Vec<&str> = manifest.files.iter().map(|f| f.path.as_str()).collect();
-    assert_eq!(paths, ["result/result.json", "work/data/input.csv", "work/out.txt"]);
+    // The launcher's verdict always carries both streams (empty here).
+    assert_eq!(paths, ["result/result.json", "result/stderr", "result/stdout", "work/data/input.csv", "work/out.txt"]);
     assert!(std::fs::read_to_string(&d.termination_log).unwrap().starts_with(&sha256_digest(&bytes)));
     assert_eq!(env.get(&format!("{NS}/{WARM}/outputs"), &op()).await.0, 404, "nothing under the warm uid");
-    // Restarted after the handover (a native sidecar that exits is), it
-    // carries on as the run's sidecar: no second check, no second fetch.
+    // Restarted after the verdict came (a native sidecar that exits is), it
+    // carries on as the run's sidecar with the verdict it keeps: no second
+    // check, no second fetch, no channel.
     std::fs::remove_file(&d.termination_log).unwrap();
     let stop = no_stop();
     let again = tokio::spawn({
@@ -2097,23 +2116,19 @@ async fn a_warm_pods_sidecar_hands_its_claim_over_and_uploads_the_runs_outputs()
     assert_eq!(outputs_manifest(&env, NS, UID).await.1, bytes, "the same outputs again");
 }
 
-/// Something left in the pod before the claim (a file where the result
-/// goes, a process in the container: here a fake proc directory) makes the
+/// Something left in the pod before the claim (a process in the
+/// container: here a fake proc directory; a file in /work) makes the
 /// sidecar refuse: the run's stored result says why, nothing ran, and a
 /// restarted sidecar refuses again at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_warm_pods_sidecar_refuses_a_claim_when_something_was_left_in_the_pod() {
     let env = start().await;
-    for (n, left) in ["a result file", "a process", "a work file"].into_iter().enumerate() {
+    for (n, left) in ["a process", "a work file"].into_iter().enumerate() {
         let (warm, run) = (warm_uid(n as u32 + 1), format!("9a8b7c6d-0000-4000-8000-00000000010{n}"));
         assert_eq!(env.put_input(NS, &run, "in.txt", b"in".to_vec()).await.0, 200);
         let d = pod_dirs(NS, &warm);
         let (claim_dir, proc) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let found = match left {
-            "a result file" => {
-                std::fs::write(d.result.join("stdout"), b"planted").unwrap();
-                "stdout"
-            }
             "a process" => {
                 std::fs::create_dir(proc.path().join("4242")).unwrap();
                 "pid 4242"
@@ -2127,7 +2142,7 @@ async fn a_warm_pods_sidecar_refuses_a_claim_when_something_was_left_in_the_pod(
         (w.proc_root, w.wait_secs) = (proc.path().into(), 5);
         let claim = Claim { inputs: vec![ClaimInput { path: "in.txt".into(), digest: sha256_digest(b"in") }], ..a_claim(&run) };
         operator_store(&env).claim(NS, &warm, &claim).await.unwrap();
-        let err = warm::run_warm_upload_sidecar(&w, &no_stop()).await.unwrap_err();
+        let err = run_warm(&w, &d).await.unwrap_err();
         let why = match &err {
             ClientError::Refused(why) => why.clone(),
             other => panic!("{left}: {other}"),
@@ -2172,7 +2187,7 @@ async fn a_warm_pods_sidecar_refuses_a_claim_whose_inputs_are_not_staged() {
     w.proc_root = proc.path().into();
     let claim = Claim { inputs: vec![ClaimInput { path: "in.txt".into(), digest: sha256_digest(b"claimed") }], ..a_claim(UID) };
     operator_store(&env).claim(NS, WARM, &claim).await.unwrap();
-    let err = warm::run_warm_upload_sidecar(&w, &no_stop()).await.unwrap_err();
+    let err = run_warm(&w, &d).await.unwrap_err();
     assert!(matches!(&err, ClientError::Refused(m) if m.contains("inputs could not be fetched") && m.contains("not the claim's")), "{err}");
     assert!(std::fs::read_dir(&d.work).unwrap().next().is_none(), "nothing was fetched");
     assert!(!claim_dir.path().join(CLAIM_FILE).exists());
@@ -2197,6 +2212,55 @@ async fn fetch_with_no_inputs_brings_the_package_and_the_launcher_only() {
     assert!(d.work.join("in.txt").exists());
 }
 
+/// A warm pod's sidecar with its launcher connected (as it connects at
+/// its start), to its end.
+async fn run_warm(w: &WarmOptions, d: &PodDirs) -> Result<WarmEnd, ClientError> {
+    let sidecar = tokio::spawn({
+        let w = w.clone();
+        async move { warm::run_warm_upload_sidecar(&w, &no_stop()).await }
+    });
+    let _launcher = launcher_connects(d).await;
+    sidecar.await.unwrap()
+}
+
+/// A sidecar restarted after the launcher connected and before its verdict
+/// came has lost the launcher's channel: a connection now could only be
+/// the script's. It takes none, and a claim it is handed is refused (the
+/// run fails saying why) instead of run with no one to report it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_sidecar_restarted_before_the_verdict_takes_no_channel_and_refuses_its_claim() {
+    let env = start().await;
+    let d = pod_dirs(NS, WARM);
+    let (claim_dir, proc) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut w = WarmOptions::new(upload_opts(&env, NS, WARM, &d), claim_dir.path().into());
+    (w.proc_root, w.wait_secs) = (proc.path().into(), 5);
+    // The first sidecar took the launcher's channel, then died (stopped here, before any claim).
+    let stop = no_stop();
+    let first = tokio::spawn({
+        let (stop, w) = (stop.clone(), w.clone());
+        async move { warm::run_warm_upload_sidecar(&w, &stop).await }
+    });
+    let launcher = launcher_connects(&d).await;
+    env.until_a_claim_is_awaited().await;
+    stop.trigger();
+    assert!(matches!(first.await.unwrap().unwrap(), WarmEnd::Unclaimed));
+    // Restarted: whoever connects now is refused at once, and the claim is refused.
+    operator_store(&env).claim(NS, WARM, &a_claim(UID)).await.unwrap();
+    let again = tokio::spawn(async move { warm::run_warm_upload_sidecar(&w, &no_stop()).await });
+    let name = d.verdict.clone();
+    let script = tokio::task::spawn_blocking(move || VerdictSender::connect(&name, Duration::ZERO)).await.unwrap();
+    assert!(script.is_err(), "nobody listens on a restarted sidecar's channel");
+    let why = match again.await.unwrap().unwrap_err() {
+        ClientError::Refused(why) => why,
+        other => panic!("{other}"),
+    };
+    assert!(why.starts_with(warm::TAMPERED) && why.contains("restarted after the launcher connected"), "{why}");
+    let result: LaunchResult = serde_json::from_slice(&env.get(&format!("{NS}/{UID}/outputs/result/result.json"), &op()).await.1).unwrap();
+    assert_eq!(result.error.as_deref(), Some(why.as_str()), "the run fails saying why");
+    assert!(!claim_dir.path().join(CLAIM_FILE).exists(), "the launcher was never handed the claim");
+    drop(launcher);
+}
+
 /// `upload` in warm mode for `job`, on the pod directories `d`.
 fn warm_upload(base: &str, job: &str, d: &PodDirs, claim_dir: &std::path::Path) -> tokio::process::Command {
     let mut cmd = upload_command(base, NS, job, d);
@@ -2218,6 +2282,7 @@ async fn an_unclaimed_warm_pods_sidecar_exits_0_on_sigterm() {
         .spawn()
         .unwrap();
     wait_until_waiting(&mut upload).await;
+    let _launcher = launcher_connects(&d).await;
     env.until_a_claim_is_awaited().await;
     sigterm(&upload);
     let status = tokio::time::timeout(Duration::from_secs(15), upload.wait()).await.expect("exits after SIGTERM").unwrap();
@@ -2356,7 +2421,8 @@ async fn a_warm_pods_sidecar_publishes_the_launchers_key_before_it_waits() {
         let (stop, w) = (stop.clone(), w.clone());
         async move { warm::run_warm_upload_sidecar(&w, &stop).await }
     });
-    // The launcher starts after the sidecar: its key comes later.
+    // The launcher starts after the sidecar: its channel and its key come later.
+    let _launcher = launcher_connects(&d).await;
     let key = a_key();
     warm::write_key_file(&key_file, &key).unwrap();
     env.until_a_claim_is_awaited().await;
@@ -2380,7 +2446,9 @@ async fn a_key_published_before_the_sidecars_refuses_the_claim() {
     let mut w = WarmOptions::new(upload_opts(&env, NS, WARM, &d), claim_dir.path().into());
     (w.proc_root, w.wait_secs, w.claim_key) = (proc.path().into(), 5, Some(key_file));
     operator_store(&env).claim(NS, WARM, &a_claim(UID)).await.unwrap();
-    let why = match warm::run_warm_upload_sidecar(&w, &no_stop()).await.unwrap_err() {
+    let sidecar = tokio::spawn(async move { warm::run_warm_upload_sidecar(&w, &no_stop()).await });
+    let _launcher = launcher_connects(&d).await;
+    let why = match sidecar.await.unwrap().unwrap_err() {
         ClientError::Refused(why) => why,
         other => panic!("{other}"),
     };

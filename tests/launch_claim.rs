@@ -18,14 +18,17 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use skill_operator::artifacts::client::warm::{read_key_file, write_claim_file, TAMPERED};
 use skill_operator::artifacts::sealed;
+use skill_operator::artifacts::verdict::Collector;
 use skill_operator::artifacts::{sha256_digest, Claim, ClaimInput};
 
 const BIN: &str = env!("CARGO_BIN_EXE_skill-operator");
 const UID: &str = "3f1c2b9e-0d4a-4c55-9a7e-1b2c3d4e5f60";
 
-/// A warm pod's directories, the way the run container sees them.
+/// A warm pod's directories, the way the run container sees them, and
+/// the sidecar's end of the verdict channel (written into `result/`).
 struct Pod {
     root: tempfile::TempDir,
+    sidecar: std::sync::Mutex<Option<Collector>>,
 }
 
 impl Pod {
@@ -34,7 +37,7 @@ impl Pod {
         for d in ["claim", "claim-key", "package/scripts", "work", "result", "tmp", "proc", "elsewhere"] {
             std::fs::create_dir_all(root.path().join(d)).unwrap();
         }
-        let pod = Pod { root };
+        let pod = Pod { root, sidecar: std::sync::Mutex::new(None) };
         // The script leaves a marker wherever it runs: a refused claim must leave none.
         let script = format!(
             "import json, os, sys\nopen({marker:?}, 'w').write('ran')\n\
@@ -59,8 +62,18 @@ impl Pod {
         self.path("marker")
     }
 
+    /// The verdict the launcher sent, once it has (as the sidecar keeps it).
     fn result(&self) -> Value {
+        if let Some(sidecar) = self.sidecar.lock().unwrap().take() {
+            sidecar.wait().expect("the launcher sent a verdict");
+        }
         serde_json::from_slice(&std::fs::read(self.path("result/result.json")).unwrap()).unwrap()
+    }
+
+    /// The script's stdout, as the launcher sent it.
+    fn stdout(&self) -> Value {
+        self.result();
+        serde_json::from_slice(&std::fs::read(self.path("result/stdout")).unwrap()).unwrap()
     }
 
     fn claim(&self, inputs: &[(&str, &[u8])]) -> Claim {
@@ -89,15 +102,22 @@ impl Pod {
         write_claim_file(&self.path("claim"), claim).unwrap();
     }
 
-    /// `launch` in claim mode, as the warm pod's run container starts it.
+    /// `launch` in claim mode, as the warm pod's run container starts it
+    /// (a fresh sidecar stand-in listening for its verdict).
     fn command(&self, program: &Path) -> Command {
+        let sidecar = Collector::start(&self.path("result/result.json")).unwrap();
+        let cmd = self.command_on(program, &sidecar.name);
+        *self.sidecar.lock().unwrap() = Some(sidecar);
+        cmd
+    }
+
+    /// [`Pod::command`] with the verdict channel `name` (whoever listens there).
+    fn command_on(&self, program: &Path, name: &str) -> Command {
         let mut cmd = Command::new(program);
         cmd.current_dir(self.path("work"))
             .env("API_KEY", "k")
             .env("SECRET_OF_NODE", "leak")
-            .arg("launch")
-            .arg("--result")
-            .arg(self.path("result/result.json"))
+            .args(["launch", "--verdict", name])
             .args(["--timeout", "60", "--allow-env", "API_KEY", "--claim-dir"])
             .arg(self.path("claim"))
             .arg("--package-dir")
@@ -178,7 +198,7 @@ fn a_claim_appearing_runs_its_script_with_its_args_and_inputs_in_the_fence() {
     let result = pod.result();
     assert_eq!(result["exitCode"], 0, "{result}");
     assert!(result.get("error").is_none_or(Value::is_null), "{result}");
-    let out: Value = serde_json::from_slice(&std::fs::read(pod.path("result/stdout")).unwrap()).unwrap();
+    let out = pod.stdout();
     assert_eq!(out["argv"], serde_json::json!(["; rm -rf /", "$(id)"]), "argv literal, no shell");
     let env: Vec<&str> = out["env"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
     assert!(env.contains(&"API_KEY") && !env.contains(&"SECRET_OF_NODE"), "{env:?}");
@@ -198,7 +218,7 @@ fn a_claim_with_a_proxy_gives_the_script_the_proxy_variables() {
     pod.hand_over(&Claim { proxy: Some(url.clone()), ..pod.claim(&[]) });
     let (code, stderr) = pod.run();
     assert_eq!(code, 0, "{stderr}");
-    let out: Value = serde_json::from_slice(&std::fs::read(pod.path("result/stdout")).unwrap()).unwrap();
+    let out = pod.stdout();
     assert_eq!(
         out["proxy"],
         serde_json::json!({ "HTTPS_PROXY": url, "http_proxy": url, "NO_PROXY": "", "NODE_USE_ENV_PROXY": "1" }),
@@ -234,7 +254,7 @@ fn the_timeout_is_the_smaller_of_the_claims_and_the_launchers() {
 fn each_thing_left_in_the_pod_refuses_the_claim_and_nothing_runs() {
     let inputs: &[(&str, &[u8])] = &[("data/input.csv", b"a,b\n")];
     type Plant = fn(&Pod, &mut Claim);
-    let cases: [(&str, Plant, &str); 7] = [
+    let cases: [(&str, Plant, &str); 6] = [
         (
             "an extra file in work",
             |p, _| std::fs::write(p.path("work/extra.txt"), b"x").unwrap(),
@@ -244,7 +264,6 @@ fn each_thing_left_in_the_pod_refuses_the_claim_and_nothing_runs() {
         ("a file in an --empty-dir", |p, _| std::fs::write(p.path("tmp/.bashrc"), b"x").unwrap(), "tmp holds .bashrc"),
         ("a wrong input digest", |p, _| std::fs::write(p.path("work/data/input.csv"), b"changed").unwrap(), "the claim says"),
         ("a missing input", |p, _| std::fs::remove_file(p.path("work/data/input.csv")).unwrap(), "is missing from the work directory"),
-        ("a file in the result dir", |p, _| std::fs::write(p.path("result/stdout"), b"fake").unwrap(), "result holds stdout"),
         (
             "a script outside the package dir",
             |p, c| c.script = p.path("elsewhere/run.py").display().to_string(),
@@ -274,7 +293,11 @@ fn sigterm_while_waiting_exits_0_without_a_result() {
     let mut child = pod.spawn();
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
     assert_eq!(wait(&mut child, Duration::from_secs(10)), 0);
-    assert!(std::fs::read_dir(pod.path("result")).unwrap().next().is_none(), "no result, no streams");
+    let sidecar = pod.sidecar.lock().unwrap().take().unwrap();
+    assert!(matches!(sidecar.wait(), Err(skill_operator::artifacts::verdict::VerdictError::NoVerdict)), "no verdict");
+    for file in ["result.json", "stdout", "stderr"] {
+        assert!(!pod.path("result").join(file).exists(), "no {file}");
+    }
     assert!(!pod.marker().exists());
 }
 
@@ -342,7 +365,7 @@ fn variables_sealed_to_the_pods_key_reach_the_script() {
     assert!(!on_disk.contains("s3cret-value") && !on_disk.contains("WEATHER_API_KEY"), "{on_disk}");
     pod.hand_over(&claim);
     assert_eq!(wait(&mut child, Duration::from_secs(30)), 0);
-    let out: Value = serde_json::from_slice(&std::fs::read(pod.path("result/stdout")).unwrap()).unwrap();
+    let out = pod.stdout();
     assert_eq!(out["granted"], serde_json::json!({ "WEATHER_API_KEY": "s3cret-value", "REGION": "eu-west-1" }), "{out}");
 }
 
@@ -375,4 +398,27 @@ fn variables_that_do_not_open_here_refuse_the_claim() {
     assert_eq!(code, 127, "{stderr}");
     assert!(pod.result()["error"].as_str().unwrap_or_default().contains("made no key"), "{}", pod.result());
     assert!(!pod.marker().exists(), "nothing ran");
+}
+
+/// A sidecar restarted while the pod waits has lost the launcher's
+/// channel, and a restarted sidecar takes none: the launcher notices its
+/// end closing and stops, so the pod never runs a claim it could not
+/// report (the pool replaces it).
+#[test]
+fn a_launcher_whose_verdict_channel_closes_while_it_waits_runs_nothing() {
+    use skill_operator::artifacts::verdict::{listen, Listening};
+    let pod = Pod::new();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let name = format!("skill-operator-test/closing/{}", uuid::Uuid::new_v4().simple());
+    let Listening::Waiting(listener) = runtime.block_on(async { listen(&name, &pod.path("result/result.json")) }).unwrap() else {
+        panic!("nothing received yet")
+    };
+    let mut child = pod.command_on(Path::new(BIN), &name).arg("--proc-root").arg(pod.path("proc")).stderr(Stdio::piped()).spawn().unwrap();
+    let connection = runtime.block_on(listener.accept()).expect("the launcher connects at its start");
+    wait_until_waiting(&mut child);
+    drop(connection);
+    assert_eq!(wait(&mut child, Duration::from_secs(10)), 127, "the launcher stops once the channel closes");
+    // A claim arriving now finds no launcher: nothing runs.
+    pod.hand_over(&pod.claim(&[]));
+    assert!(!pod.marker().exists());
 }

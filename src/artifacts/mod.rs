@@ -172,6 +172,7 @@ pub mod sample_packages;
 pub mod sealed;
 pub mod server;
 pub mod store;
+pub mod verdict;
 
 use serde::{Deserialize, Serialize};
 

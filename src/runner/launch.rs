@@ -5,6 +5,17 @@
 //! the result for the upload sidecar. The pod itself is the sandbox: no
 //! network but the artifact endpoint, no credentials, restricted Pod Security.
 //!
+//! The script runs as the launcher's uid in the launcher's container, so
+//! nothing the script can reach carries the verdict: the launcher connects
+//! to the upload sidecar's verdict channel ([`crate::artifacts::verdict`])
+//! before any script exists and sends the result and the captured streams
+//! over it when the script has ended; it writes no result file. It makes
+//! itself non-dumpable, so the script (same uid, no capabilities) can
+//! neither attach to it nor open its `/proc` entries, and it stops only on
+//! a signal from outside its container (the kubelet's) or from its own
+//! parent: a SIGTERM the script sends it is ignored
+//! ([`crate::shutdown::Shutdown::on_outside_signals`]).
+//!
 //! Claim mode (`--claim-dir DIR --package-dir DIR [--empty-dir DIR]...`,
 //! no command): the run container of a warm pod, made before its run. The
 //! launcher waits for `DIR/claim.json` (inotify on the directory; a 5 ms
@@ -13,8 +24,8 @@
 //! runs it checks that nothing was left in the pod meanwhile
 //! ([`check_claimed_pod`]: no other process in its container, every
 //! `--empty-dir` empty, the work directory (its cwd) holding exactly the
-//! claim's inputs with their digests, the result directory empty, the
-//! script under `--package-dir`); a failed check is a result saying so
+//! claim's inputs with their digests, the script under `--package-dir`,
+//! the verdict channel still held by the sidecar); a failed check is a result saying so
 //! ("the warm pod was tampered with before its claim: ...", exit 127,
 //! nothing started). Then it runs `interpreter script args...` as a
 //! command given on the command line runs, under the same fence, with the
@@ -28,12 +39,12 @@
 //! whose variables do not open is refused like a tampered pod's: nothing runs.
 
 use std::ffi::OsString;
-use std::io::Write;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use crate::artifacts::client::warm::{check_alone, check_empty, check_work, read_claim_file, tampered, wait_for_file, write_key_file};
 use crate::artifacts::sealed::PodKey;
+use crate::artifacts::verdict::{Verdict, VerdictSender, CONNECT_PATIENCE, DEFAULT_NAME as VERDICT_SOCKET};
 use crate::artifacts::{Claim, CLAIM_FILE};
 
 use super::process::{execute, ExecError, ExecSpec, ResourceLimits, RunAs};
@@ -44,9 +55,10 @@ use crate::shutdown::Shutdown;
 
 #[derive(Debug, clap::Args)]
 pub struct LaunchArgs {
-    /// Where result.json goes (stdout and stderr are written beside it).
-    #[arg(long, value_name = "FILE")]
-    pub result: PathBuf,
+    /// The abstract socket the upload sidecar listens on: the verdict and
+    /// the captured streams go there, never into a file the script could write.
+    #[arg(long, value_name = "NAME", default_value = VERDICT_SOCKET)]
+    pub verdict: String,
     /// Wall-clock timeout in seconds (clamped to the hard ceiling).
     #[arg(long, value_name = "SECS")]
     pub timeout: u64,
@@ -87,13 +99,26 @@ pub struct LaunchArgs {
     pub command: Vec<OsString>,
 }
 
-/// `skill-operator launch`: run the script, write the result, and exit
-/// with [`exit_status`]. A shutdown (the kubelet's SIGTERM, sent when the
+/// `skill-operator launch`: connect to the sidecar's verdict channel, run
+/// the script, send the verdict, and exit with [`exit_status`]. A shutdown
+/// from outside the container (the kubelet's SIGTERM, sent when the
 /// SkillJob is deleted or the Job's deadline passes) stops the script's
-/// whole process group at once and the result says `cancelled`.
-pub async fn command(args: LaunchArgs, shutdown: Shutdown) -> std::io::Result<std::process::ExitCode> {
+/// whole process group at once and the verdict says `cancelled`.
+pub async fn command(args: LaunchArgs, _shutdown: Shutdown) -> std::io::Result<std::process::ExitCode> {
+    // First, while no script exists: the stop signals only from outside,
+    // the process closed to its own uid, and the channel taken.
+    let shutdown = Shutdown::on_outside_signals()?;
+    super::process::protect_server_environ().map_err(std::io::Error::other)?;
+    let name = args.verdict.clone();
+    let sender = match tokio::task::spawn_blocking(move || VerdictSender::connect(&name, CONNECT_PATIENCE)).await? {
+        Ok(sender) => sender,
+        Err(err) => {
+            eprintln!("skill-operator launch: {err}");
+            return Ok(std::process::ExitCode::from(127));
+        }
+    };
     if args.claim_dir.is_some() {
-        return claimed_command(args, shutdown).await;
+        return claimed_command(args, sender, shutdown).await;
     }
     let mut command = args.command.into_iter();
     let program = PathBuf::from(command.next().unwrap_or_default());
@@ -103,26 +128,40 @@ pub async fn command(args: LaunchArgs, shutdown: Shutdown) -> std::io::Result<st
         allow_env: args.allow_env,
         env: vec![],
         timeout: Duration::from_secs(args.timeout.clamp(1, crate::core::limits::MAX_TIMEOUT_SECS)),
-        result: args.result,
         cwd: std::env::current_dir()?,
         cancel: Some(shutdown),
         fetched: fetch_times(),
     };
-    let result = launch(spec, &|k| std::env::var(k).ok()).await?;
-    Ok(finish(&result))
+    let verdict = launch(spec, &|k| std::env::var(k).ok()).await;
+    Ok(deliver(sender, verdict).await)
 }
 
-/// Says a result's error, and the exit status of [`exit_status`].
-fn finish(result: &LaunchResult) -> std::process::ExitCode {
-    if let Some(error) = &result.error {
+/// Sends the verdict to the sidecar and says its error, if any; the exit
+/// status of [`exit_status`] either way.
+async fn deliver(sender: VerdictSender, verdict: Verdict) -> std::process::ExitCode {
+    if let Some(error) = &verdict.result.error {
         eprintln!("skill-operator launch: {error}");
     }
+    let ignored = crate::shutdown::ignored_stop_signals();
+    if ignored > 0 {
+        eprintln!("skill-operator launch: ignored {ignored} stop signal(s) sent from inside the container");
+    }
+    let code = exit_status(&verdict.result);
+    match tokio::task::spawn_blocking(move || sender.send(&verdict)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => eprintln!("skill-operator launch: {err}"),
+        Err(err) => eprintln!("skill-operator launch: sending the verdict: {err}"),
+    }
     // Exit statuses are 0-255; exit_status stays inside that range.
-    std::process::ExitCode::from(exit_status(result).clamp(0, 255) as u8)
+    std::process::ExitCode::from(code.clamp(0, 255) as u8)
 }
 
+/// How often a warm pod's launcher checks, while it waits, that the
+/// sidecar still holds the verdict channel.
+const CHANNEL_CHECK: Duration = Duration::from_secs(1);
+
 /// Claim mode (see the module docs).
-async fn claimed_command(args: LaunchArgs, shutdown: Shutdown) -> std::io::Result<std::process::ExitCode> {
+async fn claimed_command(args: LaunchArgs, sender: VerdictSender, shutdown: Shutdown) -> std::io::Result<std::process::ExitCode> {
     let claim_dir = args.claim_dir.clone().unwrap_or_default();
     let claim_file = claim_dir.join(CLAIM_FILE);
     // Made before the wait, so the sidecar can publish it while the pod is idle.
@@ -134,21 +173,34 @@ async fn claimed_command(args: LaunchArgs, shutdown: Shutdown) -> std::io::Resul
         }
         None => None,
     };
-    // The signal handlers are in place (main installs them first): from here
-    // a SIGTERM is an orderly stop, which is what this line tells a watcher.
+    // The signal handlers are in place: from here a SIGTERM is an orderly
+    // stop, which is what this line tells a watcher.
     eprintln!("skill-operator launch: waiting for {}", claim_file.display());
-    if !wait_for_file(&claim_file, &shutdown).await {
+    let claimed = {
+        let waiting = wait_for_file(&claim_file, &shutdown);
+        tokio::pin!(waiting);
+        let mut check = tokio::time::interval(CHANNEL_CHECK);
+        loop {
+            tokio::select! {
+                claimed = &mut waiting => break claimed,
+                _ = check.tick() => if !sender.is_open() {
+                    // A sidecar restarted while the pod waited takes no verdict: this pod can run nothing.
+                    eprintln!("skill-operator launch: the upload sidecar closed the verdict channel while this warm pod waited; it runs nothing");
+                    return Ok(std::process::ExitCode::from(127));
+                },
+            }
+        }
+    };
+    if !claimed {
         // An idle warm pod deleted: no run, no result.
         return Ok(std::process::ExitCode::SUCCESS);
     }
     let cwd = std::env::current_dir()?;
-    let result_dir = args.result.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
     let pod = ClaimedPod {
         proc_root: &args.proc_root,
         own_pid: std::process::id(),
         empty_dirs: &args.empty_dirs,
         work: &cwd,
-        result_dir: &result_dir,
         package_dir: args.package_dir.as_deref().unwrap_or(Path::new("/package")),
     };
     let claim = read_claim_file(&claim_file)
@@ -160,11 +212,11 @@ async fn claimed_command(args: LaunchArgs, shutdown: Shutdown) -> std::io::Resul
     });
     let (claim, granted) = match opened {
         Ok(opened) => opened,
-        Err(why) => return Ok(finish(&refuse(&args.result, &why)?)),
+        Err(why) => return Ok(deliver(sender, refuse(&why)).await),
     };
     let spec = claimed_launch(claim, granted, &args, cwd, shutdown);
-    let result = launch(spec, &|k| std::env::var(k).ok()).await?;
-    Ok(finish(&result))
+    let verdict = launch(spec, &|k| std::env::var(k).ok()).await;
+    Ok(deliver(sender, verdict).await)
 }
 
 /// The claim's granted variables, opened with this pod's key (none when
@@ -190,7 +242,6 @@ fn claimed_launch(claim: Claim, granted: Vec<(String, String)>, args: &LaunchArg
         allow_env: args.allow_env.clone(),
         env,
         timeout: Duration::from_secs(timeout),
-        result: args.result.clone(),
         cwd,
         cancel: Some(shutdown),
         fetched: fetch_times(),
@@ -207,8 +258,6 @@ pub struct ClaimedPod<'a> {
     pub empty_dirs: &'a [PathBuf],
     /// The work directory (the launcher's cwd), where the sidecar put the inputs.
     pub work: &'a Path,
-    /// Where the result goes (`--result`'s directory).
-    pub result_dir: &'a Path,
     /// `--package-dir`.
     pub package_dir: &'a Path,
 }
@@ -221,7 +270,6 @@ pub fn check_claimed_pod(claim: &Claim, pod: &ClaimedPod<'_>) -> Result<(), Stri
     for dir in pod.empty_dirs {
         check_empty(dir).map_err(|e| tampered(&e))?;
     }
-    check_empty(pod.result_dir).map_err(|e| tampered(&e))?;
     check_command(claim, pod.package_dir).map_err(|e| tampered(&e))?;
     check_work(pod.work, &claim.inputs).map_err(|e| tampered(&e))
 }
@@ -241,15 +289,11 @@ pub fn check_command(claim: &Claim, package_dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// The result of a claimed run that never started: `why`, empty streams,
+/// The verdict of a claimed run that never started: `why`, empty streams,
 /// exit status 127.
-fn refuse(result: &Path, why: &str) -> std::io::Result<LaunchResult> {
-    let dir = result.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
-    write_atomic(&dir.join("stdout"), b"")?;
-    write_atomic(&dir.join("stderr"), b"")?;
-    let refused = LaunchResult { outcome: RunOutcome::default(), error: Some(why.to_string()), times: None };
-    write_atomic(result, &serde_json::to_vec(&refused).map_err(std::io::Error::other)?)?;
-    Ok(refused)
+fn refuse(why: &str) -> Verdict {
+    let result = LaunchResult { outcome: RunOutcome::default(), error: Some(why.to_string()), times: None };
+    Verdict { result, stdout: Vec::new(), stderr: Vec::new() }
 }
 
 /// The launcher's inputs.
@@ -263,8 +307,6 @@ pub struct Launch {
     /// says (a claimed run's proxy variables, which its pod was made without).
     pub env: Vec<(String, String)>,
     pub timeout: Duration,
-    /// Where `result.json` goes; `stdout` and `stderr` are written next to it.
-    pub result: PathBuf,
     pub cwd: PathBuf,
     /// Stops the run (SIGKILL to its group) when triggered; the outcome says `cancelled`.
     pub cancel: Option<Shutdown>,
@@ -297,8 +339,8 @@ pub fn exit_status(result: &LaunchResult) -> i32 {
     }
 }
 
-/// Run the script and write `result.json`, `stdout` and `stderr`.
-pub async fn launch(spec: Launch, lookup: &dyn Fn(&str) -> Option<String>) -> std::io::Result<LaunchResult> {
+/// Run the script; its verdict (result and streams) for the sidecar.
+pub async fn launch(spec: Launch, lookup: &dyn Fn(&str) -> Option<String>) -> Verdict {
     let mut exec = ExecSpec::new(spec.program.clone(), spec.cwd.clone());
     exec.args = spec.args.clone();
     exec.env = spec
@@ -315,25 +357,18 @@ pub async fn launch(spec: Launch, lookup: &dyn Fn(&str) -> Option<String>) -> st
     // left alone: it counts every process of this uid on the node.
     exec.run_as = RunAs::Inherit;
     exec.limits = ResourceLimits { nproc: None, ..ResourceLimits::default() };
-    let dir = spec.result.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
     let script_start_unix_nano = unix_nanos_now();
     let executed = execute(exec).await;
     end_stragglers();
     let times = Some(PodTimes { fetch: spec.fetched, script_start_unix_nano, script_end_unix_nano: unix_nanos_now() });
-    let result = match executed {
-        Ok(out) => {
-            write_atomic(&dir.join("stdout"), &out.stdout)?;
-            write_atomic(&dir.join("stderr"), &out.stderr)?;
-            LaunchResult { outcome: out.outcome, error: None, times }
-        }
-        Err(err) => {
-            write_atomic(&dir.join("stdout"), b"")?;
-            write_atomic(&dir.join("stderr"), err.to_string().as_bytes())?;
-            LaunchResult { outcome: RunOutcome::default(), error: Some(describe(&err)), times }
-        }
-    };
-    write_atomic(&spec.result, &serde_json::to_vec(&result).map_err(std::io::Error::other)?)?;
-    Ok(result)
+    match executed {
+        Ok(out) => Verdict { result: LaunchResult { outcome: out.outcome, error: None, times }, stdout: out.stdout, stderr: out.stderr },
+        Err(err) => Verdict {
+            result: LaunchResult { outcome: RunOutcome::default(), error: Some(describe(&err)), times },
+            stdout: Vec::new(),
+            stderr: err.to_string().into_bytes(),
+        },
+    }
 }
 
 /// As the container's PID 1, kill every process left in its PID namespace
@@ -357,16 +392,6 @@ fn end_stragglers() {
 
 fn describe(err: &ExecError) -> String {
     format!("the script could not be started: {err}")
-}
-
-/// Write a file so a reader never sees half of it (the upload sidecar waits
-/// for `result.json` to appear, so it must appear whole and last).
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("partial");
-    let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)
 }
 
 #[cfg(test)]
@@ -400,7 +425,7 @@ mod tests {
 
     #[test]
     fn a_command_is_needed_unless_a_claim_brings_it() {
-        let base = ["--result", "/result/result.json", "--timeout", "60"];
+        let base = ["--timeout", "60"];
         assert!(parse(&base).is_err(), "no command, no claim");
         let given = parse(&[&base[..], &["--", "/bin/true", "x"]].concat()).unwrap();
         assert_eq!(given.command, vec![OsString::from("/bin/true"), OsString::from("x")]);
@@ -418,9 +443,7 @@ mod tests {
 
     #[test]
     fn the_claimed_run_is_interpreter_script_args_with_the_smaller_timeout() {
-        let args =
-            parse(&["--result", "/r/result.json", "--timeout", "60", "--allow-env", "HOME", "--claim-dir", "/c", "--package-dir", "/p"])
-                .unwrap();
+        let args = parse(&["--timeout", "60", "--allow-env", "HOME", "--claim-dir", "/c", "--package-dir", "/p"]).unwrap();
         let spec = claimed_launch(claim("/p/s.py", vec![]), vec![], &args, PathBuf::from("/work"), Shutdown::new());
         assert_eq!(spec.program, Path::new("/usr/bin/python3"));
         assert_eq!(spec.args, ["/p/s.py", "a b", "$(id)"].map(OsString::from));
@@ -471,14 +494,14 @@ mod tests {
             std::fs::create_dir_all(&p).unwrap();
             p
         };
-        let (proc, tmp, work, result, package) = (dir("proc"), dir("tmp"), dir("work"), dir("result"), dir("package"));
+        let (proc, tmp, work, package) = (dir("proc"), dir("tmp"), dir("work"), dir("package"));
         std::fs::write(work.join("in.txt"), b"in").unwrap();
         let c = claim(
             &format!("{}/x.py", package.display()),
             vec![ClaimInput { path: "in.txt".into(), digest: crate::artifacts::sha256_digest(b"in") }],
         );
         let empty = [tmp.clone()];
-        let pod = ClaimedPod { proc_root: &proc, own_pid: 1, empty_dirs: &empty, work: &work, result_dir: &result, package_dir: &package };
+        let pod = ClaimedPod { proc_root: &proc, own_pid: 1, empty_dirs: &empty, work: &work, package_dir: &package };
         assert_eq!(check_claimed_pod(&c, &pod), Ok(()));
         let refused = |what: &str| {
             let err = check_claimed_pod(&c, &pod).unwrap_err();
@@ -491,9 +514,6 @@ mod tests {
         std::fs::write(tmp.join("left"), b"").unwrap();
         refused("holds left");
         std::fs::remove_file(tmp.join("left")).unwrap();
-        std::fs::write(result.join("result.json"), b"{}").unwrap();
-        refused("holds result.json");
-        std::fs::remove_file(result.join("result.json")).unwrap();
         std::fs::write(work.join("in.txt"), b"changed").unwrap();
         refused("the claim says");
         std::fs::write(work.join("in.txt"), b"in").unwrap();
@@ -502,15 +522,12 @@ mod tests {
         assert_eq!(check_claimed_pod(&c, &pod), Ok(()), "all clean again");
     }
 
-    #[tokio::test]
-    async fn a_refused_claim_writes_a_not_started_result() {
-        let t = tempfile::tempdir().unwrap();
-        let result = refuse(&t.path().join("result.json"), "the warm pod was tampered with before its claim: x").unwrap();
-        assert_eq!(exit_status(&result), 127);
-        let read: LaunchResult = serde_json::from_slice(&std::fs::read(t.path().join("result.json")).unwrap()).unwrap();
-        assert_eq!(read, result);
-        assert_eq!(std::fs::read(t.path().join("stdout")).unwrap(), b"");
-        assert_eq!(std::fs::read(t.path().join("stderr")).unwrap(), b"");
+    #[test]
+    fn a_refused_claim_is_a_not_started_verdict() {
+        let verdict = refuse("the warm pod was tampered with before its claim: x");
+        assert_eq!(exit_status(&verdict.result), 127);
+        assert_eq!(verdict.result.error.as_deref(), Some("the warm pod was tampered with before its claim: x"));
+        assert!(verdict.stdout.is_empty() && verdict.stderr.is_empty());
     }
 
     #[tokio::test]

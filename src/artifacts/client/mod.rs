@@ -439,9 +439,14 @@ pub struct UploadArgs {
     /// The work directory whose regular files are uploaded.
     #[arg(long, value_name = "DIR")]
     pub work: PathBuf,
-    /// The launcher's result.json (stdout and stderr are next to it).
+    /// Where the launcher's verdict is written as it arrives (result.json,
+    /// with stdout and stderr beside it): a volume of this container's own.
     #[arg(long, value_name = "FILE")]
     pub result: PathBuf,
+    /// The abstract socket the launcher sends its verdict on (the pod's
+    /// network namespace is the pod's own).
+    #[arg(long, value_name = "NAME", default_value = super::verdict::DEFAULT_NAME)]
+    pub verdict_socket: String,
     /// Where the digest line goes.
     #[arg(long, value_name = "FILE", default_value = "/dev/termination-log")]
     pub termination_log: PathBuf,
@@ -510,6 +515,7 @@ pub async fn upload_command(a: UploadArgs, shutdown: crate::shutdown::Shutdown) 
     let endpoint = Endpoint::with_token_file(a.job.endpoint, a.job.namespace, a.job.job, &a.job.token_file)?;
     let mut opts = UploadOptions::new(endpoint, a.work, a.result);
     opts.termination_log = Some(a.termination_log);
+    opts.verdict_socket = a.verdict_socket;
     if let Some(claim_dir) = a.claim_dir {
         let warm = warm::WarmOptions { proc_root: a.proc_root, claim_key: a.claim_key, ..warm::WarmOptions::new(opts, claim_dir) };
         eprintln!("skill-operator upload: warm pod {} waiting for a claim", warm.upload.endpoint.uid);
@@ -526,7 +532,7 @@ pub async fn upload_command(a: UploadArgs, shutdown: crate::shutdown::Shutdown) 
     }
     // The signal handlers are in place (main installs them first): from here
     // a SIGTERM is an orderly stop, which is what this line tells a watcher.
-    eprintln!("skill-operator upload: waiting for {}", opts.result_file.display());
+    eprintln!("skill-operator upload: waiting for the launcher's verdict on @{}", opts.verdict_socket);
     match run_upload_sidecar(&opts, &shutdown).await? {
         Some(r) => eprintln!("uploaded: {}", r.termination_message),
         None => eprintln!("nothing uploaded: the run was cancelled or stopped before it finished"),

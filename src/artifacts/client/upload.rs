@@ -1,6 +1,6 @@
 //! `skill-operator upload`: the run's result, streams and work files out of the pod.
 
-use super::super::{termination_error, termination_message, ArtifactLimits, OutputManifest, TAR_CONTENT_TYPE};
+use super::super::{termination_error, termination_message, verdict, ArtifactLimits, OutputManifest, TAR_CONTENT_TYPE};
 use crate::shutdown::Shutdown;
 use reqwest::header::CONTENT_TYPE;
 use std::io::{self};
@@ -17,13 +17,15 @@ use super::*;
 pub struct UploadOptions {
     pub endpoint: Endpoint,
     pub work_dir: PathBuf,
-    /// The launcher's `result.json`; `stdout` and `stderr` are its siblings.
+    /// Where the launcher's verdict is written as it arrives over the
+    /// channel: `result.json`, with `stdout` and `stderr` beside it (a
+    /// volume of the sidecar's own, which the run container does not mount).
     pub result_file: PathBuf,
+    /// The abstract socket the launcher sends its verdict on ([`verdict`]).
+    pub verdict_socket: String,
     /// Where the digest line goes (`/dev/termination-log`); `None` to skip.
     pub termination_log: Option<PathBuf>,
     pub limits: ArtifactLimits,
-    /// How often to look for the result file.
-    pub poll_interval: Duration,
     /// How long transient failures (the endpoint unreachable, restarting
     /// or answering 5xx) are retried, counted from the first attempt
     /// ([`super::ENDPOINT_PATIENCE`] by default). Zero: one attempt.
@@ -36,9 +38,9 @@ impl UploadOptions {
             endpoint,
             work_dir,
             result_file,
+            verdict_socket: verdict::DEFAULT_NAME.to_string(),
             termination_log: Some(PathBuf::from("/dev/termination-log")),
             limits: ArtifactLimits::DEFAULT,
-            poll_interval: Duration::from_millis(250),
             patience: ENDPOINT_PATIENCE,
         }
     }
@@ -56,9 +58,9 @@ pub struct UploadReport {
     pub termination_message: String,
 }
 
-/// How long, once stopped before the result exists, the sidecar waits for
-/// the launcher to write it (the kubelet stops both at once; the launcher
-/// kills its script and writes a `cancelled` result within a moment).
+/// How long, once stopped before the verdict came, the sidecar waits for
+/// the launcher to send it (the kubelet stops both at once; the launcher
+/// kills its script and sends a `cancelled` verdict within a moment).
 pub const RESULT_AFTER_STOP: Duration = Duration::from_secs(5);
 
 /// The sidecar: [`upload`], then stay up until stopped (a native sidecar
@@ -80,27 +82,89 @@ fn withheld(opts: &UploadOptions) -> Option<&'static str> {
     }
 }
 
-/// Waits for the result file or the stop signal, uploads (retrying
-/// transient failures), and writes the termination log either way. A run
-/// that was cancelled (its result says so, or it never wrote one) uploads
-/// nothing: its partial files are not a result. `Ok(None)` then.
-pub async fn upload(opts: &UploadOptions, stop: &Shutdown) -> Result<Option<UploadReport>, ClientError> {
-    let result_exists = || std::fs::symlink_metadata(&opts.result_file).is_ok();
-    // Woken by the launcher's rename of the result into place; the poll
-    // stays as the fallback when inotify is unavailable (a full watch table).
-    let (_watch, mut woken) = watch_result_dir(&opts.result_file);
-    while !result_exists() && !stop.is_triggered() {
-        tokio::select! {
-            _ = tokio::time::sleep(opts.poll_interval) => {}
-            Some(()) = woken.recv() => {}
-            _ = stop.wait() => {}
+/// The sidecar's side of the verdict channel ([`verdict`]), from its
+/// start: listening, or (restarted) the verdict already there, or the
+/// launcher's channel lost with the process before the restart.
+#[derive(Debug)]
+pub enum Channel {
+    Listening(verdict::VerdictListener),
+    Connected(verdict::VerdictConnection),
+    Received,
+    /// Restarted after the launcher connected, before its verdict came:
+    /// this sidecar takes no verdict ([`verdict::VerdictError::Restarted`]).
+    Lost,
+}
+
+impl Channel {
+    /// Listen on the options' socket for the launcher (before the run
+    /// container starts: the sidecar's first act).
+    pub fn open(opts: &UploadOptions) -> Result<Channel, verdict::VerdictError> {
+        match verdict::listen(&opts.verdict_socket, &opts.result_file) {
+            Ok(verdict::Listening::Waiting(listener)) => Ok(Channel::Listening(listener)),
+            Ok(verdict::Listening::Received) => Ok(Channel::Received),
+            Err(verdict::VerdictError::Restarted) => Ok(Channel::Lost),
+            Err(e) => Err(e),
         }
     }
-    if !result_exists() {
-        let give_up = tokio::time::Instant::now() + RESULT_AFTER_STOP;
-        while !result_exists() && tokio::time::Instant::now() < give_up {
-            tokio::time::sleep(opts.poll_interval).await;
+
+    /// The launcher's connection taken (`Ok(None)`: stopped first).
+    pub async fn connected(self, stop: &Shutdown) -> Result<Option<Channel>, verdict::VerdictError> {
+        match self {
+            Channel::Listening(listener) => tokio::select! {
+                biased;
+                accepted = listener.accept() => accepted.map(|c| Some(Channel::Connected(c))),
+                _ = stop.wait() => Ok(None),
+            },
+            other => Ok(Some(other)),
         }
+    }
+}
+
+/// Waits for the launcher's verdict (written into the result directory by
+/// the channel) or the stop signal, uploads (retrying transient failures),
+/// and writes the termination log either way. A run that was cancelled
+/// (its verdict says so, or it never sent one) uploads nothing: its
+/// partial files are not a result. `Ok(None)` then.
+pub async fn upload(opts: &UploadOptions, stop: &Shutdown) -> Result<Option<UploadReport>, ClientError> {
+    let channel = match Channel::open(opts) {
+        Ok(channel) => channel,
+        Err(e) => {
+            write_termination_log(opts, &termination_error(&e.to_string()));
+            return Err(ClientError::Refused(e.to_string()));
+        }
+    };
+    upload_with(opts, channel, stop).await
+}
+
+/// [`upload`] over a channel opened earlier (a warm pod's sidecar opens it
+/// before it waits for a claim).
+pub async fn upload_with(opts: &UploadOptions, channel: Channel, stop: &Shutdown) -> Result<Option<UploadReport>, ClientError> {
+    let received = match channel.connected(stop).await {
+        Ok(Some(Channel::Connected(connection))) => {
+            let receiving = connection.receive(&opts.limits);
+            tokio::pin!(receiving);
+            let got = tokio::select! {
+                biased;
+                got = &mut receiving => got,
+                _ = stop.wait() => match tokio::time::timeout(RESULT_AFTER_STOP, &mut receiving).await {
+                    Ok(got) => got,
+                    Err(_) => Err(verdict::VerdictError::NoVerdict),
+                },
+            };
+            got.map(|_| ())
+        }
+        Ok(Some(Channel::Lost)) => Err(verdict::VerdictError::Restarted),
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(verdict::VerdictError::NoVerdict),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = received {
+        let why = match e {
+            verdict::VerdictError::NoVerdict => "no result: the run was stopped before it finished; nothing uploaded".to_string(),
+            other => format!("no result: {other}; nothing uploaded"),
+        };
+        write_termination_log(opts, &why);
+        return Ok(None);
     }
     if let Some(why) = withheld(opts) {
         write_termination_log(opts, why);
@@ -135,16 +199,9 @@ pub(super) async fn send_outputs(opts: &UploadOptions) -> Result<UploadReport, C
     result
 }
 
-/// An inotify watch on the result's directory whose events wake the
-/// wait. Every run's verdict waits for this upload, and the launcher
-/// writes the result a moment before its container ends: a poll alone
-/// added half its interval to every run. `None` watch (the receiver then
-/// never yields) when the watch cannot be made: the poll still finds it.
+/// An inotify watch and the receiver its events wake: `None` watch (the
+/// receiver then never yields) when the watch cannot be made.
 pub(crate) type DirWatch = (Option<notify_debouncer_mini::notify::RecommendedWatcher>, tokio::sync::mpsc::Receiver<()>);
-
-fn watch_result_dir(result_file: &std::path::Path) -> DirWatch {
-    watch_dir(result_file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new(".")))
-}
 
 /// An inotify watch on `dir` (not recursive): its receiver yields once
 /// per burst of events. The launcher waits on the claim directory with it.

@@ -53,6 +53,7 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
 use super::super::sealed::{ClaimKey, CLAIM_KEY_MAX_BYTES};
+use super::super::verdict;
 use super::super::{
     is_warm_uid, termination_error, Claim, ClaimInput, InputsManifest, CLAIM_FILE, CLAIM_POD_WAIT_SECS, CLAIM_RECHECK, MAX_CLAIM_BYTES,
 };
@@ -316,10 +317,10 @@ pub fn inputs_match(manifest: &InputsManifest, claim: &Claim) -> Result<(), Stri
 }
 
 /// What the sidecar checks when the claim comes: nothing else runs in its
-/// container, and the result and work directories are still empty.
-pub fn check_before_handover(proc_root: &Path, own_pid: u32, result_dir: &Path, work: &Path) -> Result<(), String> {
+/// container, and the work directory is still empty. (Its result directory
+/// is its own: no other container mounts it.)
+pub fn check_before_handover(proc_root: &Path, own_pid: u32, work: &Path) -> Result<(), String> {
     check_alone(proc_root, own_pid)?;
-    check_empty(result_dir)?;
     check_empty(work)
 }
 
@@ -413,15 +414,16 @@ pub async fn run_warm_upload_sidecar(w: &WarmOptions, stop: &Shutdown) -> Result
             return Err(e);
         }
     };
-    let Some((claim, claimed)) = handed else { return Ok(WarmEnd::Unclaimed) };
-    eprintln!("skill-operator upload: claimed by SkillJob {}; waiting for {}", claim.skilljob_uid, claimed.result_file.display());
-    let report = run_upload_sidecar(&claimed, stop).await?;
+    let Some((claim, claimed, channel)) = handed else { return Ok(WarmEnd::Unclaimed) };
+    eprintln!("skill-operator upload: claimed by SkillJob {}; waiting for its verdict", claim.skilljob_uid);
+    let report = upload_with(&claimed, channel, stop).await?;
+    stop.wait().await;
     Ok(WarmEnd::Ran { claim: Box::new(claim), report: report.map(Box::new) })
 }
 
-/// Steps 1-3 of the module docs: the claim and the run's sidecar options,
-/// `None` when stopped first.
-async fn hand_over(w: &WarmOptions, stop: &Shutdown) -> Result<Option<(Claim, UploadOptions)>, ClientError> {
+/// Steps 1-3 of the module docs: the claim, the run's sidecar options and
+/// the launcher's verdict channel, `None` when stopped first.
+async fn hand_over(w: &WarmOptions, stop: &Shutdown) -> Result<Option<(Claim, UploadOptions, Channel)>, ClientError> {
     let ep = &w.upload.endpoint;
     if !is_warm_uid(&ep.uid) || ep.claim.is_some() {
         return Err(ClientError::Config(format!(
@@ -429,6 +431,13 @@ async fn hand_over(w: &WarmOptions, stop: &Shutdown) -> Result<Option<(Claim, Up
             ep.uid
         )));
     }
+    // The launcher connects at its start, before the pod is idle: the
+    // channel is the launcher's before anyone could get into the pod.
+    // A sidecar restarted after its run's verdict arrived has it in its
+    // own volume (and goes on to upload it below); one restarted before
+    // that cannot take any verdict ([`Channel::Lost`]).
+    let channel = Channel::open(&w.upload).map_err(|e| ClientError::Refused(e.to_string()))?;
+    let Some(channel) = channel.connected(stop).await.map_err(|e| ClientError::Refused(e.to_string()))? else { return Ok(None) };
     let http = http_client()?;
     // Another key already published under this pod's identity can only have
     // come from inside the pod, with its token: the claim is refused.
@@ -466,7 +475,11 @@ async fn hand_over(w: &WarmOptions, stop: &Shutdown) -> Result<Option<(Claim, Up
     if std::fs::symlink_metadata(&file).is_ok() {
         // Restarted after handing the claim over: the run is under way.
         return match read_claim_file(&file) {
-            Ok(mine) if mine == claim => Ok(Some((claim, claimed))),
+            Ok(mine) if mine == claim => match channel {
+                Channel::Received => Ok(Some((claim, claimed, channel))),
+                // Its channel went with the process before the restart.
+                _ => Err(ClientError::Refused(verdict::VerdictError::Restarted.to_string())),
+            },
             Ok(_) => refuse(&claimed, &w.claim_dir, tampered(&format!("{} is not the claim the endpoint holds", file.display()))).await,
             Err(e) => refuse(&claimed, &w.claim_dir, tampered(&format!("the claim file cannot be read: {e}"))).await,
         };
@@ -474,8 +487,10 @@ async fn hand_over(w: &WarmOptions, stop: &Shutdown) -> Result<Option<(Claim, Up
     if let Some(what) = key_taken {
         return refuse(&claimed, &w.claim_dir, tampered(&what)).await;
     }
-    let result_dir = w.upload.result_file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    if let Err(what) = check_before_handover(&w.proc_root, std::process::id(), result_dir, &w.upload.work_dir) {
+    if !matches!(channel, Channel::Connected(_)) {
+        return refuse(&claimed, &w.claim_dir, tampered(&verdict::VerdictError::Restarted.to_string())).await;
+    }
+    if let Err(what) = check_before_handover(&w.proc_root, std::process::id(), &w.upload.work_dir) {
         return refuse(&claimed, &w.claim_dir, tampered(&what)).await;
     }
     let inputs = async {
@@ -487,7 +502,7 @@ async fn hand_over(w: &WarmOptions, stop: &Shutdown) -> Result<Option<(Claim, Up
         return refuse(&claimed, &w.claim_dir, format!("the claimed run's inputs could not be fetched into the warm pod: {e}")).await;
     }
     write_claim_file(&w.claim_dir, &claim).map_err(io_err(format!("writing the claim into {}", w.claim_dir.display())))?;
-    Ok(Some((claim, claimed)))
+    Ok(Some((claim, claimed, channel)))
 }
 
 /// Uploads, under the claimed SkillJob's uid, a result saying why nothing
@@ -662,16 +677,13 @@ mod tests {
     }
 
     #[test]
-    fn the_sidecar_refuses_a_result_or_work_file_left_before_the_claim() {
+    fn the_sidecar_refuses_a_work_file_or_a_process_left_before_the_claim() {
         let proc = tempfile::tempdir().unwrap();
-        let (result, work) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        assert_eq!(check_before_handover(proc.path(), 1, result.path(), work.path()), Ok(()));
-        std::fs::write(result.path().join("result.json"), b"{}").unwrap();
-        assert!(check_before_handover(proc.path(), 1, result.path(), work.path()).unwrap_err().contains("result.json"));
-        std::fs::remove_file(result.path().join("result.json")).unwrap();
+        let work = tempfile::tempdir().unwrap();
+        assert_eq!(check_before_handover(proc.path(), 1, work.path()), Ok(()));
         std::fs::write(work.path().join("planted"), b"").unwrap();
-        assert!(check_before_handover(proc.path(), 1, result.path(), work.path()).unwrap_err().contains("planted"));
+        assert!(check_before_handover(proc.path(), 1, work.path()).unwrap_err().contains("planted"));
         std::fs::create_dir(proc.path().join("9")).unwrap();
-        assert!(check_before_handover(proc.path(), 1, result.path(), work.path()).unwrap_err().contains("pid 9"));
+        assert!(check_before_handover(proc.path(), 1, work.path()).unwrap_err().contains("pid 9"));
     }
 }

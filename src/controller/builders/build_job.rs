@@ -326,7 +326,8 @@ fn upload_container(p: &BuildParams) -> Container {
             CONTAINER_UPLOAD,
             "upload",
             &["--work", WORK_DIR, "--result", RESULT_FILE, "--token-file", TOKEN_FILE],
-            vec![mount(VOL_WORK, WORK_DIR, true), mount(VOL_RESULT, RESULT_DIR, true), mount(VOL_TOKEN, TOKEN_DIR, true)],
+            // The result volume is the sidecar's alone (see job.rs).
+            vec![mount(VOL_WORK, WORK_DIR, true), mount(VOL_RESULT, RESULT_DIR, false), mount(VOL_TOKEN, TOKEN_DIR, true)],
         )
     }
 }
@@ -355,8 +356,7 @@ pub fn deps_command(p: &BuildParams) -> Vec<String> {
 fn build_container(p: &BuildParams) -> Container {
     let plain = |name: &str, value: &str| EnvVar { name: name.into(), value: Some(value.into()), value_from: None };
     let env = vec![plain("HOME", TMP_DIR), plain("TMPDIR", TMP_DIR), plain("PATH", RUN_PATH)];
-    let mut command: Vec<String> =
-        [LAUNCHER, "launch", "--result", RESULT_FILE, "--timeout", &p.timeout_secs.to_string()].iter().map(|s| s.to_string()).collect();
+    let mut command: Vec<String> = [LAUNCHER, "launch", "--timeout", &p.timeout_secs.to_string()].iter().map(|s| s.to_string()).collect();
     for var in &env {
         command.extend(["--allow-env".to_string(), var.name.clone()]);
     }
@@ -373,7 +373,6 @@ fn build_container(p: &BuildParams) -> Container {
             mount(VOL_PACKAGE, PACKAGE_DIR, true),
             mount(VOL_WORK, WORK_DIR, false),
             mount(VOL_TMP, TMP_DIR, false),
-            mount(VOL_RESULT, RESULT_DIR, false),
             mount(VOL_TOOLS, TOOLS_DIR, true),
         ]),
         security_context: Some(restricted_security(p.run_as_user, p.run_as_group)),

@@ -11,12 +11,15 @@
 //!   upload  (operator image, restartPolicy Always = native sidecar)
 //!                             skill-operator upload --endpoint URL --job UID --work /work --result /result/result.json
 //!                                                    --token-file /var/run/skill-operator/token
-//!           ro: work, result, token.  Waits for the result file, uploads outputs, stdout/stderr and the
-//!           result, writes a digest to /dev/termination-log (terminationMessagePolicy File, ≤ 4 KiB).
+//!           ro: work, token; rw: result (its own).  Listens on the verdict channel (an abstract socket),
+//!           takes the launcher's one connection, writes the verdict it sends into /result, uploads
+//!           outputs, stdout/stderr and the result, writes a digest to /dev/termination-log
+//!           (terminationMessagePolicy File, ≤ 4 KiB).
 //! containers:
-//!   run     (run image)       /tools/skill-operator launch --result /result/result.json --timeout SECS
+//!   run     (run image)       /tools/skill-operator launch --timeout SECS
 //!                                    --allow-env NAME ... -- INTERPRETER /package/SCRIPT ARGS...
-//!           ro: package, tools; rw: work (workingDir), tmp, result.  No token, no SA token.
+//!           ro: package, tools; rw: work (workingDir), tmp.  No token, no SA token, no result
+//!           volume: the verdict goes over the channel ([`crate::artifacts::verdict`]).
 //! ```
 //!
 //! The token is the pod's own projected ServiceAccount token, with the
@@ -794,7 +797,9 @@ pub(super) fn upload_container(p: &JobParams) -> Container {
             p,
             CONTAINER_UPLOAD,
             command,
-            vec![mount(VOL_WORK, WORK_DIR, true), mount(VOL_RESULT, RESULT_DIR, true), mount(VOL_TOKEN, TOKEN_DIR, true)],
+            // The result volume is the sidecar's alone: the verdict reaches
+            // it over the launcher's channel, never through the run container.
+            vec![mount(VOL_WORK, WORK_DIR, true), mount(VOL_RESULT, RESULT_DIR, false), mount(VOL_TOKEN, TOKEN_DIR, true)],
         )
     }
 }
@@ -822,8 +827,7 @@ pub(super) fn run_env(p: &JobParams) -> Vec<EnvVar> {
 
 pub(super) fn run_container(p: &JobParams) -> Container {
     let env = run_env(p);
-    let mut command: Vec<String> =
-        [LAUNCHER, "launch", "--result", RESULT_FILE, "--timeout", &p.timeout_secs.to_string()].iter().map(|s| s.to_string()).collect();
+    let mut command: Vec<String> = [LAUNCHER, "launch", "--timeout", &p.timeout_secs.to_string()].iter().map(|s| s.to_string()).collect();
     // The image's own config sets these (not the pod), so they are named
     // here without a value: the launcher passes them through.
     let from_image: &[String] = match &p.delivery {
@@ -849,12 +853,7 @@ pub(super) fn run_container(p: &JobParams) -> Container {
             }
         }
     }
-    mounts.extend([
-        mount(VOL_WORK, WORK_DIR, false),
-        mount(VOL_TMP, TMP_DIR, false),
-        mount(VOL_RESULT, RESULT_DIR, false),
-        mount(VOL_TOOLS, TOOLS_DIR, true),
-    ]);
+    mounts.extend([mount(VOL_WORK, WORK_DIR, false), mount(VOL_TMP, TMP_DIR, false), mount(VOL_TOOLS, TOOLS_DIR, true)]);
     Container {
         name: CONTAINER_RUN.into(),
         image: Some(p.run_image.clone()),

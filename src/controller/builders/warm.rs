@@ -14,7 +14,7 @@
 //!   run     /tools/skill-operator launch --claim-dir /claim --claim-key /claim-key/key.json --package-dir /package --empty-dir /tmp …
 //!           makes the pod's key pair (the public half to /claim-key), waits for /claim/claim.json,
 //!           checks that nothing was left in the pod before the claim (another process, a file in
-//!           /tmp, /work or /result), opens the run's sealed variables, then runs the claimed script
+//!           /tmp or /work; the verdict channel still held), opens the run's sealed variables, then runs the claimed script
 //! ```
 //!
 //! Everything else is the run pod's, built by the same functions: restricted
@@ -41,7 +41,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 
 use super::job::{
     controller_owner, empty_dir, fetch_container, mount, run_container, run_pod_spec, upload_container, volumes, JobParams,
-    PackageDelivery, ANNOTATION_PACKAGE_DIGEST, CONTAINER_RUN, DEADLINE_SLACK_SECS, LAUNCHER, MAX_TIMEOUT_SECS, RESULT_FILE, TMP_DIR,
+    PackageDelivery, ANNOTATION_PACKAGE_DIGEST, CONTAINER_RUN, DEADLINE_SLACK_SECS, LAUNCHER, MAX_TIMEOUT_SECS, TMP_DIR,
 };
 use super::{Error, Result, LABEL_MANAGED_BY, LABEL_SKILLJOB_UID, MANAGED_BY};
 
@@ -191,8 +191,6 @@ fn launch_command(p: &JobParams, run: &Container) -> Vec<String> {
     let mut command: Vec<String> = [
         LAUNCHER,
         "launch",
-        "--result",
-        RESULT_FILE,
         "--timeout",
         &MAX_TIMEOUT_SECS.to_string(),
         "--claim-dir",
