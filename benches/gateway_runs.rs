@@ -72,7 +72,7 @@ async fn main() {
         setup.client.clone(),
         setup.artifacts.clone(),
         setup.bindings.clone(),
-        KubeOptions::new(cluster::NS_A, cluster::NS_GW),
+        KubeOptions::new(cluster::NS_A, cluster::NS_GW, skill_operator::core::owner::OwnerSeal::new(cluster::KEY)),
     );
     let caller = Caller::named("bench");
     let (mut before, mut run, mut after) = (Vec::new(), Vec::new(), Vec::new());

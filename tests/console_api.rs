@@ -119,7 +119,12 @@ impl Backend for ConsoleBackend {
     fn execution(&self, namespace: &str) -> Option<Execution> {
         let artifacts = Arc::new(HttpArtifacts::new("http://127.0.0.1:9/v1", KEY));
         let bindings = Arc::new(std::collections::BTreeMap::from([("echo".to_string(), "echo".to_string())]));
-        let executor = Arc::new(KubeExecutor::new(self.client.clone(), artifacts, bindings, KubeOptions::new(namespace, GW_NS)));
+        let executor = Arc::new(KubeExecutor::new(
+            self.client.clone(),
+            artifacts,
+            bindings,
+            KubeOptions::new(namespace, GW_NS, skill_operator::core::owner::OwnerSeal::new(KEY)),
+        ));
         Some(
             Execution::new(executor.clone(), ConfirmMode::Ask)
                 .with_confirmations(self.confirmations.clone(), namespace)

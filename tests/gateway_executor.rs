@@ -71,7 +71,7 @@ fn executor(on_disconnect: OnDisconnect) -> (Arc<KubeExecutor>, Handle) {
     // Never reached in these tests (no inputs are staged, no finished run is read).
     let artifacts = Arc::new(HttpArtifacts::new("http://127.0.0.1:9/v1", b"0123456789abcdef0123456789abcdef"));
     let bindings: BTreeMap<String, String> = BTreeMap::from([("echo".to_string(), "echo-binding".to_string())]);
-    let mut options = KubeOptions::new(NS, GW_NS);
+    let mut options = KubeOptions::new(NS, GW_NS, skill_operator::core::owner::OwnerSeal::new(b"0123456789abcdef0123456789abcdef"));
     options.on_disconnect = on_disconnect;
     (Arc::new(KubeExecutor::new(client, artifacts, Arc::new(bindings), options)), handle)
 }
@@ -428,7 +428,7 @@ fn draft_config_map(id: &str, state: &str, inputs: &[(&str, u64)]) -> Value {
 async fn uploads_and_reads_keep_the_job_store_limits() {
     let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let artifacts = Arc::new(HttpArtifacts::new("http://127.0.0.1:9/v1", b"0123456789abcdef0123456789abcdef"));
-    let mut options = KubeOptions::new(NS, GW_NS);
+    let mut options = KubeOptions::new(NS, GW_NS, skill_operator::core::owner::OwnerSeal::new(b"0123456789abcdef0123456789abcdef"));
     // Shrunk so each edge is a few bytes away.
     options.limits =
         skill_operator::jobs::JobLimits { upload_chunk: 4, file_bytes: 6, job_bytes: 7, files: 2, read_chunk: 8, ..options.limits };

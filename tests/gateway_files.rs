@@ -108,7 +108,12 @@ struct FilesBackend {
 impl FilesBackend {
     fn executor(&self, namespace: &str) -> Arc<KubeExecutor> {
         let bindings = Arc::new(BTreeMap::<String, String>::new());
-        Arc::new(KubeExecutor::new(self.client.clone(), self.artifacts.clone(), bindings, KubeOptions::new(namespace, GW_NS)))
+        Arc::new(KubeExecutor::new(
+            self.client.clone(),
+            self.artifacts.clone(),
+            bindings,
+            KubeOptions::new(namespace, GW_NS, skill_operator::core::owner::OwnerSeal::new(KEY)),
+        ))
     }
 }
 
@@ -171,7 +176,13 @@ async fn env() -> Env {
     let ready = Readiness::default();
     ready.set_ready();
     let gate = axum::middleware::from_fn_with_state(auth, require_caller);
-    let app = router(Arc::new(Namespaces::new(backend.clone(), options)), ready, Arc::new(String::new), gate);
+    let app = router(
+        Arc::new(Namespaces::new(backend.clone(), options)),
+        ready,
+        Arc::new(String::new),
+        skill_operator::metrics_access::MetricsAccess::open(),
+        gate,
+    );
     Env { app, api, reviews, artifacts, endpoint, backend, audit, _registry: registry, _spool: spool }
 }
 

@@ -7,6 +7,15 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::core::owner::{OwnerClaim, OwnerSeal, SealRefusal};
+
+/// Who asked for the run: the principal the gateway authenticated. Proven
+/// only together with [`OWNER_SEAL_ANNOTATION`] ([`SkillJob::proven_owner`]).
+pub const REQUESTED_BY_ANNOTATION: &str = "skill-operator.dev/requested-by";
+/// The gateway's seal over the namespace, name, principal and spec
+/// ([`crate::core::owner`]).
+pub const OWNER_SEAL_ANNOTATION: &str = "skill-operator.dev/owner-seal";
+
 /// One run of a declared script of a bound skill, with input files in and
 /// output files out (MCPBox's job). The spec is immutable: a second run is a
 /// new SkillJob.
@@ -173,4 +182,29 @@ pub struct JobEgress {
     /// The controller's MAC over namespace, uid, `allowed` and `podIP`: the proxy ignores a record that does not verify (a status written by anyone but the controller).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seal: Option<String>,
+}
+
+impl SkillJob {
+    /// The sha256 of the spec's JSON: what an owner seal binds of the run.
+    pub fn spec_digest(&self) -> String {
+        crate::core::package::digest(&serde_json::to_vec(&self.spec).unwrap_or_default())
+    }
+
+    /// The principal the gateway sealed this SkillJob for, and when it
+    /// sealed it: `Err` for a SkillJob nobody sealed (made with `kubectl`)
+    /// and for one whose annotation claims a principal its seal does not
+    /// prove (never anyone's).
+    pub fn proven_owner(&self, seal: &OwnerSeal) -> Result<(&str, i64), SealRefusal> {
+        let annotations = self.metadata.annotations.as_ref();
+        let principal = annotations.and_then(|a| a.get(REQUESTED_BY_ANNOTATION)).ok_or(SealRefusal::Missing)?;
+        let claim = OwnerClaim {
+            namespace: self.metadata.namespace.as_deref().unwrap_or_default(),
+            name: self.metadata.name.as_deref().unwrap_or_default(),
+            principal,
+            spec_digest: &self.spec_digest(),
+        };
+        let created = self.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second());
+        let sealed_at = seal.verify(&claim, annotations.and_then(|a| a.get(OWNER_SEAL_ANNOTATION)).map(String::as_str), created)?;
+        Ok((principal, sealed_at))
+    }
 }

@@ -92,6 +92,12 @@ impl Lookups {
         Some(store.get(&ObjectRef::new(ns)).and_then(|n| n.metadata.annotations.as_ref()?.get(key).cloned()))
     }
 
+    /// Whether the namespace is being deleted, per the cache (`false`
+    /// without a cache, or when it is not in it).
+    pub fn namespace_terminating(&self, ns: &str) -> bool {
+        self.namespaces.get().and_then(|store| store.get(&ObjectRef::new(ns))).is_some_and(|n| n.metadata.deletion_timestamp.is_some())
+    }
+
     /// The cached pods `keep` chooses (empty without a cache).
     pub fn cached_pods_where(&self, keep: impl Fn(&Pod) -> bool) -> Vec<std::sync::Arc<Pod>> {
         let Some(store) = self.pods.get() else { return Vec::new() };

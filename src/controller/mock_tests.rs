@@ -640,7 +640,7 @@ async fn a_finished_run_reports_streams_and_outputs_from_the_artifact_endpoint()
     drop(plain);
     let mut sj = started_skilljob();
     sj.spec.inputs = vec![crate::api::job::InputFile { path: "data.csv".into(), digest: format!("sha256:{}", "b".repeat(64)), size: 7 }];
-    sj.annotations_mut().insert(skilljob::REQUESTED_BY_ANNOTATION.into(), "system:serviceaccount:team:agent".into());
+    seal_for(&mut sj, "system:serviceaccount:team:agent");
     let name = super::builders::job::job_name(UID);
     let owner = sj.controller_owner_ref(&()).unwrap();
     let server = tokio::spawn(async move {
@@ -677,6 +677,18 @@ async fn a_finished_run_reports_streams_and_outputs_from_the_artifact_endpoint()
     assert_eq!(r["argsDigest"], crate::audit::digest_json(&["; rm -rf /"]));
     assert!(!r.to_string().contains("rm -rf"), "arguments by digest only: {r}");
     assert_eq!(r["inputs"][0]["path"], "data.csv");
+}
+
+/// `sj` as the gateway writes it for `principal`: created now, named in its
+/// annotation and sealed under the context's token key.
+fn seal_for(sj: &mut SkillJob, principal: &str) {
+    use crate::core::owner::{OwnerClaim, OwnerSeal};
+    let now = k8s_openapi::jiff::Timestamp::now();
+    sj.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
+    let claim = OwnerClaim { namespace: "team", name: &sj.name_any(), principal, spec_digest: &sj.spec_digest() };
+    let seal = OwnerSeal::new(b"test-key").seal(&claim, now.as_second());
+    sj.annotations_mut().insert(skilljob::REQUESTED_BY_ANNOTATION.into(), principal.into());
+    sj.annotations_mut().insert(skilljob::OWNER_SEAL_ANNOTATION.into(), seal);
 }
 
 /// A cache holding `job`, as the controller's Job reflector would.

@@ -16,7 +16,7 @@
 //! - [`package`]: the deterministic package archive (build, check, unpack).
 //! - [`marketplace`]: Claude Code plugin marketplaces (`serve --layout recursive`).
 //! - [`search`]: ranking skills for a query (`skill_search`).
-//! - [`token`]: per-job HMAC credentials.
+//! - [`token`]: per-job HMAC credentials; [`owner`]: the gateway's seal on whose run a SkillJob is.
 
 pub mod catalog;
 pub mod confirm;
@@ -29,6 +29,7 @@ pub mod frontmatter;
 pub mod grants;
 pub mod limits;
 pub mod marketplace;
+pub mod owner;
 pub mod package;
 pub mod paths;
 pub mod problems;

@@ -424,9 +424,19 @@ pub(crate) async fn runs_on_the_real_cluster() {
     // A's executor lists from the shared SkillJob cache, as the gateway's do; B's asks the API server.
     let index = skill_operator::gateway::executor::index::JobIndex::spawn(client.clone(), setup.shutdown.clone());
     assert!(index.wait_until_ready().await);
-    let exec_a = KubeExecutor::new(client.clone(), artifacts.clone(), bindings.clone(), KubeOptions::new(n.a.as_str(), n.gw.as_str()))
-        .with_index(index.clone());
-    let exec_b = KubeExecutor::new(client.clone(), artifacts.clone(), bindings.clone(), KubeOptions::new(n.b.as_str(), n.gw.as_str()));
+    let exec_a = KubeExecutor::new(
+        client.clone(),
+        artifacts.clone(),
+        bindings.clone(),
+        KubeOptions::new(n.a.as_str(), n.gw.as_str(), skill_operator::core::owner::OwnerSeal::new(KEY)),
+    )
+    .with_index(index.clone());
+    let exec_b = KubeExecutor::new(
+        client.clone(),
+        artifacts.clone(),
+        bindings.clone(),
+        KubeOptions::new(n.b.as_str(), n.gw.as_str(), skill_operator::core::owner::OwnerSeal::new(KEY)),
+    );
     let alice = Caller::named(format!("system:serviceaccount:{}:alice", n.a));
 
     // skill_run: a SkillJob the real controller runs in a real pod.
@@ -517,7 +527,12 @@ pub(crate) async fn runs_on_the_real_cluster() {
     let control = RunControl { key: key.clone(), progress: None, cancel: cancel.clone() };
     let running = tokio::spawn({
         let (client, alice) = (client.clone(), alice.clone());
-        let exec = KubeExecutor::new(client, artifacts.clone(), bindings.clone(), KubeOptions::new(n.a.as_str(), n.gw.as_str()));
+        let exec = KubeExecutor::new(
+            client,
+            artifacts.clone(),
+            bindings.clone(),
+            KubeOptions::new(n.a.as_str(), n.gw.as_str(), skill_operator::core::owner::OwnerSeal::new(KEY)),
+        );
         async move { exec.run_new(&alice, plan(&["sleep"]), Vec::new(), control).await }
     });
     // It goes as soon as its Job exists (the pod may still be starting).

@@ -58,7 +58,8 @@ struct ClusterHttp {
 
 impl ClusterHttp {
     fn executor(&self, namespace: &str) -> Arc<KubeExecutor> {
-        let options = KubeOptions::new(namespace, self.gateway_namespace.clone());
+        let options =
+            KubeOptions::new(namespace, self.gateway_namespace.clone(), skill_operator::core::owner::OwnerSeal::new(super::cluster::KEY));
         Arc::new(KubeExecutor::new(self.client.clone(), self.artifacts.clone(), self.bindings.clone(), options))
     }
 }
@@ -259,7 +260,7 @@ pub(crate) async fn tasks_and_files_over_http_on_the_real_cluster() {
     let ready = Readiness::default();
     ready.set_ready();
     let gate = axum::middleware::from_fn_with_state(auth, require_caller);
-    let app = router(namespaces, ready, Arc::new(String::new), gate);
+    let app = router(namespaces, ready, Arc::new(String::new), skill_operator::metrics_access::MetricsAccess::open(), gate);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let server = tokio::spawn(async move { axum::serve(listener, app).await });

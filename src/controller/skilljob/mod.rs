@@ -58,8 +58,7 @@ pub const CANCEL_ANNOTATION: &str = "skill-operator.dev/cancel";
 /// Set by whoever stages a SkillJob's inputs (the gateway), so the
 /// controller hears of it at once instead of at its next poll.
 pub const INPUTS_STAGED_ANNOTATION: &str = "skill-operator.dev/inputs-staged";
-/// Who asked for the run (the gateway records the caller's user name).
-pub const REQUESTED_BY_ANNOTATION: &str = "skill-operator.dev/requested-by";
+pub use crate::api::job::{OWNER_SEAL_ANNOTATION, REQUESTED_BY_ANNOTATION};
 
 /// How often a Pending or Running SkillJob is looked at without an event.
 const POLL: Duration = Duration::from_secs(10);
@@ -99,6 +98,12 @@ async fn reconcile_traced(job: Arc<SkillJob>, ctx: Arc<Context>) -> Result<Actio
         if let Some(action) = stop_run(&job, &ctx, "cancelled: the SkillJob was deleted").await? {
             ctx.metrics.reconciled("SkillJob", started.elapsed());
             return Ok(action);
+        }
+        if let Some(wait) = name_held_for(&job, &ctx) {
+            // Nothing runs and its files go now; only the name stays taken.
+            release_artifacts(&job, &ctx).await?;
+            ctx.metrics.reconciled("SkillJob", started.elapsed());
+            return Ok(Action::requeue(wait));
         }
     }
     if let (Some(uid), Some(version)) = (job.uid(), job.resource_version()) {
@@ -234,6 +239,34 @@ async fn stop_run(sj: &SkillJob, ctx: &Context, why: &str) -> Result<Option<Acti
     Ok(Some(Action::requeue(STOPPING_POLL)))
 }
 
+/// How much longer a deleted SkillJob's name stays taken: one the gateway
+/// sealed was made under a confirmation token, and that token names this
+/// SkillJob for as long as it is good ([`crate::core::confirm::TOKEN_TTL`]
+/// from the sealing, at the latest). Were the name free before, the same
+/// token would make the same SkillJob again and run its call twice. The
+/// finalizer stays until then (the pod is gone and the files deleted at
+/// once); a namespace being deleted takes no new SkillJob, so nothing is held there.
+fn name_held_for(sj: &SkillJob, ctx: &Context) -> Option<Duration> {
+    let (_, sealed_at) = sj.proven_owner(&crate::core::owner::OwnerSeal::new(&ctx.config.token_key)).ok()?;
+    let free_at = sealed_at.saturating_add(crate::core::confirm::TOKEN_TTL.as_secs() as i64);
+    let left = free_at.saturating_sub(Timestamp::now().as_second());
+    if left <= 0 || ctx.lookups.namespace_terminating(&sj.namespace()?) {
+        return None;
+    }
+    Some(Duration::from_secs(left as u64 + 1))
+}
+
+/// The job's inputs and outputs (and its warm pod's claim) deleted.
+async fn release_artifacts(sj: &SkillJob, ctx: &Context) -> Result<()> {
+    let ns = sj.namespace().ok_or(Error::Missing("namespace"))?;
+    let uid = sj.uid().ok_or(Error::Missing("uid"))?;
+    ctx.artifacts.delete(&ns, &uid).await?;
+    if let Some(warm) = sj.status.as_ref().and_then(|s| s.warm_pod.as_deref()).and_then(crate::controller::builders::warm::warm_uid_of) {
+        ctx.artifacts.delete(&ns, &warm).await?;
+    }
+    Ok(())
+}
+
 /// Deletion: once no pod runs, the job's inputs and outputs go with the SkillJob.
 async fn cleanup(sj: &SkillJob, ctx: &Context) -> Result<Action> {
     let ns = sj.namespace().ok_or(Error::Missing("namespace"))?;
@@ -242,7 +275,7 @@ async fn cleanup(sj: &SkillJob, ctx: &Context) -> Result<Action> {
         // A pod came back between the check and now: the finalizer must stay.
         return Err(Error::InUse("the run's pod has not stopped yet".into()));
     }
-    ctx.artifacts.delete(&ns, &uid).await?;
+    release_artifacts(sj, ctx).await?;
     if let Some(warm) = sj.status.as_ref().and_then(|s| s.warm_pod.as_deref()).and_then(crate::controller::builders::warm::warm_uid_of) {
         ctx.artifacts.delete(&ns, &warm).await?;
     }
@@ -297,7 +330,7 @@ async fn patch_status_timed(ctx: &Context, job: &SkillJob, status: &SkillJobStat
         let age = job.metadata.creation_timestamp.as_ref().map(crate::api::conditions::age);
         ctx.metrics.skilljob_finished(phase, age);
         if ctx.audit.enabled() {
-            ctx.audit.record(verdict_record(job, &ns, status, phase, age));
+            ctx.audit.record(verdict_record(job, &ns, status, phase, age, &crate::core::owner::OwnerSeal::new(&ctx.config.token_key)));
         }
         if let Some(traceparent) = job.annotations().get(crate::telemetry::TRACEPARENT_ANNOTATION) {
             crate::telemetry::record_run(traceparent, job, status, phase, pod);
@@ -314,9 +347,15 @@ fn verdict_record(
     status: &SkillJobStatus,
     phase: SkillJobPhase,
     age: Option<std::time::Duration>,
+    seal: &crate::core::owner::OwnerSeal,
 ) -> crate::audit::Record {
     use crate::audit::{digest_json, Event, FileRef, Outcome, Record};
-    let mut record = Record::new(Event::RunVerdict, Outcome::Ok)
+    // A run that never started ended at admission: a rule (the fence, the
+    // binding, the package, its inputs) said no. One that started finished,
+    // whatever its exit.
+    let started = status.job_name.is_some() || status.warm_pod.is_some();
+    let outcome = if started || phase != SkillJobPhase::Failed { Outcome::Ok } else { Outcome::Refused };
+    let mut record = Record::new(Event::RunVerdict, outcome)
         .namespace(ns)
         .job(job.name_any())
         .script(&job.spec.script)
@@ -330,8 +369,18 @@ fn verdict_record(
     record.skill = status.skill.clone().or_else(|| Some(job.spec.binding.clone()));
     record.duration_ms = age.map(|a| a.as_millis() as u64);
     record.reason = status.message.clone();
-    if let Some(who) = job.annotations().get(REQUESTED_BY_ANNOTATION) {
-        record = record.principal_name(who);
+    if outcome == Outcome::Refused {
+        record.code = status.conditions.iter().find(|c| c.type_ == "Complete").map(|c| c.reason.clone());
+    }
+    // Named only when the gateway's seal proves it: anyone who may create
+    // SkillJobs can write the annotation.
+    match job.proven_owner(seal) {
+        Ok((who, _)) => record = record.principal_name(who),
+        Err(why) => {
+            if let Some(claimed) = job.annotations().get(REQUESTED_BY_ANNOTATION) {
+                tracing::warn!(namespace = ns, skilljob = %job.name_any(), %claimed, %why, "a SkillJob claims a requester it cannot prove; its verdict names none");
+            }
+        }
     }
     record
 }
@@ -359,5 +408,62 @@ async fn publish(ctx: &Context, sj: &SkillJob, type_: EventType, reason: &str, n
         Event { type_, reason: reason.into(), note: Some(note.chars().take(1000).collect()), action: "Reconcile".into(), secondary: None };
     if let Err(err) = ctx.recorder.publish(&event, &sj.object_ref(&())).await {
         tracing::debug!(%err, "could not publish an event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::job::SkillJobSpec;
+    use crate::core::owner::{OwnerClaim, OwnerSeal};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn job(principal: &str, sealed: bool) -> SkillJob {
+        let spec = SkillJobSpec { binding: "b".into(), script: "scripts/s.py".into(), args: vec![], inputs: vec![], timeout_seconds: None };
+        let mut sj = SkillJob::new("skj-1", spec);
+        sj.metadata.namespace = Some("team".into());
+        let now = Timestamp::now();
+        sj.metadata.creation_timestamp = Some(Time(now));
+        sj.annotations_mut().insert(REQUESTED_BY_ANNOTATION.into(), principal.into());
+        if sealed {
+            let claim = OwnerClaim { namespace: "team", name: "skj-1", principal, spec_digest: &sj.spec_digest() };
+            sj.annotations_mut().insert(OWNER_SEAL_ANNOTATION.into(), OwnerSeal::new(b"key").seal(&claim, now.as_second()));
+        }
+        sj
+    }
+
+    fn record(sj: &SkillJob, status: &SkillJobStatus, phase: SkillJobPhase) -> serde_json::Value {
+        serde_json::to_value(verdict_record(sj, "team", status, phase, None, &OwnerSeal::new(b"key"))).unwrap()
+    }
+
+    /// The attack: an agent allowed to create SkillJobs writes one naming
+    /// another principal. Its verdict names nobody; the gateway's names its caller.
+    #[test]
+    fn the_verdict_names_only_a_requester_the_gateways_seal_proves() {
+        let ran = SkillJobStatus { job_name: Some("skilljob-1".into()), ..Default::default() };
+        let sealed = record(&job("system:serviceaccount:team:alice", true), &ran, SkillJobPhase::Succeeded);
+        assert_eq!(sealed["principal"]["name"], "system:serviceaccount:team:alice");
+        let forged = record(&job("system:serviceaccount:team:alice", false), &ran, SkillJobPhase::Succeeded);
+        assert!(forged.get("principal").is_none(), "{forged}");
+        // A seal of another principal's does not carry over to a changed annotation.
+        let mut moved = job("system:serviceaccount:team:mallory", true);
+        moved.annotations_mut().insert(REQUESTED_BY_ANNOTATION.into(), "system:serviceaccount:team:alice".into());
+        assert!(record(&moved, &ran, SkillJobPhase::Succeeded).get("principal").is_none());
+    }
+
+    /// A run the fence (or any admission rule) refused never started: its
+    /// verdict is `refused` with the refusal's reason, not `ok`.
+    #[test]
+    fn a_verdict_of_a_run_refused_at_admission_says_refused() {
+        let sj = job("system:serviceaccount:team:alice", true);
+        let mut refused = SkillJobStatus::default();
+        set_phase(&mut refused, SkillJobPhase::Failed, "ScriptNotDeclared", "scripts/x.py is not a script the skill declares", None);
+        let r = record(&sj, &refused, SkillJobPhase::Failed);
+        assert_eq!((r["outcome"].as_str(), r["code"].as_str()), (Some("refused"), Some("ScriptNotDeclared")), "{r}");
+        // A run that started and failed finished: ok, whatever its exit.
+        let ran = SkillJobStatus { job_name: Some("skilljob-1".into()), ..refused.clone() };
+        assert_eq!(record(&sj, &ran, SkillJobPhase::Failed)["outcome"], "ok");
+        let warm = SkillJobStatus { warm_pod: Some("warm-1".into()), ..refused };
+        assert_eq!(record(&sj, &warm, SkillJobPhase::Failed)["outcome"], "ok");
     }
 }

@@ -27,6 +27,8 @@ pub enum ExecError {
     NotBound { skill: String, namespace: String },
     #[error("a SkillJob named {name} already exists and is not the run of this call; nothing ran: preview and confirm the run again")]
     NameTaken { name: String },
+    #[error("this confirmation token already ran its call as job {name}, which was deleted since; each token runs one call once: preview the run again for a new token")]
+    TokenUsed { name: String },
     #[error("job {name}'s SkillJob was deleted before its run finished")]
     Vanished { name: String },
     #[error("the caller went away; job {name} keeps running (on-disconnect policy `keep`): read it with skill_job_status")]
@@ -62,6 +64,7 @@ impl ExecError {
             ExecError::CapReached { .. } => "job-cap-reached",
             ExecError::NotBound { .. } => "skill-not-bound",
             ExecError::NameTaken { .. } => "job-name-taken",
+            ExecError::TokenUsed { .. } => crate::core::confirm::ConfirmError::Reused.code(),
             ExecError::Vanished { .. } => "job-vanished",
             ExecError::Kept { .. } => "run-kept",
             ExecError::Withheld { .. } => "job-withheld",

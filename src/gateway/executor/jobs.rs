@@ -9,7 +9,7 @@ use super::drafts::{Draft, DraftState, Loaded};
 use super::error::{ExecError, Result};
 use super::limits::DRAFT_WRITE_RETRIES;
 use super::names::{draft_id, is_job_id, owner_label, LABEL_OWNER};
-use super::record::{self, is_finished, owner};
+use super::record::{self, is_finished};
 use super::KubeExecutor;
 use crate::api::job::{InputFile, SkillJob, SkillJobPhase};
 use crate::artifacts::operator::ArtifactStore;
@@ -47,18 +47,9 @@ pub(super) fn upload_check(d: &Draft, job: &str, rel: &RelPath, offset: u64, len
         return Err(JobError::WrongOffset { path: rel.to_string(), got: offset, expected }.into());
     }
     let size = offset + len;
-    if size > limits.file_bytes {
-        return Err(JobError::FileTooLarge { path: rel.to_string(), size, max: limits.file_bytes }.into());
-    }
     let others: u64 = d.inputs.iter().filter(|f| f.path != rel.as_str()).map(|f| f.size).sum();
-    if others + size > limits.job_bytes {
-        return Err(JobError::JobTooLarge { total: others + size, max: limits.job_bytes }.into());
-    }
     let count = d.inputs.len() + usize::from(existing.is_none());
-    if count > limits.files {
-        return Err(JobError::TooManyFiles { count, max: limits.files }.into());
-    }
-    Ok(())
+    Ok(limits.check_input(rel.as_str(), size, others, count)?)
 }
 
 fn draft_record(d: &Draft) -> JobRecord {
@@ -359,7 +350,7 @@ impl KubeExecutor {
     }
 
     pub(super) async fn job_list(&self, caller: &Caller) -> Result<Vec<JobRecord>> {
-        let mine = |sj: &SkillJob| owner(sj) == Some(caller.principal.as_str());
+        let mine = |sj: &SkillJob| self.owner_of(sj) == Some(caller.principal.as_str());
         let cached = match &self.index {
             Some(index) => index.jobs(&self.options.namespace).await,
             None => None,

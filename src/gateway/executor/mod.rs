@@ -11,9 +11,12 @@
 //!
 //! # Ownership
 //! Every SkillJob and draft records its caller (`Caller.principal`) in
-//! [`crate::controller::skilljob::REQUESTED_BY_ANNOTATION`] (the audit
-//! trail names the agent, not the gateway) and every call checks it: a job
-//! of another principal is answered exactly as a job that does not exist.
+//! [`crate::api::job::REQUESTED_BY_ANNOTATION`] (the audit trail names the
+//! agent, not the gateway), and every SkillJob carries the gateway's seal
+//! over it ([`crate::core::owner`]): every call checks the seal, so a job
+//! of another principal, or one whose annotation claims a principal it
+//! cannot prove (written with `kubectl`), is answered exactly as a job
+//! that does not exist.
 //!
 //! # Idempotent runs
 //! A run's SkillJob is named from the confirmation key ([`names::run_name`]).
@@ -57,6 +60,7 @@ use crate::api::job::SkillJob;
 use crate::artifacts::operator::HttpArtifacts;
 use crate::core::confirm::ConfirmMode;
 use crate::core::fence::RunPlan;
+use crate::core::owner::OwnerSeal;
 use crate::jobs::{Chunk, FileInfo, JobLimits, JobRecord, ReadTarget};
 use crate::mcp::error::ToolError;
 use crate::mcp::executor::{Caller, ExecutionSummary, Executor, JobStatus, RunCommand, RunControl, RunReport, SandboxSummary};
@@ -104,11 +108,14 @@ pub struct KubeOptions {
     /// empty: file route URLs in messages are paths on the address the
     /// client called.
     pub public_base: String,
+    /// What proves a SkillJob is a caller's ([`crate::core::owner`]).
+    pub owner_seal: OwnerSeal,
 }
 
 impl KubeOptions {
-    pub fn new(namespace: impl Into<String>, gateway_namespace: impl Into<String>) -> KubeOptions {
+    pub fn new(namespace: impl Into<String>, gateway_namespace: impl Into<String>, owner_seal: OwnerSeal) -> KubeOptions {
         KubeOptions {
+            owner_seal,
             namespace: namespace.into(),
             gateway_namespace: gateway_namespace.into(),
             on_disconnect: OnDisconnect::default(),
@@ -147,6 +154,11 @@ impl KubeExecutor {
     pub fn with_index(mut self, index: Arc<index::JobIndex>) -> Self {
         self.index = Some(index);
         self
+    }
+
+    /// The caller `sj` was proven to be made for, if any.
+    fn owner_of<'a>(&self, sj: &'a SkillJob) -> Option<&'a str> {
+        record::owner(sj, &self.options.owner_seal)
     }
 
     /// This executor created (`present`) or deleted SkillJob `name`: the

@@ -5,18 +5,19 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 
+use crate::api::job::REQUESTED_BY_ANNOTATION;
 use crate::api::job::{InputFile, SkillJob, SkillJobPhase};
 use crate::api::outcome::RunOutcome;
 use crate::artifacts::{OutputManifest, SkipReason, WORK_PREFIX};
 use crate::controller::decide::is_final;
-use crate::controller::skilljob::REQUESTED_BY_ANNOTATION;
+use crate::core::owner::OwnerSeal;
 use crate::jobs::{FileInfo, InputMatch, JobRecord, JobState, OutputFile, OutputListing, RunRecord, SkipKind, SkippedEntry};
 
 use super::names::ANNOTATION_SKILL;
 
 /// The principal a SkillJob was run for (`None`: not the gateway's).
-pub fn owner(sj: &SkillJob) -> Option<&str> {
-    sj.annotations().get(REQUESTED_BY_ANNOTATION).map(String::as_str)
+pub fn owner<'a>(sj: &'a SkillJob, seal: &OwnerSeal) -> Option<&'a str> {
+    sj.proven_owner(seal).ok().map(|(principal, _)| principal)
 }
 
 /// The run is over and the controller has confirmed it (a Cancelled phase
@@ -89,7 +90,8 @@ pub fn inputs_of(inputs: &[InputFile]) -> Vec<FileInfo> {
     files
 }
 
-/// The job record of a SkillJob (its run started when it was written).
+/// The job record of a SkillJob (its run started when it was written),
+/// for a SkillJob already proven the caller's ([`owner`]).
 pub fn job_record(sj: &SkillJob, outcome: &RunOutcome) -> JobRecord {
     let status = sj.status.clone().unwrap_or_default();
     let created = ms(sj.metadata.creation_timestamp.as_ref()).unwrap_or(0);
@@ -101,7 +103,7 @@ pub fn job_record(sj: &SkillJob, outcome: &RunOutcome) -> JobRecord {
     JobRecord {
         id: sj.name_any(),
         skill: status.skill.clone().or_else(|| sj.annotations().get(ANNOTATION_SKILL).cloned()).unwrap_or_default(),
-        owner: owner(sj).unwrap_or_default().to_string(),
+        owner: sj.annotations().get(REQUESTED_BY_ANNOTATION).cloned().unwrap_or_default(),
         created_at_ms: created,
         state: state_of(sj, outcome),
         inputs: inputs_of(&sj.spec.inputs),

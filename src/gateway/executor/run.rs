@@ -11,15 +11,17 @@ use serde_json::json;
 
 use super::error::{is_status, ExecError, Result};
 use super::names::{owner_label, ANNOTATION_SKILL, CREATED_BY, LABEL_CREATED_BY, LABEL_OWNER};
-use super::record::{self, is_finished, owner};
+use super::record::{self, is_finished};
 use super::{KubeExecutor, OnDisconnect};
 use crate::api::job::{InputFile, SkillJob, SkillJobSpec};
+use crate::api::job::{OWNER_SEAL_ANNOTATION, REQUESTED_BY_ANNOTATION};
 use crate::api::outcome::{LaunchResult, RunOutcome};
 use crate::artifacts::operator::ArtifactStore;
 use crate::controller::decide::{inputs_mismatch, is_final};
-use crate::controller::skilljob::{CANCEL_ANNOTATION, FINALIZER, INPUTS_STAGED_ANNOTATION, REQUESTED_BY_ANNOTATION};
+use crate::controller::skilljob::{CANCEL_ANNOTATION, FINALIZER, INPUTS_STAGED_ANNOTATION};
 use crate::core::fence::RunPlan;
 use crate::core::limits::STREAM_CAP;
+use crate::core::owner::OwnerClaim;
 use crate::jobs::{JobError, JobState, OutputListing};
 use crate::mcp::executor::{Caller, ProgressUpdate, RunControl, RunReport};
 
@@ -41,6 +43,8 @@ impl KubeExecutor {
 
     pub(super) fn new_skilljob(&self, caller: &Caller, name: &str, skill: &str, spec: SkillJobSpec) -> SkillJob {
         let mut sj = SkillJob::new(name, spec);
+        let claim = OwnerClaim { namespace: &self.options.namespace, name, principal: &caller.principal, spec_digest: &sj.spec_digest() };
+        let seal = self.options.owner_seal.seal(&claim, k8s_openapi::jiff::Timestamp::now().as_second());
         sj.metadata = ObjectMeta {
             name: Some(name.to_string()),
             namespace: Some(self.options.namespace.clone()),
@@ -50,6 +54,7 @@ impl KubeExecutor {
             ])),
             annotations: Some(BTreeMap::from([
                 (REQUESTED_BY_ANNOTATION.to_string(), caller.principal.clone()),
+                (OWNER_SEAL_ANNOTATION.to_string(), seal),
                 (ANNOTATION_SKILL.to_string(), skill.to_string()),
             ])),
             // Made with the controller's finalizer, so the controller need
@@ -67,7 +72,7 @@ impl KubeExecutor {
     /// The caller's SkillJob `name`, or `None` (missing, or someone else's).
     pub(super) async fn owned_skilljob(&self, caller: &Caller, name: &str) -> Result<Option<SkillJob>> {
         let found = self.jobs.get_opt(name).await.map_err(ExecError::kube(format!("read SkillJob {name}")))?;
-        Ok(found.filter(|sj| owner(sj) == Some(caller.principal.as_str())))
+        Ok(found.filter(|sj| self.owner_of(sj) == Some(caller.principal.as_str())))
     }
 
     /// Refuse when the namespace already holds the most jobs it may keep
@@ -128,7 +133,12 @@ impl KubeExecutor {
     /// An existing SkillJob is this call's run only if it is the caller's
     /// and asks for exactly this run.
     fn attach(&self, caller: &Caller, existing: SkillJob, spec: &SkillJobSpec) -> Result<SkillJob> {
-        if owner(&existing) == Some(caller.principal.as_str()) && existing.spec == *spec {
+        if existing.metadata.deletion_timestamp.is_some() && self.owner_of(&existing) == Some(caller.principal.as_str()) {
+            // Deleted and held until its token expires (the controller keeps
+            // a sealed name taken): this call's token already ran it once.
+            return Err(ExecError::TokenUsed { name: existing.name_any() });
+        }
+        if self.owner_of(&existing) == Some(caller.principal.as_str()) && existing.spec == *spec {
             tracing::info!(skilljob = %existing.name_any(), "a retried call attaches to its SkillJob");
             Ok(existing)
         } else {
