@@ -535,8 +535,14 @@ async fn serve_http_metrics_show_the_counters() {
     let mut s = connect_from(ip(7), t.addr).await.unwrap();
     s.write_all(t.partial_head.as_bytes()).await.unwrap();
     until_closed(s).await.expect("cut");
+    // Behind the same bearer token as /mcp: what the server counts is its token holders'.
     let mut s = connect_from(IpAddr::from(LEGIT), t.addr).await.unwrap();
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").await.unwrap();
+    let refused = String::from_utf8_lossy(&until_closed(s).await.unwrap()).into_owned();
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    let mut s = connect_from(IpAddr::from(LEGIT), t.addr).await.unwrap();
+    let get = format!("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n");
+    s.write_all(get.as_bytes()).await.unwrap();
     let text = String::from_utf8_lossy(&until_closed(s).await.unwrap()).into_owned();
     assert!(text.contains("skill_operator_http_listener_closed_total{reason=\"header_timeout\"} 1"), "{text}");
     assert!(text.contains("skill_operator_http_listener_closed_total{reason=\"address_full\"} 0"), "{text}");
@@ -596,7 +602,13 @@ async fn controller_target(bounds: Bounds) -> (Arc<Target>, Arc<skill_operator::
     let metrics = Arc::new(skill_operator::controller::metrics::Metrics::default());
     let l = bind();
     let addr = l.local_addr().unwrap();
-    tokio::spawn(skill_operator::controller::run::serve_web(l, metrics.clone(), bounds, std::future::pending()));
+    tokio::spawn(skill_operator::controller::run::serve_web(
+        l,
+        metrics.clone(),
+        skill_operator::metrics_access::MetricsAccess::open(),
+        bounds,
+        std::future::pending(),
+    ));
     (Arc::new(Target::http("controller", addr, metrics.listener.clone(), bounds.max_connections_per_address)), metrics)
 }
 
@@ -672,7 +684,7 @@ async fn egress_metrics_target() -> Arc<Target> {
     let proxy = Proxy::new(ProxyConfig::new(vec![7; 32]), Arc::new(MemoryRegistry::default()), Arc::new(SystemResolver)).unwrap();
     let l = bind();
     let addr = l.local_addr().unwrap();
-    tokio::spawn(skill_operator::egress::serve_metrics(l, proxy, bounds()));
+    tokio::spawn(skill_operator::egress::serve_metrics(l, proxy, skill_operator::metrics_access::MetricsAccess::open(), bounds()));
     // Its counters live in the endpoint: read them from /metrics.
     let closed = Box::new(move |why: Close| scrape(addr, why));
     Arc::new(Target { closed, ..Target::http("egress metrics", addr, ListenerMetrics::default(), bounds().max_connections_per_address) })

@@ -55,6 +55,28 @@ async fn every_call_and_the_run_it_starts_are_in_the_trail_by_digest() {
 
     let wrong = alice.http.post(&server.url).header("authorization", "Bearer not-a-token-of-this-server").body("{}").send().await.unwrap();
     assert_eq!(wrong.status(), 401);
+    // Refused before any tool saw them, each one record naming the caller:
+    // a malformed message, a wrong media type, a batch, a Host refused.
+    let raw = |content_type: &'static str, body: &'static str| {
+        alice
+            .http
+            .post(&server.url)
+            .header("authorization", format!("Bearer {ALICE}"))
+            .header("content-type", content_type)
+            .header("accept", "application/json, text/event-stream")
+            .body(body)
+    };
+    let refusals = [
+        raw("application/json", r#"{"jsonrpc":"#),
+        raw("text/plain", "x"),
+        raw("application/json", r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]"#),
+        raw("application/json", "{}").header("host", "evil.example"),
+    ];
+    let mut statuses = Vec::new();
+    for request in refusals {
+        statuses.push(request.send().await.unwrap().status().as_u16());
+    }
+    assert!(statuses.iter().all(|s| *s >= 400), "each is refused: {statuses:?}");
 
     // Records are written before the answer leaves: the file is complete now.
     let text = std::fs::read_to_string(&path).unwrap();
@@ -81,6 +103,10 @@ async fn every_call_and_the_run_it_starts_are_in_the_trail_by_digest() {
         ("tool.call", "ok", "bob"),
         ("tool.call", "rate-limited", "bob"),
         ("auth.refused", "refused", "-"),
+        ("request.refused", "refused", "alice"),
+        ("request.refused", "refused", "alice"),
+        ("request.refused", "refused", "alice"),
+        ("request.refused", "refused", "alice"),
     ]
     .iter()
     .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
@@ -102,6 +128,11 @@ async fn every_call_and_the_run_it_starts_are_in_the_trail_by_digest() {
     assert_eq!(records[5]["code"], "bad-path", "{}", records[5]);
     assert!(records[10]["retryAfterSeconds"].as_u64().unwrap() >= 1);
     assert_eq!(records[11]["code"], "unauthorized");
+    for (r, status) in records[12..].iter().zip(&statuses) {
+        assert_eq!(r["request"], "POST /mcp", "{r}");
+        assert!(r["code"].as_str().is_some_and(|c| !c.is_empty()) && r["reason"].is_string(), "code and sentence: {r} ({status})");
+    }
+    assert_eq!(records[13]["code"], "http:415", "{}", records[13]);
 
     // Stdout carries the same lines (the log is on stderr).
     let mut out = Vec::new();

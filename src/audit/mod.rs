@@ -13,6 +13,7 @@
 //!
 //! An [`Audit`] is cheap to clone; [`Audit::off`] writes nothing.
 
+pub mod http;
 mod record;
 mod sink;
 

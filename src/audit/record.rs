@@ -29,6 +29,11 @@ pub enum Event {
     /// A request was refused before any tool saw it (authentication).
     #[serde(rename = "auth.refused")]
     AuthRefused,
+    /// Any other HTTP request refused before a tool saw it (a bad path, a
+    /// body over its cap, a malformed message, a host or origin refused, a
+    /// rate limit on a route that is not a tool call).
+    #[serde(rename = "request.refused")]
+    RequestRefused,
     /// A connection through the egress proxy, once it ended.
     #[serde(rename = "egress")]
     Egress,
@@ -44,6 +49,7 @@ impl Event {
             Event::FileUpload => "file.upload",
             Event::FileDownload => "file.download",
             Event::AuthRefused => "auth.refused",
+            Event::RequestRefused => "request.refused",
             Event::Egress => "egress",
         }
     }
@@ -166,6 +172,9 @@ pub struct Record {
     /// A network peer (egress client, refused HTTP caller).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub peer: Option<String>,
+    /// A refused HTTP request: its method and path (never its query or body).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
 }
 
 impl Record {
@@ -198,6 +207,7 @@ impl Record {
             bytes_up: None,
             bytes_down: None,
             peer: None,
+            request: None,
         }
     }
 

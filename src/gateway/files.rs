@@ -160,15 +160,20 @@ pub(super) async fn files(
     // local listener) the caller is the one local principal, as on /mcp.
     let caller = request.extensions().get::<Caller>().cloned().unwrap_or_else(Caller::local);
     let event = if request.method() == Method::PUT { Event::FileUpload } else { Event::FileDownload };
-    let response = serve_file(&ns, &caller, &namespace, &job, &path, request).await;
+    let mut response = serve_file(&ns, &caller, &namespace, &job, &path, request).await;
     if ns.state.audit.enabled() {
         ns.state.audit.record(file_record(event, &caller, &job, &path, &response));
+        response.extensions_mut().insert(crate::audit::http::Recorded);
     }
     response
 }
 
 /// One authorized upload or download, or the refusal.
 async fn serve_file(ns: &Namespace, caller: &Caller, namespace: &str, job: &str, path: &str, request: Request) -> Response {
+    // The caller's one budget, whatever route they use.
+    if let Err(over) = super::shared::charge_call(&ns.state.rate_limits, caller) {
+        return super::shared::limited(over);
+    }
     let action = if request.method() == Method::PUT { Action::Run } else { Action::ReadJobs };
     if let Err(err) = ns.state.authorize(caller, action).await {
         return refusal(err);
@@ -188,6 +193,7 @@ fn file_record(event: Event, caller: &Caller, job: &str, path: &str, response: &
     let status = response.status();
     let outcome = match status {
         s if s.is_success() => Outcome::Ok,
+        StatusCode::TOO_MANY_REQUESTS => Outcome::RateLimited,
         s if s.is_server_error() => Outcome::Failed,
         _ => Outcome::Refused,
     };

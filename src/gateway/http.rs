@@ -14,7 +14,7 @@ use axum::Router;
 use tower::ServiceExt;
 
 use crate::core::limits::{bytes_text, FILE_ROUTE_BYTES, JOB_UPLOAD_CHUNK, MCP_BODY_LIMIT};
-use crate::serve::http::{opens_session, sessions_full};
+use crate::serve::http::with_sessions;
 
 use super::files::{files, FILES_PREFIX};
 use super::namespaces::Namespaces;
@@ -29,9 +29,12 @@ async fn mcp(State(shared): State<Shared>, Path(namespace): Path<String>, reques
         Ok(ns) => ns,
         Err(response) => return response,
     };
-    if opens_session(&request) && ns.sessions.is_full() {
-        return sessions_full(ns.sessions.max());
-    }
+    let sessions = ns.sessions.clone();
+    with_sessions(&sessions, request, |request| serve_mcp(ns, namespace, request)).await
+}
+
+/// A request on a namespace's MCP endpoint, past the session rules.
+async fn serve_mcp(ns: std::sync::Arc<super::namespaces::Namespace>, namespace: String, request: Request) -> Response {
     // rmcp reads the body itself, so axum's extractor limit would not hold:
     // a declared length is refused up front, an undeclared one is cut off.
     let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
@@ -62,8 +65,14 @@ async fn mcp(State(shared): State<Shared>, Path(namespace): Path<String>, reques
 
 /// The routes. `gate` wraps the namespaced routes only (`/mcp/…` and
 /// `/files/…`; the health routes stay open): the auth middleware, or the
-/// identity in tests.
-pub fn router<L>(namespaces: Arc<Namespaces>, ready: Readiness, metrics: Arc<dyn Fn() -> String + Send + Sync>, gate: L) -> Router
+/// identity in tests. `/metrics` answers the scrapers `metrics_access` lets in.
+pub fn router<L>(
+    namespaces: Arc<Namespaces>,
+    ready: Readiness,
+    metrics: Arc<dyn Fn() -> String + Send + Sync>,
+    metrics_access: crate::metrics_access::MetricsAccess,
+    gate: L,
+) -> Router
 where
     L: tower::Layer<axum::routing::Route> + Clone + Send + Sync + 'static,
     L::Service: tower::Service<Request, Error = std::convert::Infallible> + Clone + Send + Sync + 'static,
@@ -95,7 +104,8 @@ where
             "/metrics",
             get(|State(s): State<Shared>| async move {
                 ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], (s.metrics)()).into_response()
-            }),
+            })
+            .route_layer(axum::middleware::from_fn_with_state(metrics_access, crate::metrics_access::guard)),
         )
         .with_state(shared);
     Router::new().merge(mcp_routes).merge(open)
@@ -114,7 +124,13 @@ mod tests {
         if ready {
             readiness.set_ready();
         }
-        router(Arc::new(reg), readiness, Arc::new(|| "# metrics\n".to_string()), tower::layer::util::Identity::new())
+        router(
+            Arc::new(reg),
+            readiness,
+            Arc::new(|| "# metrics\n".to_string()),
+            crate::metrics_access::MetricsAccess::open(),
+            tower::layer::util::Identity::new(),
+        )
     }
 
     async fn send(app: Router, request: axum::http::Request<Body>) -> (StatusCode, String) {
@@ -206,5 +222,62 @@ mod tests {
         };
         let (status, body) = send(app.clone(), on("team-b")).await;
         assert!(status == StatusCode::NOT_FOUND || status == StatusCode::BAD_REQUEST, "team-a's session on team-b: {status} {body}");
+    }
+
+    /// The gate's stand-in: the caller named by a test header.
+    async fn as_principal(mut request: Request, next: axum::middleware::Next) -> Response {
+        let who = request.headers().get("x-test-principal").and_then(|v| v.to_str().ok()).unwrap_or("nobody").to_string();
+        request.extensions_mut().insert(crate::mcp::executor::Caller::named(&who));
+        next.run(request).await
+    }
+
+    /// A session id leaked to another principal opens nothing: every method
+    /// on it (a call, the event stream, the DELETE that would end it) is
+    /// answered as an unknown session, and the session goes on for its owner.
+    #[tokio::test]
+    async fn a_session_belongs_to_the_principal_who_opened_it() {
+        let (trees, reg) = registry(4);
+        trees.put("team-a", &["one"]);
+        let readiness = Readiness::default();
+        readiness.set_ready();
+        let app = router(
+            Arc::new(reg),
+            readiness,
+            Arc::new(String::new),
+            crate::metrics_access::MetricsAccess::open(),
+            axum::middleware::from_fn(as_principal),
+        );
+        let mut open = initialize("team-a", Body::from(INIT), None);
+        open.headers_mut().insert("x-test-principal", "alice".parse().unwrap());
+        let response = app.clone().oneshot(open).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let session = response.headers().get("mcp-session-id").unwrap().to_str().unwrap().to_string();
+        let on = |method: &str, who: &str, body: &'static str| {
+            axum::http::Request::builder()
+                .method(method)
+                .uri("/mcp/team-a")
+                .header(header::HOST, "localhost")
+                .header(header::CONTENT_TYPE, "application/json")
+                .header(header::ACCEPT, "application/json, text/event-stream")
+                .header("mcp-session-id", session.as_str())
+                .header("mcp-protocol-version", "2025-11-25")
+                .header("x-test-principal", who)
+                .body(Body::from(body))
+                .unwrap()
+        };
+        const LIST: &str = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}"#;
+        for method in ["POST", "GET", "DELETE"] {
+            let body = if method == "POST" { LIST } else { "" };
+            let (status, text) = send(app.clone(), on(method, "mallory", body)).await;
+            assert_eq!(status, StatusCode::NOT_FOUND, "{method} by another principal: {text}");
+            assert!(text.contains("Session not found"), "{text}");
+        }
+        // Still alice's, and alive.
+        let (status, text) = send(app.clone(), on("POST", "alice", LIST)).await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        let (status, _) = send(app.clone(), on("DELETE", "alice", "")).await;
+        assert!(status.is_success(), "the owner ends it: {status}");
+        let (status, _) = send(app, on("POST", "alice", LIST)).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "ended");
     }
 }

@@ -20,6 +20,7 @@ use crate::artifacts::operator::HttpArtifacts;
 use crate::catalog::live::LiveCatalog;
 use crate::core::confirm::{ConfirmMode, SignedConfirmations, TOKEN_TTL};
 use crate::core::limits::{GATEWAY_NAMESPACES_MAX, GATEWAY_SESSIONS_PER_NAMESPACE};
+use crate::core::owner::OwnerSeal;
 use crate::mcp::snapshot::Snapshot;
 use crate::mcp::state::{Authorize, Execution};
 use crate::shutdown::Shutdown;
@@ -38,6 +39,9 @@ pub struct GatewayArgs {
     /// Where `/mcp/{namespace}`, the console (`/ui/`), `/healthz`, `/readyz` and `/metrics` are served.
     #[arg(long, default_value = "0.0.0.0:8090")]
     pub listen: SocketAddr,
+    /// Who may read /metrics.
+    #[command(flatten)]
+    pub metrics_access: crate::metrics_access::MetricsAccessArgs,
     /// The artifact endpoint (inputs are staged and results read there).
     #[arg(long, value_name = "URL")]
     pub artifact_endpoint: String,
@@ -117,13 +121,15 @@ pub struct ClusterBackend {
     public_base: String,
     /// The catalog of public skills, kept on the cluster's ConfigMap.
     catalog: Arc<LiveCatalog>,
+    /// What proves a SkillJob is a caller's (under the token key).
+    owner_seal: OwnerSeal,
 }
 
 impl ClusterBackend {
     /// The SkillJob executor of `namespace` (once the watches are running).
     fn executor(&self, namespace: &str) -> Option<Arc<KubeExecutor>> {
         let stores = self.stores.get()?;
-        let mut options = KubeOptions::new(namespace, self.gateway_namespace.clone());
+        let mut options = KubeOptions::new(namespace, self.gateway_namespace.clone(), self.owner_seal.clone());
         options.on_disconnect = self.on_disconnect;
         options.public_base = self.public_base.clone();
         let executor = KubeExecutor::new(self.client.clone(), self.artifacts.clone(), self.served.namespace(namespace), options);
@@ -177,7 +183,7 @@ impl super::ui::Directory for ClusterBackend {
     }
 
     fn job_changes(&self, namespace: &str, caller: &crate::mcp::executor::Caller) -> Option<BoxStream<'static, super::ui::JobChange>> {
-        Some(super::ui::feed::skilljobs(self.stores.get()?.jobs.clone(), namespace, caller))
+        Some(super::ui::feed::skilljobs(self.stores.get()?.jobs.clone(), self.owner_seal.clone(), namespace, caller))
     }
 }
 
@@ -192,6 +198,7 @@ pub async fn command(args: GatewayArgs, shutdown: Shutdown) -> anyhow::Result<()
     }
     let auth_config = args.auth.into_config().context("invalid authentication flags")?;
     let client = kube::Client::try_default().await.context("cannot reach the API server (in-cluster config or KUBECONFIG)")?;
+    let metrics_access = crate::metrics_access::MetricsAccess::from_args(args.metrics_access, Some(client.clone())).await?;
 
     let mut cache_options = CacheOptions::new(&args.cache_dir);
     if let Some(cap) = args.cache_max_bytes {
@@ -229,6 +236,7 @@ pub async fn command(args: GatewayArgs, shutdown: Shutdown) -> anyhow::Result<()
         gateway_namespace: args.namespace.clone(),
         public_base,
         catalog,
+        owner_seal: OwnerSeal::new(&token_key),
     });
 
     let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into(), "[::1]".into()];
@@ -246,6 +254,7 @@ pub async fn command(args: GatewayArgs, shutdown: Shutdown) -> anyhow::Result<()
     } else {
         (Arc::new(ratelimits::NamespaceLimits::fixed(args.rate_limits)), None)
     };
+    let refusals_audit = audit.clone();
     let options =
         ServiceOptions { http, max_sessions: args.max_sessions, max_namespaces: args.max_namespaces, rate_limits: limits.clone(), audit };
     let namespaces = Arc::new(Namespaces::new(backend.clone(), options));
@@ -263,8 +272,13 @@ pub async fn command(args: GatewayArgs, shutdown: Shutdown) -> anyhow::Result<()
     let metrics = Arc::new(move || listener_counters.render_after(&super::metrics::render(&stats_auth)));
     let gate = axum::middleware::from_fn_with_state(authenticator.clone(), super::auth::require_caller);
     let console = super::ui::Console::new(namespaces.clone(), ready.clone(), authenticator.clone(), backend.clone())
-        .with_allowed_hosts(hosts.clone());
-    let app = router(namespaces, ready, metrics, gate).merge(super::auth::metadata_routes(authenticator)).merge(super::ui::routes(console));
+        .with_allowed_hosts(hosts.clone())
+        .with_rate_limits(args.rate_limits);
+    let app = router(namespaces, ready, metrics, metrics_access, gate)
+        .merge(super::auth::metadata_routes(authenticator))
+        .merge(super::ui::routes(console))
+        // Outermost: every refusal any route (or rmcp) answers is in the trail once.
+        .layer(axum::middleware::from_fn_with_state(refusals_audit, crate::audit::http::record_refusals));
     let listener = crate::listener::bind(args.listen).with_context(|| format!("cannot listen on {}", args.listen))?;
     tracing::info!(listen = %args.listen, "gateway serving /mcp/{{namespace}} and the console at /ui/");
     let bounds = args.listener.bounds()?;

@@ -8,6 +8,36 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::namespaces::{Namespace, NamespaceError, Namespaces};
+use crate::mcp::executor::Caller;
+use crate::mcp::ratelimit::{Limited, LimiterSlot};
+
+/// The code of a request refused for its caller's rate limit.
+pub(crate) const RATE_LIMITED_CODE: &str = "rate-limited";
+
+/// A request that is no MCP tool call (the console's routes, the file
+/// route) takes one of its caller's `calls` tokens, from the same buckets
+/// as their tool calls: one principal has one budget, whatever route it
+/// uses. A refusal is answered with [`limited`].
+pub(crate) fn charge_call(limiter: &LimiterSlot, caller: &Caller) -> Result<(), Limited> {
+    limiter.check_call(&caller.principal)
+}
+
+/// The answer to a request over its caller's limit: 429 (503 when the
+/// limits themselves are unknown: the server is the reason), when to come
+/// back in `Retry-After` and the body.
+pub(crate) fn limited(err: Limited) -> Response {
+    let status = match err {
+        Limited::Unknown { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::TOO_MANY_REQUESTS,
+    };
+    let retry = err.retry_after_secs();
+    let body = serde_json::json!({ "error": { "code": RATE_LIMITED_CODE, "message": err.to_string(), "retryAfterSeconds": retry } });
+    let mut response = (status, axum::Json(body)).into_response();
+    if let Ok(value) = HeaderValue::from_str(&retry.to_string()) {
+        response.headers_mut().insert(header::RETRY_AFTER, value);
+    }
+    response
+}
 
 /// Whether the gateway can serve: its watches have synced once.
 #[derive(Default, Clone)]

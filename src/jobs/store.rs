@@ -198,17 +198,9 @@ impl JobStore {
             }
         }
         let size = offset + len;
-        if size > self.limits.file_bytes {
-            return Err(JobError::FileTooLarge { path: rel.to_string(), size, max: self.limits.file_bytes });
-        }
         let others: u64 = record.inputs.iter().filter(|f| f.path != rel.as_str()).map(|f| f.size).sum();
-        if others + size > self.limits.job_bytes {
-            return Err(JobError::JobTooLarge { total: others + size, max: self.limits.job_bytes });
-        }
         let count = record.inputs.len() + usize::from(existing.is_none());
-        if count > self.limits.files {
-            return Err(JobError::TooManyFiles { count, max: self.limits.files });
-        }
+        self.limits.check_input(rel.as_str(), size, others, count)?;
 
         let work = self.work_dir_checked(id, &dir)?;
         let parent = make_parents(&work, &rel)?;

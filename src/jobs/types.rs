@@ -44,6 +44,56 @@ impl Default for JobLimits {
     }
 }
 
+impl JobLimits {
+    /// The input rules for one file of `size` bytes, beside `others` bytes
+    /// in the job's other inputs, the job then holding `count` files: the
+    /// one place they are spelled (uploads to a stored job, to a draft, and
+    /// inline inputs checked at their preview).
+    pub fn check_input(&self, path: &str, size: u64, others: u64, count: usize) -> Result<(), super::JobError> {
+        use super::JobError;
+        if size > self.file_bytes {
+            return Err(JobError::FileTooLarge { path: path.to_string(), size, max: self.file_bytes });
+        }
+        if others + size > self.job_bytes {
+            return Err(JobError::JobTooLarge { total: others + size, max: self.job_bytes });
+        }
+        if count > self.files {
+            return Err(JobError::TooManyFiles { count, max: self.files });
+        }
+        Ok(())
+    }
+
+    /// A whole set of inputs (a `skill_run`'s inline ones) against the
+    /// same rules, and against itself: a path given twice, or a file where
+    /// another input needs a directory, could not all be written.
+    pub fn check_input_set<'a>(&self, inputs: impl IntoIterator<Item = (&'a str, u64)>) -> Result<(), super::JobError> {
+        use super::JobError;
+        let mut seen = std::collections::BTreeSet::new();
+        let mut total = 0u64;
+        for (count, (path, size)) in inputs.into_iter().enumerate() {
+            self.check_input(path, size, total, count + 1)?;
+            total += size;
+            if !seen.insert(path) {
+                return Err(JobError::PathObstructed { path: path.to_string(), what: "given twice among the inputs" });
+            }
+        }
+        // A path that is another's directory: sorted, a directory comes right before what it holds.
+        let sorted: Vec<&str> = seen.into_iter().collect();
+        for pair in sorted.windows(2) {
+            if let Some(rest) = pair[1].strip_prefix(pair[0]) {
+                if rest.starts_with('/') {
+                    return Err(JobError::ParentObstructed {
+                        path: pair[1].to_string(),
+                        component: pair[0].to_string(),
+                        what: "another input file",
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Where a job is in its one-way life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

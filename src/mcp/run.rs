@@ -201,7 +201,12 @@ pub async fn skill_run(state: &ServerState, snap: &Snapshot, input: SkillRunInpu
         total += bytes.len() as u64;
         decoded.push((inline.path.clone(), crate::core::package::digest(&bytes), bytes));
     }
-    let chunk = exec.executor.limits().upload_chunk;
+    let limits = exec.executor.limits();
+    // Whatever could not be staged is refused here, before a token exists for it.
+    limits
+        .check_input_set(decoded.iter().map(|(p, _, b)| (p.as_str(), b.len() as u64)))
+        .map_err(|e| ToolError::new(e.code(), e.to_string()))?;
+    let chunk = limits.upload_chunk;
     if total > chunk {
         return Err(ToolError::new(
             codes::INPUTS_TOO_LARGE,

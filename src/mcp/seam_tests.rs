@@ -337,6 +337,32 @@ async fn preview_confirm_run_status_read_through_the_seam() {
     assert_eq!((chunk.content.as_str(), chunk.eof), ("scripts/a.py", true));
 }
 
+/// What could not be staged is refused at the preview, before a token
+/// exists for it: more inline inputs than a job holds (one over the cap,
+/// and the cap itself passes), one path twice, a file where another input
+/// needs a directory.
+#[tokio::test]
+async fn a_preview_refuses_inline_inputs_that_could_not_all_be_staged() {
+    let (_t, fake, state) = server(ConfirmMode::Ask);
+    let snap = state.snapshot();
+    let max = fake.limits().files;
+    let with = |inputs: Vec<Value>| -> run::SkillRunInput {
+        serde_json::from_value(serde_json::json!({"skill": "tool", "script": "scripts/a.py", "inputs": inputs})).unwrap()
+    };
+    let many = |n: usize| (0..n).map(|i| serde_json::json!({"path": format!("d/{i}.txt"), "content": ""})).collect::<Vec<_>>();
+    let over = run::skill_run(&state, &snap, with(many(max + 1)), &cx("alice")).await.unwrap_err();
+    assert_eq!(over.code, "job-too-many-files", "{}", over.message);
+    assert!(over.message.contains(&format!("{}", max + 1)) && over.message.contains(&max.to_string()), "{}", over.message);
+    let at = json(run::skill_run(&state, &snap, with(many(max)), &cx("alice")).await.unwrap());
+    assert_eq!(at["status"], "confirmation-required", "the cap itself is allowed");
+    let twice = vec![serde_json::json!({"path": "a.txt", "content": "1"}), serde_json::json!({"path": "a.txt", "content": "2"})];
+    assert!(run::skill_run(&state, &snap, with(twice), &cx("alice")).await.unwrap_err().message.contains("given twice"));
+    let nested = vec![serde_json::json!({"path": "a", "content": "1"}), serde_json::json!({"path": "a/b.txt", "content": "2"})];
+    let err = run::skill_run(&state, &snap, with(nested), &cx("alice")).await.unwrap_err();
+    assert!(err.message.contains("a/b.txt") && err.message.contains("another input file"), "{}", err.message);
+    assert!(fake.0.lock().unwrap().runs.is_empty() && fake.0.lock().unwrap().jobs.is_empty(), "nothing was run or made");
+}
+
 #[tokio::test]
 async fn the_fence_runs_before_the_executor_sees_anything() {
     let (_t, fake, state) = server(ConfirmMode::Auto);

@@ -224,6 +224,7 @@ fn unauthorized(state: &AuthState, error: Option<&str>) -> Response {
     if let Ok(value) = HeaderValue::from_str(&challenge) {
         response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
     }
+    response.extensions_mut().insert(crate::audit::http::Recorded);
     response
 }
 
@@ -247,8 +248,12 @@ async fn authenticate(State(state): State<AuthState>, mut request: Request, next
             }
         }
     };
-    request.extensions_mut().insert(Caller::named(principal));
-    next.run(request).await
+    let caller = Caller::named(principal);
+    request.extensions_mut().insert(caller.clone());
+    let mut response = next.run(request).await;
+    // Whoever refuses it further in, the trail names the caller.
+    response.extensions_mut().insert(caller);
+    response
 }
 
 /// Whether a request would open a session: only a 2025-11-25 (or older)
@@ -276,12 +281,43 @@ pub(crate) fn sessions_full(max: usize) -> Response {
     response
 }
 
-/// A refusal before rmcp sees the request: the session store is full.
-async fn sessions_guard(State(sessions): State<Arc<BoundedSessions>>, request: Request, next: Next) -> Response {
-    if opens_session(&request) && sessions.is_full() {
+/// The session rules, around the MCP service: a new session past the cap
+/// is refused; a request naming a session must come from the principal
+/// whose `initialize` opened it (whatever the method: POST, the GET event
+/// stream, DELETE), or it is answered as rmcp answers an unknown session;
+/// and a session opened now is bound to its caller. Without an
+/// authenticated caller (a loopback server with no token) there is no one
+/// to bind to.
+pub(crate) async fn with_sessions<F, Fut>(sessions: &BoundedSessions, request: Request, service: F) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: std::future::Future<Output = Response>,
+{
+    let opening = opens_session(&request);
+    if opening && sessions.is_full() {
         return sessions_full(sessions.max());
     }
-    next.run(request).await
+    let principal = request.extensions().get::<crate::mcp::executor::Caller>().map(|c| c.principal.clone());
+    let named = request.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok());
+    if let (Some(principal), Some(id)) = (&principal, named) {
+        if !sessions.is_owner(id, principal) {
+            return (StatusCode::NOT_FOUND, "Not Found: Session not found").into_response();
+        }
+    }
+    let response = service(request).await;
+    if let (true, Some(principal)) = (opening, principal) {
+        if let Some(id) = response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {
+            sessions.bind_owner(id, &principal);
+        }
+    }
+    response
+}
+
+/// The header naming a legacy session.
+const SESSION_HEADER: &str = "mcp-session-id";
+
+async fn sessions_guard(State(sessions): State<Arc<BoundedSessions>>, request: Request, next: Next) -> Response {
+    with_sessions(&sessions, request, |request| next.run(request)).await
 }
 
 /// A `tools/call` over its caller's limit, answered before rmcp (after the bearer check).
@@ -305,6 +341,7 @@ pub fn router(state: Arc<ServerState>, options: &HttpOptions, shutdown: &Shutdow
         .enforce_origin_validation()
         .with_cancellation_token(shutdown.token());
     let audit = state.audit.clone();
+    let refusals_audit = audit.clone();
     let limits_state = state.clone();
     let server = SkillServer::new(state);
     let sessions = Arc::new(BoundedSessions::new(options.max_sessions));
@@ -316,6 +353,12 @@ pub fn router(state: Arc<ServerState>, options: &HttpOptions, shutdown: &Shutdow
         "resource_name": "skill-operator",
         "bearer_methods_supported": ["header"],
     });
+    let listener_metrics = options.listener_metrics.clone();
+    // /metrics behind the same bearer check as /mcp: what the server counts
+    // (principals' refusals, listener counters) is for its token holders.
+    let metrics = Router::new()
+        .route("/metrics", get(move || std::future::ready(listener_metrics.render_after(&rate_limit_metrics()))))
+        .layer(axum::middleware::from_fn_with_state(auth.clone(), authenticate));
     let mcp = Router::new()
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn_with_state(limits_state, limit_calls))
@@ -325,13 +368,13 @@ pub fn router(state: Arc<ServerState>, options: &HttpOptions, shutdown: &Shutdow
         let metadata = metadata.clone();
         async move { axum::Json(metadata) }
     });
-    let listener_metrics = options.listener_metrics.clone();
     Router::new()
         .merge(mcp)
+        .merge(metrics)
         .route("/healthz", get(|| async { "ok" }))
-        .route("/metrics", get(move || std::future::ready(listener_metrics.render_after(&rate_limit_metrics()))))
         .route(RESOURCE_METADATA_PATH, metadata_route.clone())
         .route(&format!("{RESOURCE_METADATA_PATH}/mcp"), metadata_route)
+        .layer(axum::middleware::from_fn_with_state(refusals_audit, crate::audit::http::record_refusals))
 }
 
 /// Check the options before binding (a no-auth bind must be loopback).

@@ -42,6 +42,8 @@ struct Meta {
     last_used: Instant,
     /// Requests and streams open on the session now.
     active: usize,
+    /// The principal whose `initialize` opened it ([`BoundedSessions::bind_owner`]).
+    owner: Option<String>,
 }
 
 /// Sessions, at most `max` of them.
@@ -77,6 +79,21 @@ impl BoundedSessions {
     pub fn is_full(&self) -> bool {
         let meta = self.lock();
         meta.len() >= self.max && meta.values().all(|m| m.active > 0)
+    }
+
+    /// The session `id` (just opened) belongs to `principal`: every later
+    /// request on it must come from them ([`BoundedSessions::is_owner`]).
+    pub fn bind_owner(&self, id: &str, principal: &str) {
+        if let Some(m) = self.lock().get_mut(id) {
+            m.owner = Some(principal.to_string());
+        }
+    }
+
+    /// Whether `id` is a session `principal` opened. A session of another
+    /// principal (its id leaked), an unknown one, and one no principal was
+    /// bound to are all `false`: to anyone else a session does not exist.
+    pub fn is_owner(&self, id: &str, principal: &str) -> bool {
+        self.lock().get(id).and_then(|m| m.owner.as_deref()) == Some(principal)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Meta>> {
@@ -151,7 +168,7 @@ impl SessionManager for BoundedSessions {
             self.inner.close_session(&id).await?;
         }
         let (id, transport) = self.inner.create_session().await?;
-        self.lock().insert(id.clone(), Meta { last_used: Instant::now(), active: 0 });
+        self.lock().insert(id.clone(), Meta { last_used: Instant::now(), active: 0, owner: None });
         Ok((id, transport))
     }
 

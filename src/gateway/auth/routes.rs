@@ -121,8 +121,11 @@ pub async fn require_caller(
         return refuse(&auth, err, Some(&caller), &namespace, &metadata);
     }
     request.headers_mut().remove(header::AUTHORIZATION);
-    request.extensions_mut().insert(caller);
-    next.run(request).await
+    request.extensions_mut().insert(caller.clone());
+    let mut response = next.run(request).await;
+    // Whoever refuses it further in, the trail names the caller.
+    response.extensions_mut().insert(caller);
+    response
 }
 
 fn refuse(
@@ -137,7 +140,9 @@ fn refuse(
         AuthError::Unavailable(detail) => tracing::warn!(namespace, %detail, "cannot check a request's credentials; answering 503"),
         other => tracing::debug!(namespace, error = %other, "request refused"),
     }
-    err.into_response(metadata)
+    let mut response = err.into_response(metadata);
+    response.extensions_mut().insert(crate::audit::http::Recorded);
+    response
 }
 
 /// `--public-url`, else `http://` and the request's `Host` when it is a

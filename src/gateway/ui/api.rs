@@ -25,7 +25,7 @@ use super::Console;
 use crate::gateway::auth::AuthError;
 use crate::gateway::file_url::route_path;
 use crate::gateway::namespaces::Namespace;
-use crate::gateway::shared::{json_error, served_or_refusal};
+use crate::gateway::shared::{charge_call, json_error, limited, served_or_refusal};
 use crate::jobs::JobState;
 use crate::mcp::error::{codes, ToolError};
 use crate::mcp::executor::Caller;
@@ -85,14 +85,17 @@ pub async fn config(State(console): State<Console>) -> Response {
     .into_response()
 }
 
-/// The caller of a route outside the namespaced gate, or the refusal.
+/// The caller of a route outside the namespaced gate (its call charged to
+/// the gateway-wide budget: these routes name no namespace), or the refusal.
 async fn authenticated(console: &Console, headers: &HeaderMap) -> Result<Caller, Response> {
-    console.auth.authenticate(headers.get(header::AUTHORIZATION)).await.map_err(|err| {
+    let caller = console.auth.authenticate(headers.get(header::AUTHORIZATION)).await.map_err(|err| {
         if let AuthError::Unavailable(detail) = &err {
             tracing::warn!(%detail, "cannot check a console request's token; answering 503");
         }
         err.into_response("")
-    })
+    })?;
+    charge_call(&console.limits, &caller).map_err(limited)?;
+    Ok(caller)
 }
 
 /// `GET /ui/api/me`: who the token is (the page's login check).
@@ -147,9 +150,12 @@ pub async fn namespaces(State(console): State<Console>, headers: HeaderMap) -> R
         .into_response()
 }
 
-/// The namespace behind the gate, once the action is authorized for the caller there.
+/// The namespace behind the gate, once the caller's `calls` budget there
+/// has a token for the request (the same buckets as their MCP calls) and
+/// the action is authorized for them.
 pub(super) async fn authorized(console: &Console, namespace: &str, caller: &Caller, action: Action) -> Result<Arc<Namespace>, Response> {
     let ns = served_or_refusal(&console.namespaces, &console.ready, namespace).await?;
+    charge_call(&ns.state.rate_limits, caller).map_err(limited)?;
     ns.state.authorize(caller, action).await.map_err(refusal)?;
     Ok(ns)
 }

@@ -80,6 +80,9 @@ pub struct Console {
     pub(crate) streams: Arc<tokio::sync::Semaphore>,
     /// Host names served ([`host`]); empty: any.
     pub(crate) allowed_hosts: Vec<String>,
+    /// The `calls` budgets of the routes that name no namespace (`/ui/api/me`,
+    /// `/ui/api/namespaces`): the gateway's own figures (`--rate-limits`).
+    pub(crate) limits: Arc<crate::mcp::ratelimit::LimiterSlot>,
 }
 
 impl Console {
@@ -91,7 +94,14 @@ impl Console {
             directory,
             streams: Arc::new(tokio::sync::Semaphore::new(limits::STREAMS_MAX)),
             allowed_hosts: Vec::new(),
+            limits: Arc::default(),
         }
+    }
+
+    /// The figures of the routes that name no namespace (default: unlimited).
+    pub fn with_rate_limits(mut self, limits: crate::mcp::ratelimit::RateLimits) -> Console {
+        self.limits = Arc::new(crate::mcp::ratelimit::LimiterSlot::new(crate::mcp::ratelimit::Policy::Limits(limits)));
+        self
     }
 
     /// Serve the console only under these Host names (the MCP endpoint's list).
