@@ -212,9 +212,16 @@ fn gateway_app(backend: Arc<Bound>, max_sessions: usize, audit: Audit, shutdown:
     let app = match &backend.auth {
         Some(a) => {
             let gate = axum::middleware::from_fn_with_state(a.clone(), auth::require_caller);
-            gateway_router(namespaces.clone(), ready, metrics, gate).merge(auth::metadata_routes(a.clone()))
+            gateway_router(namespaces.clone(), ready, metrics, skill_operator::metrics_access::MetricsAccess::open(), gate)
+                .merge(auth::metadata_routes(a.clone()))
         }
-        None => gateway_router(namespaces.clone(), ready, metrics, tower::layer::util::Identity::new()),
+        None => gateway_router(
+            namespaces.clone(),
+            ready,
+            metrics,
+            skill_operator::metrics_access::MetricsAccess::open(),
+            tower::layer::util::Identity::new(),
+        ),
     };
     (namespaces, app)
 }

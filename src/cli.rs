@@ -55,6 +55,9 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
         args: Vec<std::ffi::OsString>,
     },
+    /// In a pod of the controller's: try to reach a peer from under a deny-all NetworkPolicy (is NetworkPolicy enforced?).
+    #[command(hide = true)]
+    ProbeNetwork(crate::controller::netpol_probe::ProbeArgs),
     /// The small single-threaded process `serve` starts its scripts from (started by `serve`).
     #[command(hide = true)]
     SpawnHelper(crate::runner::spawn_helper::HelperArgs),
@@ -112,6 +115,7 @@ pub async fn run(cli: Cli, shutdown: Shutdown) -> anyhow::Result<ExitCode> {
         Command::Artifacts(args) => crate::artifacts::server::command(args, shutdown).await?,
         Command::Launch(args) => return Ok(crate::runner::launch::command(args, shutdown).await?),
         Command::SandboxInit(args) => return Ok(crate::runner::init::command(args).await),
+        Command::ProbeNetwork(args) => return Ok(crate::controller::netpol_probe::pod_command(args).await),
         Command::Image(command) => crate::image::run(command).await?,
         Command::EgressProxy(args) => crate::egress::run(args, shutdown.wait_owned()).await?,
         Command::Crdgen { out } => crate::api::crdgen(out.as_deref())?,

@@ -23,6 +23,7 @@ pub mod gated;
 pub mod gateway;
 pub mod mcp;
 pub mod memory;
+pub mod metrics_access;
 pub mod samples;
 pub mod serve;
 pub mod shutdown;

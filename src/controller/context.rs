@@ -168,6 +168,12 @@ pub struct Context {
     pub cilium: Arc<super::cilium::state::CiliumSync>,
     /// Where each SkillJob's `run.verdict` audit record goes (off unless set).
     pub audit: crate::audit::Audit,
+    /// Who may read `/metrics` (open unless set: tests and benches).
+    pub metrics_access: crate::metrics_access::MetricsAccess,
+    /// Where the NetworkPolicy probe tries to connect (`IP:PORT`; `None`: no probe, tests and benches).
+    pub network_probe_target: Option<String>,
+    /// What the probe found ([`super::netpol_probe`]).
+    pub network_probe: Arc<super::netpol_probe::Observed>,
     /// Where SkillSource packages are pushed (`None`: sources are fetched
     /// and reported, and say they cannot publish).
     pub sources: Option<Arc<SourceTarget>>,
@@ -209,6 +215,9 @@ impl Context {
             stored: Default::default(),
             cilium: Default::default(),
             audit: Default::default(),
+            metrics_access: crate::metrics_access::MetricsAccess::open(),
+            network_probe_target: None,
+            network_probe: Arc::default(),
             sources: None,
             staged: Default::default(),
             warm: Default::default(),
@@ -219,6 +228,24 @@ impl Context {
     /// Where SkillSource packages are pushed.
     pub fn with_sources(mut self, target: SourceTarget) -> Self {
         self.sources = Some(Arc::new(target));
+        self
+    }
+
+    /// Probe whether NetworkPolicy is enforced once this replica leads,
+    /// trying to reach `target` (`IP:PORT`; `None`: no probe).
+    pub fn with_network_probe_opt(mut self, target: Option<String>) -> Self {
+        self.network_probe_target = target;
+        self
+    }
+
+    /// The `NetworkPolicyEnforced` condition of a run: the admin's statement, unless the probe found otherwise.
+    pub fn network_policy_condition(&self) -> (Option<bool>, &'static str, &'static str) {
+        super::netpol_probe::combined(self.config.network_policy, self.network_probe.get())
+    }
+
+    /// `/metrics` only for scrapers `access` lets in.
+    pub fn with_metrics_access(mut self, access: crate::metrics_access::MetricsAccess) -> Self {
+        self.metrics_access = access;
         self
     }
 

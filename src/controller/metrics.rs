@@ -62,6 +62,8 @@ pub struct Metrics {
     pub warm_misses: Family<KindLabel, Counter>,
     /// From a run's admission to its claim written (the claim's own cost).
     pub warm_claim_seconds: Histogram,
+    /// What the NetworkPolicy probe found: 1 enforced, 0 not enforced, -1 unknown (or not probed).
+    pub network_policy_enforced: Gauge,
 }
 
 impl Default for Metrics {
@@ -110,7 +112,15 @@ impl Default for Metrics {
         registry.register("warm_hits", "Runs that claimed a warm pod", warm_hits.clone());
         registry.register("warm_misses", "Runs of a binding with a warm pool that started cold, by why", warm_misses.clone());
         registry.register("warm_claim_seconds", "From a run's admission to its warm pod claimed", warm_claim_seconds.clone());
+        let network_policy_enforced = Gauge::default();
+        network_policy_enforced.set(-1);
+        registry.register(
+            "network_policy_enforced",
+            "Whether the NetworkPolicy probe found the CNI enforcing policies: 1 yes, 0 no, -1 unknown or not probed",
+            network_policy_enforced.clone(),
+        );
         Metrics {
+            network_policy_enforced,
             warm_pods,
             warm_hits,
             warm_misses,

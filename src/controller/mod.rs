@@ -13,6 +13,7 @@ pub mod leader;
 pub mod lean_list;
 pub mod lookups;
 pub mod metrics;
+pub mod netpol_probe;
 pub mod package;
 pub mod prepare;
 pub mod run;

@@ -50,10 +50,14 @@ fn error_policy<K>(kind: &'static str) -> impl Fn(Arc<K>, &Error, Arc<Context>) 
     }
 }
 
-/// The metrics and health endpoints.
-pub fn web(metrics: Arc<super::metrics::Metrics>) -> Router {
+/// The metrics (for the scrapers `access` lets in) and health endpoints.
+pub fn web(metrics: Arc<super::metrics::Metrics>, access: crate::metrics_access::MetricsAccess) -> Router {
     Router::new()
-        .route("/metrics", get(|State(metrics): State<Arc<super::metrics::Metrics>>| async move { metrics.render() }))
+        .route(
+            "/metrics",
+            get(|State(metrics): State<Arc<super::metrics::Metrics>>| async move { metrics.render() })
+                .route_layer(axum::middleware::from_fn_with_state(access, crate::metrics_access::guard)),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(|| async { "ok" }))
         .with_state(metrics)
@@ -64,11 +68,12 @@ pub fn web(metrics: Arc<super::metrics::Metrics>) -> Router {
 pub async fn serve_web(
     listener: tokio::net::TcpListener,
     metrics: Arc<super::metrics::Metrics>,
+    access: crate::metrics_access::MetricsAccess,
     bounds: crate::listener::Bounds,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
     let counters = metrics.listener.clone();
-    crate::listener::serve(listener, web(metrics), bounds, counters, shutdown).await
+    crate::listener::serve(listener, web(metrics, access), bounds, counters, shutdown).await
 }
 
 #[derive(Debug, clap::Args)]
@@ -79,6 +84,15 @@ pub struct ControllerArgs {
     /// The metrics endpoint's timeouts and connection caps.
     #[command(flatten)]
     pub listener: crate::listener::ListenerArgs,
+    /// Who may read /metrics.
+    #[command(flatten)]
+    pub metrics_access: crate::metrics_access::MetricsAccessArgs,
+    /// Once leading, probe whether the CNI enforces NetworkPolicy: a pod in
+    /// the operator's namespace under a deny-all policy tries to reach the
+    /// artifact endpoint (its finding goes on every SkillJob's
+    /// NetworkPolicyEnforced condition, over --network-policy).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub network_policy_probe: bool,
     /// This binary's image (init and sidecar containers of every run).
     #[arg(long, value_name = "IMAGE")]
     pub operator_image: String,
@@ -383,6 +397,17 @@ fn endpoint_port(endpoint: &str) -> anyhow::Result<u16> {
     }
 }
 
+/// Where the NetworkPolicy probe's pod tries to connect: the artifact
+/// endpoint as run pods address it (an IP, or a name their host aliases
+/// map to one), on the URL's port.
+fn probe_target(config: &super::context::OperatorConfig) -> Option<String> {
+    let uri: http::Uri = config.artifact_endpoint.parse().ok()?;
+    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+    let ip: std::net::IpAddr = host.parse().ok().or_else(|| config.host_aliases.get(host)?.parse().ok())?;
+    let port = endpoint_port(&config.artifact_endpoint).ok()?;
+    Some(std::net::SocketAddr::new(ip, port).to_string())
+}
+
 /// `skill-operator controller`: reconcile until shutdown.
 pub async fn command(args: ControllerArgs, shutdown: crate::shutdown::Shutdown) -> anyhow::Result<()> {
     use super::context::OperatorConfig;
@@ -447,8 +472,12 @@ pub async fn command(args: ControllerArgs, shutdown: crate::shutdown::Shutdown) 
     let resolver = Arc::new(PinnedCache::new(Arc::new(oci), 64 << 20));
     let artifacts = Arc::new(HttpArtifacts::new(&config.artifact_endpoint, &config.token_key));
     let audit = args.audit.open("controller", true)?;
+    let access = crate::metrics_access::MetricsAccess::from_args(args.metrics_access, Some(client.clone())).await?;
+    let probe_target = if args.network_policy_probe { probe_target(&config) } else { None };
     let ctx = Arc::new(
         Context::new(client, Arc::new(Metrics::default()), config, resolver, artifacts)
+            .with_metrics_access(access)
+            .with_network_probe_opt(probe_target)
             .with_watch_client(watch_client)
             .with_images(Arc::new(images))
             .with_audit(audit)
@@ -538,6 +567,19 @@ pub async fn run_elected(
             }
         }))
     });
+    // Once this replica leads: is NetworkPolicy enforced here at all?
+    let netpol_probe = {
+        let (ctx, mut changes) = (ctx.clone(), ctx.leadership.changes());
+        async move {
+            let Some(target) = ctx.network_probe_target.clone() else { return };
+            while !*changes.borrow_and_update() {
+                if changes.changed().await.is_err() {
+                    return;
+                }
+            }
+            super::netpol_probe::probe(&ctx, target).await;
+        }
+    };
     let gauge = {
         let (metrics, mut changes) = (ctx.metrics.clone(), ctx.leadership.changes());
         async move {
@@ -778,8 +820,9 @@ pub async fn run_elected(
 
     let listener = crate::listener::bind(listen)?;
     tracing::info!(%listen, "metrics and health endpoints up");
-    let server = serve_web(listener, ctx.metrics.clone(), bounds, shutdown.wait_owned());
-    let everything = async { tokio::join!(packages, bindings, jobs, repairs, sweeps, pools, cilium, sources, startup_over, server) };
+    let server = serve_web(listener, ctx.metrics.clone(), ctx.metrics_access.clone(), bounds, shutdown.wait_owned());
+    let everything =
+        async { tokio::join!(packages, bindings, jobs, repairs, sweeps, pools, cilium, sources, startup_over, server, netpol_probe) };
     // Only a lost lease sends: with no election, or a stopped one, this waits forever.
     let lost = async {
         match lost.await {
@@ -788,7 +831,7 @@ pub async fn run_elected(
         }
     };
     let served = tokio::select! {
-        (_, _, _, _, _, _, _, _, _, served) = everything => served,
+        (_, _, _, _, _, _, _, _, _, served, _) = everything => served,
         err = lost => {
             // Dropping the controllers cancels every reconcile in flight;
             // the caller exits (the pod restarts as a standby).

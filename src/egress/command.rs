@@ -80,6 +80,9 @@ pub struct ProxyArgs {
     /// The metrics endpoint's timeouts and connection caps.
     #[command(flatten)]
     pub metrics_listener: crate::listener::ListenerArgs,
+    /// Who may read /metrics.
+    #[command(flatten)]
+    pub metrics_access: crate::metrics_access::MetricsAccessArgs,
     /// Default tunnels per job.
     #[arg(long, default_value_t = config::DEFAULT_JOB_MAX_CONNECTIONS)]
     pub job_max_connections: u32,
@@ -154,6 +157,8 @@ pub enum CommandError {
     Bounds(#[from] crate::listener::BoundsError),
     #[error(transparent)]
     Audit(#[from] crate::audit::SinkError),
+    #[error("{0}")]
+    MetricsAccess(String),
 }
 
 /// Run the proxy until `shutdown`. Prints `skill-operator: egress proxy on
@@ -167,8 +172,11 @@ pub async fn run(args: ProxyArgs, shutdown: impl Future<Output = ()>) -> Result<
         registry.load_file(path)?;
         watcher = Some(tokio::spawn(watch_jobs(registry.clone(), path.clone())));
     }
+    let mut client = None;
     if args.watch_skilljobs {
-        let client = kube::Client::try_default().await.map_err(CommandError::Kube)?;
+        let made = kube::Client::try_default().await.map_err(CommandError::Kube)?;
+        client = Some(made.clone());
+        let client = made;
         let mut config = kube::runtime::watcher::Config::default();
         if let Some(selector) = &args.skilljob_selector {
             config = config.labels(selector);
@@ -183,9 +191,12 @@ pub async fn run(args: ProxyArgs, shutdown: impl Future<Output = ()>) -> Result<
     let local = listener.local_addr().map_err(CommandError::Serve)?;
     let mut metrics_task = None;
     if let Some(addr) = args.metrics_listen {
+        let access = crate::metrics_access::MetricsAccess::from_args(args.metrics_access, client)
+            .await
+            .map_err(|e| CommandError::MetricsAccess(format!("{e:#}")))?;
         let metrics_listener = crate::listener::bind(addr).map_err(|source| CommandError::Listen { addr, source })?;
         let bounds = args.metrics_listener.bounds()?;
-        metrics_task = Some(tokio::spawn(serve_metrics(metrics_listener, proxy.clone(), bounds)));
+        metrics_task = Some(tokio::spawn(serve_metrics(metrics_listener, proxy.clone(), access, bounds)));
     }
     eprintln!("skill-operator: egress proxy on {local} ({} jobs)", registry.len());
     let result = proxy.serve_tcp(listener, shutdown).await.map_err(CommandError::Serve);
@@ -226,8 +237,13 @@ pub fn metrics_registry(
     registry
 }
 
-/// `/metrics` and `/healthz` on the shared listener ([`crate::listener`]).
-pub async fn serve_metrics(listener: tokio::net::TcpListener, proxy: Proxy, bounds: crate::listener::Bounds) {
+/// `/metrics` (for the scrapers `access` lets in) and `/healthz` on the shared listener ([`crate::listener`]).
+pub async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    proxy: Proxy,
+    access: crate::metrics_access::MetricsAccess,
+    bounds: crate::listener::Bounds,
+) {
     use axum::routing::get;
     let counters = crate::listener::ListenerMetrics::default();
     let registry = Arc::new(metrics_registry(proxy.metrics(), &counters));
@@ -240,7 +256,8 @@ pub async fn serve_metrics(listener: tokio::net::TcpListener, proxy: Proxy, boun
                 let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
                 out
             }
-        }),
+        })
+        .route_layer(axum::middleware::from_fn_with_state(access, crate::metrics_access::guard)),
     );
     if let Err(e) = crate::listener::serve(listener, app, bounds, counters, std::future::pending()).await {
         tracing::warn!(target: "skill_operator::egress", error = %e, "metrics endpoint stopped");

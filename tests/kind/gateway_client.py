@@ -207,6 +207,13 @@ async def check_limits(base: str, ns: str, other: str, allowed: str, denied: str
             expect(1 <= err.data.get("retryAfterSeconds", 0) <= 60, f"retry after {err.data}")
             expect("skills-agent" in err.data.get("principal", ""), f"principal {err.data}")
             expect(await refusal(client) is not None, "a second call within the minute passed")
+            # The same budget covers the console and the file route.
+            async with httpx.AsyncClient(timeout=30) as http:
+                auth = {"Authorization": f"Bearer {allowed}"}
+                for path in (f"/ui/api/ns/{other}/skills", f"/ui/api/ns/{other}/skills/word-count/file?path=SKILL.md", f"/ui/api/ns/{other}/jobs", f"/files/{other}/skj-00000000000000000000000000000000/out.txt"):
+                    r = await http.get(f"{base}{path}", headers=auth)
+                    expect(r.status_code == 429, f"{path} inside the exhausted budget: {r.status_code} {r.text[:200]}")
+                    expect(int(r.headers.get("retry-after", "0")) >= 1, f"{path}: no Retry-After")
             h2, in_ns = await connect(f"{base}/mcp/{ns}", allowed, "auto")
             async with h2, in_ns:
                 for _ in range(3):
@@ -397,7 +404,64 @@ async def check_bench(base: str, ns: str, other: str, allowed: str, denied: str)
     print(f"gateway skill_run on a warm pod, preview and confirmed call together: {quantiles(warm_both)}")
 
 
-CHECKS = {"failover": check_failover, "run": check_run, "auth": check_auth, "isolation": check_isolation, "bind": check_bind, "limits": check_limits, "bench": check_bench}
+async def check_forged(base: str, ns: str, other: str, allowed: str, denied: str) -> None:
+    """run.sh planted a SkillJob (argv[7]) naming the agent as its requester,
+    without the gateway's seal: it is not the agent's, in any tool."""
+    planted = sys.argv[7]
+    http, client = await connect(f"{base}/mcp/{ns}", allowed, "auto")
+    async with http, client:
+        listed = await call(client, "skill_job_list", {})
+        ids = [j.get("id") for j in listed.get("jobs", [])]
+        expect(planted not in ids, f"the planted SkillJob is listed as the agent's: {ids}")
+        result = await client.call_tool("skill_job_status", {"job": planted})
+        text = " ".join(getattr(c, "text", "") for c in result.content)
+        expect(result.is_error and "not-found" in text, f"skill_job_status of the planted job: {text[:300]}")
+
+
+async def check_replay(base: str, ns: str, other: str, allowed: str, denied: str) -> None:
+    """A confirmed call's token, replayed after its job was deleted, runs nothing."""
+    args = {"skill": "word-count", "script": "scripts/wc.sh", "args": ["/package/SKILL.md"]}
+    http, client = await connect(f"{base}/mcp/{ns}", allowed, "auto")
+    async with http, client:
+        preview = await call(client, "skill_run", args)
+        token = preview["token"]
+        first = await call(client, "skill_run", {**args, "confirm": token})
+        job = first["job"]
+        uid = kubectl("-n", ns, "get", "skilljob", job, "-o", "jsonpath={.metadata.uid}")
+        await call(client, "skill_job_delete", {"job": job})
+        result = await client.call_tool("skill_run", {**args, "confirm": token})
+        text = " ".join(getattr(c, "text", "") for c in result.content)
+        expect(result.is_error and "token-reused" in text, f"the replayed token: {text[:300]}")
+        # No second SkillJob: the name is the first run's (held, deleting) or gone.
+        again = subprocess.run(["kubectl", "-n", ns, "get", "skilljob", job, "-o", "jsonpath={.metadata.uid}"], capture_output=True, text=True)
+        expect(again.returncode != 0 or again.stdout == uid, f"a new SkillJob {job} was made: uid {again.stdout}, first {uid}")
+
+
+async def check_sessions(base: str, ns: str, other: str, allowed: str, denied: str) -> None:
+    """A session id another principal of the namespace learns opens nothing for them."""
+    import os
+
+    second = os.environ["SECOND"]
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+    common = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    async with httpx.AsyncClient(timeout=30) as http:
+        r = await http.post(f"{base}/mcp/{ns}", json=init, headers={**common, "Authorization": f"Bearer {allowed}"})
+        session = r.headers.get("mcp-session-id")
+        expect(r.status_code == 200 and session, f"initialize: {r.status_code}")
+        on = {**common, "mcp-session-id": session, "mcp-protocol-version": "2025-11-25"}
+        listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+        theirs = {**on, "Authorization": f"Bearer {second}"}
+        r = await http.delete(f"{base}/mcp/{ns}", headers=theirs)
+        expect(r.status_code == 404, f"another principal's DELETE: {r.status_code}")
+        r = await http.post(f"{base}/mcp/{ns}", json=listing, headers=theirs)
+        expect(r.status_code == 404, f"another principal's POST: {r.status_code}")
+        async with http.stream("GET", f"{base}/mcp/{ns}", headers=theirs) as stream:
+            expect(stream.status_code == 404, f"another principal's GET (event stream): {stream.status_code}")
+        r = await http.post(f"{base}/mcp/{ns}", json=listing, headers={**on, "Authorization": f"Bearer {allowed}"})
+        expect(r.status_code == 200, f"the owner's session after the attempts: {r.status_code}")
+
+
+CHECKS = {"forged": check_forged, "replay": check_replay, "sessions": check_sessions, "failover": check_failover, "run": check_run, "auth": check_auth, "isolation": check_isolation, "bind": check_bind, "limits": check_limits, "bench": check_bench}
 
 if __name__ == "__main__":
     name, base, ns, other, allowed, denied = sys.argv[1:7]

@@ -25,6 +25,9 @@
 #   - traces (local cluster): the chart's gateway and controller export to an
 #     OTLP collector of the suite on this machine, and one run is one trace
 #     across both processes,
+#   - the attacks (attacks.sh): a forged verdict, forged ownership, a replayed
+#     token, another's session, Secrets through a binding, refusals in the
+#     trail, /metrics behind tokens, the NetworkPolicy probe,
 #   - warm run pods (warm.sh): a pool per binding, claims, isolation between
 #     runs, tampered pods refused, budgets, drains,
 #   - faults: the artifact endpoint scaled to 0 while runs end (a short outage
@@ -124,7 +127,13 @@ cleanup() {
     "$KUBECTL" delete namespace "$NS" "$NS-empty" "$NS-off" --ignore-not-found --wait=true --timeout=120s >/dev/null 2>&1 ||
       echo "kind: the test namespaces did not go within 120 s (SkillJob finalizers?)" >&2
   fi
-  [[ -n "$REGISTRY_PID" ]] && kill "$REGISTRY_PID" 2>/dev/null
+  if [[ -n "$REGISTRY_PID" && "${KEEP:-}" == 1 ]]; then
+    # The kept installation's packages and job files live in this registry:
+    # it stays up with its storage, and says how to stop it.
+    echo "kind: KEEP=1: the artifact registry (pid $REGISTRY_PID) keeps serving $ARTIFACT_REGISTRY from $WORK/registry; stop it with: kill $REGISTRY_PID; rm -rf $WORK" >&2
+  elif [[ -n "$REGISTRY_PID" ]]; then
+    kill "$REGISTRY_PID" 2>/dev/null
+  fi
   [[ -n "${EGRESS_SERVER_PID:-}" ]] && kill "$EGRESS_SERVER_PID" 2>/dev/null
   [[ -n "${EGRESS_PROXY_PID:-}" ]] && kill "$EGRESS_PROXY_PID" 2>/dev/null
   [[ -n "${POLICY_WATCH_PID:-}" ]] && kill "$POLICY_WATCH_PID" 2>/dev/null
@@ -134,13 +143,22 @@ cleanup() {
     "$HELM" uninstall "$RELEASE" -n "$OPNS" >/dev/null 2>&1
     "$KUBECTL" delete namespace "$OPNS" --wait=false >/dev/null 2>&1
   fi
-  rm -rf "$WORK"
+  if [[ "${KEEP:-}" == 1 && -n "$REGISTRY_PID" ]]; then
+    rm -rf "$WORK"/*.log
+  else
+    rm -rf "$WORK"
+  fi
 }
 trap cleanup EXIT
 
 if [[ -z "${ARTIFACT_REGISTRY:-}" ]]; then
   [[ $LOCAL == 1 && -n "$POD_GW" ]] || { echo "kind: set ARTIFACT_REGISTRY (host:port reached by this machine and by pods)" >&2; exit 1; }
   ARTIFACT_REGISTRY="$POD_GW:5001"
+fi
+if [[ "$ARTIFACT_REGISTRY" == "$POD_GW:5001" ]] && curl -sf "http://127.0.0.1:5001/v2/" >/dev/null 2>&1; then
+  # A registry a KEEP=1 run left serving: this run uses it (and leaves it).
+  echo "kind: reusing the artifact registry already serving 127.0.0.1:5001 (left by a KEEP=1 run)"
+elif [[ "$ARTIFACT_REGISTRY" == "$POD_GW:5001" ]]; then
   mkdir -p "$WORK/registry"
   # Bound on every address: the pod gateway appears only with the first pod.
   # Only pods (at the gateway) and this machine (on loopback) talk to it.
@@ -545,6 +563,8 @@ if [[ -n "$GATEWAY_CLUSTER_IP" ]] && check "gateway: agents, namespaces, ready" 
   check "gateway: no other namespace, session or job reachable" gw isolation
   check "gateway: a namespace's annotation sets its rate limits (429), a typo closes it (503), other namespaces untouched" gateway_limits
   check "gateway HA: a replica SIGKILLed during a confirmed skill_run, the call retried on the other replica returns the same SkillJob's result" gateway_failover
+  # shellcheck source=attacks.sh
+  source "$ROOT/tests/kind/attacks.sh"
 fi
 # ------------------------------------------------------------------- egress
 # A test server on this machine (the pod gateway); the run's only way there is

@@ -264,3 +264,18 @@ credential, and no DNS is needed when the ClusterIP is pinned).
 {{- end }}
 {{- end }}
 {{- end -}}
+
+{{/*
+RBAC rules a component's /metrics guard needs (--metrics-auth kubernetes):
+who a scraper's token is, and whether it may get /metrics.
+*/}}
+{{- define "skill-operator.metricsReviewRules" -}}
+{{- if eq .Values.metrics.auth "kubernetes" }}
+- apiGroups: ["authentication.k8s.io"]
+  resources: ["tokenreviews"]
+  verbs: ["create"]
+- apiGroups: ["authorization.k8s.io"]
+  resources: ["subjectaccessreviews"]
+  verbs: ["create"]
+{{- end }}
+{{- end }}

@@ -138,6 +138,8 @@ pub struct ServerConfig {
     /// claim another replica stored ([`super::CLAIM_RECHECK`]; a test
     /// lengthens it to show that a claim stored here wakes the wait).
     pub claim_recheck: std::time::Duration,
+    /// Who may read `/metrics` (open by default: tests; the command takes `--metrics-auth`).
+    pub metrics_access: crate::metrics_access::MetricsAccess,
 }
 
 impl ServerConfig {
@@ -174,6 +176,7 @@ impl ServerConfig {
             seed_samples: false,
             pod_tokens: None,
             claim_recheck: super::CLAIM_RECHECK,
+            metrics_access: crate::metrics_access::MetricsAccess::open(),
         }
     }
 }
@@ -225,6 +228,8 @@ pub(super) struct Inner {
     claim_keys: claim_keys::ClaimKeys,
     /// See [`ServerConfig::claim_recheck`].
     claim_recheck: std::time::Duration,
+    /// See [`ServerConfig::metrics_access`].
+    metrics_access: crate::metrics_access::MetricsAccess,
     /// Jobs whose outputs were just stored, for [`events`] followers.
     stored: tokio::sync::broadcast::Sender<crate::artifacts::OutputsStored>,
     /// Cancelled at shutdown: ends the streams that would never finish.
@@ -297,6 +302,7 @@ impl AppState {
             claims: claims::Claims::default(),
             claim_keys: claim_keys::ClaimKeys::default(),
             claim_recheck: cfg.claim_recheck,
+            metrics_access: cfg.metrics_access,
             stored: tokio::sync::broadcast::channel(events::BACKLOG).0,
             stop: tokio_util::sync::CancellationToken::new(),
             store,
@@ -471,7 +477,13 @@ pub fn router(state: AppState) -> Router {
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(move || std::future::ready(listener_metrics.render())))
+        // Every run pod reaches this port (it fetches and uploads here): the
+        // metrics are for the scrapers the API server vouches for only.
+        .route(
+            "/metrics",
+            get(move || std::future::ready(listener_metrics.render()))
+                .route_layer(axum::middleware::from_fn_with_state(state.0.metrics_access.clone(), crate::metrics_access::guard)),
+        )
         .route("/v1/jobs/{ns}/{uid}", delete(delete_job))
         .route("/v1/jobs/{ns}/{uid}/package", get(namespace_packages::get_package))
         .route("/v1/jobs/{ns}/{uid}/package", put(put_package).layer(pkg))
@@ -647,6 +659,9 @@ pub struct ArtifactsArgs {
     pub pod_tokens: bool,
     #[command(flatten)]
     pub listener: crate::listener::ListenerArgs,
+    /// Who may read /metrics.
+    #[command(flatten)]
+    pub metrics_access: crate::metrics_access::MetricsAccessArgs,
 }
 
 /// `skill-operator artifacts`: serve the artifact endpoint until shutdown.
@@ -679,13 +694,16 @@ pub async fn command(a: ArtifactsArgs, shutdown: crate::shutdown::Shutdown) -> a
     cfg.spool_dir = a.spool_dir;
     cfg.memory_budget_mib = a.memory_budget_mib;
     cfg.bounds = a.listener.bounds()?;
+    let mut client = None;
     if a.pod_tokens {
-        let client = kube::Client::try_default().await.context(
+        let made = kube::Client::try_default().await.context(
             "--pod-tokens needs the cluster's API server to review tokens, and no Kubernetes configuration was found \
              (run in a pod with a ServiceAccount token mounted, or set KUBECONFIG)",
         )?;
-        cfg.pod_tokens = Some(pod_tokens::PodTokens::new(client));
+        cfg.pod_tokens = Some(pod_tokens::PodTokens::new(made.clone()));
+        client = Some(made);
     }
+    cfg.metrics_access = crate::metrics_access::MetricsAccess::from_args(a.metrics_access, client).await?;
     let sample_packages = a.sample_packages.as_deref().map(crate::artifacts::sample_packages::read).transpose()?;
     let state = AppState::new(cfg)?;
     if let Some(packages) = sample_packages {

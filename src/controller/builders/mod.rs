@@ -30,6 +30,7 @@ pub mod cilium;
 pub mod job;
 pub mod network_policy;
 pub mod pod_security;
+pub mod probe;
 pub mod warm;
 
 pub use build_job::{build_build_job, BuildNetPolParams, BuildParams, IndexAddress};

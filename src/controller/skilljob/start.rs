@@ -104,7 +104,7 @@ pub(super) async fn start(
         Err(e) => return Err(e.into()),
     }
     status.job_name = Some(name.clone());
-    let (enforced, reason, message) = crate::controller::egress::enforcement_condition(ctx.config.network_policy);
+    let (enforced, reason, message) = ctx.network_policy_condition();
     crate::api::conditions::set_condition_status(&mut status.conditions, "NetworkPolicyEnforced", enforced, reason, message, generation);
     set_phase(&mut status, SkillJobPhase::Pending, "JobCreated", format!("Job {name} created"), generation);
     patch_status(ctx, sj, &status).await?;
@@ -137,7 +137,7 @@ async fn claimed(
     let egress = proxy.is_some();
     let claim = crate::controller::warm::claim::claim_of(sj, uid, admission, proxy, taken.env);
     status.warm_pod = Some(name.clone());
-    let (enforced, reason, message) = crate::controller::egress::enforcement_condition(ctx.config.network_policy);
+    let (enforced, reason, message) = ctx.network_policy_condition();
     crate::api::conditions::set_condition_status(&mut status.conditions, "NetworkPolicyEnforced", enforced, reason, message, generation);
     set_phase(&mut status, SkillJobPhase::Running, "WarmPodClaimed", format!("warm pod {name} claimed"), generation);
     if egress {
