@@ -346,7 +346,7 @@ def _(objs, value):
     role = next((o for o in objs if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-artifacts")), None)
     if role is None:
         return [] if not want else ["no ClusterRole *-artifacts"]
-    got = sorted({f"{g}/{r}" for rule in role.get("rules") or [] for g in rule["apiGroups"] for r in rule["resources"]})
+    got = sorted({f"{g}/{r}" for rule in role.get("rules") or [] for g in rule.get("apiGroups", []) for r in rule.get("resources", [])})
     out = [] if got == want else [f"artifacts ClusterRole grants {got}, want {want}"]
     for b in objs:
         if b["kind"] in ("RoleBinding", "ClusterRoleBinding") and not b["metadata"]["name"].endswith("-artifacts"):
@@ -363,7 +363,7 @@ def _(objs, value):
     for o in objs:
         if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith(f"-{role}"):
             got = [sorted(r["verbs"]) for r in o["rules"]
-                   if group in r["apiGroups"] and resource in r["resources"]]
+                   if group in r.get("apiGroups", []) and resource in r.get("resources", [])]
             want = sorted(verbs.split("+")) if verbs else None
             if want is None:
                 return [f"{role}: {resource} is granted {got}"] if got else []
@@ -378,7 +378,7 @@ def _(objs, value):
     role, group, resource, verbs = value.split(":")
     roles = [o for o in objs if o["kind"] in ("Role", "ClusterRole")]
     granted = [(o["kind"], o["metadata"]["name"], sorted(r["verbs"])) for o in roles for r in o.get("rules") or []
-               if group in r["apiGroups"] and resource in r["resources"]]
+               if group in r.get("apiGroups", []) and resource in r.get("resources", [])]
     if not verbs:
         return [f"{kind} {name} grants {group}/{resource} {v}" for kind, name, v in granted]
     want = sorted(verbs.split("+"))
@@ -465,7 +465,7 @@ def _(objs, value):
     from urllib.parse import urlsplit
     maps = [o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-samples")]
     role = next((o for o in objs if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-artifacts")), None)
-    rules = [r for r in (role or {}).get("rules") or [] if "skillpackages" in r["resources"]]
+    rules = [r for r in (role or {}).get("rules") or [] if "skillpackages" in r.get("resources", [])]
     if value == "0":
         out = [f"a samples ConfigMap {m['metadata']['name']}" for m in maps]
         return out + [f"artifacts rule on skillpackages without samples: {r}" for r in rules]

@@ -188,7 +188,7 @@ check "kubectl decodes every rendered object (values-all.yaml)" \
 rendered() { "$PY" "$HERE/check_rendered.py" "$OUT/$1.yaml" "$RELEASE" crds "${@:2}"; }
 D1=sha256:1111111111111111111111111111111111111111111111111111111111111111
 check "checks (no values at all)" rendered none \
-  --expect kinds=ClusterRole,ClusterRoleBinding,ConfigMap,CustomResourceDefinition,Deployment,NetworkPolicy,PersistentVolumeClaim,PodDisruptionBudget,Role,RoleBinding,Secret,Service,ServiceAccount \
+  --expect kinds=ClusterRole,ClusterRoleBinding,ConfigMap,CustomResourceDefinition,Deployment,NetworkPolicy,PersistentVolumeClaim,PodDisruptionBudget,Role,RoleBinding,Secret,Service,ServiceAccount,ValidatingAdmissionPolicy,ValidatingAdmissionPolicyBinding \
   --expect store=pvc --expect samples=5 --expect gateway-pdb=present --expect gateway-netpol=present \
   --expect artifacts-arg=--sample-packages=/etc/skill-operator/samples/skillpackages.json \
   --expect "controller-arg=--artifact-endpoint=http://$RELEASE-skill-operator-artifacts.$NS.svc:8443" \
@@ -206,7 +206,7 @@ sample_profile() { # the python sample's profile takes samples.images / interpre
 }
 check "samples: the profile's image, interpreter path and the store by its pinned IP" sample_profile
 check "checks (values-min.yaml)" rendered min \
-  --expect kinds=ClusterRole,ClusterRoleBinding,ConfigMap,CustomResourceDefinition,Deployment,NetworkPolicy,PersistentVolumeClaim,PodDisruptionBudget,Role,RoleBinding,Secret,Service,ServiceAccount \
+  --expect kinds=ClusterRole,ClusterRoleBinding,ConfigMap,CustomResourceDefinition,Deployment,NetworkPolicy,PersistentVolumeClaim,PodDisruptionBudget,Role,RoleBinding,Secret,Service,ServiceAccount,ValidatingAdmissionPolicy,ValidatingAdmissionPolicyBinding \
   --expect rule=controller:skill-operator.dev:skilljobs:get+list+watch+patch+update \
   --expect rule=egress-proxy:skill-operator.dev:skilljobs:get+list+watch \
   --expect rule=egress-proxy::secrets: \
@@ -228,7 +228,7 @@ check "checks (values-min.yaml)" rendered min \
   --expect rule=artifacts:skill-operator.dev:skilljobs:get \
   --expect rule=artifacts::secrets: \
   --expect rule=artifacts:authentication.k8s.io:tokenreviews:create \
-  --expect artifacts-grants=authentication.k8s.io/tokenreviews,skill-operator.dev/skilljobs,skill-operator.dev/skillpackages \
+  --expect artifacts-grants=authentication.k8s.io/tokenreviews,authorization.k8s.io/subjectaccessreviews,skill-operator.dev/skilljobs,skill-operator.dev/skillpackages \
   --expect artifacts-arg=--pod-tokens \
   --expect no-controller-arg=--label-namespaces \
   --expect no-controller-arg=--image-repository --expect no-controller-arg=--image-registry-config \
@@ -253,7 +253,7 @@ check "checks (values-min.yaml)" rendered min \
   --expect no-controller-arg=--no-audit-stdout --expect no-gateway-arg=--no-audit-stdout --expect no-egress-arg=--no-audit-stdout \
   --expect no-env=controller:OTEL_ --expect no-env=gateway:OTEL_
 check "checks (values-all.yaml)" rendered all \
-  --expect kinds=ClusterRole,ClusterRoleBinding,ConfigMap,CustomResourceDefinition,Deployment,NetworkPolicy,PodDisruptionBudget,PrometheusRule,Role,RoleBinding,Service,ServiceAccount,ServiceMonitor \
+  --expect kinds=ClusterRole,ClusterRoleBinding,ConfigMap,CustomResourceDefinition,Deployment,NetworkPolicy,PodDisruptionBudget,PrometheusRule,Role,RoleBinding,Service,ServiceAccount,ServiceMonitor,ValidatingAdmissionPolicy,ValidatingAdmissionPolicyBinding \
   --expect monitors=controller,egress-proxy,gateway \
   --expect controller-arg=--egress-proxy=10.96.100.11:3128 \
   --expect controller-arg=--network-policy=enforced \
@@ -296,15 +296,15 @@ check "checks (values-all.yaml)" rendered all \
   --expect env=gateway:OTEL_TRACES_SAMPLER_ARG=0.25 --expect env=gateway:OTEL_EXPORTER_OTLP_PROTOCOL=http/json \
   --expect gateway-netpol-port=4318
 check "checks (gateway on, artifacts without get skilljobs or samples)" rendered variant \
-  --expect kinds=ClusterRole,ClusterRoleBinding,Deployment,NetworkPolicy,PersistentVolumeClaim,PodDisruptionBudget,Role,RoleBinding,Secret,Service,ServiceAccount \
+  --expect kinds=ClusterRole,ClusterRoleBinding,Deployment,NetworkPolicy,PersistentVolumeClaim,PodDisruptionBudget,Role,RoleBinding,Secret,Service,ServiceAccount,ValidatingAdmissionPolicy,ValidatingAdmissionPolicyBinding \
   --expect rule=artifacts:skill-operator.dev:skilljobs: \
   --expect rule=artifacts:authentication.k8s.io:tokenreviews:create \
-  --expect artifacts-grants=authentication.k8s.io/tokenreviews --expect artifacts-arg=--pod-tokens \
+  --expect artifacts-grants=authentication.k8s.io/tokenreviews,authorization.k8s.io/subjectaccessreviews --expect artifacts-arg=--pod-tokens \
   --expect no-controller-arg=--egress-proxy --expect no-controller-arg=--egress-cilium \
   --expect nsrule=controller-cilium:cilium.io:ciliumnetworkpolicies: \
   --expect controller-arg=--operator-image=ghcr.io/example/skill-operator:1.2.3
 check "checks (gateway off)" rendered gw-off --expect gateway=absent \
-  --expect kinds=ClusterRole,ClusterRoleBinding,ConfigMap,CustomResourceDefinition,Deployment,NetworkPolicy,PersistentVolumeClaim,Role,RoleBinding,Secret,Service,ServiceAccount
+  --expect kinds=ClusterRole,ClusterRoleBinding,ConfigMap,CustomResourceDefinition,Deployment,NetworkPolicy,PersistentVolumeClaim,Role,RoleBinding,Secret,Service,ServiceAccount,ValidatingAdmissionPolicy,ValidatingAdmissionPolicyBinding
 check "checks (gateway: 1 replica, no NetworkPolicy, no per-namespace limits)" rendered gw-one \
   --expect gateway-pdb=absent --expect gateway-netpol=absent \
   --expect no-gateway-arg=--namespace-rate-limits --expect no-gateway-arg=--rate-limits-unreadable
