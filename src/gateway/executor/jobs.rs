@@ -350,7 +350,7 @@ impl KubeExecutor {
     }
 
     pub(super) async fn job_list(&self, caller: &Caller) -> Result<Vec<JobRecord>> {
-        let mine = |sj: &SkillJob| self.owner_of(sj) == Some(caller.principal.as_str());
+        let mine = |sj: &SkillJob| self.owner_of(sj) == Some(caller.principal.as_str()) && sj.metadata.deletion_timestamp.is_none();
         let cached = match &self.index {
             Some(index) => index.jobs(&self.options.namespace).await,
             None => None,

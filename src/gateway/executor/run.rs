@@ -72,7 +72,8 @@ impl KubeExecutor {
     /// The caller's SkillJob `name`, or `None` (missing, or someone else's).
     pub(super) async fn owned_skilljob(&self, caller: &Caller, name: &str) -> Result<Option<SkillJob>> {
         let found = self.jobs.get_opt(name).await.map_err(ExecError::kube(format!("read SkillJob {name}")))?;
-        Ok(found.filter(|sj| self.owner_of(sj) == Some(caller.principal.as_str())))
+        // One being deleted is gone for its caller (its name stays taken for its token's life).
+        Ok(found.filter(|sj| self.owner_of(sj) == Some(caller.principal.as_str()) && sj.metadata.deletion_timestamp.is_none()))
     }
 
     /// Refuse when the namespace already holds the most jobs it may keep
@@ -85,7 +86,8 @@ impl KubeExecutor {
         let max = self.options.limits.retained;
         let list = self.jobs.list(&Default::default()).await.map_err(ExecError::kube("list the namespace's SkillJobs"))?;
         let (_, drafts) = self.drafts.list().await?;
-        let held = list.items.len() + drafts;
+        // Deleted ones held only for their token's life are not kept jobs.
+        let held = list.items.iter().filter(|sj| sj.metadata.deletion_timestamp.is_none()).count() + drafts;
         if held < max {
             return Ok(());
         }

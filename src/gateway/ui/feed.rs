@@ -41,11 +41,16 @@ impl Feed {
             }
             if std::mem::take(&mut self.replay) {
                 let jobs = self.index.jobs(&self.namespace).await.unwrap_or_default();
-                let current = jobs.iter().filter(|sj| self.mine(sj)).map(|sj| changed(sj)).collect::<Vec<_>>();
+                let current =
+                    jobs.iter().filter(|sj| self.mine(sj) && sj.metadata.deletion_timestamp.is_none()).map(|sj| changed(sj)).collect::<Vec<_>>();
                 self.pending.extend(current);
                 continue;
             }
             match self.changes.recv().await {
+                // Being deleted (its name held for its token's life): gone for the page.
+                Ok(IndexChange::Applied(sj)) if self.mine(&sj) && sj.metadata.deletion_timestamp.is_some() => {
+                    self.pending.push_back(JobChange::Gone(sj.name_any()))
+                }
                 Ok(IndexChange::Applied(sj)) if self.mine(&sj) => self.pending.push_back(changed(&sj)),
                 Ok(IndexChange::Deleted(sj)) if self.mine(&sj) => self.pending.push_back(JobChange::Gone(sj.name_any())),
                 Ok(_) => {}
