@@ -154,7 +154,24 @@ warm_tampered() {
 }
 check "a pod with a file planted in /work before its claim is refused (the script never runs)" warm_tampered file 'echo planted > /work/planted'
 check "a pod with a process left running before its claim is refused" warm_tampered process 'nohup sleep 600 >/dev/null 2>&1 &'
-check "a pod with a fake result written before its claim is refused" warm_tampered result 'echo "{\"exit_code\":0}" > /result/result.json'
+# A fake result has nowhere to go: the run container mounts no result volume
+# (the verdict goes over the launcher's channel), and its root is read-only.
+warm_no_result_dir() {
+  local pod uid phase out
+  warm_spec '{"min":1,"max":1,"idleTimeoutSeconds":600}' || return 1
+  warm_wait 1 || return 1
+  pod="$(warm_pods idle | head -n 1)"
+  if K exec "$pod" -c run -- /bin/bash -c 'mkdir -p /result && echo "{\"exitCode\":0}" > /result/result.json' 2>/dev/null; then
+    echo "a fake result could be written into $pod"; return 1
+  fi
+  uid="$(skilljob warm-fake-result "$WARM_BINDING" scripts/look.sh "" faked)" || return 1
+  phase="$(finished warm-fake-result)"
+  [[ "$(K get skilljob warm-fake-result -o jsonpath='{.status.warmPod}')" == "$pod" ]] || { echo "the run did not claim $pod"; return 1; }
+  [[ "$phase" == Succeeded ]] || { echo "phase $phase: $(K get skilljob warm-fake-result -o jsonpath='{.status.message}')"; return 1; }
+  out="$(artifact "$uid/outputs/result/stdout")" || return 1
+  [[ "$out" == *"run: faked"* ]] || { echo "not the script's own stdout: ${out:0:200}"; return 1; }
+}
+check "a waiting pod has nowhere to put a fake result: no result volume in its run container; the run's verdict is its script's" warm_no_result_dir
 
 warm_budget() {
   local n max=0
