@@ -121,10 +121,15 @@ kind: SkillBinding
 metadata: { name: steal }
 spec: { package: $pkg, env: [{ name: DB_PASSWORD, secretKeyRef: { name: other-app-db, key: password } }] }
 YAML
-  K delete skillbinding steal --wait=false >/dev/null
   "$KUBECTL" -n "$NS" delete rolebinding reader >/dev/null
+  # Without get on it again: a write leaving the spec alone passes (the
+  # controller's finalizer is such a write); any change of the spec is refused.
+  K label skillbinding steal --as="system:serviceaccount:$NS:mallory" e2e=relabelled >/dev/null || { echo "a label-only write was refused"; return 1; }
+  out="$(K patch skillbinding steal --as="system:serviceaccount:$NS:mallory" --type merge -p '{"spec":{"egress":true}}' 2>&1)"
+  [[ "$out" == *"may not get every Secret"* ]] || { echo "a spec change without get on the Secret: $out"; return 1; }
+  K delete skillbinding steal --wait=false >/dev/null
 }
-check "a SkillBinding granting a Secret its author may not get is refused, naming it; with get it is written" binding_secret
+check "a SkillBinding granting a Secret its author may not get is refused, naming it; with get it is written; a later spec change needs get again, a label does not" binding_secret
 
 # ------------------------------------------------------------ the trail
 refusals_recorded() {
