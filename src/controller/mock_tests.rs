@@ -881,6 +881,54 @@ async fn deleting_a_running_skilljob_waits_for_its_pod_without_failing() {
     tokio::time::timeout(Duration::from_secs(15), server).await.unwrap().unwrap();
 }
 
+/// A confirmation token names its SkillJob for its whole life: a SkillJob
+/// the gateway sealed keeps its finalizer (its pod stopped, its files gone)
+/// until the token has expired, so a replayed token finds it and cannot
+/// make it again. In a namespace being deleted nothing can be made, and it
+/// lets go at once.
+#[tokio::test]
+async fn a_deleted_sealed_skilljob_keeps_its_name_for_its_tokens_life_unless_its_namespace_goes() {
+    for terminating in [false, true] {
+        let (ctx, mut handle) = context();
+        if terminating {
+            let (store, mut writer) = kube::runtime::reflector::store();
+            let ns: kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace> = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "team", "deletionTimestamp": ago(1) }
+            }))
+            .unwrap();
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(ns));
+            ctx.lookups.set_namespace_store(store);
+        }
+        let mut sj = started_skilljob();
+        seal_for(&mut sj, "system:serviceaccount:team:agent");
+        sj.metadata.deletion_timestamp = Some(ago(1));
+        let name = super::builders::job::job_name(UID);
+        let server = tokio::spawn(async move {
+            expect(&mut handle, "DELETE", &format!("/apis/batch/v1/namespaces/team/jobs/{name}"), |_| deleted()).await;
+            expect(&mut handle, "GET", "/api/v1/namespaces/team/pods", |_| no_pods()).await;
+            if terminating {
+                // The finalizer's clean-up: the pod is checked gone again, the finalizer removed.
+                expect(&mut handle, "DELETE", &format!("/apis/batch/v1/namespaces/team/jobs/{name}"), |_| deleted()).await;
+                expect(&mut handle, "GET", "/api/v1/namespaces/team/pods", |_| no_pods()).await;
+                let patch = expect(&mut handle, "PATCH", "/apis/skill-operator.dev/v1alpha1/namespaces/team/skilljobs/report", |_| {
+                    ok(serde_json::to_value(started_skilljob()).unwrap())
+                })
+                .await;
+                assert!(patch.to_string().contains("/metadata/finalizers"), "{patch}");
+            }
+            no_more_calls(&mut handle).await;
+        });
+        let action = skilljob::reconcile(Arc::new(sj), ctx).await.expect("reconcile");
+        if !terminating {
+            let held = crate::core::confirm::TOKEN_TTL.as_secs();
+            let want =
+                (held - 5..=held + 1).map(|s| kube::runtime::controller::Action::requeue(Duration::from_secs(s))).collect::<Vec<_>>();
+            assert!(want.contains(&action), "held until the token expires: {action:?}");
+        }
+        tokio::time::timeout(Duration::from_secs(15), server).await.unwrap().unwrap();
+    }
+}
+
 #[tokio::test]
 async fn the_cancel_annotation_stops_the_run_and_records_cancelled() {
     let (ctx, mut handle) = context();

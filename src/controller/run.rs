@@ -755,9 +755,29 @@ pub async fn run_elected(
             }
         }
     };
+    let held = skilljob_store.clone();
     let jobs = triggers::controller(skilljob_events, skilljob_store)
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.config.reconcile_concurrency))
         .owns_stream(job_events)
+        // A namespace being deleted lets go of its deleted SkillJobs whose
+        // names are held for their tokens (nothing can be made there again).
+        .watches_stream(
+            triggers::touched(
+                Api::<kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>::all(watches.clone()),
+                renewed.clone(),
+            ),
+            move |ns| {
+                if ns.metadata.deletion_timestamp.is_none() {
+                    return Vec::new();
+                }
+                let name = ns.name_any();
+                held.state()
+                    .iter()
+                    .filter(|sj| sj.metadata.deletion_timestamp.is_some() && sj.namespace().as_deref() == Some(name.as_str()))
+                    .map(|sj| ObjectRef::from_obj(sj.as_ref()))
+                    .collect()
+            },
+        )
         .watches_stream(run_pods, move |pod: Pod| {
             let ns = pod.namespace()?;
             // A claimed warm pod: its SkillJob owns it (the claim's patch says so).

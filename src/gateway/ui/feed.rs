@@ -41,8 +41,11 @@ impl Feed {
             }
             if std::mem::take(&mut self.replay) {
                 let jobs = self.index.jobs(&self.namespace).await.unwrap_or_default();
-                let current =
-                    jobs.iter().filter(|sj| self.mine(sj) && sj.metadata.deletion_timestamp.is_none()).map(|sj| changed(sj)).collect::<Vec<_>>();
+                let current = jobs
+                    .iter()
+                    .filter(|sj| self.mine(sj) && sj.metadata.deletion_timestamp.is_none())
+                    .map(|sj| changed(sj))
+                    .collect::<Vec<_>>();
                 self.pending.extend(current);
                 continue;
             }
