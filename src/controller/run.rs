@@ -841,6 +841,11 @@ pub async fn run_elected(
     let listener = crate::listener::bind(listen)?;
     tracing::info!(%listen, "metrics and health endpoints up");
     let server = serve_web(listener, ctx.metrics.clone(), ctx.metrics_access.clone(), bounds, shutdown.wait_owned());
+    // Each on the heap: together they were one future too large for a
+    // worker thread's stack in a debug build.
+    let (packages, bindings, jobs, sources) = (Box::pin(packages), Box::pin(bindings), Box::pin(jobs), Box::pin(sources));
+    let (repairs, sweeps, pools, cilium) = (Box::pin(repairs), Box::pin(sweeps), Box::pin(pools), Box::pin(cilium));
+    let (startup_over, server, netpol_probe) = (Box::pin(startup_over), Box::pin(server), Box::pin(netpol_probe));
     let everything =
         async { tokio::join!(packages, bindings, jobs, repairs, sweeps, pools, cilium, sources, startup_over, server, netpol_probe) };
     // Only a lost lease sends: with no election, or a stopped one, this waits forever.
