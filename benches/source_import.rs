@@ -146,7 +146,15 @@ async fn main() {
     let metrics_port = free_port();
     let controller = Process(
         Command::new(bin)
-            .args(["controller", "--listen", &format!("127.0.0.1:{metrics_port}")])
+            .args([
+                "controller",
+                "--listen",
+                &format!("127.0.0.1:{metrics_port}"),
+                "--metrics-auth",
+                "none",
+                "--network-policy-probe",
+                "false",
+            ])
             .args([
                 "--operator-image",
                 "registry.local/skill-operator@sha256:0000000000000000000000000000000000000000000000000000000000000000",

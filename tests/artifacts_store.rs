@@ -415,7 +415,7 @@ async fn package_push_reaches_the_store_of_the_real_binary_with_the_operator_cre
     std::fs::write(&key, KEY).unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let mut endpoint = Command::new(BIN)
-        .args(["artifacts", "--listen", &format!("127.0.0.1:{port}"), "--store"])
+        .args(["artifacts", "--listen", &format!("127.0.0.1:{port}"), "--metrics-auth", "none", "--store"])
         .arg(dir.path().join("store"))
         .arg("--token-key-file")
         .arg(&key)

@@ -71,7 +71,7 @@ fn executor(on_disconnect: OnDisconnect) -> (Arc<KubeExecutor>, Handle) {
     // Never reached in these tests (no inputs are staged, no finished run is read).
     let artifacts = Arc::new(HttpArtifacts::new("http://127.0.0.1:9/v1", b"0123456789abcdef0123456789abcdef"));
     let bindings: BTreeMap<String, String> = BTreeMap::from([("echo".to_string(), "echo-binding".to_string())]);
-    let mut options = KubeOptions::new(NS, GW_NS, skill_operator::core::owner::OwnerSeal::new(b"0123456789abcdef0123456789abcdef"));
+    let mut options = KubeOptions::new(NS, GW_NS, seal());
     options.on_disconnect = on_disconnect;
     (Arc::new(KubeExecutor::new(client, artifacts, Arc::new(bindings), options)), handle)
 }
@@ -113,8 +113,9 @@ fn complete(phase: &str) -> Value {
 }
 
 /// A SkillJob as the API server would hold it.
+/// A SkillJob as the gateway wrote it for `principal` (sealed at its creation).
 fn skilljob(name: &str, principal: &str, args: &[&str], created: &str, status: Value) -> Value {
-    json!({
+    let mut sj = json!({
         "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillJob",
         "metadata": {
             "name": name, "namespace": NS, "uid": format!("uid-{name}"), "resourceVersion": "5", "creationTimestamp": created,
@@ -122,7 +123,17 @@ fn skilljob(name: &str, principal: &str, args: &[&str], created: &str, status: V
         },
         "spec": { "binding": "echo-binding", "script": "scripts/echo.sh", "args": args, "inputs": [], "timeoutSeconds": 30 },
         "status": status,
-    })
+    });
+    let mut typed: skill_operator::api::job::SkillJob = serde_json::from_value(sj.clone()).unwrap();
+    let at: k8s_openapi::jiff::Timestamp = created.parse().unwrap();
+    typed.seal_owner(&seal(), principal, at.as_second());
+    sj["metadata"]["annotations"] = serde_json::to_value(typed.metadata.annotations).unwrap();
+    sj
+}
+
+/// The seal the executor under test checks (its token key's).
+fn seal() -> skill_operator::core::owner::OwnerSeal {
+    skill_operator::core::owner::OwnerSeal::new(b"0123456789abcdef0123456789abcdef")
 }
 
 fn control(key: &str) -> (RunControl, CancellationToken, Arc<Mutex<Vec<ProgressUpdate>>>) {
@@ -271,8 +282,37 @@ async fn a_retried_call_attaches_to_its_skilljob_and_a_different_one_is_refused(
         async move { exec.run_new(&Caller::named("alice"), plan(&["other"]), Vec::new(), ctl).await }
     });
     let (_, reply) = next(&mut handle).await;
-    reply.send_response(ok(existing));
+    reply.send_response(ok(existing.clone()));
     assert_eq!(run.await.unwrap().unwrap_err().code, "job-name-taken");
+    silent(&mut handle).await;
+
+    // The same run, claiming alice without the gateway's seal (someone else
+    // wrote it): not hers to attach to, nothing runs.
+    let mut planted = existing.clone();
+    planted["metadata"]["annotations"].as_object_mut().unwrap().remove("skill-operator.dev/owner-seal");
+    let (ctl, _, _) = control("key-3");
+    let run = tokio::spawn({
+        let exec = exec.clone();
+        async move { exec.run_new(&Caller::named("alice"), plan(&["x"]), Vec::new(), ctl).await }
+    });
+    let (_, reply) = next(&mut handle).await;
+    reply.send_response(ok(planted));
+    assert_eq!(run.await.unwrap().unwrap_err().code, "job-name-taken");
+    silent(&mut handle).await;
+
+    // Deleted since (its name held for the token's life): the token already
+    // ran its call once; nothing is made or run again.
+    let mut deleted = existing;
+    deleted["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:05:00Z");
+    let (ctl, _, _) = control("key-3");
+    let run = tokio::spawn({
+        let exec = exec.clone();
+        async move { exec.run_new(&Caller::named("alice"), plan(&["x"]), Vec::new(), ctl).await }
+    });
+    let (_, reply) = next(&mut handle).await;
+    reply.send_response(ok(deleted));
+    let err = run.await.unwrap().unwrap_err();
+    assert_eq!(err.code, "token-reused", "{}", err.message);
     silent(&mut handle).await;
 }
 
@@ -428,7 +468,7 @@ fn draft_config_map(id: &str, state: &str, inputs: &[(&str, u64)]) -> Value {
 async fn uploads_and_reads_keep_the_job_store_limits() {
     let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let artifacts = Arc::new(HttpArtifacts::new("http://127.0.0.1:9/v1", b"0123456789abcdef0123456789abcdef"));
-    let mut options = KubeOptions::new(NS, GW_NS, skill_operator::core::owner::OwnerSeal::new(b"0123456789abcdef0123456789abcdef"));
+    let mut options = KubeOptions::new(NS, GW_NS, seal());
     // Shrunk so each edge is a few bytes away.
     options.limits =
         skill_operator::jobs::JobLimits { upload_chunk: 4, file_bytes: 6, job_bytes: 7, files: 2, read_chunk: 8, ..options.limits };

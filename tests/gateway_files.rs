@@ -209,7 +209,17 @@ fn not_found() -> Response<Body> {
     Response::builder().status(404).body(Body::from(serde_json::to_vec(&s).unwrap())).unwrap()
 }
 
+/// A run the gateway wrote for `owner` (sealed under the test's token key).
 fn finished_run(name: &str, owner: &str, phase: &str) -> Value {
+    let mut run = unsealed_run(name, owner, phase);
+    let mut typed: skill_operator::api::job::SkillJob = serde_json::from_value(run.clone()).unwrap();
+    typed.seal_owner(&skill_operator::core::owner::OwnerSeal::new(KEY), owner, 1_767_225_600);
+    run["metadata"]["annotations"] = serde_json::to_value(typed.metadata.annotations).unwrap();
+    run
+}
+
+/// The same SkillJob as anyone who may create SkillJobs could write it.
+fn unsealed_run(name: &str, owner: &str, phase: &str) -> Value {
     let complete = phase != "Running";
     json!({
         "apiVersion": "skill-operator.dev/v1alpha1", "kind": "SkillJob",
@@ -444,6 +454,16 @@ async fn another_principal_or_another_namespace_finds_nothing() {
     let (code, message) = error_of(&body);
     assert_eq!((status, code.as_str()), (StatusCode::NOT_FOUND, "job-not-found"));
     assert!(!message.contains("alice"), "{message}");
+
+    // A run claiming bob that the gateway never sealed (anyone who may
+    // create SkillJobs can write the annotation): not his either.
+    let call = send(&env, request(Method::GET, &format!("/files/{NS}/{job}/out.txt"), "bob-token", AxumBody::empty(), None));
+    let (_, reply) = next(&mut env.api).await;
+    reply.send_response(ok(unsealed_run(&job, "system:serviceaccount:team:bob", "Succeeded")));
+    let (_, reply) = next(&mut env.api).await;
+    reply.send_response(not_found());
+    let (status, _, body) = call.await.unwrap();
+    assert_eq!((status, error_of(&body).0.as_str()), (StatusCode::NOT_FOUND, "job-not-found"), "a planted claim opens nothing");
 
     let call = send(&env, request(Method::PUT, &format!("/files/{NS}/{id}/in.txt"), "bob-token", AxumBody::from("x"), Some(1)));
     answer_draft_lookup(&mut env.api, NS, &id, draft(NS, &id, ALICE, json!([]))).await;

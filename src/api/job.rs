@@ -190,6 +190,22 @@ impl SkillJob {
         crate::core::package::digest(&serde_json::to_vec(&self.spec).unwrap_or_default())
     }
 
+    /// Names `principal` as the one who asked for the run and seals the
+    /// claim at `sealed_at` (Unix seconds): what the gateway does to every
+    /// SkillJob it writes (the name, namespace and spec must be final).
+    pub fn seal_owner(&mut self, seal: &OwnerSeal, principal: &str, sealed_at: i64) {
+        let claim = OwnerClaim {
+            namespace: self.metadata.namespace.as_deref().unwrap_or_default(),
+            name: self.metadata.name.as_deref().unwrap_or_default(),
+            principal,
+            spec_digest: &self.spec_digest(),
+        };
+        let sealed = seal.seal(&claim, sealed_at);
+        let annotations = self.metadata.annotations.get_or_insert_with(Default::default);
+        annotations.insert(REQUESTED_BY_ANNOTATION.to_string(), principal.to_string());
+        annotations.insert(OWNER_SEAL_ANNOTATION.to_string(), sealed);
+    }
+
     /// The principal the gateway sealed this SkillJob for, and when it
     /// sealed it: `Err` for a SkillJob nobody sealed (made with `kubectl`)
     /// and for one whose annotation claims a principal its seal does not

@@ -85,7 +85,7 @@ impl Stack {
     pub(crate) async fn start_artifacts(&mut self) {
         self.artifacts = Some(Process(
             Command::new(self.bin)
-                .args(["artifacts", "--listen", &format!("127.0.0.1:{}", self.artifacts_port)])
+                .args(["artifacts", "--listen", &format!("127.0.0.1:{}", self.artifacts_port), "--metrics-auth", "none"])
                 .args(["--registry", &format!("{}/jobs", self.registry.addr), "--plain-http"])
                 .arg("--token-key-file")
                 .arg(&self.key)
@@ -123,7 +123,15 @@ impl Stack {
         };
         Process(
             command
-                .args(["controller", "--listen", &format!("127.0.0.1:{metrics_port}")])
+                .args([
+                    "controller",
+                    "--listen",
+                    &format!("127.0.0.1:{metrics_port}"),
+                    "--metrics-auth",
+                    "none",
+                    "--network-policy-probe",
+                    "false",
+                ])
                 .args([
                     "--operator-image",
                     "registry.local/skill-operator@sha256:0000000000000000000000000000000000000000000000000000000000000000",

@@ -133,20 +133,11 @@ fn ready(conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition
     conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True").then_some(())
 }
 
-/// Delete every SkillJob of our namespaces (the controller removes their
-/// finalizers), then the namespaces and the package.
+/// Delete our namespaces (their SkillJobs go with them: the controller
+/// removes their finalizers, at once in a namespace being deleted, even for
+/// one whose name it holds for a confirmation token), then the package.
 async fn clean(client: &Client, n: &Names) {
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    for ns in [n.a.as_str(), n.b.as_str()] {
-        let jobs: Api<SkillJob> = Api::namespaced(client.clone(), ns);
-        let _ = jobs.delete_collection(&DeleteParams::background(), &ListParams::default()).await;
-        wait_for(
-            || async { jobs.list(&ListParams::default()).await.map_or(Some(()), |l| l.items.is_empty().then_some(())) },
-            120,
-            "SkillJobs to go",
-        )
-        .await;
-    }
     for ns in [n.a.as_str(), n.b.as_str(), n.gw.as_str()] {
         let _ = namespaces.delete(ns, &DeleteParams::default()).await;
     }

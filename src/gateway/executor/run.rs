@@ -14,14 +14,12 @@ use super::names::{owner_label, ANNOTATION_SKILL, CREATED_BY, LABEL_CREATED_BY, 
 use super::record::{self, is_finished};
 use super::{KubeExecutor, OnDisconnect};
 use crate::api::job::{InputFile, SkillJob, SkillJobSpec};
-use crate::api::job::{OWNER_SEAL_ANNOTATION, REQUESTED_BY_ANNOTATION};
 use crate::api::outcome::{LaunchResult, RunOutcome};
 use crate::artifacts::operator::ArtifactStore;
 use crate::controller::decide::{inputs_mismatch, is_final};
 use crate::controller::skilljob::{CANCEL_ANNOTATION, FINALIZER, INPUTS_STAGED_ANNOTATION};
 use crate::core::fence::RunPlan;
 use crate::core::limits::STREAM_CAP;
-use crate::core::owner::OwnerClaim;
 use crate::jobs::{JobError, JobState, OutputListing};
 use crate::mcp::executor::{Caller, ProgressUpdate, RunControl, RunReport};
 
@@ -43,8 +41,6 @@ impl KubeExecutor {
 
     pub(super) fn new_skilljob(&self, caller: &Caller, name: &str, skill: &str, spec: SkillJobSpec) -> SkillJob {
         let mut sj = SkillJob::new(name, spec);
-        let claim = OwnerClaim { namespace: &self.options.namespace, name, principal: &caller.principal, spec_digest: &sj.spec_digest() };
-        let seal = self.options.owner_seal.seal(&claim, k8s_openapi::jiff::Timestamp::now().as_second());
         sj.metadata = ObjectMeta {
             name: Some(name.to_string()),
             namespace: Some(self.options.namespace.clone()),
@@ -52,16 +48,13 @@ impl KubeExecutor {
                 (LABEL_CREATED_BY.to_string(), CREATED_BY.to_string()),
                 (LABEL_OWNER.to_string(), owner_label(&caller.principal)),
             ])),
-            annotations: Some(BTreeMap::from([
-                (REQUESTED_BY_ANNOTATION.to_string(), caller.principal.clone()),
-                (OWNER_SEAL_ANNOTATION.to_string(), seal),
-                (ANNOTATION_SKILL.to_string(), skill.to_string()),
-            ])),
+            annotations: Some(BTreeMap::from([(ANNOTATION_SKILL.to_string(), skill.to_string())])),
             // Made with the controller's finalizer, so the controller need
             // not add it: one API write fewer per run.
             finalizers: Some(vec![FINALIZER.to_string()]),
             ..Default::default()
         };
+        sj.seal_owner(&self.options.owner_seal, &caller.principal, k8s_openapi::jiff::Timestamp::now().as_second());
         // The calling request's trace goes on with the run (the controller parents its spans on it).
         if let Some(traceparent) = crate::telemetry::current_traceparent() {
             sj.annotations_mut().insert(crate::telemetry::TRACEPARENT_ANNOTATION.to_string(), traceparent);
