@@ -87,7 +87,7 @@ fn the_build_runs_image_deps_under_the_launcher_with_the_index_only() {
     let pod = build_pod(&build_params());
     let cmd = command(container(&pod, CONTAINER_BUILD));
     let split = cmd.iter().position(|a| *a == "--").unwrap();
-    assert_eq!(&cmd[..3], ["/tools/skill-operator", "launch", "--result"]);
+    assert_eq!(&cmd[..3], ["/tools/skill-operator", "launch", "--timeout"]);
     let allowed: Vec<&str> = cmd[..split].windows(2).filter(|w| w[0] == "--allow-env").map(|w| w[1]).collect();
     assert_eq!(allowed, ["HOME", "TMPDIR", "PATH"], "nothing else of the container's environment reaches pip");
     let deps = &cmd[split + 1..];

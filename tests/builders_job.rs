@@ -321,14 +321,14 @@ fn upload_is_a_native_sidecar_after_fetch() {
 }
 
 #[test]
-fn upload_mounts_work_result_and_token_read_only() {
+fn upload_reads_work_and_token_and_alone_writes_the_result() {
     let job = build_job(&params());
     let upload = container(pod(&job), CONTAINER_UPLOAD);
     let mounts: Vec<(&str, &str, Option<bool>)> =
         upload.volume_mounts.iter().flatten().map(|m| (m.name.as_str(), m.mount_path.as_str(), m.read_only)).collect();
     assert_eq!(
         mounts,
-        [("work", "/work", Some(true)), ("result", "/result", Some(true)), ("token", "/var/run/skill-operator", Some(true))]
+        [("work", "/work", Some(true)), ("result", "/result", Some(false)), ("token", "/var/run/skill-operator", Some(true))]
     );
 }
 
@@ -359,8 +359,6 @@ fn run_is_the_only_main_container_and_uses_the_launcher() {
         [
             "/tools/skill-operator",
             "launch",
-            "--result",
-            "/result/result.json",
             "--timeout",
             "60",
             "--allow-env",
@@ -442,7 +440,6 @@ fn run_mounts_package_and_tools_read_only() {
             ("package", "/package", Some(true)),
             ("work", "/work", Some(false)),
             ("tmp", "/tmp", Some(false)),
-            ("result", "/result", Some(false)),
             ("tools", "/tools", Some(true)),
         ]
     );

@@ -61,7 +61,7 @@ async fn a_principal_over_its_call_limit_is_refused_and_another_is_not() {
     assert_eq!(bob.call("skill_list", json!({})).await["error"]["data"]["principal"], "bob");
 
     let metrics_url = server.url.replace("/mcp", "/metrics");
-    let metrics = alice.http.get(&metrics_url).send().await.unwrap().text().await.unwrap();
+    let metrics = alice.http.get(&metrics_url).bearer_auth(ALICE).send().await.unwrap().text().await.unwrap();
     assert!(metrics.contains("skill_operator_serve_rate_limited_total{limit=\"calls\"} 3"), "{metrics}");
 }
 
