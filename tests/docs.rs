@@ -341,3 +341,109 @@ fn the_quickstart_script_runs_the_readme_lines() {
     }
     assert!(script.contains(QUICKSTART_AGENT), "{QUICKSTART_SCRIPT} does not run {QUICKSTART_AGENT}, the README's agent");
 }
+
+/// The first line installs the chart this tree releases: where the release
+/// pipeline pushes it, at the version Chart.yaml gives.
+#[test]
+fn the_quickstart_installs_this_charts_release() {
+    let (commands, _) = quickstart(&read("README.md"));
+    let chart = read("charts/skill-operator/Chart.yaml");
+    let version = chart.lines().find_map(|l| l.strip_prefix("version: ")).expect("Chart.yaml has a version").trim();
+    let install = format!(
+        "helm install skills {} --version {version} -n skill-operator --create-namespace --wait",
+        skill_operator::image::self_image::RELEASE_CHART
+    );
+    assert_eq!(commands.first(), Some(&install), "the README's first quickstart line is not the release's install line");
+}
+
+/// The path without the release registry: build the archive, load it, and
+/// install the clone's chart with the flags the build printed; the test
+/// script runs these lines too.
+#[test]
+fn the_archive_quickstart_is_what_the_script_runs() {
+    let out =
+        std::process::Command::new("bash").arg(root().join(QUICKSTART_EXTRACTOR)).args(["--block", "archive"]).output().expect("run bash");
+    assert!(out.status.success(), "{QUICKSTART_EXTRACTOR} --block archive: {}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(lines[0].contains("image self --archive skill-operator.tar >helm-flags"), "{}", lines[0]);
+    assert!(lines[2].starts_with("helm install skills charts/skill-operator ") && lines[2].ends_with("$(cat helm-flags)"), "{}", lines[2]);
+    let script = read(QUICKSTART_SCRIPT);
+    assert!(script.contains("--block archive"), "{QUICKSTART_SCRIPT} does not run the README's archive quickstart");
+    // Every loader the README names is one `image self --archive` names too.
+    let readme = read("README.md");
+    for loader in ["kind load image-archive", "k3d image import", "minikube image load", "ctr -n k8s.io images import"] {
+        assert!(readme.contains(&format!("{loader} skill-operator.tar")), "the README does not show {loader}");
+    }
+}
+
+/// The fenced block after `<!-- client: NAME -->` in docs/gateway.md.
+fn client_block(doc: &str, name: &str) -> String {
+    let marker = format!("<!-- client: {name} -->\n");
+    let from = doc.find(&marker).unwrap_or_else(|| panic!("docs/gateway.md has no {marker:?}")) + marker.len();
+    let rest = &doc[from..];
+    let body = rest.find('\n').map(|i| &rest[i + 1..]).expect("a fenced block after the marker");
+    body[..body.find("```\n").expect("the block is closed")].to_string()
+}
+
+/// The connection settings docs/gateway.md gives each MCP client, checked
+/// by shape: each parses as its client's format (JSON, TOML through
+/// Python's tomllib, a command line), names the quick start's endpoint,
+/// speaks Streamable HTTP, and takes the token from the environment or a
+/// prompt, never a literal.
+#[test]
+fn the_client_configs_have_each_clients_shape() {
+    const URL: &str = "http://localhost:8090/mcp/skills-demo";
+    let doc = read("docs/gateway.md");
+    let json = |name: &str| -> serde_json::Value {
+        serde_json::from_str(&client_block(&doc, name)).unwrap_or_else(|e| panic!("{name}: not JSON: {e}"))
+    };
+
+    let claude = json("claude-code-json");
+    let s = &claude["mcpServers"]["skills"];
+    assert_eq!((s["type"].as_str(), s["url"].as_str()), (Some("http"), Some(URL)), "{claude}");
+    assert_eq!(s["headers"]["Authorization"], "Bearer ${SKILLS_TOKEN}");
+
+    let cursor = json("cursor");
+    let s = &cursor["mcpServers"]["skills"];
+    assert_eq!(s["url"], URL);
+    assert!(s.get("command").is_none(), "a URL server, not a command");
+    assert_eq!(s["headers"]["Authorization"], "Bearer ${env:SKILLS_TOKEN}");
+
+    let vscode = json("vscode");
+    let s = &vscode["servers"]["skills"];
+    assert_eq!((s["type"].as_str(), s["url"].as_str()), (Some("http"), Some(URL)), "{vscode}");
+    let auth = s["headers"]["Authorization"].as_str().unwrap();
+    let input = auth.strip_prefix("Bearer ${input:").and_then(|r| r.strip_suffix('}')).expect("the token from an input");
+    let declared = vscode["inputs"].as_array().unwrap().iter().find(|i| i["id"] == input).expect("the input is declared");
+    assert_eq!((declared["type"].as_str(), declared["password"].as_bool()), (Some("promptString"), Some(true)));
+
+    let toml = client_block(&doc, "codex");
+    let parsed = std::process::Command::new("python3")
+        .args(["-c", "import json, sys, tomllib; print(json.dumps(tomllib.loads(sys.stdin.read())))"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(toml.as_bytes())?;
+            c.wait_with_output()
+        })
+        .expect("python3 with tomllib");
+    assert!(parsed.status.success(), "codex: not TOML");
+    let codex: serde_json::Value = serde_json::from_slice(&parsed.stdout).unwrap();
+    assert_eq!(codex["mcp_servers"]["skills"], serde_json::json!({"url": URL, "bearer_token_env_var": "SKILLS_TOKEN"}));
+
+    for (name, program, must) in [
+        ("claude-code-cli", "claude", &["mcp", "add", "--transport", "http", "skills", URL, "--header"][..]),
+        ("inspector", "npx", &["@modelcontextprotocol/inspector", "--cli", URL, "--transport", "http", "--header"][..]),
+    ] {
+        let line = client_block(&doc, name);
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(words.first(), Some(&program), "{name}: {line}");
+        for w in must {
+            assert!(words.contains(w), "{name}: no {w} in {line}");
+        }
+        assert!(line.contains("\"Authorization: Bearer $SKILLS_TOKEN\""), "{name}: the token from the environment: {line}");
+    }
+}

@@ -128,3 +128,92 @@ fn our_library_resolution_matches_the_dynamic_loader() {
     let theirs: BTreeSet<(String, PathBuf)> = loader_list(bin).into_iter().collect();
     assert_eq!(ours, theirs);
 }
+
+/// `image self --archive FILE`: what it prints, and the file as the real
+/// readers see it (skopeo's `oci-archive:` and `docker-archive:`
+/// transports, the two formats containerd's and Docker's loaders read).
+fn image_self_archive(out: &Path) -> (String, String) {
+    let done = Command::new(BIN).args(["image", "self", "--archive"]).arg(out).output().unwrap();
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    (String::from_utf8_lossy(&done.stdout).trim().to_string(), String::from_utf8_lossy(&done.stderr).into_owned())
+}
+
+#[tokio::test]
+async fn the_archive_is_the_pushed_image_under_a_local_tag_and_prints_its_helm_flags() {
+    if !have_tools("the_archive_is_the_pushed_image_under_a_local_tag_and_prints_its_helm_flags", &["skopeo"]) {
+        return;
+    }
+    let reg = TestRegistry::start().await;
+    let pushed = image_self(&reg, "v1");
+    let digest = pushed.split_once('@').unwrap().1.to_string();
+    let work = tempfile::tempdir().unwrap();
+    let file = work.path().join("skill-operator.tar");
+    let (flags, explained) = image_self_archive(&file);
+
+    // The flags: the chart's repository, a tag no release uses, naming this digest.
+    let tag = format!("{}-local.{}", env!("CARGO_PKG_VERSION"), &digest["sha256:".len()..][..12]);
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    assert_eq!(
+        flags,
+        format!(
+            "--set image.repository={} --set image.tag={tag} --set image.digest= --set image.architecture={arch}",
+            skill_operator::image::self_image::RELEASE_REPOSITORY
+        )
+    );
+    for line in ["kind load image-archive", "k3d image import", "minikube image load", "ctr -n k8s.io images import"] {
+        assert!(explained.contains(&format!("{line} {}", file.display())), "{line}: {explained}");
+    }
+
+    // The OCI side: the very manifest the registry holds.
+    let name = format!("{}:{tag}", skill_operator::image::self_image::RELEASE_REPOSITORY);
+    let oci = format!("oci-archive:{}:{tag}", file.display());
+    let from_archive = run(Command::new("skopeo").args(["inspect", "--raw"]).arg(&oci));
+    let raw: serde_json::Value = serde_json::from_str(&from_archive).unwrap();
+    assert_eq!(raw, skopeo_raw(&pushed), "the archive holds the pushed manifest");
+    assert_eq!(sha256(from_archive.trim_end().as_bytes()), digest, "byte for byte");
+    // The Docker side: manifest.json names the image; the image copies out whole.
+    let inspected = run(Command::new("skopeo").args(["inspect"]).arg(format!("docker-archive:{}", file.display())));
+    let inspected: serde_json::Value = serde_json::from_str(&inspected).unwrap();
+    assert_eq!(inspected["Architecture"], arch);
+    run(Command::new("skopeo")
+        .args(["copy", "--quiet", "--dest-tls-verify=false"])
+        .arg(format!("docker-archive:{}:{name}", file.display()))
+        .arg(format!("docker://{}", reg.reference("ops/from-docker-archive:x"))));
+    let copied = skopeo_config(&reg.reference("ops/from-docker-archive:x"), arch);
+    assert_eq!(copied["config"]["User"], "65532:65532");
+
+    // Deterministic: the same binary writes the same bytes.
+    let again = work.path().join("again.tar");
+    assert_eq!(image_self_archive(&again).0, flags);
+    assert_eq!(std::fs::read(&again).unwrap(), std::fs::read(&file).unwrap());
+}
+
+#[test]
+fn a_bad_archive_request_says_what_to_do_and_writes_nothing() {
+    let work = tempfile::tempdir().unwrap();
+    let missing = work.path().join("no-such-dir/out.tar");
+    let done = Command::new(BIN).args(["image", "self", "--archive"]).arg(&missing).output().unwrap();
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert!(!done.status.success());
+    assert!(err.contains("cannot write the image archive") && err.contains("check that its directory exists"), "{err}");
+    assert!(done.stdout.is_empty(), "no flags for an archive that was not written");
+    // An existing file is left as it was when the write fails half way: a
+    // directory in its place cannot be replaced.
+    let dir_in_place = work.path().join("taken");
+    std::fs::create_dir(&dir_in_place).unwrap();
+    std::fs::write(dir_in_place.join("keep"), b"x").unwrap();
+    let done = Command::new(BIN).args(["image", "self", "--archive"]).arg(&dir_in_place).output().unwrap();
+    assert!(!done.status.success());
+    assert_eq!(std::fs::read(dir_in_place.join("keep")).unwrap(), b"x");
+    assert_eq!(std::fs::read_dir(work.path()).unwrap().count(), 1, "no temporary file left behind");
+    // Push and archive are one or the other.
+    let both = Command::new(BIN).args(["image", "self", "--archive", "x.tar", "--registry", "127.0.0.1:1/x"]).output().unwrap();
+    assert!(!both.status.success());
+    assert!(String::from_utf8_lossy(&both.stderr).contains("cannot be used with"), "{}", String::from_utf8_lossy(&both.stderr));
+    let neither = Command::new(BIN).args(["image", "self"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&neither.stderr).contains("--registry"), "{}", String::from_utf8_lossy(&neither.stderr));
+}

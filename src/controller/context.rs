@@ -73,6 +73,8 @@ impl ResolveError {
 pub struct OperatorConfig {
     /// The image holding this binary (init and sidecar containers).
     pub operator_image: String,
+    /// How run, build and probe pods pull it (`None`: pinned → IfNotPresent, tag → Always).
+    pub operator_image_pull_policy: Option<String>,
     /// The artifact endpoint URL pods use for inputs and outputs.
     pub artifact_endpoint: String,
     /// The port the artifact endpoint's pods listen on (the NetworkPolicy's

@@ -42,6 +42,7 @@ fn context_with(artifacts: Arc<dyn super::context::ArtifactStore>) -> (Arc<Conte
     let client = Client::new(service, "default");
     let config = OperatorConfig {
         operator_image: "registry.example/skill-operator@sha256:0000000000000000000000000000000000000000000000000000000000000000".into(),
+        operator_image_pull_policy: None,
         artifact_endpoint: "http://10.96.0.10:8443".into(),
         artifact_port: 8443,
         operator_namespace: "skill-system".into(),

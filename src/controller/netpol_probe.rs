@@ -161,7 +161,8 @@ async fn run(ctx: &Context, ns: &str, target: &str) -> Result<NetworkPolicyEnfor
     }
     // The policy first: the pod never exists without it.
     create_again(&policies, &deny_all(ns, &nonce)).await?;
-    create_again(&pods, &probe_pod(ns, &nonce, &ctx.config.operator_image, target)).await?;
+    create_again(&pods, &probe_pod(ns, &nonce, &ctx.config.operator_image, ctx.config.operator_image_pull_policy.as_deref(), target))
+        .await?;
     let ended = kube::runtime::wait::await_condition(pods.clone(), PROBE_NAME, |pod: Option<&Pod>| pod.and_then(finding).is_some());
     let deadline = Duration::from_secs(PROBE_DEADLINE_SECS as u64 + 30);
     match tokio::time::timeout(deadline, ended).await {

@@ -96,6 +96,10 @@ pub struct ControllerArgs {
     /// This binary's image (init and sidecar containers of every run).
     #[arg(long, value_name = "IMAGE")]
     pub operator_image: String,
+    /// How run pods pull --operator-image (the operator's own pods' policy; default: IfNotPresent
+    /// when pinned by digest, else Always). Never: an image loaded onto the nodes is never pulled.
+    #[arg(long, value_name = "POLICY", value_parser = crate::controller::builders::PULL_POLICIES)]
+    pub operator_image_pull_policy: Option<String>,
     /// The artifact endpoint runs reach (pods have no DNS: an IP, or a name resolved here at start-up).
     #[arg(long, value_name = "URL")]
     pub artifact_endpoint: String,
@@ -443,6 +447,7 @@ pub async fn command(args: ControllerArgs, shutdown: crate::shutdown::Shutdown) 
     );
     let config = OperatorConfig {
         operator_image: args.operator_image,
+        operator_image_pull_policy: args.operator_image_pull_policy,
         artifact_endpoint,
         artifact_port,
         operator_namespace: args.operator_namespace,

@@ -163,30 +163,37 @@ pub struct ResolvedBase {
 /// Resolves `spec` for `platforms` (see the module docs).
 pub async fn resolve(remote: &Remote, spec: &BaseSpec, platforms: &[Platform]) -> Result<ResolvedBase> {
     let name = match spec {
-        BaseSpec::Empty { platform } => {
-            let config = serde_json::json!({
-                "architecture": platform.architecture,
-                "os": platform.os,
-                "created": super::limits::FIXED_CREATED,
-                "config": {},
-                "rootfs": { "type": "layers", "diff_ids": [] },
-                "history": [],
-            });
-            let mut config = config;
-            if let (Some(v), Some(obj)) = (&platform.variant, config.as_object_mut()) {
-                obj.insert("variant".into(), v.clone().into());
-            }
-            let image = BaseImage { platform: platform.clone(), manifest_digest: None, config, layers: Vec::new(), flavor: Flavor::None };
-            return Ok(ResolvedBase { reference: None, name: None, digest: None, is_index: false, images: vec![image] });
-        }
+        BaseSpec::Empty { platform } => return Ok(resolve_empty(platform)),
         BaseSpec::Image(name) => name,
     };
+    resolve_image(remote, name, platforms).await
+}
+
+/// The empty base (`scratch`) for one platform: no registry call.
+pub fn resolve_empty(platform: &Platform) -> ResolvedBase {
+    let config = serde_json::json!({
+        "architecture": platform.architecture,
+        "os": platform.os,
+        "created": super::limits::FIXED_CREATED,
+        "config": {},
+        "rootfs": { "type": "layers", "diff_ids": [] },
+        "history": [],
+    });
+    let mut config = config;
+    if let (Some(v), Some(obj)) = (&platform.variant, config.as_object_mut()) {
+        obj.insert("variant".into(), v.clone().into());
+    }
+    let image = BaseImage { platform: platform.clone(), manifest_digest: None, config, layers: Vec::new(), flavor: Flavor::None };
+    ResolvedBase { reference: None, name: None, digest: None, is_index: false, images: vec![image] }
+}
+
+async fn resolve_image(remote: &Remote, name: &str, platforms: &[Platform]) -> Result<ResolvedBase> {
     if platforms.is_empty() {
         return Err(ImageError::invalid("no platforms asked for"));
     }
     let r = parse_ref(name)?;
     let top = remote.get_manifest(&r).await?;
-    let bad = |detail: String| ImageError::Base { reference: name.clone(), detail };
+    let bad = |detail: String| ImageError::Base { reference: name.to_string(), detail };
     let v: Value = serde_json::from_slice(&top.body).map_err(|e| bad(format!("manifest is not JSON: {e}")))?;
     let media_type = media_type_of(&v, top.content_type.as_deref());
     if v.get("schemaVersion").and_then(Value::as_u64) != Some(2) {
@@ -220,7 +227,7 @@ pub async fn resolve(remote: &Remote, spec: &BaseSpec, platforms: &[Platform]) -
             }
             if chosen.is_empty() {
                 return Err(ImageError::NoPlatform {
-                    reference: name.clone(),
+                    reference: name.to_string(),
                     wanted: platforms.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
                     found: if found.is_empty() { "no image manifests".into() } else { found.join(", ") },
                 });
@@ -230,13 +237,13 @@ pub async fn resolve(remote: &Remote, spec: &BaseSpec, platforms: &[Platform]) -
                 let mr = r.clone_with_digest(digest.clone());
                 images.push(platform_image(remote, name, &mr, Some(platform)).await?);
             }
-            Ok(ResolvedBase { reference: Some(r), name: Some(name.clone()), digest: Some(top.digest), is_index: true, images })
+            Ok(ResolvedBase { reference: Some(r), name: Some(name.to_string()), digest: Some(top.digest), is_index: true, images })
         }
         OCI_MANIFEST | DOCKER_MANIFEST => {
             let image = image_from_manifest(remote, name, &r, &v, &media_type, top.digest.clone(), None).await?;
             Ok(ResolvedBase {
                 reference: Some(r),
-                name: Some(name.clone()),
+                name: Some(name.to_string()),
                 digest: Some(top.digest),
                 is_index: false,
                 images: vec![image],

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
+use super::archive::Archived;
 use super::base::{BaseSpec, Platform};
 use super::compose::{compose, ComposeSpec, Composed, ConfigPatch, SbomInput};
 use super::deps::{self, DepsOptions, DepsReport, DEPS_PREFIX};
@@ -14,7 +15,7 @@ use super::error::blocking;
 use super::layer::{self, LayerOptions};
 use super::limits::DEFAULT_USER;
 use super::remote::{parse_ref, Remote};
-use super::self_image::{push_self, SelfImageOptions};
+use super::self_image::{archive_self, push_self, SelfImageOptions};
 use super::verify::verify;
 use crate::oci::{registry_of, Auth, RegistryOptions};
 
@@ -25,6 +26,8 @@ pub const SKILL_PREFIX: &str = "skill";
 pub enum ImageCommand {
     /// Push an image of this binary: empty base, the binary and exactly its shared libraries,
     /// CA certificates, /etc/passwd for 65532, no shell, non-root. Prints the pinned reference.
+    /// With --archive, writes it to a file a cluster's loader imports instead, and prints the
+    /// `helm install` flags that use it.
     #[command(name = "self")]
     SelfImage(SelfArgs),
     /// Compose a run image: base (never downloaded) + skill layer (+ dependency layer),
@@ -53,10 +56,18 @@ pub struct RegistryArgs {
 #[derive(Debug, clap::Args)]
 pub struct SelfArgs {
     /// Repository to push to: HOST[:PORT]/REPO.
-    #[arg(long, value_name = "HOST/REPO")]
-    pub registry: String,
-    #[arg(long, value_name = "TAG")]
+    #[arg(long, value_name = "HOST/REPO", required_unless_present = "archive", conflicts_with = "archive")]
+    pub registry: Option<String>,
+    #[arg(long, value_name = "TAG", conflicts_with = "archive")]
     pub tag: Option<String>,
+    /// Write the image to FILE (OCI layout + Docker manifest.json) for `kind load image-archive`,
+    /// `k3d image import`, `minikube image load` or `ctr -n k8s.io images import`, instead of
+    /// pushing. Prints the `helm install` flags that use it on stdout.
+    #[arg(long, value_name = "FILE")]
+    pub archive: Option<PathBuf>,
+    /// The name the archive gives the image (the chart's image.repository).
+    #[arg(long, value_name = "HOST/REPO", default_value = super::self_image::RELEASE_REPOSITORY, requires = "archive")]
+    pub repository: String,
     /// The binary to package (default: this one).
     #[arg(long, value_name = "FILE", hide = true)]
     pub binary: Option<PathBuf>,
@@ -166,15 +177,25 @@ pub struct DepsArgs {
 pub async fn run(cmd: ImageCommand) -> anyhow::Result<()> {
     match cmd {
         ImageCommand::SelfImage(a) => {
-            let remote = remote(&a.registry_args, &[&a.registry])?;
             let mut opts = SelfImageOptions::current()?;
             if let Some(b) = a.binary {
                 opts.binary = b;
             }
             opts.ca_bundle = a.ca_bundle;
             opts.layer.spool_dir = a.spool_dir;
-            let composed = push_self(&remote, &a.registry, a.tag.as_deref(), opts).await?;
-            print(&composed, a.registry_args.json)
+            match (a.archive, a.registry) {
+                (Some(out), _) => {
+                    let repository = a.repository;
+                    let archived = super::error::blocking(move || archive_self(&repository, &opts, &out)).await?;
+                    print_archived(&archived, a.registry_args.json)
+                }
+                (None, Some(registry)) => {
+                    let remote = remote(&a.registry_args, &[&registry])?;
+                    let composed = push_self(&remote, &registry, a.tag.as_deref(), opts).await?;
+                    print(&composed, a.registry_args.json)
+                }
+                (None, None) => anyhow::bail!("give --registry HOST/REPO to push the image, or --archive FILE to write it to a file"),
+            }
         }
         ImageCommand::Compose(a) => compose_command(a).await,
         ImageCommand::Verify(a) => {
@@ -215,6 +236,40 @@ fn print(c: &Composed, json: bool) -> anyhow::Result<()> {
     } else {
         println!("{}", c.reference);
     }
+    Ok(())
+}
+
+/// The `helm install` flags that run the chart on an archive's image: its
+/// name, no digest (a loaded image has no registry to pin it in) and its
+/// architecture (the chart refuses a cluster with no node of it).
+pub fn helm_flags(a: &Archived) -> String {
+    let (repository, tag) = a.name.rsplit_once(':').unwrap_or((a.name.as_str(), ""));
+    format!(
+        "--set image.repository={repository} --set image.tag={tag} --set image.digest= --set image.architecture={}",
+        a.platform.architecture
+    )
+}
+
+/// stdout: the helm flags (or the JSON with them); stderr: what was
+/// written and how each cluster type loads it.
+fn print_archived(a: &Archived, json: bool) -> anyhow::Result<()> {
+    let flags = helm_flags(a);
+    let file = a.path.display();
+    if json {
+        let mut v = serde_json::to_value(a)?;
+        v["helmFlags"] = flags.into();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    eprintln!(
+        "wrote {file} ({} MiB): {} for {}/{} ({})\nload it into the cluster, one of:\n  kind load image-archive {file}\n  k3d image import {file}\n  minikube image load {file}\n  ctr -n k8s.io images import {file}    (on each node)\nthen add these flags to helm install (printed on stdout):",
+        a.size.div_ceil(1 << 20),
+        a.name,
+        a.platform.os,
+        a.platform.architecture,
+        a.digest
+    );
+    println!("{flags}");
     Ok(())
 }
 

@@ -193,13 +193,7 @@ pub async fn compose(remote: &Remote, spec: &ComposeSpec<'_>) -> Result<Composed
     tracing::info!(base = ?resolved.name, platforms = resolved.images.len(), target = %spec.repository, "composing");
 
     // Documents first (pure), then blobs, then manifests bottom-up.
-    let mut platform_docs = Vec::new();
-    for image in &resolved.images {
-        let config = canonical(&patch_config(image, spec, &resolved)?);
-        let config_digest = sha256_digest(&config);
-        let manifest = canonical(&manifest_json(image, spec, &resolved, &config_digest, config.len() as u64)?);
-        platform_docs.push((image, config, config_digest, manifest));
-    }
+    let platform_docs: Vec<_> = resolved.images.iter().zip(documents(spec, &resolved)?).collect();
 
     // Base blobs, deduplicated across platforms (sizes from descriptors).
     let mut base_blobs: BTreeMap<String, u64> = BTreeMap::new();
@@ -222,23 +216,23 @@ pub async fn compose(remote: &Remote, spec: &ComposeSpec<'_>) -> Result<Composed
         .buffer_unordered(UPLOAD_CONCURRENCY)
         .try_collect::<Vec<()>>()
         .await?;
-    for (_, config, _, _) in &platform_docs {
-        remote.ensure_bytes_blob(&target, config).await?;
+    for (_, docs) in &platform_docs {
+        remote.ensure_bytes_blob(&target, &docs.config).await?;
     }
 
     let mut images = Vec::new();
     let top_is_index = resolved.is_index;
-    for (image, _, config_digest, manifest) in &platform_docs {
+    for (image, docs) in &platform_docs {
         let tag = if top_is_index { None } else { spec.tag.as_deref() };
-        let digest = remote.ensure_manifest(&target, tag, manifest, OCI_MANIFEST).await?;
+        let digest = remote.ensure_manifest(&target, tag, &docs.manifest, OCI_MANIFEST).await?;
         images.push((
             ComposedImage {
                 platform: image.platform.clone(),
                 manifest_digest: digest,
-                config_digest: config_digest.clone(),
+                config_digest: docs.config_digest.clone(),
                 base_manifest_digest: image.manifest_digest.clone(),
             },
-            manifest.len() as u64,
+            docs.manifest.len() as u64,
         ));
     }
     let (digest, media_type, size) = if top_is_index {
@@ -281,7 +275,32 @@ pub async fn compose(remote: &Remote, spec: &ComposeSpec<'_>) -> Result<Composed
     })
 }
 
-fn check_spec(spec: &ComposeSpec<'_>) -> Result<()> {
+/// One platform's image config and manifest, as stored (canonical bytes).
+pub(crate) struct PlatformDocs {
+    pub config: Vec<u8>,
+    pub config_digest: String,
+    pub manifest: Vec<u8>,
+    pub manifest_digest: String,
+}
+
+/// The config and manifest of every platform of `resolved`, in its order:
+/// what [`compose`] pushes and what an image archive holds
+/// ([`super::archive`]), so the two can never differ.
+pub(crate) fn documents(spec: &ComposeSpec<'_>, resolved: &ResolvedBase) -> Result<Vec<PlatformDocs>> {
+    resolved
+        .images
+        .iter()
+        .map(|image| {
+            let config = canonical(&patch_config(image, spec, resolved)?);
+            let config_digest = sha256_digest(&config);
+            let manifest = canonical(&manifest_json(image, spec, resolved, &config_digest, config.len() as u64)?);
+            let manifest_digest = sha256_digest(&manifest);
+            Ok(PlatformDocs { config, config_digest, manifest, manifest_digest })
+        })
+        .collect()
+}
+
+pub(crate) fn check_spec(spec: &ComposeSpec<'_>) -> Result<()> {
     let user = &spec.config.user;
     let numeric = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     let ok = match user.split_once(':') {

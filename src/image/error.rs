@@ -46,6 +46,12 @@ pub enum ImageError {
     Elf { path: PathBuf, detail: String },
     #[error("{name} (needed by {needed_by}) not found in {searched}; install it or build a static binary")]
     LibraryNotFound { name: String, needed_by: String, searched: String },
+    #[error("cannot write the image archive {path}: {source}; check that its directory exists, is writable and has free space")]
+    ArchiveWrite {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("invalid compose request: {detail}")]
     Invalid { detail: String },
     #[error("background task failed: {detail}")]

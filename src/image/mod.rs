@@ -18,7 +18,8 @@
 //! - [`deps`]: the dependency step of the build Job (pip wheels only,
 //!   `npm ci --ignore-scripts`), no package code run.
 //! - [`self_image`]: the operator image on an empty base (ELF → the
-//!   libraries it links).
+//!   libraries it links). [`archive`]: an image written to one tar file
+//!   (OCI layout + Docker `manifest.json`) instead of pushed.
 //! - [`verify`]: download and check every blob of an image.
 //! - [`cli`]: `skill-operator image self|compose|verify` (and hidden `deps`).
 //! - [`limits`]: every cap and fixed value; [`error`]: [`ImageError`];
@@ -33,6 +34,7 @@
 //! verify(&Remote, reference)        -> VerifyReport
 //! ```
 
+pub mod archive;
 pub mod base;
 pub mod cli;
 pub mod compose;
@@ -54,5 +56,5 @@ pub use deps::{plan, DepsOptions, DepsPlan, DepsReport};
 pub use error::ImageError;
 pub use layer::{Layer, LayerOptions, LayerTree};
 pub use remote::{Remote, UploadReport};
-pub use self_image::{push_self, SelfImageOptions};
+pub use self_image::{archive_self, push_self, SelfImageOptions};
 pub use verify::{verify, VerifyReport};

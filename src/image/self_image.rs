@@ -33,12 +33,20 @@ use object::elf;
 use object::read::elf::{Dyn, FileHeader, ProgramHeader};
 use object::{Endianness, FileKind, ReadCache, ReadRef};
 
+use super::archive::Archived;
+use super::base::resolve_empty;
 use super::base::{BaseSpec, Platform};
-use super::compose::{compose, ComposeSpec, Composed, ConfigPatch, SbomInput};
+use super::compose::{compose, documents, ComposeSpec, Composed, ConfigPatch, SbomInput};
 use super::error::{blocking, ImageError, Result};
 use super::layer::{Layer, LayerOptions, LayerTree, Source};
 use super::limits::{DEFAULT_USER, MAX_LD_CACHE_BYTES, MAX_SHARED_LIBS, NONROOT_ID};
 use super::remote::Remote;
+
+/// Where the project publishes the operator image (the chart's default
+/// `image.repository`; tests/chart checks the two agree).
+pub const RELEASE_REPOSITORY: &str = "ghcr.io/skill-operator/skill-operator";
+/// Where the project publishes the chart, as an OCI artifact.
+pub const RELEASE_CHART: &str = "oci://ghcr.io/skill-operator/charts/skill-operator";
 
 /// Where the binary goes in the image.
 pub const BINARY_PATH: &str = "/usr/local/bin/skill-operator";
@@ -309,10 +317,38 @@ pub fn self_layer(opts: &SelfImageOptions) -> Result<(Layer, Platform)> {
 /// tagged); returns what [`compose`] returns.
 pub async fn push_self(remote: &Remote, repository: &str, tag: Option<&str>, opts: SelfImageOptions) -> Result<Composed> {
     let (layer, platform) = blocking(move || self_layer(&opts)).await?;
+    let mut spec = self_spec(&layer, platform, repository);
+    spec.tag = tag.map(str::to_string);
+    spec.sbom = Some(SbomInput::default());
+    compose(remote, &spec).await
+}
+
+/// Writes the operator image to the archive `out` (blocking), named
+/// `repository:<version>-local.<12 hex of its digest>`: a tag no release
+/// uses, so a loaded archive never stands in for a published image of the
+/// same version, and two different builds never share a tag.
+pub fn archive_self(repository: &str, opts: &SelfImageOptions, out: &Path) -> Result<Archived> {
+    let (layer, platform) = self_layer(opts)?;
+    let resolved = resolve_empty(&platform);
+    let mut spec = self_spec(&layer, platform, repository);
+    let docs = documents(&spec, &resolved)?;
+    let digest = docs.first().map(|d| d.manifest_digest.clone()).ok_or_else(|| ImageError::invalid("no image was composed"))?;
+    spec.tag = Some(local_tag(&digest));
+    super::archive::write(&spec, out)
+}
+
+/// The tag [`archive_self`] gives an image of `digest`.
+pub fn local_tag(digest: &str) -> String {
+    let hex = digest.trim_start_matches("sha256:");
+    format!("{}-local.{}", env!("CARGO_PKG_VERSION"), &hex[..hex.len().min(12)])
+}
+
+/// The operator image on the empty base: one layer, non-root, the binary
+/// as its entrypoint. Push and archive share it, so they make one image.
+fn self_spec<'a>(layer: &'a Layer, platform: Platform, repository: &str) -> ComposeSpec<'a> {
     let mut spec = ComposeSpec::new(BaseSpec::Empty { platform: platform.clone() }, repository);
     spec.platforms = vec![platform];
-    spec.tag = tag.map(str::to_string);
-    spec.layers = vec![&layer];
+    spec.layers = vec![layer];
     spec.config = ConfigPatch {
         user: DEFAULT_USER.into(),
         working_dir: Some("/".into()),
@@ -324,8 +360,7 @@ pub async fn push_self(remote: &Remote, repository: &str, tag: Option<&str>, opt
         entrypoint: Some(vec![BINARY_PATH.into()]),
         cmd: None,
     };
-    spec.sbom = Some(SbomInput::default());
-    compose(remote, &spec).await
+    spec
 }
 
 #[cfg(test)]
@@ -341,6 +376,17 @@ mod tests {
         let libs = resolve_libraries(&exe, Path::new("/")).unwrap();
         assert!(libs.keys().any(|k| k.ends_with("/libc.so.6")), "{libs:?}");
         assert!(libs.contains_key(info.interpreter.as_deref().unwrap()));
+    }
+
+    #[test]
+    fn the_charts_default_image_is_the_release_repository() {
+        let values = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/charts/skill-operator/values.yaml")).unwrap();
+        let values: serde_json::Value = serde_norway::from_str(&values).unwrap();
+        assert_eq!(values["image"]["repository"], RELEASE_REPOSITORY);
+        let chart = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/charts/skill-operator/Chart.yaml")).unwrap();
+        let chart: serde_json::Value = serde_norway::from_str(&chart).unwrap();
+        assert_eq!(chart["appVersion"], env!("CARGO_PKG_VERSION"), "the chart runs the image of this version");
+        assert_eq!(local_tag("sha256:0123456789abcdef"), format!("{}-local.0123456789ab", env!("CARGO_PKG_VERSION")));
     }
 
     #[test]

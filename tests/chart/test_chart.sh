@@ -192,6 +192,8 @@ check "checks (no values at all)" rendered none \
   --expect store=pvc --expect samples=5 --expect gateway-pdb=present --expect gateway-netpol=present \
   --expect artifacts-arg=--sample-packages=/etc/skill-operator/samples/skillpackages.json \
   --expect "controller-arg=--artifact-endpoint=http://$RELEASE-skill-operator-artifacts.$NS.svc:8443" \
+  --expect "controller-arg=--operator-image=ghcr.io/skill-operator/skill-operator:$(sed -n 's/^appVersion: "\(.*\)"$/\1/p' "$CHART/Chart.yaml")" \
+  --expect controller-arg=--operator-image-pull-policy=IfNotPresent \
   --expect no-gateway-arg=--token-audience --expect no-gateway-arg=--allow-anonymous
 check "checks (an external registry)" rendered registry --expect store=absent --expect samples=0 \
   --expect artifacts-arg=--registry=registry.example.com/skill-operator/artifacts
@@ -302,7 +304,7 @@ check "checks (gateway on, artifacts without get skilljobs or samples)" rendered
   --expect artifacts-grants=authentication.k8s.io/tokenreviews,authorization.k8s.io/subjectaccessreviews --expect artifacts-arg=--pod-tokens \
   --expect no-controller-arg=--egress-proxy --expect no-controller-arg=--egress-cilium \
   --expect nsrule=controller-cilium:cilium.io:ciliumnetworkpolicies: \
-  --expect controller-arg=--operator-image=ghcr.io/example/skill-operator:1.2.3
+  --expect controller-arg=--operator-image=ghcr.io/skill-operator/skill-operator:1.2.3
 check "checks (gateway off)" rendered gw-off --expect gateway=absent \
   --expect kinds=ClusterRole,ClusterRoleBinding,ConfigMap,CustomResourceDefinition,Deployment,NetworkPolicy,PersistentVolumeClaim,Role,RoleBinding,Secret,Service,ServiceAccount,ValidatingAdmissionPolicy,ValidatingAdmissionPolicyBinding
 check "checks (gateway: 1 replica, no NetworkPolicy, no per-namespace limits)" rendered gw-one \

@@ -310,6 +310,7 @@ impl Stack {
             skill_operator::controller::run::probe_image_volumes(client, skill_operator::controller::decide::ImageVolumes::Auto).await;
         let config = OperatorConfig {
             operator_image: operator_image.to_string(),
+            operator_image_pull_policy: None,
             artifact_endpoint: endpoint.clone(),
             artifact_port: port,
             operator_namespace: id.to_string(),

@@ -272,6 +272,7 @@ pub(crate) fn spawn_context(ctx: Arc<Context>) -> tokio::task::JoinHandle<()> {
 pub(crate) fn operator_config() -> OperatorConfig {
     OperatorConfig {
         operator_image: "registry.local/skill-operator@sha256:0000000000000000000000000000000000000000000000000000000000000000".into(),
+        operator_image_pull_policy: None,
         artifact_endpoint: "http://10.0.0.10:8443".into(),
         artifact_port: 8443,
         operator_namespace: "skill-system".into(),

@@ -353,6 +353,7 @@ pub(crate) async fn setup_named(what: &str, prefix: &str) -> Option<Setup> {
     // The controller, in process.
     let config = OperatorConfig {
         operator_image,
+        operator_image_pull_policy: None,
         artifact_endpoint: endpoint.clone(),
         artifact_port: endpoint_port,
         operator_namespace: n.gw.as_str().into(),

@@ -103,6 +103,8 @@ pub struct BuildParams {
     pub base_image: String,
     /// This project's image (fetch and upload; its binary is copied into `build`).
     pub operator_image: String,
+    /// How the kubelet pulls it (see [`super::job::JobParams::operator_pull_policy`]).
+    pub operator_pull_policy: Option<String>,
     /// Artifact endpoint base URL (an IP literal or a `host_aliases` name).
     pub artifact_endpoint: String,
     /// Secret holding the per-build token under key `token`.
@@ -134,6 +136,7 @@ impl Default for BuildParams {
             owner: OwnerReference::default(),
             base_image: String::new(),
             operator_image: String::new(),
+            operator_pull_policy: None,
             artifact_endpoint: String::new(),
             token_secret: String::new(),
             service_account: String::new(),
@@ -292,7 +295,7 @@ fn helper(p: &BuildParams, name: &str, sub: &str, rest: &[&str], mounts: Vec<k8s
     Container {
         name: name.into(),
         image: Some(p.operator_image.clone()),
-        image_pull_policy: Some(pull_policy(&p.operator_image)),
+        image_pull_policy: Some(super::job::operator_pull_policy(&p.operator_image, p.operator_pull_policy.as_deref())),
         command: Some(head.iter().chain(rest).map(|s| s.to_string()).collect()),
         volume_mounts: Some(mounts),
         security_context: Some(restricted_security(p.run_as_user, p.run_as_group)),

@@ -243,6 +243,9 @@ pub struct JobParams {
     pub run_image: String,
     /// This project's own image (fetch and upload; its binary is copied into `run`).
     pub operator_image: String,
+    /// How the kubelet pulls it (`None`: [`pull_policy`]'s rule); the
+    /// operator's own pods' policy, so a loaded image is never pulled.
+    pub operator_pull_policy: Option<String>,
     /// Absolute interpreter path in the run image, e.g. `/usr/bin/python3`.
     pub interpreter: String,
     /// Script path relative to the package root, e.g. `scripts/report.py`.
@@ -300,6 +303,7 @@ impl Default for JobParams {
             owner: OwnerReference::default(),
             run_image: String::new(),
             operator_image: String::new(),
+            operator_pull_policy: None,
             interpreter: String::new(),
             script: String::new(),
             args: Vec::new(),
@@ -404,6 +408,11 @@ impl JobParams {
         for (field, image) in [("run_image", &self.run_image), ("operator_image", &self.operator_image)] {
             if image.is_empty() || image.chars().any(|c| c.is_whitespace() || c.is_control()) {
                 return Err(Error::InvalidImage { field, value: image.clone() });
+            }
+        }
+        if let Some(policy) = &self.operator_pull_policy {
+            if !PULL_POLICIES.contains(&policy.as_str()) {
+                return Err(Error::InvalidImage { field: "operator_pull_policy", value: policy.clone() });
             }
         }
         require_quantity("resources.cpu", &self.resources.cpu)?;
@@ -712,8 +721,17 @@ pub(super) fn guaranteed(cpu: &str, memory: &str, ephemeral: &str) -> ResourceRe
     ResourceRequirements { requests: Some(map.clone()), limits: Some(map), claims: None }
 }
 
+/// The kubelet's image pull policies.
+pub const PULL_POLICIES: [&str; 3] = ["Always", "IfNotPresent", "Never"];
+
 pub(super) fn pull_policy(image: &str) -> String {
     if image.contains("@sha256:") { "IfNotPresent" } else { "Always" }.into()
+}
+
+/// The operator image's policy: the one the admin gave the operator's own
+/// pods (`--operator-image-pull-policy`), else [`pull_policy`]'s rule.
+pub(crate) fn operator_pull_policy(image: &str, given: Option<&str>) -> String {
+    given.map_or_else(|| pull_policy(image), str::to_string)
 }
 
 pub(super) fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
@@ -724,7 +742,7 @@ pub(super) fn helper_container(p: &JobParams, name: &str, command: Vec<String>, 
     Container {
         name: name.into(),
         image: Some(p.operator_image.clone()),
-        image_pull_policy: Some(pull_policy(&p.operator_image)),
+        image_pull_policy: Some(operator_pull_policy(&p.operator_image, p.operator_pull_policy.as_deref())),
         command: Some(command),
         volume_mounts: Some(mounts),
         security_context: Some(container_security(p)),

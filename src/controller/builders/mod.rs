@@ -34,7 +34,7 @@ pub mod probe;
 pub mod warm;
 
 pub use build_job::{build_build_job, BuildNetPolParams, BuildParams, IndexAddress};
-pub use job::{build_job, job_name, pod_selector_labels, EnvGrant, JobParams, PackageDelivery, RunResources};
+pub use job::{build_job, job_name, pod_selector_labels, EnvGrant, JobParams, PackageDelivery, RunResources, PULL_POLICIES};
 pub use network_policy::{build_network_policies, build_service_account, NetPolParams, Peer, RUNS_EGRESS_POLICY, RUNS_POLICY};
 pub use pod_security::{hardening_violations, restricted_template_violations, restricted_violations};
 

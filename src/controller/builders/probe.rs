@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicySpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
-use super::job::{guaranteed, hardened_pod_spec, pull_policy, restricted_security, PodShape, DEFAULT_RUN_AS, OPERATOR_BIN};
+use super::job::{guaranteed, hardened_pod_spec, operator_pull_policy, restricted_security, PodShape, DEFAULT_RUN_AS, OPERATOR_BIN};
 use super::{LABEL_MANAGED_BY, MANAGED_BY};
 
 /// The probe pod's and policy's name (one probe at a time per namespace).
@@ -49,11 +49,11 @@ pub fn deny_all(namespace: &str, nonce: &str) -> NetworkPolicy {
 }
 
 /// The pod that tries to reach `target` (`IP:PORT`) from under [`deny_all`].
-pub fn probe_pod(namespace: &str, nonce: &str, image: &str, target: &str) -> Pod {
+pub fn probe_pod(namespace: &str, nonce: &str, image: &str, image_pull_policy: Option<&str>, target: &str) -> Pod {
     let container = Container {
         name: "probe".into(),
         image: Some(image.into()),
-        image_pull_policy: Some(pull_policy(image)),
+        image_pull_policy: Some(operator_pull_policy(image, image_pull_policy)),
         command: Some(vec![OPERATOR_BIN.into(), "probe-network".into(), "--connect".into(), target.into()]),
         security_context: Some(restricted_security(DEFAULT_RUN_AS, DEFAULT_RUN_AS)),
         resources: Some(guaranteed("50m", "32Mi", "16Mi")),
@@ -95,7 +95,7 @@ mod tests {
         let spec = policy.spec.as_ref().unwrap();
         assert_eq!(spec.policy_types.as_deref(), Some(&["Egress".to_string()][..]));
         assert_eq!(spec.egress.as_deref(), Some(&[][..]), "no egress rule: nothing is allowed");
-        let pod = probe_pod("skill-system", "n1", "registry.local/op@sha256:aa", "10.0.0.50:8443");
+        let pod = probe_pod("skill-system", "n1", "registry.local/op@sha256:aa", None, "10.0.0.50:8443");
         let selected = spec.pod_selector.as_ref().unwrap().match_labels.as_ref().unwrap();
         let pod_labels = pod.metadata.labels.as_ref().unwrap();
         assert!(selected.iter().all(|(k, v)| pod_labels.get(k) == Some(v)), "the policy selects the pod");

@@ -158,6 +158,7 @@ async fn start(pkg: &SkillPackage, status: &mut SkillPackageStatus, want: &Wante
         owner: pkg.controller_owner_ref(&()).unwrap_or_default(),
         base_image: pinned,
         operator_image: ctx.config.operator_image.clone(),
+        operator_pull_policy: ctx.config.operator_image_pull_policy.clone(),
         artifact_endpoint: ctx.config.artifact_endpoint.clone(),
         token_secret: token_secret_name(&b.name),
         service_account: BUILD_SERVICE_ACCOUNT.into(),

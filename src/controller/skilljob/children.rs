@@ -123,6 +123,7 @@ pub(super) fn job_params(ctx: &Context, sj: &SkillJob, ns: &str, uid: &str, a: &
         owner: owner(sj),
         run_image: a.image.clone(),
         operator_image: ctx.config.operator_image.clone(),
+        operator_pull_policy: ctx.config.operator_image_pull_policy.clone(),
         interpreter: a.interpreter_path.clone(),
         script: a.script.clone(),
         args: a.args.clone(),

@@ -209,6 +209,7 @@ async fn create(ctx: &Context, binding: &SkillBinding, ns: &str, shape: &PoolSha
             skilljob_uid: warm_uid.clone(),
             run_image: shape.image.clone(),
             operator_image: ctx.config.operator_image.clone(),
+            operator_pull_policy: ctx.config.operator_image_pull_policy.clone(),
             timeout_secs: MAX_TIMEOUT_SECS,
             resources: RunResources {
                 cpu: shape.cpu.clone(),
