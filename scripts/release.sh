@@ -79,10 +79,11 @@ fi
 read -r IMAGE_DIGEST SBOM_DIGEST ARCH < <(python3 - "$OUT/image.json" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
-print(c["digest"], (c.get("sbom") or {}).get("digest", "none"), c["images"][0]["platform"]["architecture"])
+print(c["digest"], (c.get("sbom") or {}).get("manifestDigest", "none"), c["images"][0]["platform"]["architecture"])
 PY
 )
 [[ "$IMAGE_DIGEST" == sha256:* ]] || die "image self printed no digest (see $OUT/image.json)"
+[[ "$SBOM_DIGEST" == sha256:* ]] || die "image self attached no SBOM to $IMAGE_DIGEST (see $OUT/image.json): a release carries one"
 echo "image: $IMAGE_REPO:$APP_VERSION @ $IMAGE_DIGEST (linux/$ARCH, SBOM $SBOM_DIGEST)"
 
 # --------------------------------------------------------------- 3. chart

@@ -354,6 +354,17 @@ fn the_quickstart_installs_this_charts_release() {
         skill_operator::image::self_image::RELEASE_CHART
     );
     assert_eq!(commands.first(), Some(&install), "the README's first quickstart line is not the release's install line");
+    // Every page that shows the released chart shows this version of it.
+    let chart_ref = skill_operator::image::self_image::RELEASE_CHART;
+    for page in ["README.md", "docs/install.md", "charts/skill-operator/README.md"] {
+        let text = read(page);
+        let shown: Vec<&str> = text
+            .match_indices(chart_ref)
+            .filter_map(|(i, _)| text[i..].split_whitespace().skip_while(|w| *w != "--version").nth(1))
+            .collect();
+        assert!(!shown.is_empty(), "{page} does not show `helm install ... {chart_ref} --version`");
+        assert!(shown.iter().all(|v| *v == version), "{page} shows chart versions {shown:?}, Chart.yaml says {version}");
+    }
 }
 
 /// The path without the release registry: build the archive, load it, and

@@ -217,3 +217,67 @@ fn a_bad_archive_request_says_what_to_do_and_writes_nothing() {
     let neither = Command::new(BIN).args(["image", "self"]).output().unwrap();
     assert!(String::from_utf8_lossy(&neither.stderr).contains("--registry"), "{}", String::from_utf8_lossy(&neither.stderr));
 }
+
+/// The release pipeline's script against a real registry: image and chart
+/// pushed, the chart pulled back pinning exactly the pushed digest, notes
+/// naming both; a tag that is not the chart's version and a registry that
+/// refuses stop it with what to do, and nothing of a stopped release is
+/// pushed after the failure.
+#[tokio::test]
+async fn release_sh_publishes_the_image_and_a_chart_pinned_to_it() {
+    let helm = concat!(env!("CARGO_MANIFEST_DIR"), "/target/test-deps/bin/helm");
+    if !have_tools("release_sh_publishes_the_image_and_a_chart_pinned_to_it", &["skopeo", helm]) {
+        return;
+    }
+    let reg = TestRegistry::start().await;
+    let work = tempfile::tempdir().unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/release.sh");
+    let release = |registry: &str, out: &Path, tag: Option<&str>| {
+        let mut cmd = Command::new("bash");
+        cmd.arg(script).args(["--registry", registry, "--plain-http", "--out"]).arg(out).env("SKILL_OPERATOR_BIN", BIN).env("HELM", helm);
+        match tag {
+            Some(t) => cmd.env("RELEASE_TAG", t),
+            None => cmd.env_remove("RELEASE_TAG"),
+        };
+        cmd.output().unwrap()
+    };
+    let registry = reg.reference("proj");
+    let out = work.path().join("out");
+    let done = release(&registry, &out, None);
+    assert!(done.status.success(), "{}\n{}", String::from_utf8_lossy(&done.stdout), String::from_utf8_lossy(&done.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("release.json")).unwrap()).unwrap();
+    let digest = r["imageDigest"].as_str().unwrap();
+    assert_eq!(reg.digest_of(&format!("proj/skill-operator:{}", env!("CARGO_PKG_VERSION"))).await, digest);
+    assert_eq!(image_self(&reg, "again").split_once('@').unwrap().1, digest, "the release's image is this binary's");
+    assert!(r["sbomDigest"].as_str().unwrap().starts_with("sha256:"), "{r}");
+    let notes = std::fs::read_to_string(out.join("release-notes.md")).unwrap();
+    for want in [digest, r["chartDigest"].as_str().unwrap(), r["sbomDigest"].as_str().unwrap()] {
+        assert!(notes.contains(want), "the notes lack {want}: {notes}");
+    }
+    // The chart as a user pulls it: its values pin the image, its render runs it.
+    let pulled = work.path().join("pulled");
+    let version = r["chartVersion"].as_str().unwrap();
+    run(Command::new(helm)
+        .args(["pull", &format!("oci://{registry}/charts/skill-operator"), "--version", version, "--plain-http", "--untar", "--destination"])
+        .arg(&pulled));
+    let rendered = run(Command::new(helm).args(["template", "skills"]).arg(pulled.join("skill-operator")).args(["-n", "skill-operator"]));
+    assert!(rendered.contains(&format!("--operator-image={registry}/skill-operator@{digest}")), "the pulled chart runs another image");
+    assert!(rendered.contains(&format!("image: {registry}/skill-operator@{digest}")));
+
+    // A tag that is not the chart's version: refused before anything is pushed.
+    let before = reg.requests().await.iter().filter(|q| q.is_write()).count();
+    let wrong = release(&reg.reference("other"), &work.path().join("wrong"), Some("v9.9.9"));
+    assert!(!wrong.status.success());
+    let err = String::from_utf8_lossy(&wrong.stderr);
+    assert!(err.contains("tag v9.9.9 does not match the chart version") && err.contains("bump charts/skill-operator/Chart.yaml"), "{err}");
+    assert_eq!(reg.requests().await.iter().filter(|q| q.is_write()).count(), before, "nothing pushed");
+    // A registry that is not there: the image push fails, no chart, no notes.
+    let refused = release("127.0.0.1:9/nowhere", &work.path().join("refused"), None);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("pushing the image to 127.0.0.1:9/nowhere/skill-operator failed") && err.contains("nothing else was pushed"), "{err}");
+    let left: Vec<String> = std::fs::read_dir(work.path().join("refused"))
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    assert!(!left.iter().any(|f| f.ends_with(".tgz") || f.starts_with("release")), "a stopped release left {left:?}");
+}

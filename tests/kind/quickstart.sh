@@ -110,6 +110,8 @@ cleanup() {
     [[ -n "${STORE_DIR_MADE:-}" ]] && rm -rf "$STORE_DIR_MADE"
   fi
   [[ -n "${PF_PID:-}" ]] && kill "$PF_PID" 2>/dev/null
+  # The loaded image leaves the node with the test (a later run imports it again).
+  [[ -n "${IMPORTED:-}" && "${KEEP:-}" != 1 ]] && CONTAINERD_ADDRESS="$CTRD" ctr -n k8s.io images rm "$IMPORTED" >/dev/null 2>&1
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -258,9 +260,10 @@ else
     CONTAINERD_ADDRESS="$CTRD" ctr -n k8s.io images ls -q "name==$name" | grep -qx "$name" || { echo "containerd has no $name"; return 1; }
   }
   check "the node's containerd holds the image under the printed tag ($tag)" imported
+  IMPORTED="ghcr.io/skill-operator/skill-operator:$tag"
   wrong_arch() {
     local out
-    if out="$(cd "$WORK/cwd" && helm install "$RELEASE-arch" charts/skill-operator -n "$OPNS-arch" --create-namespace $(cat helm-flags) --set image.architecture=s390x 2>&1)"; then
+    if out="$(cd "$WORK/cwd" && helm install "$RELEASE-arch" "$ROOT/charts/skill-operator" -n "$OPNS-arch" --create-namespace $(cat helm-flags) --set image.architecture=s390x 2>&1)"; then
       echo "an s390x image was installed on this cluster"; return 1
     fi
     grep -q "image.architecture is s390x" <<<"$out" || { echo "not the architecture refusal: $out"; return 1; }
