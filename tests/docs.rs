@@ -458,3 +458,29 @@ fn the_client_configs_have_each_clients_shape() {
         assert!(line.contains("\"Authorization: Bearer $SKILLS_TOKEN\""), "{name}: the token from the environment: {line}");
     }
 }
+
+/// The release workflow cannot run here; its shape can be held to the
+/// script it calls: on a version tag, the release binary, then
+/// scripts/release.sh to the registry the chart and the code name, then a
+/// GitHub release whose notes are the script's.
+#[test]
+fn the_release_workflow_runs_the_release_script_on_a_version_tag() {
+    let text = read(".github/workflows/release.yml");
+    let wf: serde_json::Value = serde_norway::from_str(&text).expect(".github/workflows/release.yml is YAML");
+    // YAML 1.1's `on` may come back as `true`; serde_norway keeps the key "on".
+    assert_eq!(wf["on"]["push"]["tags"], serde_json::json!(["v*"]), "{text}");
+    let job = &wf["jobs"]["publish"];
+    let env_registry = job["env"]["REGISTRY"].as_str().expect("a REGISTRY for the job");
+    let repository = skill_operator::image::self_image::RELEASE_REPOSITORY;
+    assert_eq!(format!("{env_registry}/skill-operator"), repository, "the workflow publishes where the chart's default image points");
+    assert!(skill_operator::image::self_image::RELEASE_CHART.starts_with(&format!("oci://{env_registry}/charts/")));
+    let steps: Vec<String> = job["steps"].as_array().unwrap().iter().filter_map(|s| s["run"].as_str().map(String::from)).collect();
+    let at = |needle: &str| steps.iter().position(|r| r.contains(needle)).unwrap_or_else(|| panic!("no step runs {needle}"));
+    assert!(at("cargo build --release --locked") < at("scripts/release.sh --registry \"$REGISTRY\""));
+    assert!(at("scripts/release.sh") < at("gh release create"));
+    assert!(steps[at("gh release create")].contains("--notes-file target/release-out/release-notes.md"));
+    let publish =
+        job["steps"].as_array().unwrap().iter().find(|s| s["run"].as_str().is_some_and(|r| r.contains("scripts/release.sh"))).unwrap();
+    assert_eq!(publish["env"]["RELEASE_TAG"], "${{ github.ref_name }}", "the script checks the tag against the chart version");
+    assert!(root().join("scripts/release.sh").exists());
+}

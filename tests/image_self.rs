@@ -160,7 +160,7 @@ async fn the_archive_is_the_pushed_image_under_a_local_tag_and_prints_its_helm_f
     assert_eq!(
         flags,
         format!(
-            "--set image.repository={} --set image.tag={tag} --set image.digest= --set image.architecture={arch}",
+            "--set image.repository={} --set image.tag={tag} --set image.digest= --set image.pullPolicy=Never --set image.architecture={arch}",
             skill_operator::image::self_image::RELEASE_REPOSITORY
         )
     );
@@ -258,7 +258,15 @@ async fn release_sh_publishes_the_image_and_a_chart_pinned_to_it() {
     let pulled = work.path().join("pulled");
     let version = r["chartVersion"].as_str().unwrap();
     run(Command::new(helm)
-        .args(["pull", &format!("oci://{registry}/charts/skill-operator"), "--version", version, "--plain-http", "--untar", "--destination"])
+        .args([
+            "pull",
+            &format!("oci://{registry}/charts/skill-operator"),
+            "--version",
+            version,
+            "--plain-http",
+            "--untar",
+            "--destination",
+        ])
         .arg(&pulled));
     let rendered = run(Command::new(helm).args(["template", "skills"]).arg(pulled.join("skill-operator")).args(["-n", "skill-operator"]));
     assert!(rendered.contains(&format!("--operator-image={registry}/skill-operator@{digest}")), "the pulled chart runs another image");
@@ -275,7 +283,10 @@ async fn release_sh_publishes_the_image_and_a_chart_pinned_to_it() {
     let refused = release("127.0.0.1:9/nowhere", &work.path().join("refused"), None);
     assert!(!refused.status.success());
     let err = String::from_utf8_lossy(&refused.stderr);
-    assert!(err.contains("pushing the image to 127.0.0.1:9/nowhere/skill-operator failed") && err.contains("nothing else was pushed"), "{err}");
+    assert!(
+        err.contains("pushing the image to 127.0.0.1:9/nowhere/skill-operator failed") && err.contains("nothing else was pushed"),
+        "{err}"
+    );
     let left: Vec<String> = std::fs::read_dir(work.path().join("refused"))
         .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
         .unwrap_or_default();

@@ -240,12 +240,14 @@ fn print(c: &Composed, json: bool) -> anyhow::Result<()> {
 }
 
 /// The `helm install` flags that run the chart on an archive's image: its
-/// name, no digest (a loaded image has no registry to pin it in) and its
-/// architecture (the chart refuses a cluster with no node of it).
+/// name, no digest (a loaded image has no registry to pin it in), never
+/// pulled (the tag exists on no registry: a node the archive was not loaded
+/// on fails with `ErrImageNeverPull` instead of asking the network for it),
+/// and its architecture (the chart refuses a cluster with no node of it).
 pub fn helm_flags(a: &Archived) -> String {
     let (repository, tag) = a.name.rsplit_once(':').unwrap_or((a.name.as_str(), ""));
     format!(
-        "--set image.repository={repository} --set image.tag={tag} --set image.digest= --set image.architecture={}",
+        "--set image.repository={repository} --set image.tag={tag} --set image.digest= --set image.pullPolicy=Never --set image.architecture={}",
         a.platform.architecture
     )
 }
