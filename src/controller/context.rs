@@ -175,7 +175,7 @@ pub struct Context {
     /// Where the NetworkPolicy probe tries to connect (`IP:PORT`; `None`: no probe, tests and benches).
     pub network_probe_target: Option<String>,
     /// What the probe found ([`super::netpol_probe`]).
-    pub network_probe: Arc<super::netpol_probe::Observed>,
+    pub network_probe: Arc<super::egress::Observed>,
     /// Where SkillSource packages are pushed (`None`: sources are fetched
     /// and reported, and say they cannot publish).
     pub sources: Option<Arc<SourceTarget>>,
@@ -242,7 +242,7 @@ impl Context {
 
     /// The `NetworkPolicyEnforced` condition of a run: the admin's statement, unless the probe found otherwise.
     pub fn network_policy_condition(&self) -> (Option<bool>, &'static str, &'static str) {
-        super::netpol_probe::combined(self.config.network_policy, self.network_probe.get())
+        super::egress::combined(self.config.network_policy, self.network_probe.get())
     }
 
     /// `/metrics` only for scrapers `access` lets in.

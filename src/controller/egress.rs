@@ -17,6 +17,8 @@
 //! `NetworkPolicyEnforced` condition (NetworkPolicy is only as good as the
 //! CNI that enforces it, which the API server cannot tell us).
 
+use std::sync::atomic::{AtomicU8, Ordering};
+
 use crate::api::binding::SkillBinding;
 use crate::api::package::{RuntimeProfile, SkillPackage};
 use crate::egress::allowlist::{Allowlist, Entry};
@@ -133,6 +135,46 @@ pub fn enforcement_condition(e: NetworkPolicyEnforcement) -> (Option<bool>, &'st
 
 /// A package named `name` whose Python runtime profile allows `allowed`
 /// (the controller's egress tests).
+/// What the NetworkPolicy probe found ([`super::netpol_probe`]), shared by every reconcile.
+#[derive(Debug, Default)]
+pub struct Observed(AtomicU8);
+
+impl Observed {
+    pub fn get(&self) -> NetworkPolicyEnforcement {
+        match self.0.load(Ordering::Relaxed) {
+            1 => NetworkPolicyEnforcement::Enforced,
+            2 => NetworkPolicyEnforcement::NotEnforced,
+            _ => NetworkPolicyEnforcement::Unknown,
+        }
+    }
+
+    pub(crate) fn set(&self, found: NetworkPolicyEnforcement) {
+        let v = match found {
+            NetworkPolicyEnforcement::Enforced => 1,
+            NetworkPolicyEnforcement::NotEnforced => 2,
+            NetworkPolicyEnforcement::Unknown => 0,
+        };
+        self.0.store(v, Ordering::Relaxed);
+    }
+}
+
+/// The SkillJob condition from what the admin states and what the probe found:
+/// a finding beats a statement (an admin who says `enforced` on a cluster
+/// that does not enforce is told so on every run).
+pub fn combined(stated: NetworkPolicyEnforcement, observed: NetworkPolicyEnforcement) -> (Option<bool>, &'static str, &'static str) {
+    match (stated, observed) {
+        (_, NetworkPolicyEnforcement::NotEnforced) => (
+            Some(false),
+            "ProbeNotEnforced",
+            "a probe pod under a deny-all NetworkPolicy reached the artifact endpoint: this cluster's CNI does not enforce NetworkPolicy, so this run's pod is not kept from other peers; only the egress proxy's refusals and the missing DNS hold",
+        ),
+        (NetworkPolicyEnforcement::Unknown, NetworkPolicyEnforcement::Enforced) => {
+            (Some(true), "ProbeEnforced", "a probe pod under a deny-all NetworkPolicy was refused: the cluster's CNI enforces NetworkPolicy")
+        }
+        (stated, _) => enforcement_condition(stated),
+    }
+}
+
 #[cfg(test)]
 pub(super) fn package_allowing(name: &str, allowed: &[&str]) -> SkillPackage {
     use crate::api::package::{OciSource, PackageSource, RunResources, SkillPackageSpec};

@@ -18,7 +18,6 @@
 //! ([`pod_command`]): exit 0 when it connected, [`EXIT_BLOCKED`] when it
 //! could not.
 
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -69,29 +68,6 @@ pub async fn pod_command(args: ProbeArgs) -> std::process::ExitCode {
         n if n == TRIES => std::process::ExitCode::SUCCESS,
         0 => std::process::ExitCode::from(EXIT_BLOCKED),
         _ => std::process::ExitCode::from(2),
-    }
-}
-
-/// What the probe found (shared by every reconcile).
-#[derive(Debug, Default)]
-pub struct Observed(AtomicU8);
-
-impl Observed {
-    pub fn get(&self) -> NetworkPolicyEnforcement {
-        match self.0.load(Ordering::Relaxed) {
-            1 => NetworkPolicyEnforcement::Enforced,
-            2 => NetworkPolicyEnforcement::NotEnforced,
-            _ => NetworkPolicyEnforcement::Unknown,
-        }
-    }
-
-    fn set(&self, found: NetworkPolicyEnforcement) {
-        let v = match found {
-            NetworkPolicyEnforcement::Enforced => 1,
-            NetworkPolicyEnforcement::NotEnforced => 2,
-            NetworkPolicyEnforcement::Unknown => 0,
-        };
-        self.0.store(v, Ordering::Relaxed);
     }
 }
 
@@ -195,25 +171,9 @@ where
     api.create(&PostParams::default(), object).await.map(|_| ())
 }
 
-/// The SkillJob condition from what the admin states and what the probe found:
-/// a finding beats a statement (an admin who says `enforced` on a cluster
-/// that does not enforce is told so on every run).
-pub fn combined(stated: NetworkPolicyEnforcement, observed: NetworkPolicyEnforcement) -> (Option<bool>, &'static str, &'static str) {
-    match (stated, observed) {
-        (_, NetworkPolicyEnforcement::NotEnforced) => (
-            Some(false),
-            "ProbeNotEnforced",
-            "a probe pod under a deny-all NetworkPolicy reached the artifact endpoint: this cluster's CNI does not enforce NetworkPolicy, so this run's pod is not kept from other peers; only the egress proxy's refusals and the missing DNS hold",
-        ),
-        (NetworkPolicyEnforcement::Unknown, NetworkPolicyEnforcement::Enforced) => {
-            (Some(true), "ProbeEnforced", "a probe pod under a deny-all NetworkPolicy was refused: the cluster's CNI enforces NetworkPolicy")
-        }
-        (stated, _) => super::egress::enforcement_condition(stated),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::egress::combined;
     use super::*;
 
     fn ended(phase: &str, code: Option<i32>) -> Pod {

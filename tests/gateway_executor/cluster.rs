@@ -195,13 +195,34 @@ async fn scoped_controller(ctx: Arc<Context>, shutdown: skill_operator::shutdown
     let policy_events = reflector(policy_writer, watcher(Api::<NetworkPolicy>::namespaced(client.clone(), n.a.as_str()), children))
         .default_backoff()
         .touched_objects();
-    let jobs = Controller::new(Api::<SkillJob>::namespaced(client.clone(), n.a.as_str()), watcher::Config::default())
+    // Namespace A's metadata into the lookups' cache, and its deletion
+    // waking its held SkillJobs from that same watch (as controller::run).
+    let jobs = Controller::new(Api::<SkillJob>::namespaced(client.clone(), n.a.as_str()), watcher::Config::default());
+    let (namespace_store, namespace_writer) = reflector::store();
+    ctx.lookups.set_namespace_store(namespace_store);
+    let (held_tx, held_rx) = futures::channel::mpsc::unbounded();
+    let held = jobs.store();
+    let only_a = watcher::Config::default().fields(&format!("metadata.name={}", n.a));
+    let namespaces = reflector(namespace_writer, watcher(Api::<kube::core::PartialObjectMeta<Namespace>>::all(client.clone()), only_a))
+        .default_backoff()
+        .touched_objects()
+        .take_until(shutdown.wait_owned())
+        .for_each(move |ns| {
+            if let Ok(ns) = ns {
+                for sj in skilljob::held_in(&ns, &held) {
+                    let _ = held_tx.unbounded_send(sj);
+                }
+            }
+            async {}
+        });
+    let jobs = jobs
         .owns_stream(job_events)
         .owns_stream(policy_events)
+        .reconcile_on(held_rx)
         .graceful_shutdown_on(shutdown.wait_owned())
         .run(skilljob::reconcile, retry, ctx.clone())
         .for_each(|_| async {});
-    tokio::join!(packages, bindings, jobs);
+    tokio::join!(packages, bindings, jobs, namespaces);
 }
 
 /// What the cluster says about a namespace's pods and the node, for a

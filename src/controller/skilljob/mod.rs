@@ -256,6 +256,26 @@ fn name_held_for(sj: &SkillJob, ctx: &Context) -> Option<Duration> {
     Some(Duration::from_secs(left as u64 + 1))
 }
 
+/// The deleted SkillJobs of a namespace being deleted, whose names
+/// [`name_held_for`] keeps: what that namespace's deletion must wake. Fed
+/// from the same watch that fills the lookups' namespace cache, after the
+/// cache has the deletion, so the reconcile it wakes sees it.
+pub fn held_in(
+    namespace: &kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>,
+    skilljobs: &kube::runtime::reflector::Store<SkillJob>,
+) -> Vec<kube::runtime::reflector::ObjectRef<SkillJob>> {
+    if namespace.metadata.deletion_timestamp.is_none() {
+        return Vec::new();
+    }
+    let name = namespace.name_any();
+    skilljobs
+        .state()
+        .iter()
+        .filter(|sj| sj.metadata.deletion_timestamp.is_some() && sj.namespace().as_deref() == Some(name.as_str()))
+        .map(|sj| kube::runtime::reflector::ObjectRef::from_obj(sj.as_ref()))
+        .collect()
+}
+
 /// The job's inputs and outputs (and its warm pod's claim) deleted.
 async fn release_artifacts(sj: &SkillJob, ctx: &Context) -> Result<()> {
     let ns = sj.namespace().ok_or(Error::Missing("namespace"))?;
