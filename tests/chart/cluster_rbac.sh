@@ -138,11 +138,14 @@ done
   --show-only templates/rbac.yaml --show-only templates/serviceaccounts.yaml \
   | awk -v name="$ARTIFACTS_SA" 'BEGIN { RS = "\n---\n" } index($0, "\n  name: " name "\n") { print "---"; print }' >"$OUT/artifacts-rbac.yaml"
 check "the artifact endpoint's ServiceAccount, ClusterRole and binding apply" "$KUBECTL" apply -f "$OUT/artifacts-rbac.yaml"
-for v in "create tokenreviews.authentication.k8s.io" "get skilljobs.skill-operator.dev -n $AGENTNS"; do
+# subjectaccessreviews: with metrics.auth=kubernetes (the default), whether a
+# scraper's token may get /metrics.
+for v in "create tokenreviews.authentication.k8s.io" "get skilljobs.skill-operator.dev -n $AGENTNS" \
+  "create subjectaccessreviews.authorization.k8s.io"; do
   # shellcheck disable=SC2086
   check "artifacts may $v" can "$ARTIFACTS" $v
 done
-for v in "create subjectaccessreviews.authorization.k8s.io" "get secrets -n $OPNS" "get secrets -A" "get pods -n $AGENTNS" \
+for v in "get secrets -n $OPNS" "get secrets -A" "get pods -n $AGENTNS" \
   "create serviceaccounts/token -n $AGENTNS" "list skilljobs.skill-operator.dev -A" "create skillpackages.skill-operator.dev" \
   "impersonate users"; do
   # shellcheck disable=SC2086
