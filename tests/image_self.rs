@@ -139,19 +139,19 @@ fn image_self_archive(out: &Path) -> (String, String) {
 }
 
 #[tokio::test]
-async fn the_archive_is_the_pushed_image_under_a_local_tag_and_prints_its_helm_flags() {
-    if !have_tools("the_archive_is_the_pushed_image_under_a_local_tag_and_prints_its_helm_flags", &["skopeo"]) {
+async fn the_archive_holds_the_pushed_layer_under_a_local_tag_and_prints_its_helm_flags() {
+    if !have_tools("the_archive_holds_the_pushed_layer_under_a_local_tag_and_prints_its_helm_flags", &["skopeo"]) {
         return;
     }
     let reg = TestRegistry::start().await;
     let pushed = image_self(&reg, "v1");
-    let digest = pushed.split_once('@').unwrap().1.to_string();
     let work = tempfile::tempdir().unwrap();
     let file = work.path().join("skill-operator.tar");
     let (flags, explained) = image_self_archive(&file);
 
-    // The flags: the chart's repository, a tag no release uses, naming this digest.
-    let tag = format!("{}-local.{}", env!("CARGO_PKG_VERSION"), &digest["sha256:".len()..][..12]);
+    // The flags: the chart's repository, a tag no release uses, naming the archived image's digest.
+    let tag = flags.split_whitespace().find_map(|w| w.strip_prefix("image.tag=")).expect("a tag flag").to_string();
+    assert!(tag.starts_with(&format!("{}-local.", env!("CARGO_PKG_VERSION"))), "{tag}");
     let arch = match std::env::consts::ARCH {
         "x86_64" => "amd64",
         "aarch64" => "arm64",
@@ -168,13 +168,27 @@ async fn the_archive_is_the_pushed_image_under_a_local_tag_and_prints_its_helm_f
         assert!(explained.contains(&format!("{line} {}", file.display())), "{line}: {explained}");
     }
 
-    // The OCI side: the very manifest the registry holds.
+    // The OCI side: the pushed image's layer, its config with one label more
+    // (an image of its own: a kubelet that pulled the pushed one still runs
+    // this under its own name), named by the digest in its tag.
     let name = format!("{}:{tag}", skill_operator::image::self_image::RELEASE_REPOSITORY);
     let oci = format!("oci-archive:{}:{tag}", file.display());
     let from_archive = run(Command::new("skopeo").args(["inspect", "--raw"]).arg(&oci));
     let raw: serde_json::Value = serde_json::from_str(&from_archive).unwrap();
-    assert_eq!(raw, skopeo_raw(&pushed), "the archive holds the pushed manifest");
-    assert_eq!(sha256(from_archive.trim_end().as_bytes()), digest, "byte for byte");
+    let pushed_raw = skopeo_raw(&pushed);
+    assert_eq!(raw["layers"], pushed_raw["layers"], "the same layer");
+    assert_ne!(raw["config"]["digest"], pushed_raw["config"]["digest"]);
+    let archived_digest = sha256(from_archive.trim_end().as_bytes());
+    assert!(tag.ends_with(&archived_digest["sha256:".len()..][..12]), "{tag} names {archived_digest}");
+    let config = run(Command::new("skopeo").args(["inspect", "--config"]).arg(&oci));
+    let mut config: serde_json::Value = serde_json::from_str(&config).unwrap();
+    let mut pushed_config = skopeo_config(&pushed, arch);
+    assert_eq!(config["config"]["Labels"][skill_operator::image::self_image::LABEL_LOADED], "archive");
+    config["config"]["Labels"].as_object_mut().unwrap().remove(skill_operator::image::self_image::LABEL_LOADED);
+    for c in [&mut config, &mut pushed_config] {
+        c.as_object_mut().unwrap().remove("created");
+    }
+    assert_eq!(config, pushed_config, "nothing else differs");
     // The Docker side: manifest.json names the image; the image copies out whole.
     let inspected = run(Command::new("skopeo").args(["inspect"]).arg(format!("docker-archive:{}", file.display())));
     let inspected: serde_json::Value = serde_json::from_str(&inspected).unwrap();

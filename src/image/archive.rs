@@ -12,9 +12,9 @@
 //! `ctr`) and Docker 25+ read the layout; Docker before 25 (minikube on the
 //! docker runtime of older releases) reads only `manifest.json`. The image
 //! is named in both (`io.containerd.image.name`, `RepoTags`), so no loader
-//! needs a name from its caller. The blobs are the very bytes
-//! [`super::compose`] pushes ([`super::compose::documents`]): the archive
-//! of an image and the pushed image have the same manifest digest.
+//! needs a name from its caller. The documents are made as
+//! [`super::compose`] makes them for a push ([`super::compose::documents`]):
+//! the same spec archived or pushed gives the same manifest digest.
 //!
 //! # Nothing half-written
 //! The tar is written to a temporary file beside the destination and

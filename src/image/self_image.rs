@@ -48,6 +48,9 @@ pub const RELEASE_REPOSITORY: &str = "ghcr.io/skill-operator/skill-operator";
 /// Where the project publishes the chart, as an OCI artifact.
 pub const RELEASE_CHART: &str = "oci://ghcr.io/skill-operator/charts/skill-operator";
 
+/// The config label that sets an archive's image apart from the pushed one.
+pub const LABEL_LOADED: &str = "dev.skill-operator.image.loaded";
+
 /// Where the binary goes in the image.
 pub const BINARY_PATH: &str = "/usr/local/bin/skill-operator";
 /// The CA bundle path (Debian's, which rustls-native-certs and OpenSSL read).
@@ -327,10 +330,18 @@ pub async fn push_self(remote: &Remote, repository: &str, tag: Option<&str>, opt
 /// `repository:<version>-local.<12 hex of its digest>`: a tag no release
 /// uses, so a loaded archive never stands in for a published image of the
 /// same version, and two different builds never share a tag.
+///
+/// Its layer is the pushed image's; its config carries one label more
+/// ([`LABEL_LOADED`]), so it is an image of its own. Why (decision): since
+/// Kubernetes 1.35 the kubelet records which image names each image was
+/// pulled under, and an image it once pulled (the same binary pushed to a
+/// registry) is not run under another name with `imagePullPolicy: Never`
+/// ("not present"); an image no kubelet ever pulled counts as preloaded.
 pub fn archive_self(repository: &str, opts: &SelfImageOptions, out: &Path) -> Result<Archived> {
     let (layer, platform) = self_layer(opts)?;
     let resolved = resolve_empty(&platform);
     let mut spec = self_spec(&layer, platform, repository);
+    spec.config.labels.insert(LABEL_LOADED.to_string(), "archive".to_string());
     let docs = documents(&spec, &resolved)?;
     let digest = docs.first().map(|d| d.manifest_digest.clone()).ok_or_else(|| ImageError::invalid("no image was composed"))?;
     spec.tag = Some(local_tag(&digest));

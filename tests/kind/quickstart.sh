@@ -110,10 +110,8 @@ cleanup() {
     [[ -n "${STORE_DIR_MADE:-}" ]] && rm -rf "$STORE_DIR_MADE"
   fi
   [[ -n "${PF_PID:-}" ]] && kill "$PF_PID" 2>/dev/null
-  # The loaded image stays on the node: containerd 1.6's CRI does not see an
-  # image imported again after a removal (its pods then wait on a pull that
-  # Never forbids), and the tag names this build's digest, so a later run of
-  # the same build imports the same image over it.
+  # The loaded image stays on the node: its tag names its digest, and a later
+  # run of the same build imports the same image over it.
   rm -rf "$WORK"
 }
 trap cleanup EXIT
