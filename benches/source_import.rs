@@ -146,15 +146,8 @@ async fn main() {
     let metrics_port = free_port();
     let controller = Process(
         Command::new(bin)
-            .args([
-                "controller",
-                "--listen",
-                &format!("127.0.0.1:{metrics_port}"),
-                "--metrics-auth",
-                "none",
-                "--network-policy-probe",
-                "false",
-            ])
+            .args(["controller", "--listen", &format!("127.0.0.1:{metrics_port}")])
+            .args(skill_operator::gated::CONTROLLER_WITHOUT_CLUSTER)
             .args([
                 "--operator-image",
                 "registry.local/skill-operator@sha256:0000000000000000000000000000000000000000000000000000000000000000",

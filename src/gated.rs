@@ -6,6 +6,11 @@
 //! has the prerequisites) it fails the test instead, so that machine proves
 //! it ran them.
 
+/// The flags a gated test or benchmark gives a `controller` it starts
+/// beside an API server with no cluster around it: nobody's tokens to
+/// review for `/metrics`, and no node to run the NetworkPolicy probe's pod.
+pub const CONTROLLER_WITHOUT_CLUSTER: [&str; 4] = ["--metrics-auth", "none", "--network-policy-probe", "false"];
+
 /// The variable that turns every skip into a failure.
 pub const REQUIRE_GATED: &str = "SKILL_OPERATOR_REQUIRE_GATED";
 

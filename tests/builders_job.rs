@@ -802,6 +802,34 @@ fn validate_refuses_bad_names_and_uids() {
     assert!(matches!(err(JobParams { operator_image: "a b".into(), ..params() }), Error::InvalidImage { .. }));
 }
 
+/// The operator image's pull policy: the operator's own when given (an
+/// image loaded onto the nodes is never pulled), else by its reference;
+/// anything but the kubelet's three policies is refused.
+#[test]
+fn the_operator_images_pull_policy_is_the_operators_own_and_only_a_kubelet_policy() {
+    let policies = |p: &JobParams| -> Vec<(String, Option<String>)> {
+        let job = build_job(p);
+        let spec = pod(&job);
+        spec.init_containers
+            .iter()
+            .flatten()
+            .filter(|c| c.image.as_deref() == Some(p.operator_image.as_str()))
+            .map(|c| (c.name.clone(), c.image_pull_policy.clone()))
+            .collect()
+    };
+    let pinned = policies(&params());
+    assert!(!pinned.is_empty() && pinned.iter().all(|(_, p)| p.as_deref() == Some("IfNotPresent")), "{pinned:?}");
+    let tagged = JobParams { operator_image: "ghcr.io/skill-operator/skill-operator:0.1.0-local.0123456789ab".into(), ..params() };
+    assert!(policies(&tagged).iter().all(|(_, p)| p.as_deref() == Some("Always")), "a tag is pulled again by default");
+    let loaded = JobParams { operator_pull_policy: Some("Never".into()), ..tagged };
+    let never = policies(&loaded);
+    assert!(!never.is_empty() && never.iter().all(|(_, p)| p.as_deref() == Some("Never")), "{never:?}");
+    for bad in ["Sometimes", "never", "", "Never\n"] {
+        let e = err(JobParams { operator_pull_policy: Some(bad.into()), ..params() });
+        assert!(matches!(e, Error::InvalidImage { field: "operator_pull_policy", .. }), "{bad:?}: {e}");
+    }
+}
+
 #[test]
 fn validate_error_messages_say_what_to_fix() {
     let msg = err(JobParams { artifact_endpoint: "http://svc:80".into(), ..params() }).to_string();

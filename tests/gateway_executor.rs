@@ -276,44 +276,41 @@ async fn a_retried_call_attaches_to_its_skilljob_and_a_different_one_is_refused(
     assert_eq!(run.await.unwrap().unwrap_err().code, "run-kept");
 
     // The same name asking for another run (other arguments): refused, nothing created.
-    let (ctl, _, _) = control("key-3");
-    let run = tokio::spawn({
-        let exec = exec.clone();
-        async move { exec.run_new(&Caller::named("alice"), plan(&["other"]), Vec::new(), ctl).await }
-    });
-    let (_, reply) = next(&mut handle).await;
-    reply.send_response(ok(existing.clone()));
-    assert_eq!(run.await.unwrap().unwrap_err().code, "job-name-taken");
-    silent(&mut handle).await;
+    assert_eq!(refused_finding(&exec, &mut handle, &["other"], existing.clone()).await.code, "job-name-taken");
 
     // The same run, claiming alice without the gateway's seal (someone else
     // wrote it): not hers to attach to, nothing runs.
     let mut planted = existing.clone();
     planted["metadata"]["annotations"].as_object_mut().unwrap().remove("skill-operator.dev/owner-seal");
-    let (ctl, _, _) = control("key-3");
-    let run = tokio::spawn({
-        let exec = exec.clone();
-        async move { exec.run_new(&Caller::named("alice"), plan(&["x"]), Vec::new(), ctl).await }
-    });
-    let (_, reply) = next(&mut handle).await;
-    reply.send_response(ok(planted));
-    assert_eq!(run.await.unwrap().unwrap_err().code, "job-name-taken");
-    silent(&mut handle).await;
+    assert_eq!(refused_finding(&exec, &mut handle, &["x"], planted).await.code, "job-name-taken");
 
     // Deleted since (its name held for the token's life): the token already
     // ran its call once; nothing is made or run again.
     let mut deleted = existing;
     deleted["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:05:00Z");
+    let err = refused_finding(&exec, &mut handle, &["x"], deleted).await;
+    assert_eq!(err.code, "token-reused", "{}", err.message);
+}
+
+/// alice's run of `args` under key-3, whose look-up of its name finds
+/// `found`: the error it ends with, and nothing asked of the API after it.
+async fn refused_finding(
+    exec: &Arc<KubeExecutor>,
+    handle: &mut Handle,
+    args: &[&str],
+    found: Value,
+) -> skill_operator::mcp::error::ToolError {
     let (ctl, _, _) = control("key-3");
+    let plan = plan(args);
     let run = tokio::spawn({
         let exec = exec.clone();
-        async move { exec.run_new(&Caller::named("alice"), plan(&["x"]), Vec::new(), ctl).await }
+        async move { exec.run_new(&Caller::named("alice"), plan, Vec::new(), ctl).await }
     });
-    let (_, reply) = next(&mut handle).await;
-    reply.send_response(ok(deleted));
+    let (_, reply) = next(handle).await;
+    reply.send_response(ok(found));
     let err = run.await.unwrap().unwrap_err();
-    assert_eq!(err.code, "token-reused", "{}", err.message);
-    silent(&mut handle).await;
+    silent(handle).await;
+    err
 }
 
 #[tokio::test]

@@ -123,15 +123,8 @@ impl Stack {
         };
         Process(
             command
-                .args([
-                    "controller",
-                    "--listen",
-                    &format!("127.0.0.1:{metrics_port}"),
-                    "--metrics-auth",
-                    "none",
-                    "--network-policy-probe",
-                    "false",
-                ])
+                .args(["controller", "--listen", &format!("127.0.0.1:{metrics_port}")])
+                .args(skill_operator::gated::CONTROLLER_WITHOUT_CLUSTER)
                 .args([
                     "--operator-image",
                     "registry.local/skill-operator@sha256:0000000000000000000000000000000000000000000000000000000000000000",
